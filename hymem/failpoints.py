@@ -20,14 +20,19 @@ Points in the store (`hymem/store.py`), in the order a write reaches them:
 - `store.persist`: while persisting FAISS, after the index file was replaced and
   before its sidecar (generation, checksum) was written.
 
+A harness can also install a per-thread hook (`set_hook`) that is called with
+each point's name and may raise there.
+
 Points in the client: `client.after_extract`, `client.after_embed`,
 `client.after_reconcile`.
 """
 
 from __future__ import annotations
 
+import contextvars
 import os
 import signal
+from collections.abc import Callable
 
 KILL_ENV = "HYMEM_FAILPOINT"
 RAISE_ENV = "HYMEM_FAILPOINT_RAISE"
@@ -46,8 +51,24 @@ def _armed(env: str, name: str) -> bool:
     return bool(raw) and name in {part.strip() for part in raw.split(",")}
 
 
+_HOOK: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar("hymem_failpoint_hook",
+                                                                                     default=None)
+
+
+def set_hook(hook: Callable[[str], None] | None) -> contextvars.Token:
+    """Call `hook(name)` at every failpoint in this context (thread); a harness raises from it to inject faults."""
+    return _HOOK.set(hook)
+
+
+def reset_hook(token: contextvars.Token) -> None:
+    _HOOK.reset(token)
+
+
 def failpoint(name: str) -> None:
     """Die (SIGKILL) or raise here if the environment names this point; otherwise do nothing."""
+    hook = _HOOK.get()
+    if hook is not None:
+        hook(name)
     if _armed(RAISE_ENV, name):
         raise FailpointError(name)
     if _armed(KILL_ENV, name):

@@ -44,13 +44,19 @@ class HistoryParseError(ValueError):
 
 
 def detect_language(text: str) -> Literal["zh", "en"]:
-    """"zh" when Han characters outnumber Latin words, else "en".
+    """Return "zh" when Han characters outnumber Latin words, else "en".
 
     A Han character carries about a word, so counting Latin *letters* would call
     "我在 Stripe 工作。" English; words against characters gets it right.
     """
     han = len(_HAN_RE.findall(text))
     return "zh" if han > len(_LATIN_WORD_RE.findall(text)) else "en"
+
+
+def conversation_language(messages: list[ChatMessage]) -> Literal["zh", "en"]:
+    """The language of what the people said; system prompts and tool JSON count only when nothing else exists."""
+    spoken = [m.content for m in messages if m.role in ("user", "assistant")]
+    return detect_language("\n".join(spoken or [m.content for m in messages]))
 
 
 def name_problem(role: str, name: str) -> str | None:
@@ -81,7 +87,7 @@ def render_conversation(messages: list[ChatMessage]) -> str:
     user_name = next((m.name.strip() for m in messages if m.role == "user" and m.name and m.name.strip()), None)
     if user_name is not None:
         _require_renderable("user", user_name)
-        lines.append(user_name_line(user_name, detect_language(_language_sample(messages))))
+        lines.append(user_name_line(user_name, conversation_language(messages)))
     lines.extend(_render_message(message) for message in messages)
     return "\n".join(lines)
 
@@ -113,7 +119,7 @@ def parse_history(raw: str, history_limit: int = 2000) -> list[ChatMessage]:
         elif label_match is not None:
             if current is not None:
                 out.append(_finish(current, user_name, history_limit))
-            current = (label_match.group(1), [line[label_match.end():]])
+            current = (label_match.group(1), [line[label_match.end() :]])
         elif current is not None:
             current[1].append(line)
         elif line.strip():
@@ -121,12 +127,6 @@ def parse_history(raw: str, history_limit: int = 2000) -> list[ChatMessage]:
     if current is not None:
         out.append(_finish(current, user_name, history_limit))
     return out
-
-
-def _language_sample(messages: list[ChatMessage]) -> str:
-    """What the people said; system prompts and tool JSON only when nothing else exists."""
-    spoken = [m.content for m in messages if m.role in ("user", "assistant")]
-    return "\n".join(spoken or [m.content for m in messages])
 
 
 def _require_renderable(role: str, name: str) -> None:
@@ -168,7 +168,7 @@ def _render_message(message: ChatMessage) -> str:
 
 def _name_from_line(line: str) -> str | None:
     prefix = next(start for start in _NAME_LINE_STARTS if line.startswith(start))
-    return line[len(prefix):].strip() or None
+    return line[len(prefix) :].strip() or None
 
 
 def _finish(current: tuple[str, list[str]], user_name: str | None, history_limit: int) -> ChatMessage:
@@ -183,7 +183,7 @@ def _finish(current: tuple[str, list[str]], user_name: str | None, history_limit
         tool_match = _TOOL_NAME_RE.match(body[0])
         if tool_match is not None:
             name = tool_match.group(1)
-            body = [body[0][tool_match.end():], *body[1:]]
+            body = [body[0][tool_match.end() :], *body[1:]]
     content = "\n".join(_unescape(line) for line in body)
     if role != "user" and len(content) > history_limit:
         content = content[:history_limit] + "…"

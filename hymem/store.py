@@ -378,8 +378,6 @@ class Store:
 
     def _apply_faiss(self, changes: dict[int, np.ndarray | None]) -> None:
         """Bring the touched ids to their committed state: removed, then re-added when live."""
-        if self._needs_rebuild:
-            raise RuntimeError("index awaits a rebuild")
         if not changes:
             return
         self._index.remove_ids(np.fromiter(changes, dtype=np.int64, count=len(changes)))
@@ -426,10 +424,14 @@ class Store:
         try:
             self._generation = generation
             self._in_tx = False
+            pending, self._needs_rebuild = self._needs_rebuild, True  # until the index matches this commit
             try:  # committed: from here on nothing may fail the write
                 failpoint("store.after_commit")
+                if pending:
+                    raise RuntimeError("index awaits a rebuild")
                 self._apply_faiss(changes)
                 failpoint("store.after_faiss")
+                self._needs_rebuild = False
             except Exception:
                 _log.exception("FAISS update after commit failed; rebuilding the index from SQLite")
                 self._rebuild_after_failure()
@@ -470,7 +472,7 @@ class Store:
             selector = faiss.IDSelectorBatch(ids)
             params = faiss.SearchParameters(sel=selector)
             scores, found = self._index.search(query[None, :], min(k, ids.size), params=params)
-            hits = [(int(i), float(s)) for s, i in zip(scores[0], found[0]) if i >= 0]
+            hits = [(int(i), float(s)) for s, i in zip(scores[0], found[0], strict=True) if i >= 0]
             if not hits:
                 return []
             marks = ",".join("?" * len(hits))

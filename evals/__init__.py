@@ -1,0 +1,3 @@
+"""Eval harness for hymem: datasets, runs, scoring and reports."""
+
+__all__: list[str] = []

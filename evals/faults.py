@@ -1,0 +1,126 @@
+"""Fault kinds, call sites, plans, and the outcome each fault must produce.
+
+The expected outcome of every (call site, kind) pair is the engine issue's
+failure table, kept once, here, next to the kinds. Faults are injected at the
+`dspy.LM` engine, the embedder and the store's failpoints, so the engine's real
+adapter and parsing code runs on every faulty reply.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+# Call sites, in the order a write reaches them.
+LM_SITES = ("lm.extract", "lm.extract_working", "lm.reconcile")
+EMBED_SITE = "embed"
+STORE_SITES = ("store.commit", "store.faiss")
+SITES = (*LM_SITES, EMBED_SITE, *STORE_SITES)
+
+LM_KINDS = ("unavailable", "timeout", "rate_limit", "empty_body", "empty_content", "garbage",
+            "truncated_json", "wrong_schema")
+RECONCILE_KINDS = (*LM_KINDS, "unknown_id")
+EMBED_KINDS = ("embed_error", "embed_nan", "embed_wrong_dim")
+STORE_KINDS = ("store_error",)
+KINDS = (*RECONCILE_KINDS, *EMBED_KINDS, *STORE_KINDS)
+
+
+def kinds_for(site: str) -> tuple[str, ...]:
+    """The fault kinds that apply at a call site."""
+    if site == "lm.reconcile":
+        return RECONCILE_KINDS
+    if site in LM_SITES:
+        return LM_KINDS
+    if site == EMBED_SITE:
+        return EMBED_KINDS
+    if site in STORE_SITES:
+        return STORE_KINDS
+    raise ValueError(f"unknown call site {site!r}")
+
+
+class Expected(BaseModel):
+    """What a write must return under one fault (None = field must be unset)."""
+
+    success: bool
+    error_code: str | None = None
+    agent_error_code: str | None = None
+    reconcile_error_code: str | None = None
+    retry_safe: bool = True
+
+
+_LM_CLASS = {"unavailable": "unavailable", "timeout": "unavailable", "rate_limit": "unavailable",
+             "empty_body": "empty", "empty_content": "empty", "garbage": "parse", "truncated_json": "parse",
+             "wrong_schema": "parse", "unknown_id": "parse"}
+_EXTRACT_CODE = {"unavailable": "LLM_ERROR", "empty": "EMPTY_RESPONSE", "parse": "JSON_PARSE_FAILED"}
+_RECONCILE_CODE = {"unavailable": "LLM_UNAVAILABLE", "empty": "EMPTY_RESPONSE", "parse": "JSON_PARSE_FAILED"}
+
+
+def expected_outcome(site: str, kind: str) -> Expected:
+    """The failure table: which fields and codes a write must return under this fault."""
+    if kind not in kinds_for(site):
+        raise ValueError(f"fault {kind!r} does not apply at {site!r}")
+    if site in ("lm.extract", "lm.extract_working"):
+        return Expected(success=False, error_code=_EXTRACT_CODE[_LM_CLASS[kind]])
+    if site == "lm.reconcile":
+        return Expected(success=False, agent_error_code="RECONCILE_FAILED",
+                        reconcile_error_code=_RECONCILE_CODE[_LM_CLASS[kind]])
+    if site == EMBED_SITE:
+        return Expected(success=False, error_code="EMBEDDING_FAILED")
+    if site == "store.commit":
+        return Expected(success=False, error_code="STORE_FAILED")
+    return Expected(success=True)  # store.faiss: after the commit; the index is rebuilt from SQLite
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault to inject: at the `occurrence`-th call (0-based) of `site` within one write."""
+
+    site: str
+    kind: str
+    occurrence: int = 0
+
+
+class FaultPlan(BaseModel):
+    """`none`, `sweep` (every reached site × applicable kind, per write) or `random:RATE`."""
+
+    name: str
+    rate: float = 0.0
+
+    @classmethod
+    def parse(cls, spec: str) -> FaultPlan:
+        if spec in ("none", "sweep"):
+            return cls(name=spec)
+        if spec.startswith("random:"):
+            try:
+                rate = float(spec.split(":", 1)[1])
+            except ValueError:
+                raise ValueError(f"--faults {spec!r}: RATE must be a number, e.g. random:0.1") from None
+            if not 0.0 < rate <= 1.0:
+                raise ValueError(f"--faults {spec!r}: RATE must be in (0, 1]")
+            return cls(name="random", rate=rate)
+        raise ValueError(f"--faults {spec!r}: use none, sweep or random:RATE")
+
+    def __str__(self) -> str:
+        return f"random:{self.rate}" if self.name == "random" else self.name
+
+    def faults_for_write(self, reached: dict[str, int], seed: int, unit_key: str) -> list[Fault]:
+        """The faults to run for one write, given the call sites (and their counts) it reached.
+
+        Deterministic in (plan, seed, unit_key): the same plan and seed replay the same faults,
+        whatever the order or concurrency of the run.
+        """
+        if self.name == "none":
+            return []
+        candidates = [Fault(site, kind, occurrence) for site in SITES if site in reached
+                      for occurrence in range(reached[site]) for kind in kinds_for(site)]
+        if self.name == "sweep":
+            return candidates
+        return [f for f in candidates if _draw(seed, unit_key, f) < self.rate]
+
+
+def _draw(seed: int, unit_key: str, fault: Fault) -> float:
+    digest = hashlib.sha256(f"{seed}|{unit_key}|{fault.site}|{fault.kind}|{fault.occurrence}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big")).random()

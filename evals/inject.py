@@ -1,0 +1,169 @@
+"""Fault injection at the engine's boundaries: the dspy.LM engine, the embedder, the store.
+
+One `Injector` per write switches faults on; the wrappers ask it at every call
+whether to misbehave. In observe mode (no fault armed) it only counts the call
+sites a write reached, which is how a sweep knows where to inject.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from contextlib import contextmanager
+from typing import Any
+
+import dspy
+import numpy as np
+from dspy import lm15
+
+from evals.faults import Fault
+from hymem import failpoints
+from hymem.testing import empty_body_error, text_response
+
+_STORE_POINTS = {"store.before_commit": "store.commit", "store.faiss_update": "store.faiss"}
+
+
+class InjectedFault(RuntimeError):
+    """Raised by an injected embedding or store fault."""
+
+
+class Injector:
+    """Counts call sites per write and fires the one armed fault at its occurrence."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.fault: Fault | None = None
+        self.reached: Counter[str] = Counter()
+        self.fired: list[Fault] = []
+
+    def arm(self, fault: Fault | None) -> None:
+        with self._lock:
+            self.fault, self.reached, self.fired = fault, Counter(), []
+
+    def hit(self, site: str) -> str | None:
+        """Record one call at `site`; return the fault kind to inject there, if any."""
+        with self._lock:
+            occurrence = self.reached[site]
+            self.reached[site] += 1
+            fault = self.fault
+            if fault is not None and fault.site == site and fault.occurrence == occurrence:
+                self.fired.append(fault)
+                return fault.kind
+            return None
+
+    @contextmanager
+    def store_hook(self):
+        """Route the store's failpoints through this injector for the current thread."""
+
+        def hook(name: str) -> None:
+            site = _STORE_POINTS.get(name)
+            if site is not None and self.hit(site):
+                raise InjectedFault(f"injected store_error at {site}")
+
+        token = failpoints.set_hook(hook)
+        try:
+            yield
+        finally:
+            failpoints.reset_hook(token)
+
+
+def site_of(request: Any) -> str:
+    """Which chain call a request is, from the input fields of its last user message."""
+    texts = [m.text or "" for m in request.messages if m.role == "user"]
+    last = texts[-1] if texts else ""
+    if "[[ ## new_facts ## ]]" in last:
+        return "lm.reconcile"
+    if "[[ ## trajectory ## ]]" in last:
+        return "lm.extract_working"
+    return "lm.extract"
+
+
+_WRONG_SCHEMA = {
+    "lm.extract": {"facts": [{"text": "The user said something.", "subject": "user", "owner": "somebody"}],
+                   "profile": {}},
+    "lm.extract_working": {"lessons": ["Something was learned."]},
+    "lm.reconcile": {"ops": [{"op": "MERGE", "fact": 0}]},
+}
+
+
+class FaultyEngine:
+    """A dspy.LM engine that delegates to the real one unless the injector says otherwise."""
+
+    def __init__(self, inner: Any, injector: Injector):
+        self.inner = inner
+        self.injector = injector
+
+    def complete(self, request: Any) -> lm15.Response:
+        site = site_of(request)
+        kind = self.injector.hit(site)
+        if kind is None:
+            return self.inner.complete(request)
+        if kind == "unavailable":
+            raise lm15.ServerError("HTTP 503: service unavailable (injected)", status=503)
+        if kind == "rate_limit":
+            raise lm15.RateLimitError("HTTP 429: rate limited (injected)", status=429, retry_after=0.0)
+        if kind == "timeout":
+            raise lm15.TimeoutError("read timed out (injected, raised in-process)")
+        if kind == "empty_body":
+            raise empty_body_error()
+        if kind == "empty_content":
+            return text_response("")
+        if kind == "garbage":
+            return text_response("I'm sorry, I can't help with that request.")
+        if kind == "truncated_json":
+            text = _reply_text(self.inner.complete(request))
+            return text_response(truncate_json(text))
+        if kind == "wrong_schema":
+            return text_response(json.dumps(_WRONG_SCHEMA[site]))
+        if kind == "unknown_id":
+            return text_response(json.dumps({"ops": [{"op": "UPDATE", "fact": 0, "id": 987654321}]}))
+        raise ValueError(f"fault {kind!r} cannot be injected at {site}")
+
+
+def _reply_text(response: lm15.Response) -> str:
+    return "".join(getattr(part, "text", "") or "" for part in response.message.parts)
+
+
+def truncate_json(text: str) -> str:
+    """Cut a JSON reply so it no longer parses (what a max_tokens cut-off looks like)."""
+    cut = max(1, int(len(text) * 0.6))
+    while cut > 1:
+        candidate = text[:cut]
+        try:
+            json.loads(candidate)
+        except ValueError:
+            return candidate
+        cut -= 1
+    return text[:1] if text[:1] != "" else "{"
+
+
+class FaultyEmbedder:
+    """Wraps an embedder; injects an error, a NaN or a wrong dimension when armed."""
+
+    def __init__(self, inner: Any, injector: Injector):
+        self.inner = inner
+        self.injector = injector
+        self.dim = getattr(inner, "dim", None)
+        self.name = getattr(inner, "name", type(inner).__name__)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        kind = self.injector.hit("embed")
+        if kind == "embed_error":
+            raise InjectedFault("embedding service unavailable (injected)")
+        vectors = np.array(self.inner.embed(texts), dtype=np.float32, copy=True)
+        if kind == "embed_nan":
+            vectors[-1, 0] = np.nan
+        elif kind == "embed_wrong_dim":
+            vectors = vectors[:, :-1]
+        return vectors
+
+
+def faulty_lm(lm: dspy.LM, injector: Injector) -> dspy.LM:
+    """The same model behind a fault-injecting engine; retries and caching off (faults must surface)."""
+    engine = getattr(lm, "engine", None)
+    if engine is None or isinstance(engine, str):
+        raise ValueError(
+            f"in-process fault injection needs a model with a custom engine (offline, oracle); {lm.model!r} "
+            "talks HTTP: run it with --faults none, or put `hymem-eval proxy` in front of it")
+    return dspy.LM(lm.model, engine=FaultyEngine(engine, injector), cache=False, num_retries=0)

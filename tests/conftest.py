@@ -1,0 +1,74 @@
+"""Shared helpers: scripted replies in the adapter's format, and a raw read of a store's files."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+def extract_reply(facts: list[tuple[str, str, str]] = (), profile: dict | None = None) -> str:
+    """An extraction reply: facts as (text, subject, owner)."""
+    return json.dumps({
+        "facts": [{"text": t, "subject": s, "owner": o} for t, s, o in facts],
+        "profile": profile or {},
+    })
+
+
+def working_reply(experiences: list[tuple[str, str, str]] = (), facts: list[tuple[str, str, str]] = ()) -> str:
+    return json.dumps({
+        "experiences": [{"text": t, "subject": s, "owner": o} for t, s, o in experiences],
+        "facts": [{"text": t, "subject": s, "owner": o} for t, s, o in facts],
+    })
+
+
+def ops_reply(*ops: dict) -> str:
+    return json.dumps({"ops": list(ops)})
+
+
+def raw_state(path: Path) -> dict:
+    """Every row of every table in the store's SQLite file, read directly (not through the engine)."""
+    db = sqlite3.connect(f"file:{Path(path) / 'hymem.sqlite3'}?mode=ro", uri=True)
+    try:
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+        return {t: sorted(db.execute(f'SELECT * FROM "{t}"').fetchall(), key=repr) for t in tables}
+    finally:
+        db.close()
+
+
+_VOLATILE = {"id", "created_at", "updated_at", "request_id", "deleted_at", "superseded_by", "result"}
+
+
+def canonical_state(path: Path) -> dict:
+    """The store's logical content with ids, timestamps and request ids left out."""
+    db = sqlite3.connect(f"file:{Path(path) / 'hymem.sqlite3'}?mode=ro", uri=True)
+    db.row_factory = sqlite3.Row
+    try:
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")
+                  if r[0] not in ("sqlite_sequence", "meta", "migrations")]
+        out = {}
+        for table in tables:
+            rows = []
+            for row in db.execute(f'SELECT * FROM "{table}"'):
+                rec = {k: row[k] for k in row.keys() if k not in _VOLATILE}
+                if "superseded_by" in row.keys():
+                    rec["superseded"] = row["superseded_by"] is not None
+                if "deleted_at" in row.keys():
+                    rec["deleted"] = row["deleted_at"] is not None
+                if table in ("traces", "chain_rounds") and "payload" in rec:
+                    rec.pop("payload")
+                rows.append(rec)
+            out[table] = sorted(rows, key=repr)
+        return out
+    finally:
+        db.close()
+
+
+@pytest.fixture
+def store_dir(tmp_path: Path) -> Path:
+    return tmp_path / "store"
