@@ -26,7 +26,7 @@ from hymem.messages import normalize_messages
 from hymem.models import AppliedOp, ChatMessage, ErrorCode, Memory, WriteResult
 from hymem.program import MemoryProgram
 from hymem.reconciler import NewFact, ReconcilePlan, canonical_subject, direct_plan, reconcile
-from hymem.render import detect_language, parse_history, render_conversation, render_working
+from hymem.render import conversation_language, parse_history, render_conversation, render_working
 from hymem.store import Store
 
 _EXTRACT_CODES = {"unavailable": ErrorCode.LLM_ERROR, "empty": ErrorCode.EMPTY_RESPONSE,
@@ -140,7 +140,7 @@ class HyMemoryClient:
     # ------------------------------------------------------------------ chains
     def _chat_chain(self, msgs: list[ChatMessage], user_id: str, rid: str) -> dict:
         rendered = render_conversation(msgs)
-        lang = detect_language(" ".join(m.content for m in msgs))
+        lang = conversation_language(msgs)
         extract = self._round(rid, "extract", self.program.extractor(lang), conversation=rendered)
         failpoint("client.after_extract")
         facts = self._facts_of(rid, extract, ("facts", "fact"))
