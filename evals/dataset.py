@@ -87,8 +87,8 @@ class _Statement(BaseModel):
             derived = derive_subject(data["text"])
             if derived is not None:
                 data["subject"] = derived
-        if "owner" not in data and isinstance(data.get("subject"), str):
-            data["owner"] = "agent" if data["subject"] == "assistant" else "user"
+        if "owner" not in data:
+            data["owner"] = "agent" if data.get("subject") == "assistant" else "user"
         return data
 
 

