@@ -167,12 +167,17 @@ def _done_units(run_dir: Path) -> dict[tuple[str, str], CaseRun]:
 def run_eval(config: RunConfig) -> RunOutcome:
     """Run (or resume) an eval and write its report. KeyboardInterrupt propagates after saving finished units."""
     cases, plan, factories, (_, embedder), manifest, run_dir = prepare(config)
+    logging.getLogger("hymem.store").setLevel(logging.CRITICAL)  # injected FAISS faults are logged by design
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "manifest.json", manifest.model_dump_json(indent=2))
     done = _done_units(run_dir) if config.resume else {}
     todo = [(p, c) for p in config.providers for c in cases if (p, c.id) not in done]
     runs = list(done.values())
-    units_file = (run_dir / "units.jsonl").open("a", encoding="utf-8")
+    units_path = run_dir / "units.jsonl"
+    if units_path.exists() and units_path.stat().st_size and not units_path.read_bytes().endswith(b"\n"):
+        with units_path.open("a", encoding="utf-8") as torn:  # a crash cut the last record: end its line
+            torn.write("\n")
+    units_file = units_path.open("a", encoding="utf-8")
     lock = threading.Lock()
 
     def one(provider: str, case: Case) -> CaseRun:

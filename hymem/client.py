@@ -191,7 +191,8 @@ class HyMemoryClient:
                     rid, agent_error_code=ErrorCode.RECONCILE_FAILED,
                     reconcile_error_code=ErrorCode.RECONCILE_EXCEPTION,
                     message=f"{type(exc).__name__}: {exc}")) from exc
-            rounds.append(plan.round)
+            if plan.round is not None:
+                rounds.append(plan.round)
         failpoint("client.after_reconcile")
         return {"facts": facts, "plan": plan, "rounds": rounds}
 

@@ -101,18 +101,17 @@ class _Turn:
 
 
 def _parse_rendered(text: str) -> tuple[str | None, list[_Turn]]:
-    """Name line and turns of a rendered conversation; unlabelled lines continue the previous message."""
+    """Name line and turns of a rendered conversation (hymem.render's format, parsed leniently here).
+
+    Unlabelled lines continue the message above; a leading backslash escapes a content line.
+    """
     text = text.replace("\u2019", "'")
     name: str | None = None
     turns: list[tuple[str, list[str]]] = []
-    seen = False
     for line in text.splitlines():
-        if not seen and line.strip():
-            seen = True
-            if m := _NAME_LINE.match(line.strip()):
-                name = (m.group("en") or m.group("zh")).strip()
-                continue
-        if m := _LABEL_LINE.match(line):
+        if m := _NAME_LINE.match(line.rstrip()):  # content lines that look like this arrive escaped
+            name = (m.group("en") or m.group("zh")).strip()
+        elif m := _LABEL_LINE.match(line):
             turns.append((m.group("label").strip(), [m.group("text")]))
         elif turns:
             turns[-1][1].append(line[1:] if line.startswith("\\") else line)
@@ -364,9 +363,9 @@ def _en_part(clause: str, who: _Speaker, greeted: bool) -> tuple[str, str] | Non
 # --------------------------------------------------------------------------- English suggestions of the AI
 
 _AI_LEAD = re.compile(
-    r"^(?:sure|okay|ok|great|good|alright|of course|certainly|absolutely|also|alternatively|additionally|finally|"
-    r"first|firstly|second|secondly|then|next|otherwise|so|in that case|if so|for example|for instance|maybe|"
-    r"perhaps|please|honestly|personally|great question|good question|i see|got it|noted|understood|yes|no)"
+    r"^(?:great question|good question|sure|okay|ok|great|good|alright|of course|certainly|absolutely|also|"
+    r"alternatively|additionally|finally|first|firstly|second|secondly|then|next|otherwise|so|in that case|if so|for example|for instance|maybe|"
+    r"perhaps|please|honestly|personally|i see|got it|noted|understood|yes|no)"
     r"(?=[\s,!.:;]|$)[\s,!.:;-]*",
     re.I,
 )
@@ -652,23 +651,28 @@ def _person_text(text: str, who: _Speaker, listener: _Speaker, zh: bool) -> str:
     return text
 
 
-def _working_fact(sentence: str, who: _Speaker) -> str | None:
-    """A durable fact a human states about themselves or their project, or None."""
+def _working_facts(sentence: str, who: _Speaker) -> list[str]:
+    """Durable facts a human states about themselves or their project ("my project uses ...", "we deploy ...")."""
     s = _WORK_LEAD.sub("", sentence.strip()).rstrip(".!。！")
+    team = TEAM if who is USER else _Speaker(who.subject, f"{who.en}'s team", f"{who.zh}的团队", who.en_poss,
+                                               who.zh_poss)
     if _CJK.search(s):
         if _ZH_QUESTION.search(s) or not _WORK_ZH.match(s):
-            return None
-        s = s.replace("我们的", who.zh_poss).replace("我的", who.zh_poss)
-        s = re.sub(r"^我们", TEAM.zh if who is USER else who.zh, s)
-        return _finish(re.sub(r"我(?!们)", who.zh, s), zh=True)
+            return []
+        s = re.sub(r"^我们(?!的)", team.zh, s.replace("我们的", who.zh_poss).replace("我的", who.zh_poss))
+        return [_finish(re.sub(r"我(?!们)", who.zh, s), zh=True)]
     if s.endswith("?") or _QUESTION_EN.match(s):
-        return None
-    if _WORK_POSS_EN.match(s):
-        return _finish(who.en_poss + " " + _en_pronouns(re.sub(r"\b[Oo]ur\b", who.en_poss, s.split(" ", 1)[1]), who))
-    if m := _WORK_VERB_EN.match(s):
-        team = TEAM if who is USER else _Speaker(who.subject, f"{who.en}'s team", who.zh, who.en_poss, who.zh_poss)
-        return _en_clause("I" + s[len(m.group("s")) :], team if m.group("s").lower() == "we" else who)
-    return None
+        return []
+    out = []
+    for part in _WORK_SPLIT.split(s):
+        if _WORK_POSS_EN.match(part):
+            rest = re.sub(r"\b[Oo]ur\b", who.en_poss, part.split(" ", 1)[1])
+            out.append(_finish(who.en_poss + " " + _en_pronouns(rest, who)))
+        elif (m := _WORK_VERB_EN.match(part)) and (
+            text := _en_clause("I" + part[len(m.group("s")) :], team if m.group("s").lower() == "we" else who)
+        ):
+            out.append(text)
+    return out
 
 
 def _extract_working(trajectory: str) -> dict[str, Any]:
@@ -690,8 +694,7 @@ def _extract_working(trajectory: str) -> dict[str, Any]:
             elif _PROBLEM.search(sentence):
                 problem = sentence.strip().rstrip(".。")[:160]
             if turn.speaker is not None and turn.speaker is not AI and not lesson:
-                if text := _working_fact(sentence, turn.speaker):
-                    facts.append(_fact(text, turn.speaker.subject, "user"))
+                facts.extend(_fact(t, turn.speaker.subject, "user") for t in _working_facts(sentence, turn.speaker))
     return {"experiences": _dedupe(experiences), "facts": _dedupe(facts)}
 
 
@@ -731,13 +734,23 @@ _PREF_ZH = re.compile(rf"^{_ADV_ZH}(?P<neg>不|不太|不再)?(?P<verb>喜欢|�
 _APPOSITIVE = re.compile(rf"^\s*,[^,]*,\s*|^是[^，,。]*的(?:{_REL_ZH})[，,]")
 
 
+_USER_NAMES = {"user", "the user", "current user", "用户", "当前用户"}
+_AI_NAMES = {"assistant", "the assistant", "ai", "agent", "助手", "ai助手"}
+
+
+def _canon_subject(subject: str) -> str:
+    """ "user", "assistant" or the folded name: the same rule the engine's cross-subject guard applies."""
+    text = re.sub(r"\s+", " ", subject.strip()).casefold()
+    return "user" if text in _USER_NAMES else "assistant" if text in _AI_NAMES else text
+
+
 def _norm(text: str) -> str:
     return re.sub(r"[\W_]+", "", _NORM_DROP.sub("", text.casefold().replace("\u2019", "'")))
 
 
 def _predicate(text: str, subject: str) -> str | None:
     """What a fact says about its own subject ("lives in Berlin"), or None when it is about someone else."""
-    own = {"user": ("the user", "用户"), "assistant": ("the assistant", "助手")}.get(subject.strip().casefold())
+    own = {"user": ("the user", "用户"), "assistant": ("the assistant", "助手")}.get(_canon_subject(subject))
     for head in own or (subject.strip(),):
         if head and text.casefold().startswith(head.casefold()):
             rest = text[len(head) :]
@@ -813,7 +826,7 @@ def _reconcile(new_json: str, existing_json: str) -> dict[str, Any]:
         index = item.get("index", position)
         index = index if isinstance(index, int) else position
         text, subject = str(item.get("text", "")), str(item.get("subject", ""))
-        same = [(i, t) for i, t, s in existing if s.strip().casefold() == subject.strip().casefold()]
+        same = [(i, t) for i, t, s in existing if _canon_subject(s) == _canon_subject(subject)]
         new_slots = _slots(text, subject)
         relations = [(i, _norm(t) == _norm(text), _compare(new_slots, _slots(t, subject))) for i, t in same]
         op: dict[str, Any] = {"op": "ADD", "fact": index, "id": None}
