@@ -8,6 +8,7 @@ spec's codes from DSPy 3.4's real exception types.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any, Literal
@@ -26,6 +27,10 @@ class StrictJSONAdapter(dspy.JSONAdapter):
     Accepted: one JSON object (optionally inside a single ``` fence) that holds every
     output field. Everything else is an AdapterParseError, before DSPy's lenient parse runs.
     """
+
+    def format_field_structure(self, signature: type[dspy.Signature]) -> str:
+        """Cached: building the fields' JSON schemas dominated a write's CPU time, and they never change."""
+        return _field_structure(self, signature)
 
     def parse(self, signature: type[dspy.Signature], completion: str) -> dict[str, Any]:
         text = completion.strip()
@@ -57,6 +62,21 @@ class StrictJSONAdapter(dspy.JSONAdapter):
                 message=f"reply lacks output field(s) {missing}",
             )
         return super().parse(signature, text)
+
+
+@functools.lru_cache(maxsize=256)
+def _structure_cached(signature: type[dspy.Signature]) -> str:
+    return dspy.JSONAdapter.format_field_structure(_PLAIN, signature)
+
+
+def _field_structure(adapter: dspy.JSONAdapter, signature: type[dspy.Signature]) -> str:
+    try:
+        return _structure_cached(signature)
+    except TypeError:  # an unhashable signature: format it every time
+        return dspy.JSONAdapter.format_field_structure(adapter, signature)
+
+
+_PLAIN = dspy.JSONAdapter()
 
 
 def classify_failure(exc: BaseException) -> FailureKind:

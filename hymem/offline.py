@@ -191,6 +191,7 @@ _SMALL_TALK = {
 }
 _LEMMA_GROUP = {"love": "like", "like": "like", "enjoy": "like", "is": "be", "has": "have", "will": "will",
                 "can": "can", "know": "know", "want": "want"}
+_TAIL_EN = re.compile(r",\s+(?:so|but|because|although|though|which|since|as)\b")  # a side remark, not the fact
 _PLACE_JOIN = {"of", "de", "del", "la", "upon", "am", "on", "and"}
 
 
@@ -277,7 +278,7 @@ def _en_clause(clause: str, who: _Speaker, greeted: bool = False) -> str | None:
         return None
     if group == "will" and len(tail) < 3:
         return None
-    rest = " ".join(tail)
+    rest = _TAIL_EN.split(" ".join(tail))[0]
     if greeted and head == "is" and re.fullmatch(r"[A-Z][a-z]+", rest) and not _is_job_en(rest):
         return _finish(f"{who.en_poss} name is {rest}")
     rest = _drop_fillers(_en_pronouns(rest, who))
@@ -454,7 +455,7 @@ def _zh_pronouns(text: str, who: _Speaker) -> str:
 
 def _zh_rest(rest: str, who: _Speaker) -> str:
     """The predicate after the subject: fillers dropped, a move turned into where they live."""
-    rest = _ZH_FILLER.sub("", rest)
+    rest = re.split(r"[，,](?:但是|但|不过|所以|因为|可是)", _ZH_FILLER.sub("", rest))[0]
     if move := _MOVE_ZH.match(rest):
         rest = f"住在{move.group('p')}{rest[move.end():]}"
     return _zh_pronouns(rest, who)

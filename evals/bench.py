@@ -1,0 +1,161 @@
+"""Benchmarks, reported as ratios measured in the same run (never a lone absolute time).
+
+- sweep cost growth: time(sweep of a 2N-write case) / time(sweep of an N-write case); linear → 2.0.
+- engine overhead per write: wall time of a write minus the time inside model and embedding calls,
+  as a share of the write, and against an ideal write (the same rows and vectors stored directly).
+Run with `nox -s bench` or `python -m evals.bench [--writes N] [--repeat R]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evals.dataset import Case
+from evals.faults import FaultPlan
+from evals.replay import CaseReplayer
+from hymem.embedder import HashEmbedder
+from hymem.offline import offline_lm
+
+_STATEMENTS = ["I live in {city}.", "I work at {company}.", "I like {food}.", "I have a {pet}.",
+               "I am a {job}.", "I play {sport}."]
+_VALUES = {"city": ["Berlin", "Paris", "Rome", "Oslo", "Lima", "Kyoto"],
+           "company": ["Stripe", "Acme", "Globex", "Initech", "Umbrella", "Hooli"],
+           "food": ["coffee", "tea", "sushi", "pasta", "tacos", "curry"],
+           "pet": ["cat", "dog", "parrot", "hamster", "rabbit", "turtle"],
+           "job": ["nurse", "teacher", "pilot", "chef", "lawyer", "farmer"],
+           "sport": ["tennis", "chess", "golf", "soccer", "hockey", "rugby"]}
+
+
+def synthetic_case(writes: int, case_id: str = "bench") -> Case:
+    """A chat case of `writes` turns, each one first-person statement (some supersede earlier ones)."""
+    turns = []
+    for i in range(writes):
+        template = _STATEMENTS[i % len(_STATEMENTS)]
+        key = template[template.index("{") + 1: template.index("}")]
+        value = _VALUES[key][(i // len(_STATEMENTS)) % len(_VALUES[key])]
+        turns.append([{"role": "user", "name": "Tim", "content": template.format(**{key: value})}])
+    return Case(id=case_id, lang="en", user_id="tim", turns=turns)
+
+
+def _sweep_seconds(writes: int) -> tuple[float, int]:
+    case = synthetic_case(writes)
+    start = time.perf_counter()
+    run = CaseReplayer(case, "bench", "offline", lambda c: offline_lm(), HashEmbedder(), FaultPlan.parse("sweep"),
+                       0).run()
+    if run.status != "ok":
+        raise RuntimeError(run.error)
+    return time.perf_counter() - start, len(run.faults)
+
+
+def sweep_growth(n: int, repeat: int) -> dict[str, Any]:
+    """Median time(2N)/time(N) over `repeat` alternating pairs, and the faulted-unit ratio."""
+    ratios, unit_ratios = [], []
+    for _ in range(repeat):
+        t1, u1 = _sweep_seconds(n)
+        t2, u2 = _sweep_seconds(2 * n)
+        ratios.append(t2 / t1)
+        unit_ratios.append(u2 / u1)
+    return {"writes": n, "time_ratio_2n_over_n": statistics.median(ratios), "ideal": 2.0,
+            "faulted_units_ratio": statistics.median(unit_ratios), "repeats": repeat}
+
+
+class _TimedEngine:
+    """Wraps the offline engine and adds up the time spent inside model calls."""
+
+    def __init__(self, inner: Any):
+        self.inner, self.seconds = inner, 0.0
+
+    def complete(self, request: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return self.inner.complete(request)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+class _TimedEmbedder(HashEmbedder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seconds = 0.0
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        start = time.perf_counter()
+        try:
+            return super().embed(texts)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+def engine_overhead(writes: int) -> dict[str, Any]:
+    """Per-write engine overhead with the offline model and hash embedder, as ratios."""
+    import dspy
+
+    from hymem.client import HyMemoryClient
+
+    case = synthetic_case(writes)
+    base = offline_lm()
+    engine = _TimedEngine(base.engine)
+    lm = dspy.LM(base.model, engine=engine, cache=False, num_retries=0)
+    embedder = _TimedEmbedder()
+    with tempfile.TemporaryDirectory() as tmp:
+        client = HyMemoryClient(path=Path(tmp) / "s", lm=lm, embedder=embedder)
+        client.add(case.turns[0], user_id="warmup")  # first-call costs (imports, caches) are not a write's
+        engine.seconds = embedder.seconds = 0.0
+        start = time.perf_counter()
+        for i, turn in enumerate(case.turns):
+            assert client.add(turn, user_id="tim", request_id=f"w{i}").success
+        wall = time.perf_counter() - start
+        rows = client.get_all("tim")
+        client.close()
+    ideal = _ideal_write_seconds(rows, writes)
+    overhead = wall - engine.seconds - embedder.seconds
+    return {"writes": writes, "overhead_share_of_write": overhead / wall,
+            "model_and_embedding_share": (engine.seconds + embedder.seconds) / wall,
+            "overhead_over_ideal_store": overhead / ideal if ideal > 0 else None}
+
+
+def _ideal_write_seconds(rows: list, writes: int) -> float:
+    """The same rows and vectors stored directly in one SQLite transaction + FAISS add per write."""
+    from hymem.store import Store
+
+    embedder = HashEmbedder()
+    vectors = embedder.embed([r.text for r in rows]) if rows else np.zeros((0, embedder.dim), np.float32)
+    per_write = max(1, len(rows) // max(1, writes))
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp) / "ideal", dim=embedder.dim)
+        start = time.perf_counter()
+        for w in range(writes):
+            with store.write() as tx:
+                for j in range(w * per_write, min(len(rows), (w + 1) * per_write)):
+                    tx.add_memory("tim", rows[j].text, rows[j].subject, rows[j].owner, "fact", vectors[j], f"w{w}")
+        seconds = time.perf_counter() - start
+        store.close()
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m evals.bench")
+    parser.add_argument("--writes", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
+    args = parser.parse_args(argv)
+    logging.getLogger("hymem.store").setLevel(logging.CRITICAL)
+    results = {"sweep_growth": sweep_growth(args.writes, args.repeat),
+               "engine_overhead": engine_overhead(4 * args.writes)}
+    print(json.dumps(results, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

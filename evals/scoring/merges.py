@@ -1,0 +1,162 @@
+"""Cross-subject merges and what the turns left behind: separate facts, updates, silence.
+
+The reconcile model may propose to UPDATE, SUPERSEDE or DELETE a memory about someone else
+("John likes coffee" overwriting "The user likes coffee"); the engine must refuse it. Both sides
+are measured: how often the model proposed such a merge, and how often one was applied (must be 0).
+A target's subject is looked up as it was when the op was proposed: the subjects that earlier
+writes' applied ops gave each memory id, then the live memories.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from evals.dataset import Case
+from evals.replay import CaseRun, WriteRecord
+from evals.scoring.matcher import DEFAULT_MATCHER, TextMatcher, implied_subject, same_subject
+
+Tally = tuple[float, float]  # (numerator, denominator) of one case
+MERGE_OPS = ("UPDATE", "SUPERSEDE", "DELETE")
+OPS_COLUMNS = ["provider", "dataset", "case_id", "write", "source", "op", "fact_text", "fact_subject", "target_id",
+               "target_text", "target_subject", "cross_subject", "refused"]
+
+
+def seed_request_id(run: CaseRun) -> str | None:
+    """Request id of the write that seeded the case's memories (write 0 on the extracted path)."""
+    first = run.writes[0] if run.writes else None
+    return first.request_id if first is not None and first.path == "extracted" else None
+
+
+def turn_writes(run: CaseRun) -> list[WriteRecord]:
+    return [w for w in run.writes if w.path != "extracted"]
+
+
+def turn_memories(run: CaseRun) -> list[dict[str, Any]]:
+    """Live memories that the turns wrote or updated; a seeded memory left untouched never counts."""
+    seed = seed_request_id(run)
+    return [m for m in run.memories if seed is None or m.get("request_id") != seed]
+
+
+def _cross(name: str, fact_subject: str | None, target: dict | None, write_facts: list[dict]) -> bool | None:
+    """Whether a merge op crosses subjects; None when it is no merge or the target is unknown.
+    A DELETE without a fact is judged as the engine judges it: against every fact of its write."""
+    if name not in MERGE_OPS or target is None:
+        return None
+    if fact_subject is not None:
+        return not same_subject(fact_subject, target.get("subject"))
+    if name == "DELETE" and write_facts:
+        return not any(same_subject(f.get("subject"), target.get("subject")) for f in write_facts)
+    return None
+
+
+def op_rows(run: CaseRun) -> list[dict[str, Any]]:
+    """Every proposed and applied op of the run, with the fact and target subjects it involved."""
+    live = {m["id"]: m for m in run.memories if "id" in m}
+    history: dict[int, dict[str, Any]] = {}
+    rows: list[dict[str, Any]] = []
+    for write in run.writes:
+        def known(target_id: Any) -> dict | None:
+            return history.get(target_id) or live.get(target_id)
+
+        facts = write.proposed_facts
+        for op in write.proposed_ops:
+            name, index, target_id = op.get("op"), op.get("fact"), op.get("id")
+            fact = facts[index] if isinstance(index, int) and 0 <= index < len(facts) else None
+            target = known(target_id)
+            rows.append(_row(run, write.index, "proposed", name, fact, target_id, target,
+                             _cross(name, fact and fact.get("subject"), target, facts), None))
+        for op in write.ops:
+            name, target_id = op.get("op"), op.get("target_id")
+            fact = {"text": op.get("text"), "subject": op.get("subject")} if op.get("text") is not None else None
+            target = known(target_id)
+            merge = name if op.get("refused") is None else None  # a refused op was rewritten to ADD/NOOP
+            rows.append(_row(run, write.index, "applied", name, fact, target_id, target,
+                             _cross(merge or "", fact and fact.get("subject"), target, facts), op.get("refused")))
+        for op in write.ops:
+            if op.get("op") in ("ADD", "SUPERSEDE", "UPDATE") and op.get("memory_id") is not None:
+                history[op["memory_id"]] = {"text": op.get("text"), "subject": op.get("subject")}
+    return rows
+
+
+def _row(run: CaseRun, write: int, source: str, name: Any, fact: dict | None, target_id: Any, target: dict | None,
+         cross: bool | None, refused: str | None) -> dict[str, Any]:
+    return {"provider": run.provider, "dataset": run.dataset, "case_id": run.case_id, "write": write,
+            "source": source, "op": name, "fact_text": fact and fact.get("text"),
+            "fact_subject": fact and fact.get("subject"), "target_id": target_id,
+            "target_text": target and target.get("text"), "target_subject": target and target.get("subject"),
+            "cross_subject": cross, "refused": refused}
+
+
+def _subject_of(case: Case, text: str) -> str | None:
+    for item in [*(case.expect.facts or []), *case.memories]:
+        if item.text == text:
+            return item.subject
+    return implied_subject(text)
+
+
+def _live_matches(case: Case, run: CaseRun, text: str, matcher: TextMatcher) -> set[int]:
+    subject = _subject_of(case, text)
+    return {m["id"] for m in run.memories if matcher.same_fact(text, subject, m["text"], m.get("subject"))}
+
+
+def _merges_possible(case: Case) -> bool:
+    """A merge needs an existing memory: seeds, or an earlier turn."""
+    return bool(case.memories) or len(case.turns) > 1
+
+
+def merge_tallies(case: Case, run: CaseRun, matcher: TextMatcher = DEFAULT_MATCHER
+                  ) -> tuple[dict[str, Tally], dict[str, int]]:
+    """Per-case (numerator, denominator) of the merge metrics, and counts for notes."""
+    tallies: dict[str, Tally] = {}
+    notes: dict[str, int] = {}
+    rows = op_rows(run)
+    for source in ("proposed", "applied"):
+        merges = [r for r in rows if r["source"] == source and r["op"] in MERGE_OPS and not r["refused"]]
+        judged = [r for r in merges if r["cross_subject"] is not None]
+        tallies[f"cross_subject_merge_{source}_rate"] = (sum(r["cross_subject"] for r in judged), len(judged))
+        notes[f"cross_subject_merge_{source}_rate"] = len(merges) - len(judged)
+    expect = case.expect
+    if expect.separate:
+        kept = 0
+        for a, b in expect.separate:
+            ma, mb = _live_matches(case, run, a, matcher), _live_matches(case, run, b, matcher)
+            kept += any(x != y for x in ma for y in mb)
+        tallies["separate_kept_rate"] = (kept, len(expect.separate))
+    if expect.updates:
+        done = sum(not _live_matches(case, run, u.old, matcher) and bool(_live_matches(case, run, u.new, matcher))
+                   for u in expect.updates)
+        tallies["same_subject_update_recall"] = (done, len(expect.updates))
+    if expect.no_memory:
+        tallies["no_memory_accuracy"] = (float(not turn_memories(run)), 1)
+    return tallies, notes
+
+
+def merge_error_tallies(case: Case) -> dict[str, Tally]:
+    """An infra-error case counted as all wrong, in the units its gold implies."""
+    tallies: dict[str, Tally] = {}
+    if _merges_possible(case):
+        tallies["cross_subject_merge_proposed_rate"] = (1, 1)
+        tallies["cross_subject_merge_applied_rate"] = (1, 1)
+    if case.expect.separate:
+        tallies["separate_kept_rate"] = (0, len(case.expect.separate))
+    if case.expect.updates:
+        tallies["same_subject_update_recall"] = (0, len(case.expect.updates))
+    if case.expect.no_memory:
+        tallies["no_memory_accuracy"] = (0, 1)
+    return tallies
+
+
+def ops_frame(pairs: list[tuple[Case, CaseRun]]) -> pd.DataFrame:
+    """One row per proposed or applied op of every run, so a merge rate can be traced to its ops."""
+    rows = [row for _, run in pairs for row in op_rows(run)]
+    frame = pd.DataFrame(rows, columns=OPS_COLUMNS)
+    frame["cross_subject"] = frame["cross_subject"].astype("boolean")
+    frame["write"] = frame["write"].astype("Int64")
+    frame["target_id"] = pd.to_numeric(frame["target_id"]).astype("Int64")
+    return frame
+
+
+__all__ = ["MERGE_OPS", "OPS_COLUMNS", "merge_error_tallies", "merge_tallies", "op_rows", "ops_frame",
+           "seed_request_id", "turn_memories", "turn_writes"]
