@@ -237,6 +237,24 @@ def metrics_frame(runs: list[CaseRun], seed: int, extra_metrics: list[dict] | No
     return _frame([row.model_dump() for row in rows], METRICS_SCHEMA)
 
 
+CASE_METRICS_SCHEMA = pa.schema([
+    ("provider", pa.string()), ("dataset", pa.string()), ("case_id", pa.string()), ("metric", pa.string()),
+    ("num", pa.float64()), ("den", pa.float64()),
+])
+
+
+def case_metrics_frame(runs: list[CaseRun], extra_case_rows: list[dict] | None = None) -> pd.DataFrame:
+    """Per-case numerator and denominator of every rate, so `compare` and `gate` can pair runs by case."""
+    rows = []
+    for run in runs:
+        for metric, per_case, _ in RATES:
+            num, den = per_case(run)
+            rows.append({"provider": run.provider, "dataset": run.dataset, "case_id": run.case_id,
+                         "metric": metric, "num": float(num), "den": float(den)})
+    rows += list(extra_case_rows or [])
+    return _frame(rows, CASE_METRICS_SCHEMA)
+
+
 def _ordered(items: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
@@ -376,7 +394,8 @@ def _write_parquet(run_dir: Path, name: str, frame: pd.DataFrame, schema: pa.Sch
 
 
 def write_report(run_dir: Path, manifest: Manifest, runs: list[CaseRun], *,
-                 extra_metrics: list[dict] | None = None) -> str:
+                 extra_metrics: list[dict] | None = None, extra_case_rows: list[dict] | None = None,
+                 extra_tables: dict[str, pd.DataFrame] | None = None) -> str:
     """Write cases/faults/anomalies/coverage/metrics.parquet and summary.md into `run_dir`; return the verdict."""
     run_dir = Path(run_dir)
     providers = _ordered(r.provider for r in runs) or list(manifest.providers)
@@ -386,8 +405,11 @@ def write_report(run_dir: Path, manifest: Manifest, runs: list[CaseRun], *,
     verdict, reasons = verdict_of(runs)
     for name, frame, schema in (("cases", cases, CASES_SCHEMA), ("faults", faults, FAULTS_SCHEMA),
                                 ("anomalies", anomalies, ANOMALIES_SCHEMA), ("coverage", coverage, COVERAGE_SCHEMA),
-                                ("metrics", metrics, METRICS_SCHEMA)):
+                                ("metrics", metrics, METRICS_SCHEMA),
+                                ("case_metrics", case_metrics_frame(runs, extra_case_rows), CASE_METRICS_SCHEMA)):
         _write_parquet(run_dir, f"{name}.parquet", frame, schema)
+    for name, frame in (extra_tables or {}).items():  # e.g. facts / ops from the scorers
+        _write_parquet(run_dir, f"{name}.parquet", frame, pa.Schema.from_pandas(frame, preserve_index=False))
     text = summary_markdown(manifest, verdict, reasons, cases, faults, anomalies, coverage, metrics)
     _atomic(run_dir, "summary.md", lambda tmp: tmp.write_text(text, encoding="utf-8"))
     return verdict

@@ -111,7 +111,7 @@ def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], t
     factories = {}
     for spec in config.providers:
         try:
-            factories[spec] = provider_factory(spec)
+            factories[spec] = provider_factory(spec, cases)
         except ValueError as exc:
             raise UsageError(str(exc)) from exc
         if plan.name != "none" and not supports_inprocess_faults(factories[spec], cases[0]):

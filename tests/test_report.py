@@ -70,6 +70,7 @@ def test_every_parquet_file_has_its_pinned_columns(tmp_path: Path):
         "coverage": ["provider", "site", "kind", "faulted_units", "ok_units", "wrong_units", "indeterminate_units",
                      "infra_error_units", "reached"],
         "metrics": ["provider", "dataset", "metric", "value", "ci_low", "ci_high", "n", "note"],
+        "case_metrics": ["provider", "dataset", "case_id", "metric", "num", "den"],
     }
     for name, expected in columns.items():
         assert pq.read_schema(tmp_path / f"{name}.parquet").names == expected, name

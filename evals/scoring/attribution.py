@@ -1,0 +1,270 @@
+"""Attribution: did the turns leave the gold facts, each under the right subject and owner?
+
+Predictions are scored twice: as the extractor proposed them and as they were stored. They are
+matched one-to-one to the gold on text alone; subject and owner are then judged on the matched
+pairs, so "John is a nurse" filed as "The user is a nurse" is counted as a third party's fact
+given to the user, not as a missing fact plus an extra one. Seeded memories are never predictions.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import pandas as pd
+from pydantic import BaseModel, Field
+
+from evals.dataset import Case
+from evals.replay import CaseRun
+from evals.scoring.matcher import (
+    DEFAULT_MATCHER,
+    TextMatcher,
+    implied_subject,
+    same_subject,
+    subject_class,
+    subject_text_mismatch,
+)
+from evals.scoring.merges import Tally, merge_error_tallies, merge_tallies, turn_memories, turn_writes
+from evals.stats import bootstrap_ci
+
+CLASSES = ("user", "named", "assistant")
+STAGES = {"stored": "", "proposed": "proposed_"}  # stage -> metric-name prefix
+FACTS_COLUMNS = ["provider", "dataset", "case_id", "stage", "gold_text", "gold_subject", "gold_owner", "pred_text",
+                 "pred_subject", "pred_owner", "match_score", "matched", "subject_ok", "owner_ok", "gold_class",
+                 "pred_class", "note"]
+_NOTES = {
+    "subject_accuracy": "over matched pairs",
+    "owner_accuracy": "over matched pairs",
+    "third_party_to_user_rate": "matched pairs whose gold subject is a named person",
+    "ai_to_user_rate": "matched pairs whose gold subject is the assistant",
+    "subject_text_mismatch_rate": "over predicted facts",
+    "absent_violation_rate": "over expect.absent statements, against all live memories",
+    "separate_kept_rate": "over expect.separate pairs",
+    "same_subject_update_recall": "over expect.updates",
+}
+
+
+class CaseScores(BaseModel):
+    """One (provider, case): per-metric (numerator, denominator); an infra-error case holds all-wrong units."""
+
+    case_id: str
+    dataset: str
+    provider: str
+    lang: str
+    infra_error: bool  # status was infra_error: excluded from plain metrics, all wrong in *_with_errors
+    tallies: dict[str, tuple[float, float]] = Field(default_factory=dict)  # metric -> (numerator, denominator)
+    notes: dict[str, int] = Field(default_factory=dict)  # metric -> units skipped (e.g. unknown merge targets)
+
+
+def _predictions(run: CaseRun, stage: str) -> list[dict[str, Any]]:
+    if stage == "stored":
+        return turn_memories(run)
+    seen: set[tuple[str, str]] = set()
+    out: list[dict[str, Any]] = []
+    for write in turn_writes(run):
+        for fact in write.proposed_facts:
+            key = (" ".join(str(fact.get("text", "")).split()).casefold(), subject_class(fact.get("subject")))
+            if key not in seen:
+                seen.add(key)
+                out.append({**fact, "write": write.index})
+    return out
+
+
+def _replaced_later(run: CaseRun, fact: dict[str, Any]) -> bool:
+    """A proposed fact whose memory a later write replaced: right when proposed, so not an extra."""
+    ids = {op.get("memory_id") for w in run.writes if w.index == fact.get("write") for op in w.ops
+           if op.get("op") in ("ADD", "SUPERSEDE", "UPDATE") and op.get("text") == fact.get("text")}
+    return any(op.get("target_id") in ids and op.get("op") in ("UPDATE", "SUPERSEDE", "DELETE") and not op.get("refused")
+               for w in run.writes if w.index > fact.get("write", 0) for op in w.ops)
+
+
+def _exclusion(case: Case, run: CaseRun, fact: dict[str, Any], matcher: TextMatcher) -> str | None:
+    """Why an unmatched proposed fact is left out of precision, if it is."""
+    if any(matcher.same_fact(fact["text"], fact.get("subject"), m.text, m.subject) for m in case.memories):
+        return "restates a seeded memory"
+    if _replaced_later(run, fact):
+        return "replaced by a later write"
+    return None
+
+
+def _stage(case: Case, run: CaseRun, stage: str, matcher: TextMatcher) -> tuple[dict[str, Tally], list[dict]]:
+    """Tallies and per-fact rows of one stage."""
+    gold = case.expect.facts
+    preds = _predictions(run, stage)
+    prefix = STAGES[stage]
+    tallies: dict[str, Tally] = {}
+    mismatched = sum(subject_text_mismatch(p["text"], p.get("subject"), p.get("kind", "fact")) for p in preds)
+    tallies[f"{prefix}subject_text_mismatch_rate"] = (mismatched, len(preds))
+    if gold is None:
+        return tallies, []
+    pairs = matcher.assign([(g.text, g.subject) for g in gold], [(p["text"], p.get("subject")) for p in preds])
+    rows: list[dict[str, Any]] = []
+    by_gold = {gi: (pi, score) for gi, pi, score in pairs}
+    matched_preds = {pi for _, pi, _ in pairs}
+    confusion: dict[tuple[str, str], int] = defaultdict(int)
+    subject_ok = owner_ok = 0
+    for gi, g in enumerate(gold):
+        pi, score = by_gold.get(gi, (None, None))
+        p = preds[pi] if pi is not None else None
+        row = _fact_row(run, stage, g, p, score)
+        if p is not None:
+            confusion[(row["gold_class"], row["pred_class"])] += 1
+            subject_ok += row["subject_ok"]
+            owner_ok += row["owner_ok"]
+        rows.append(row)
+    excluded = 0
+    for pi, p in enumerate(preds):
+        if pi not in matched_preds:
+            note = _exclusion(case, run, p, matcher) if stage == "proposed" else None
+            excluded += note is not None
+            rows.append({**_fact_row(run, stage, None, p, None), "note": note})
+    tp = len(pairs)
+    n_pred = len(preds) - excluded
+    tallies[f"{prefix}fact_precision"] = (tp, n_pred)
+    tallies[f"{prefix}fact_recall"] = (tp, len(gold))
+    tallies[f"{prefix}fact_f1"] = (2 * tp, n_pred + len(gold))
+    tallies[f"{prefix}subject_accuracy"] = (subject_ok, tp)
+    tallies[f"{prefix}owner_accuracy"] = (owner_ok, tp)
+    for g in CLASSES:
+        row_total = sum(confusion[(g, p)] for p in CLASSES)
+        for p in CLASSES:
+            tallies[f"{prefix}subject_confusion_{g}_to_{p}"] = (confusion[(g, p)], row_total)
+    named = sum(confusion[("named", p)] for p in CLASSES)
+    assistant = sum(confusion[("assistant", p)] for p in CLASSES)
+    tallies[f"{prefix}third_party_to_user_rate"] = (confusion[("named", "user")], named)
+    tallies[f"{prefix}ai_to_user_rate"] = (confusion[("assistant", "user")], assistant)
+    return tallies, rows
+
+
+def _fact_row(run: CaseRun, stage: str, gold: Any, pred: dict | None, score: float | None) -> dict[str, Any]:
+    both = gold is not None and pred is not None
+    return {
+        "provider": run.provider, "dataset": run.dataset, "case_id": run.case_id, "stage": stage,
+        "gold_text": gold and gold.text, "gold_subject": gold and gold.subject, "gold_owner": gold and gold.owner,
+        "pred_text": pred and pred.get("text"), "pred_subject": pred and pred.get("subject"),
+        "pred_owner": pred and pred.get("owner"), "match_score": score, "matched": both,
+        "subject_ok": same_subject(gold.subject, pred.get("subject")) if both else None,
+        "owner_ok": gold.owner == pred.get("owner") if both else None,
+        "gold_class": subject_class(gold.subject) if gold is not None else None,
+        "pred_class": subject_class(pred.get("subject")) if pred is not None else None,
+        "note": None,
+    }
+
+
+def _case_tallies(case: Case, run: CaseRun, matcher: TextMatcher) -> dict[str, Tally]:
+    """Tallies that do not depend on the stage: profile and absent statements."""
+    tallies: dict[str, Tally] = {}
+    expect = case.expect
+    values = [str(v).casefold() for v in run.profile.values() if v is not None]
+    if expect.profile_excludes:
+        leak = any(banned.casefold() in v for banned in expect.profile_excludes for v in values)
+        tallies["profile_leak_rate"] = (float(leak), 1)
+    if "name" in expect.profile:
+        got = str(run.profile.get("name") or "").strip().casefold()
+        tallies["profile_name_accuracy"] = (float(got == expect.profile["name"].strip().casefold()), 1)
+    if expect.absent:
+        violated = sum(any(matcher.same_fact(text, implied_subject(text), m["text"], m.get("subject"))
+                           for m in run.memories) for text in expect.absent)
+        tallies["absent_violation_rate"] = (violated, len(expect.absent))
+    return tallies
+
+
+def _error_tallies(case: Case) -> dict[str, Tally]:
+    """An infra-error case counted as all wrong, in the units its gold implies (at least one)."""
+    expect = case.expect
+    tallies: dict[str, Tally] = {}
+    for prefix in STAGES.values():
+        tallies[f"{prefix}subject_text_mismatch_rate"] = (1, 1)
+        if expect.facts is None:
+            continue
+        n_gold = len(expect.facts)
+        classes = [subject_class(f.subject) for f in expect.facts]
+        tallies[f"{prefix}fact_precision"] = (0, max(n_gold, 1))
+        tallies[f"{prefix}fact_recall"] = (0, n_gold)
+        tallies[f"{prefix}fact_f1"] = (0, 2 * max(n_gold, 1))
+        tallies[f"{prefix}subject_accuracy"] = (0, n_gold)
+        tallies[f"{prefix}owner_accuracy"] = (0, n_gold)
+        tallies[f"{prefix}third_party_to_user_rate"] = (classes.count("named"), classes.count("named"))
+        tallies[f"{prefix}ai_to_user_rate"] = (classes.count("assistant"), classes.count("assistant"))
+    if expect.profile_excludes:
+        tallies["profile_leak_rate"] = (1, 1)
+    if "name" in expect.profile:
+        tallies["profile_name_accuracy"] = (0, 1)
+    if expect.absent:
+        tallies["absent_violation_rate"] = (len(expect.absent), len(expect.absent))
+    return {**tallies, **merge_error_tallies(case)}
+
+
+def score_case(case: Case, run: CaseRun, matcher: TextMatcher = DEFAULT_MATCHER) -> CaseScores:
+    """Pure: the case's per-metric numerators and denominators."""
+    base = {"case_id": run.case_id, "dataset": run.dataset, "provider": run.provider, "lang": run.lang}
+    if run.status == "infra_error":
+        return CaseScores(**base, infra_error=True, tallies=_error_tallies(case))
+    tallies: dict[str, Tally] = {}
+    for stage in STAGES:
+        tallies.update(_stage(case, run, stage, matcher)[0])
+    tallies.update(_case_tallies(case, run, matcher))
+    merges, notes = merge_tallies(case, run, matcher)
+    return CaseScores(**base, infra_error=False, tallies={**tallies, **merges}, notes=notes)
+
+
+def facts_frame(pairs: list[tuple[Case, CaseRun]], matcher: TextMatcher = DEFAULT_MATCHER) -> pd.DataFrame:
+    """One row per gold fact (matched or missed) and per unmatched prediction, for each stage."""
+    rows: list[dict[str, Any]] = []
+    for case, run in pairs:
+        if run.status == "infra_error":
+            rows += [{**_fact_row(run, stage, g, None, None), "note": "infra_error"}
+                     for stage in STAGES for g in case.expect.facts or []]
+            continue
+        for stage in STAGES:
+            rows += _stage(case, run, stage, matcher)[1]
+    frame = pd.DataFrame(rows, columns=FACTS_COLUMNS)
+    for column in ("matched", "subject_ok", "owner_ok"):
+        frame[column] = frame[column].astype("boolean")
+    frame["match_score"] = frame["match_score"].astype("float64")
+    return frame
+
+
+def _is_confusion(metric: str) -> bool:
+    return "subject_confusion_" in metric
+
+
+def _rows_for(provider: str, dataset: str, scores: list[CaseScores], seed: int) -> list[dict[str, Any]]:
+    rows = []
+    errors = [float(s.infra_error) for s in scores]
+    value, low, high = bootstrap_ci(errors, seed=seed)
+    rows.append({"provider": provider, "dataset": dataset, "metric": "infra_error_rate", "value": value,
+                 "ci_low": low, "ci_high": high, "n": len(errors), "note": None})
+    metrics = list(dict.fromkeys(m for s in scores for m in s.tallies))
+    for metric in metrics:
+        variants = [(metric, [s for s in scores if not s.infra_error])]
+        if not _is_confusion(metric):
+            variants.append((f"{metric}_with_errors", scores))
+        for name, group in variants:
+            counted = [s.tallies[metric] for s in group if metric in s.tallies and s.tallies[metric][1] > 0]
+            if not counted:
+                continue
+            value, low, high = bootstrap_ci([c[0] for c in counted], [c[1] for c in counted], seed=seed)
+            skipped = sum(s.notes.get(metric, 0) for s in group)
+            note = _NOTES.get(metric)
+            if skipped:
+                note = f"{skipped} op(s) skipped: target subject unknown"
+            rows.append({"provider": provider, "dataset": dataset, "metric": name, "value": value, "ci_low": low,
+                         "ci_high": high, "n": len(counted), "note": note})
+    return rows
+
+
+def attribution_metrics(pairs: list[tuple[Case, CaseRun]], seed: int,
+                        matcher: TextMatcher = DEFAULT_MATCHER) -> list[dict[str, Any]]:
+    """Metric rows per provider x dataset and per provider over all datasets (dataset="all"); a
+    metric no case of a group contributes to has no row."""
+    scores = [score_case(case, run, matcher) for case, run in pairs]
+    groups: dict[tuple[str, str], list[CaseScores]] = defaultdict(list)
+    for s in scores:
+        groups[(s.provider, s.dataset)].append(s)
+        groups[(s.provider, "all")].append(s)
+    return [row for (provider, dataset), group in sorted(groups.items())
+            for row in _rows_for(provider, dataset, group, seed)]
+
+
+__all__ = ["CLASSES", "FACTS_COLUMNS", "CaseScores", "attribution_metrics", "facts_frame", "score_case"]
