@@ -6,7 +6,7 @@ one shape for a message, a memory, a reconcile op and a write result.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -42,7 +42,7 @@ class Memory(BaseModel):
     updated_at: float | None = None
 
 
-class ErrorCode(str, Enum):
+class ErrorCode(StrEnum):
     """The spec's error codes, exactly as written there."""
 
     RECONCILE_FAILED = "RECONCILE_FAILED"  # agent_error_code

@@ -125,7 +125,7 @@ def _parse_rendered(text: str) -> tuple[str | None, list[_Turn]]:
     return name, out
 
 
-_SENT_SPLIT = re.compile(r"(?<=[。！？!?；;])|(?<=\.)(?=\s)|\n")
+_SENT_SPLIT = re.compile(r"(?<=[。！？；])|(?<=[.!?;])(?=\s)|\n")  # "user?.name" and "3.11" stay whole
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
@@ -207,6 +207,16 @@ def _s_form(verb: str) -> str:
     return verb + "s"
 
 
+def _gerund(verb: str) -> str:
+    if verb.endswith("ie"):
+        return verb[:-2] + "ying"
+    if verb.endswith("e") and not verb.endswith(("ee", "ye", "oe")):
+        return verb[:-1] + "ing"
+    if re.fullmatch(r"[^aeiou]*[aeiou][^aeiouwxy]", verb):  # one short syllable: get -> getting
+        return verb + verb[-1] + "ing"
+    return verb + "ing"
+
+
 def _place(text: str) -> str | None:
     """The capitalised place name at the start of `text` ("New York", "the Bay Area"), if there is one."""
     words, out = text.split(), []
@@ -225,8 +235,13 @@ def _place(text: str) -> str | None:
     return " ".join(out) if out and out != ["the"] else None
 
 
-def _en_pronouns(text: str, who: _Speaker) -> str:
-    """Rewrite the speaker's own pronouns inside a clause ("my", "me", a second "I") about `who`."""
+def _en_pronouns(text: str, who: _Speaker, listener: _Speaker | None = None) -> str:
+    """Rewrite the speaker's own pronouns inside a clause ("my", "me", a second "I") about `who`.
+
+    "you"/"your" name the `listener` when one is known (the one the speaker answers).
+    """
+    if listener is not None:
+        text = re.sub(r"\byour\b", listener.en_poss, re.sub(r"\byou\b", listener.en, text, flags=re.I), flags=re.I)
     text = re.sub(r"\bI'm\b|\bI am\b", "they are", text)
     text = re.sub(r"\bI was\b", "they were", text)
     subs = ((r"\bI've\b", "they have"), (r"\bI'll\b", "they will"), (r"\bI'd\b", "they would"), (r"\bI\b", "they"),
@@ -242,7 +257,7 @@ def _drop_fillers(text: str) -> str:
     return re.sub(r"\s+also\b", "", text)
 
 
-def _en_clause(clause: str, who: _Speaker, greeted: bool = False) -> str | None:
+def _en_clause(clause: str, who: _Speaker, greeted: bool = False, listener: _Speaker | None = None) -> str | None:
     """An "I ..." clause rewritten about `who` ("I'm a nurse" -> "John is a nurse."); None for small talk."""
     m = re.match(r"^I(?:'(?P<c>m|ve|ll|d)\b)?\s+(?P<rest>.+)$", clause.rstrip(".!;"))
     if m is None:
@@ -251,9 +266,12 @@ def _en_clause(clause: str, who: _Speaker, greeted: bool = False) -> str | None:
     if c := m.group("c"):
         words = [{"m": "am", "ve": "have", "ll": "will", "d": "would"}[c], *words]
     adverbs = []
-    while words and words[0].lower().strip(",") in _DROP_ADV | _KEEP_ADV:
-        word = words.pop(0).lower().strip(",")
-        if word in _KEEP_ADV:
+    while words and (words[0].lower().strip(",") in _DROP_ADV | _KEEP_ADV or [w.lower() for w in words[:2]] == [
+            "no", "longer"]):
+        if words[0].lower() == "no":
+            adverbs.append("no longer")
+            words = words[2:]
+        elif (word := words.pop(0).lower().strip(",")) in _KEEP_ADV:
             adverbs.append(word)
     if not words or not re.fullmatch(r"[A-Za-z']+", words[0]):
         return None
@@ -263,7 +281,10 @@ def _en_clause(clause: str, who: _Speaker, greeted: bool = False) -> str | None:
         after = " ".join(tail[1:] if verb in ("have", "had") else tail)
         if (to := re.match(r"^(?:back\s+)?(?:here\s+)?to\s+(.+)$", after)) and (place := _place(to.group(1))):
             return _finish(f"{who.en} lives in {place}")
-    head, lemma = _en_head(verb, tail)
+    if verb in ("might", "may") and re.fullmatch(r"[a-z]+", nxt) and nxt not in ("be", "have", "not", "also", "as"):
+        head, lemma, tail = "is considering", "consider", [_gerund(nxt), *tail[1:]]  # "I might move" -> "moving"
+    else:
+        head, lemma = _en_head(verb, tail)
     if head is None:
         return None
     if (head.endswith(" not") and nxt == "not") or (verb == "have" and nxt == "got"):
@@ -279,9 +300,16 @@ def _en_clause(clause: str, who: _Speaker, greeted: bool = False) -> str | None:
     if group == "will" and len(tail) < 3:
         return None
     rest = _TAIL_EN.split(" ".join(tail))[0]
+    if (anymore := re.search(r"\s+any ?more$", rest)) and head in ("does not", "is not") and rest[: anymore.start()]:
+        rest = rest[: anymore.start()]  # "does not have a dog anymore" -> "no longer has a dog"
+        if head == "does not":
+            first, _, more = rest.partition(" ")
+            head, rest = "no longer", f"{_s_form(first.lower())} {more}"
+        else:
+            head = "is no longer"
     if greeted and head == "is" and re.fullmatch(r"[A-Z][a-z]+", rest) and not _is_job_en(rest):
         return _finish(f"{who.en_poss} name is {rest}")
-    rest = _drop_fillers(_en_pronouns(rest, who))
+    rest = _drop_fillers(_en_pronouns(rest, who, listener))
     return _finish(" ".join([who.en, *adverbs, head, rest]))
 
 
@@ -325,7 +353,7 @@ _CLAUSE_SPLIT = re.compile(r"(?:,?\s+(?:and|but|so)\s+|;\s*)(?=I\b|my\b)")
 _WORK_SPLIT = re.compile(r"(?:,?\s+(?:and|but|so)\s+|;\s*)(?=(?:I|we|my|our)\b)", re.I)
 
 
-def _en_statement(sentence: str, who: _Speaker) -> list[tuple[str, str]]:
+def _en_statement(sentence: str, who: _Speaker, listener: _Speaker | None = None) -> list[tuple[str, str]]:
     """Facts (text, subject) in one English sentence spoken by the human `who`."""
     s = sentence.strip().replace("\u2019", "'")
     if s.endswith("?") or _QUESTION_EN.match(s):
@@ -342,22 +370,27 @@ def _en_statement(sentence: str, who: _Speaker) -> list[tuple[str, str]]:
             s = s.rstrip(".!") + " " + pre.group("pre")[:1].lower() + pre.group("pre")[1:]
     if _COMPOUND_EN.search(s):
         return []
-    return [fact for clause in _CLAUSE_SPLIT.split(s) if (fact := _en_part(clause.strip(), who, greeted))]
+    return [fact for clause in _CLAUSE_SPLIT.split(s) if (fact := _en_part(clause.strip(), who, greeted, listener))]
 
 
-def _en_part(clause: str, who: _Speaker, greeted: bool) -> tuple[str, str] | None:
+def _third_rest(rest: str, who: _Speaker, listener: _Speaker | None = None) -> str:
+    """What is said about a third person ("moved to Lisbon" -> "lives in Lisbon"), the speaker's words named."""
+    if move := _MOVE_EN.match(rest):
+        rest = f"lives in {_place(move.group('p')) or move.group('p')}"
+    return _drop_fillers(_en_pronouns(_TAIL_EN.split(rest)[0], who, listener))
+
+
+def _en_part(clause: str, who: _Speaker, greeted: bool, listener: _Speaker | None) -> tuple[str, str] | None:
     """One clause: "my friend Jack is ..." (about Jack), "my X ..." or "I ..." (about the speaker)."""
     if third := _THIRD_EN.match(clause):
-        rest = third.group("rest")
-        if move := _MOVE_EN.match(rest):
-            rest = f"lives in {_place(move.group('p')) or move.group('p')}"
-        rest = _drop_fillers(_en_pronouns(rest, who))
+        rest = _third_rest(third.group("rest"), who, listener)
         return _finish(f"{third.group('name')}, {who.en_poss} {third.group('rel')}, {rest}"), third.group("name")
     if clause[:2].lower() == "my":
         if _MY_SKIP.match(clause) or len(clause.split()) < 3:
             return None
-        return _finish(who.en_poss + " " + _drop_fillers(_en_pronouns(clause[3:], who))), who.subject
-    text = _en_clause(clause, who, greeted)
+        rest = _TAIL_EN.split(clause[3:])[0]
+        return _finish(who.en_poss + " " + _drop_fillers(_en_pronouns(rest, who, listener))), who.subject
+    text = _en_clause(clause, who, greeted, listener)
     return (text, who.subject) if text else None
 
 
@@ -390,17 +423,20 @@ _AI_NOT_ADVICE = re.compile(r"^(?:do it|do this|do that|let me know|ask me|reach
 _PAST = {"suggest": "suggested", "recommend": "recommended", "advise": "advised"}
 
 
-def _ai_pronouns_en(text: str) -> str:
+def _ai_pronouns_en(text: str, who: _Speaker = AI) -> str:
     subs = ((r"\byou're\b|\byou are\b", "the user is"), (r"\byours?elf\b", "themselves"), (r"\byours\b", "the user's"),
-            (r"\byour\b", "the user's"), (r"\byou\b", "the user"), (r"\bI'm\b|\bI am\b", "the assistant is"),
-            (r"\bI\b", "the assistant"), (r"\bmy\b", "the assistant's"), (r"\bme\b", "the assistant"))
+            (r"\byour\b", "the user's"), (r"\byou\b", "the user"), (r"\bI'm\b|\bI am\b", f"{who.en} is"),
+            (r"\bI\b", who.en), (r"\bmy\b", who.en_poss), (r"\bme\b", who.en))
     for pattern, repl in subs:
         text = re.sub(pattern, repl, text, flags=re.I)
     return text
 
 
-def _en_suggestion(sentence: str) -> str | None:
-    """ "I suggest X" / "You should X" / "Try X" / "Here is X" / "The fix is X" -> "The assistant suggested ..."."""
+def _en_suggestion(sentence: str, who: _Speaker = AI) -> str | None:
+    """ "I suggest X" / "You should X" / "Try X" / "Here is X" / "The fix is X" -> "The assistant suggested ...".
+
+    A named human's advice ("You should try yoga.") is theirs: "John suggested that the user try yoga."
+    """
     s = sentence.strip().replace("\u2019", "'")
     if s.endswith("?"):
         return None
@@ -410,13 +446,15 @@ def _en_suggestion(sentence: str) -> str | None:
     if m := _AI_SUGGEST.match(s):
         verb, x = _PAST[m.group("v").lower()], m.group("x")
         if x.lower().startswith("you "):
-            return _finish(f"the assistant {verb} that the user {_ai_pronouns_en(x[4:])}")
-        return _finish(f"the assistant {verb} {_ai_pronouns_en(x)}")
+            return _finish(f"{who.en} {verb} that the user {_ai_pronouns_en(x[4:], who)}")
+        return _finish(f"{who.en} {verb} {_ai_pronouns_en(x, who)}")
     if (m := _AI_YOU.match(s)) and len(m.group("x").split()) >= 2 and not _AI_NOT_ADVICE.match(m.group("x")):
-        return _finish(f"the assistant suggested that the user {_ai_pronouns_en(m.group('x'))}")
+        return _finish(f"{who.en} suggested that the user {_ai_pronouns_en(m.group('x'), who)}")
     if (m := _AI_IMPERATIVE.match(s)) and len(s.split()) >= 2 and not _AI_NOT_ADVICE.match(s):
         x = m.group("x")
-        return _finish(f"the assistant suggested that the user {x[:1].lower()}{_ai_pronouns_en(x[1:])}")
+        return _finish(f"{who.en} suggested that the user {x[:1].lower()}{_ai_pronouns_en(x[1:], who)}")
+    if who is not AI:
+        return None
     if m := _AI_HERE.match(s):
         return _finish(f"the assistant provided {_ai_pronouns_en(m.group('x'))}")
     if m := _AI_FIX.match(s):
@@ -445,23 +483,26 @@ _REL_ZH = ("好朋友|男朋友|女朋友|朋友|老婆|妻子|太太|老公|丈
 _VERB_ZH = "是|在|住|喜欢|爱|有|会|今年|也|很|刚|已经|正在|要|想|就|不|每|搬|养|开|做|当|学|从|叫|和|跟|去|来|能|还"
 _THIRD_ZH = re.compile(rf"^我的?(?P<rel>{_REL_ZH})(?P<name>(?!(?:{_VERB_ZH}))(?:[A-Za-z][A-Za-z'-]*|"
                        rf"[\u4e00-\u9fff]{{1,3}}?))\s*(?P<rest>(?:{_VERB_ZH}).+)$")
-_MOVE_ZH = re.compile(r"^(?P<t>[^，,]{0,8}?)搬(?:家)?(?:到|去|来)了?(?P<p>[^，,的了]+)")
-_ZH_FILLER = re.compile(r"^(?:也|现在|目前|如今)+")
+_MOVE_ZH = re.compile(r"^(?P<t>[^，,]{0,8}?)搬(?:家)?(?:到|去|来)了?(?P<p>[^，,的了啦呢]+)[了啦呢]?")
+_ZH_FILLER = re.compile(r"^(?:也|现在|目前|如今)+|^(?:很|非常|特别|真的|超级?)(?=喜欢|爱)")
 
 
 def _zh_pronouns(text: str, who: _Speaker) -> str:
     return re.sub(r"我(?!们)", who.zh, text.replace("我的", who.zh_poss))
 
 
-def _zh_rest(rest: str, who: _Speaker) -> str:
-    """The predicate after the subject: fillers dropped, a move turned into where they live."""
+def _zh_rest(rest: str, who: _Speaker, listener: _Speaker | None = None) -> str:
+    """The predicate after the subject: fillers dropped, a move turned into where they live, "不…了" into "不再…"."""
     rest = re.split(r"[，,](?:但是|但|不过|所以|因为|可是)", _ZH_FILLER.sub("", rest))[0]
+    rest = re.sub(r"^(?:已经)?不(?!再)(.+?)了$", r"不再\1", rest)
     if move := _MOVE_ZH.match(rest):
         rest = f"住在{move.group('p')}{rest[move.end():]}"
+    if listener is not None:
+        rest = re.sub(r"[你您]", listener.zh, rest.replace("你的", listener.zh_poss).replace("您的", listener.zh_poss))
     return _zh_pronouns(rest, who)
 
 
-def _zh_statement(sentence: str, who: _Speaker) -> list[tuple[str, str]]:
+def _zh_statement(sentence: str, who: _Speaker, listener: _Speaker | None = None) -> list[tuple[str, str]]:
     """Facts (text, subject) in one Chinese sentence spoken by the human `who`."""
     s = sentence.strip()
     if _ZH_QUESTION.search(s):
@@ -472,7 +513,7 @@ def _zh_statement(sentence: str, who: _Speaker) -> list[tuple[str, str]]:
     s = s.rstrip("。！!；;，, ")
     if "，我" in s or ",我" in s:
         parts = re.split(r"[，,](?=我(?!们))", s)
-        return [fact for part in parts for fact in _zh_statement(part, who)]
+        return [fact for part in parts for fact in _zh_statement(part, who, listener)]
     if re.match(r"^我(?:和|跟|与)", s) or not re.match(r"^我(?!们)", s) or _ZH_SKIP_I.match(s):
         return []
     if third := _THIRD_ZH.match(s):
@@ -480,8 +521,8 @@ def _zh_statement(sentence: str, who: _Speaker) -> list[tuple[str, str]]:
         if rest[:1] in ("和", "跟"):
             return []
         name = third.group("name")
-        return [(_finish(f"{name}是{who.zh_poss}{third.group('rel')}，{_zh_rest(rest, who)}", zh=True), name)]
-    rest = _zh_rest(s[1:], who)
+        return [(_finish(f"{name}是{who.zh_poss}{third.group('rel')}，{_zh_rest(rest, who, listener)}", zh=True), name)]
+    rest = _zh_rest(s[1:], who, listener)
     if len(rest) < 2:
         return []
     if greeted and (m := re.fullmatch(r"是(?:[A-Za-z][\w-]*|[\u4e00-\u9fff]{2,3})", rest)) and not _is_job_zh(rest[1:]):
@@ -501,8 +542,8 @@ _ZH_AI = (
 _ZH_AI_FIX = re.compile(r"^(?P<np>解决办法|解决方法|解决方案|办法|方案|修复方法)是(?P<x>.+)$")
 
 
-def _zh_suggestion(sentence: str) -> str | None:
-    """ "建议你…" / "你可以…" / "试试…" / "解决办法是…" from the AI -> "助手建议…"."""
+def _zh_suggestion(sentence: str, who: _Speaker = AI) -> str | None:
+    """ "建议你…" / "你可以…" / "试试…" / "解决办法是…" from the AI -> "助手建议…" (a named human's: "王芳建议…")."""
     s = sentence.strip()
     if _ZH_QUESTION.search(s):
         return None
@@ -511,15 +552,15 @@ def _zh_suggestion(sentence: str) -> str | None:
     s = s.rstrip("。！!；;，, ")
 
     def swap(x: str) -> str:
-        return re.sub(r"我(?!们)", "助手", re.sub(r"[你您]", "用户", re.sub(r"[你您]们", "大家", x)))
+        return re.sub(r"我(?!们)", who.zh, re.sub(r"[你您]", "用户", re.sub(r"[你您]们", "大家", x)))
 
-    if m := _ZH_AI_FIX.match(s):
+    if (m := _ZH_AI_FIX.match(s)) and who is AI:
         return _finish(f"助手建议的{m.group('np')}是{swap(m.group('x'))}", zh=True)
     for number, pattern in enumerate(_ZH_AI):
         if (m := pattern.match(s)) and len(m.group("x")) >= 2:
             you = m.groupdict().get("you") or ("" if number == 0 else "你")
             target = "大家" if you.endswith(("们", "家")) else "用户" if you else ""
-            return _finish(f"助手建议{target}{swap(m.group('x'))}", zh=True)
+            return _finish(f"{who.zh}建议{target}{swap(m.group('x'))}", zh=True)
     return None
 
 
@@ -536,12 +577,15 @@ _JOBS_EN = {
     "secretary", "receptionist", "clerk", "janitor", "tailor", "hairdresser", "nanny", "caregiver", "psychologist",
     "lecturer", "administrator", "admin", "technician", "salesperson", "marketer", "recruiter", "producer",
     "director", "executive", "investor", "retiree", "housewife", "homemaker", "dietitian", "nutritionist",
-    "midwife", "cop", "guard", "lifeguard", "police", "sysadmin", "devops", "postdoc", "phd",
+    "midwife", "cop", "guard", "author", "poet", "playwright", "novelist", "screenwriter", "lifeguard", "police", "sysadmin", "devops", "postdoc", "phd",
 }
+_JOB_ENDINGS = ("writer", "maker", "wright", "worker", "keeper", "designer", "engineer", "manager", "developer",
+                "teacher", "smith", "ist", "eer", "ician", "grapher", "ologist")
 _NOT_JOBS = {"list", "twist", "fist", "wrist", "mist", "gist", "exist", "assist", "insist", "resist", "persist",
              "beer", "deer", "peer", "cheer", "career", "steer", "sheer", "queer", "veneer"}
 _JOBS_ZH = ("师", "员", "医生", "学生", "研究生", "博士生", "家", "工", "手", "者", "长", "官", "警察", "士", "匠", "会计",
-            "记者", "老板", "经理", "主管", "总监", "模特", "秘书", "军人", "商人", "工人", "农民", "司机", "教授", "保姆")
+            "记者", "老板", "经理", "主管", "总监", "模特", "秘书", "军人", "商人", "工人", "农民", "司机", "教授", "保姆",
+            "编剧", "导演", "主播", "翻译", "编辑", "保安", "律师", "会计")
 
 
 def _is_job_en(phrase: str) -> bool:
@@ -549,7 +593,7 @@ def _is_job_en(phrase: str) -> bool:
     if not words or len(words) > 4:
         return False
     head = words[-1]
-    return head in _JOBS_EN or (head not in _NOT_JOBS and bool(re.search(r"(?:ist|eer|ician|grapher|ologist)$", head)))
+    return head in _JOBS_EN or (head not in _NOT_JOBS and head.endswith(_JOB_ENDINGS))
 
 
 def _is_job_zh(phrase: str) -> bool:
@@ -576,21 +620,58 @@ def _extract_chat(conversation: str) -> dict[str, Any]:
     """ExtractFacts: facts of every human speaker and the AI's suggestions; a profile of the current user only."""
     name, turns = _parse_rendered(conversation)
     facts: list[dict[str, str]] = []
+    previous: _Speaker = AI
     for turn in turns:
-        if turn.speaker is None:
+        who = turn.speaker
+        if who is None:
             continue
+        listener = previous if previous != who else (AI if who is USER else USER)  # whom "you" means
+        mentioned: tuple[str, str, str] | None = None  # whom "she"/"he" means, within one message
         for sentence in _sentences(turn.text):
             zh = bool(_CJK.search(sentence))
-            if turn.speaker is AI:
-                text = _zh_suggestion(sentence) if zh else _en_suggestion(sentence)
-                if text:
+            if who is AI:
+                if text := _zh_suggestion(sentence) if zh else _en_suggestion(sentence):
                     facts.append(_fact(text, "assistant", "agent"))
                 continue
-            found = _zh_statement(sentence, turn.speaker) if zh else _en_statement(sentence, turn.speaker)
+            found = _pronoun_statement(sentence, who, mentioned, zh) or (
+                _zh_statement(sentence, who, listener) if zh else _en_statement(sentence, who, listener))
+            if not found and who is not USER and (advice := _zh_suggestion(sentence, who) if zh else
+                                                  _en_suggestion(sentence, who)):
+                found = [(advice, who.subject)]
             facts.extend(_fact(text, subject, "user") for text, subject in found)
+            mentioned = next((_mention(text, subject) for text, subject in found if subject != who.subject), mentioned)
+        previous = who
     facts = _dedupe(facts)
     user_facts = [f["text"] for f in facts if f["subject"] == "user"]
     return {"facts": facts, "profile": _profile(name, user_facts)}
+
+
+_PRONOUN_EN = re.compile(r"^(?:She|He)\s+(?P<rest>[a-z].*)$")
+_PRONOUN_ZH = re.compile(r"^(?:她|他)(?!们)(?P<rest>.+)$")
+
+
+def _mention(text: str, subject: str) -> tuple[str, str, str]:
+    """(subject, English lead, Chinese lead) for "she"/"he" after a fact about `subject`.
+
+    The lead keeps how the person was introduced: "Ana, the user's sister," / "小丽是用户的姐姐，".
+    """
+    en = re.match(rf"^{re.escape(subject)}, [^,]+,", text)
+    zh = re.match(rf"^{re.escape(subject)}是[^，,。]+[，,]", text)
+    return subject, en.group(0) if en else subject, zh.group(0) if zh else subject
+
+
+def _pronoun_statement(sentence: str, who: _Speaker, mentioned: tuple[str, str, str] | None,
+                       zh: bool) -> list[tuple[str, str]]:
+    """ "My sister Ana lives in Rome. She is a lawyer." -> "Ana, the user's sister, is a lawyer."."""
+    s = sentence.strip()
+    if mentioned is None or (_ZH_QUESTION.search(s) if zh else s.endswith("?")):
+        return []
+    subject, lead_en, lead_zh = mentioned
+    if zh and (m := _PRONOUN_ZH.match(s.rstrip("。！!"))):
+        return [(_finish(lead_zh + _zh_rest(m.group("rest"), who), zh=True), subject)]
+    if not zh and (m := _PRONOUN_EN.match(s)):
+        return [(_finish(f"{lead_en} {_third_rest(m.group('rest'), who)}"), subject)]
+    return []
 
 
 _NAME_FACT = re.compile(r"^(?:The user's name is\s+(?P<en>[^,.;]+)|用户(?:叫|的名字是|的名字叫)(?P<zh>[^，,。；;]+))")
@@ -622,8 +703,13 @@ _LESSON_EN = re.compile(
 )
 _LESSON_ZH = re.compile(r"原因是|解决办法是|解决方法是|解决方案是|下次|教训|问题在于|根本原因|修复方法|原来是|经验是|"
                         r"记得先|应该先|通过.{1,30}解决")
-_PROBLEM = re.compile(r"error|exception|traceback|\b(?:failed|failing|fails|failure|broken|crash(?:es|ed)?|"
-                      r"not found|denied|timeout|timed out)\b|报错|错误|失败|异常|崩溃|超时", re.I)
+_PROBLEM = re.compile(r"error|exception|traceback|\b(?:failed|failing|fails|failure|broken|crash(?:es|ed)?|rejected|"
+                      r"not found|denied|timeout|timed out|[A-Z]{1,4}\d{3,5})\b|报错|错误|失败|异常|崩溃|超时", re.I)
+_NO_PROBLEM = re.compile(r"\b(?:no|0|zero|without) (?:errors?|failures?|issues?|problems?)\b", re.I)
+_SUCCESS = re.compile(r"\b(?:passed|passes|success|successful|successfully|compiled|no errors?|ok|running at|"
+                      r"up to date|works now|resolved)\b|通过|成功|已修复", re.I)
+_CALL = re.compile(r"^called\s+(?P<name>[\w.-]+)\((?P<args>.*)\)\s*$")
+_TOOL_NAME = re.compile(r"^\([^()\n]{1,64}\) ")
 _WORK_LEAD = re.compile(r"^(?:so|ok|okay|ah|aha|right|great|good|alright|finally|anyway|note|好的|所以|原来如此|嗯)"
                         r"(?=[\s,!.:;，！：]|$)[\s,!.:;，！：-]*", re.I)
 _PROJ_EN = (r"project|repo|repository|codebase|code|app|application|service|services|team|company|stack|ci|pipeline|"
@@ -652,50 +738,167 @@ def _person_text(text: str, who: _Speaker, listener: _Speaker, zh: bool) -> str:
     return text
 
 
-def _working_facts(sentence: str, who: _Speaker) -> list[str]:
-    """Durable facts a human states about themselves or their project ("my project uses ...", "we deploy ...")."""
+def _is_problem(line: str) -> bool:
+    return bool(_PROBLEM.search(line)) and not _NO_PROBLEM.search(line)
+
+
+_TECH_NOUN = re.compile(r"\b[Mm]y\s+(?P<tech>[A-Z][\w.+#-]*(?:\s+[A-Z][\w.+#-]*)?)\s+(?P<noun>project|app|application|"
+                        r"service|repo|repository|codebase|site|website|api|backend|frontend|server|library|package|bot)\b")
+_MY_NOUN = re.compile(rf"\b(?:my|our)\s+(?:[\w.+#-]+\s+)?(?P<noun>{_PROJ_EN})\b", re.I)
+_RULE_EN = re.compile(r"^(?:please\s+)?(?P<adv>never|don't|do not|always|avoid)\s+(?!forget|worry|hesitate|mind)"
+                      r"(?P<x>.+)$", re.I)
+_USES = re.compile(r"^(?P<head>.+?\b(?:uses|targets|requires|supports|runs on|is written in|is built with))\s+"
+                   r"(?P<objs>.+?)\.?$")
+_TECH_NOUN_ZH = re.compile(r"我的(?P<tech>[A-Za-z][\w.+#-]*)\s*(?P<noun>项目|应用|服务|仓库|网站)")
+_RULE_ZH = re.compile(r"^(?:请)?(?P<adv>不要|别|永远不要|绝不要|千万不要|总是|一定要)(?P<x>.{2,})$")
+_WORK_SPLIT_ANY = re.compile(rf"{_WORK_SPLIT.pattern}|,\s+so\s+", re.I)
+
+
+def _split_objects(text: str) -> list[str]:
+    """ "The user's project uses Python 3.11 and pytest." -> one fact per short object."""
+    m = _USES.match(text)
+    objects = re.split(r",\s*(?:and\s+)?|\s+and\s+", m.group("objs")) if m else []
+    if len(objects) < 2 or any(not o or len(o.split()) > 4 for o in objects):
+        return [text]
+    return [_finish(f"{m.group('head')} {o}") for o in objects]
+
+
+def _working_facts(sentence: str, who: _Speaker, memo: dict[str, str]) -> list[str]:
+    """Durable facts a human states about themselves or their project, and the rules they set for the AI.
+
+    `memo` remembers the last project noun the speaker used, so "It uses pytest" names it.
+    """
     s = _WORK_LEAD.sub("", sentence.strip()).rstrip(".!。！")
-    team = TEAM if who is USER else _Speaker(who.subject, f"{who.en}'s team", f"{who.zh}的团队", who.en_poss,
-                                               who.zh_poss)
     if _CJK.search(s):
-        if _ZH_QUESTION.search(s) or not _WORK_ZH.match(s):
-            return []
-        s = re.sub(r"^我们(?!的)", team.zh, s.replace("我们的", who.zh_poss).replace("我的", who.zh_poss))
-        return [_finish(re.sub(r"我(?!们)", who.zh, s), zh=True)]
+        return _working_facts_zh(s, who)
     if s.endswith("?") or _QUESTION_EN.match(s):
         return []
-    out = []
-    for part in _WORK_SPLIT.split(s):
-        if _WORK_POSS_EN.match(part):
+    project = _Speaker(who.subject, f"{who.en_poss} project", f"{who.zh_poss}项目", f"{who.en_poss} project's",
+                       f"{who.zh_poss}项目的")
+    team = _Speaker(who.subject, f"{who.en_poss} team", f"{who.zh_poss}团队", who.en_poss, who.zh_poss)
+    out: list[str] = []
+    for part in _WORK_SPLIT_ANY.split(s):
+        part = part.strip()
+        if (it := re.match(r"^(?:it|this)\s+(?=[a-z])", part, re.I)) and memo.get("noun"):
+            part = f"My {memo['noun']} {part[it.end():]}"
+        if tech := _TECH_NOUN.search(part):
+            out.append(_finish(f"{who.en_poss} {tech.group('noun').lower()} uses {tech.group('tech')}"))
+        if noun := _MY_NOUN.search(part):
+            memo["noun"] = noun.group("noun").lower()
+        if rule := _RULE_EN.match(part):
+            adv, x = rule.group("adv").lower(), _en_pronouns(rule.group("x"), who)
+            wants = f"does not want the assistant to {x}" if adv in ("never", "don't", "do not") else (
+                f"wants the assistant to {adv} {x}")
+            out.append(_finish(f"{who.en} {wants}"))
+        elif _WORK_POSS_EN.match(part) and not _is_problem(part):
             rest = re.sub(r"\b[Oo]ur\b", who.en_poss, part.split(" ", 1)[1])
-            out.append(_finish(who.en_poss + " " + _en_pronouns(rest, who)))
-        elif (m := _WORK_VERB_EN.match(part)) and (
-            text := _en_clause("I" + part[len(m.group("s")) :], team if m.group("s").lower() == "we" else who)
-        ):
-            out.append(text)
+            out.extend(_split_objects(_finish(who.en_poss + " " + _en_pronouns(rest, who))))
+        elif verb := _WORK_VERB_EN.match(part):
+            we = verb.group("s").lower() == "we"
+            speaker = (project if re.match(r"we\s+(?:use|target)\b", part, re.I) else team) if we else who
+            if text := _en_clause("I" + part[len(verb.group("s")) :], speaker):
+                out.extend(_split_objects(text))
     return out
 
 
+def _working_facts_zh(s: str, who: _Speaker) -> list[str]:
+    if _ZH_QUESTION.search(s):
+        return []
+    out = []
+    if tech := _TECH_NOUN_ZH.search(s):
+        out.append(_finish(f"{who.zh_poss}{tech.group('noun')}使用{tech.group('tech')}", zh=True))
+    if rule := _RULE_ZH.match(s):
+        negative = rule.group("adv") not in ("总是", "一定要")
+        want = "不希望助手" if negative else f"希望助手{rule.group('adv')}"
+        out.append(_finish(f"{who.zh}{want}{rule.group('x')}", zh=True))
+    elif _WORK_ZH.match(s):
+        team = f"{who.zh_poss}团队"
+        s = re.sub(r"^我们(?!的)", team, s.replace("我们的", who.zh_poss).replace("我的", who.zh_poss))
+        out.append(_finish(re.sub(r"我(?!们)", who.zh, s), zh=True))
+    return out
+
+
+@dataclass
+class _Episode:
+    """An error seen in a tool's output, and what the AI said and ran until a tool reported success."""
+
+    error: str
+    command: str | None  # the call whose output showed the error
+    notes: list[str]
+    fixes: list[str]
+
+    def lesson(self) -> str | None:
+        fixes = [f for f in dict.fromkeys(self.fixes) if f != self.command]
+        if not (self.notes or fixes):
+            return None
+        if any(_CJK.search(note) for note in self.notes):
+            text = (f"`{self.command}` " if self.command else "") + f"报错“{self.error}”时：" + "".join(self.notes)
+            return _finish(text + ("解决办法：" + "，然后".join(f"`{f}`" for f in fixes) if fixes else ""), zh=True)
+        where = f"`{self.command}` failed" if self.command else "a step failed"
+        text = f'When {where} with "{self.error}": ' + " ".join(self.notes)
+        return _finish(text + (" Fix: " + ", then ".join(f"`{f}`" for f in fixes) if fixes else ""))
+
+
+def _call_text(name: str, args: str) -> str:
+    """A tool call as the command it ran, or its name and (short) arguments."""
+    try:
+        data = json.loads(args)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        for key in ("cmd", "command", "script", "code"):
+            if isinstance(data.get(key), str) and data[key].strip():
+                return data[key].strip()[:160]
+    return f"{name} {args}".strip()[:160]
+
+
 def _extract_working(trajectory: str) -> dict[str, Any]:
-    """ExtractWorking: lessons (what failed, what fixed it) and durable facts about the user's project."""
+    """ExtractWorking: lessons (what failed, what fixed it) and durable facts about the user's project.
+
+    A lesson is either said outright ("the fix was ...", "原因是 ...") or read off an episode: an error in a
+    tool's output, what the AI then said and ran, closed by a tool output that reports success.
+    """
     _, turns = _parse_rendered(trajectory)
     experiences: list[dict[str, str]] = []
     facts: list[dict[str, str]] = []
     problem: str | None = None
+    episode: _Episode | None = None
+    last_call: str | None = None
+    memo: dict[str, str] = {}
     for turn in turns:
-        for sentence in _sentences(turn.text):
-            zh = bool(_CJK.search(sentence))
-            lesson = (_LESSON_ZH if zh else _LESSON_EN).search(sentence)
-            if turn.speaker is not None and lesson:
+        if turn.speaker is None:  # tool / system output
+            lines = [line.strip() for line in _TOOL_NAME.sub("", turn.text, count=1).splitlines() if line.strip()]
+            bad = [line[:120] for line in lines if _is_problem(line)]
+            if bad:
+                problem = " / ".join(dict.fromkeys([bad[0], bad[-1]]))
+                episode = _Episode(problem, last_call, [], [])
+            elif episode and any(_SUCCESS.search(line) for line in lines) and (text := episode.lesson()):
+                experiences.append(_fact(text, "assistant", "agent"))
+                episode = None
+            continue
+        if episode and turn.speaker is not AI:
+            episode.notes = []  # the person redirected the work: what the AI said before no longer stands
+        for line in turn.text.splitlines():
+            if call := _CALL.match(line.strip()):
+                last_call = _call_text(call.group("name"), call.group("args"))
+                if episode:
+                    episode.fixes.append(last_call)
+                continue
+            for sentence in _sentences(line):
+                zh = bool(_CJK.search(sentence))
                 listener = USER if turn.speaker is AI else AI
-                text = _person_text(_WORK_LEAD.sub("", sentence.strip()), turn.speaker, listener, zh)
-                if problem:
-                    text = text.rstrip(".。!！") + (f"（背景：{problem}）" if zh else f" (context: {problem})")
-                experiences.append(_fact(_finish(text, zh), "assistant", "agent"))
-            elif _PROBLEM.search(sentence):
-                problem = sentence.strip().rstrip(".。")[:160]
-            if turn.speaker is not None and turn.speaker is not AI and not lesson:
-                facts.extend(_fact(t, turn.speaker.subject, "user") for t in _working_facts(sentence, turn.speaker))
+                spoken = _person_text(_WORK_LEAD.sub("", sentence.strip()), turn.speaker, listener, zh)
+                if (_LESSON_ZH if zh else _LESSON_EN).search(sentence):
+                    context = (f"（背景：{problem}）" if zh else f" (context: {problem})") if problem else ""
+                    experiences.append(_fact(_finish(spoken.rstrip(".。!！") + context, zh), "assistant", "agent"))
+                    continue
+                if episode and (len(spoken) >= 4 if zh else len(spoken.split()) >= 2):
+                    if turn.speaker is not AI:
+                        spoken = f"{turn.speaker.zh}要求：{spoken}" if zh else f"{turn.speaker.en} asked: {spoken}"
+                    episode.notes.append(_finish(spoken, zh))
+                if turn.speaker is not AI:
+                    facts.extend(_fact(t, turn.speaker.subject, "user") for t in _working_facts(sentence,
+                                                                                               turn.speaker, memo))
     return {"experiences": _dedupe(experiences), "facts": _dedupe(facts)}
 
 

@@ -455,3 +455,80 @@ def test_history_limit_must_be_positive():
 # --- 3. 记忆归属 (memory ownership) and reconcile cross-subject rules --------------------------------
 # Added later by the lead, driven end to end through the client (extraction subjects/owners, L0 profile
 # only for the current user, no UPDATE/SUPERSEDE across subjects). Keep them below this line.
+
+from conftest import extract_reply, ops_reply  # noqa: E402
+
+from hymem import HyMemoryClient  # noqa: E402
+from hymem.testing import ScriptedLM  # noqa: E402
+
+TIM_JOHN = [{"role": "user", "name": "Tim", "content": "I work at Stripe."},
+            {"role": "assistant", "name": "John", "content": "I am a nurse in Berlin."}]
+
+
+def test_engine_stores_the_subject_and_owner_the_extractor_proposed(tmp_path):
+    lm = ScriptedLM([
+        extract_reply([("The user works at Stripe.", "user", "user"), ("John is a nurse in Berlin.", "John", "user"),
+                       ("The assistant suggested a standing desk.", "assistant", "agent")], {"occupation": None}),
+        ops_reply({"op": "ADD", "fact": 0}, {"op": "ADD", "fact": 1}, {"op": "ADD", "fact": 2}),
+    ])
+    with HyMemoryClient(path=tmp_path / "s", lm=lm, embedder="hash") as client:
+        result = client.add(TIM_JOHN + [{"role": "assistant", "content": "Try a standing desk."}], user_id="tim")
+        stored = {(m.text, m.subject, m.owner) for m in client.get_all("tim")}
+        trace = client.store.traces("tim")[-1]["payload"]
+    assert result.success
+    assert stored == {("The user works at Stripe.", "user", "user"), ("John is a nurse in Berlin.", "John", "user"),
+                      ("The assistant suggested a standing desk.", "assistant", "agent")}
+    assert [f["subject"] for f in trace["proposed_facts"]] == ["user", "John", "assistant"]  # the proposal is kept
+
+
+def test_the_extractor_sees_the_rendered_speakers_and_the_ownership_rules(tmp_path):
+    lm = ScriptedLM([extract_reply([])])
+    with HyMemoryClient(path=tmp_path / "s", lm=lm, embedder="hash") as client:
+        client.add(TIM_JOHN, user_id="tim")
+    request = lm._script.requests[0]
+    system = request.system if isinstance(request.system, str) else "".join(p.text for p in request.system)
+    assert "The user's name is Tim\n[user]: I work at Stripe.\n[John]: I am a nurse in Berlin." in lm.prompts()[0]
+    assert "a named human is never owner \"agent\"" in system and "ONLY the current user" in system
+
+
+def test_chinese_conversations_get_the_chinese_instructions(tmp_path):
+    lm = ScriptedLM([extract_reply([])])
+    with HyMemoryClient(path=tmp_path / "s", lm=lm, embedder="hash") as client:
+        client.add([{"role": "user", "name": "Tim", "content": "我在 Stripe 工作。"},
+                    {"role": "assistant", "name": "John", "content": "我是住在柏林的护士。"}], user_id="tim")
+    request = lm._script.requests[0]
+    system = request.system if isinstance(request.system, str) else "".join(p.text for p in request.system)
+    assert "用户名叫Tim\n[user]: 我在 Stripe 工作。" in lm.prompts()[0]
+    assert "具名真人即使使用 assistant 角色" in system
+
+
+def test_l0_profile_trusts_the_user_name_and_only_describes_the_user(tmp_path):
+    lm = ScriptedLM([extract_reply([("John is a nurse in Berlin.", "John", "user")], {"name": "John"}),
+                     ops_reply({"op": "ADD", "fact": 0})])
+    with HyMemoryClient(path=tmp_path / "s", lm=lm, embedder="hash") as client:
+        client.add(TIM_JOHN, user_id="tim")
+        assert client.profile("tim")["name"] == "Tim"  # role=user's name wins over the model's
+
+
+def test_reconcile_instructions_forbid_cross_subject_merges(tmp_path):
+    lm = ScriptedLM([extract_reply([("The user likes coffee.", "user", "user")]), ops_reply({"op": "ADD", "fact": 0})])
+    with HyMemoryClient(path=tmp_path / "s", lm=lm, embedder="hash") as client:
+        client.add([{"role": "user", "content": "I like coffee."}], user_id="tim")
+    request = lm._script.requests[1]
+    system = request.system if isinstance(request.system, str) else "".join(p.text for p in request.system)
+    assert "NEVER UPDATE, SUPERSEDE or DELETE across subjects" in system
+    assert '"The user likes coffee" and "John likes coffee" are\ntwo separate facts' in system.replace("    ", "")
+
+
+def test_offline_model_attributes_the_spec_example_end_to_end(tmp_path):
+    with HyMemoryClient(path=tmp_path / "s", lm="offline", embedder="hash") as client:
+        assert client.add(TIM_JOHN, user_id="tim").success
+        stored = {(m.text, m.subject, m.owner) for m in client.get_all("tim")}
+        profile = client.profile("tim")
+        assert client.add([{"role": "user", "content": "I like coffee."},
+                           {"role": "assistant", "name": "John", "content": "I like coffee too."}], user_id="tim").success
+        texts = sorted(m.text for m in client.get_all("tim"))
+    assert ("The user works at Stripe.", "user", "user") in stored
+    assert ("John is a nurse in Berlin.", "John", "user") in stored
+    assert profile.get("name") == "Tim" and "nurse" not in str(profile).lower()
+    assert "John likes coffee." in texts and "The user likes coffee." in texts  # kept apart

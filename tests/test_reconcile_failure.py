@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import canonical_state, extract_reply, ops_reply, raw_state, working_reply
 
-from hymem import HyMemoryClient, HashEmbedder
+from hymem import HashEmbedder, HyMemoryClient
 from hymem.testing import ScriptedLM
 
 TIM = [{"role": "user", "name": "Tim", "content": "I moved to Berlin and I work at Stripe now."}]
