@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dataset", action="append", metavar="PATH",
                      help="a .jsonl file or a directory of them (repeatable; default: the bundled datasets)")
     run.add_argument("--lm", action="append", metavar="SPEC",
-                     help="provider: offline or a DSPy model string (repeatable: side-by-side comparison)")
+                     help="provider: offline, oracle[:flip_owner=R,swap_subject=R,drop=R,seed=S], or a DSPy model string "
+                     "(repeatable: side-by-side comparison)")
     run.add_argument("--embedder", default=None, help="minilm | hash | openai[/MODEL][@URL] (default: minilm "
                      "when installed, else hash)")
     run.add_argument("--faults", default="sweep", help="none | sweep | random:RATE (default: sweep)")
