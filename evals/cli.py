@@ -32,6 +32,73 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from evals.serve import run_server
+
+    return run_server(port=args.port, latency=args.latency, embedder=args.embedder)
+
+
+def _proxy(args: argparse.Namespace) -> int:
+    from evals.proxy import run_proxy
+
+    try:
+        return run_proxy(args.upstream, args.faults, seed=args.seed, port=args.port, log_path=args.log,
+                         fault_delay=args.fault_delay)
+    except ValueError as exc:
+        print(f"hymem-eval proxy: {exc}", file=sys.stderr)
+        return 2
+
+
+def _show(args: argparse.Namespace) -> int:
+    from evals.compare import RunInputError, show
+
+    try:
+        print(show(args.run), end="")
+    except RunInputError as exc:
+        print(f"hymem-eval show: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from evals.compare import RunInputError, write_comparison
+
+    try:
+        text, paths = write_comparison(args.runs, out=args.out)
+    except RunInputError as exc:
+        print(f"hymem-eval compare: {exc}", file=sys.stderr)
+        return 2
+    print(text, end="")
+    print(f"written: {', '.join(str(p) for p in paths)}", file=sys.stderr)
+    return 0
+
+
+def _gate(args: argparse.Namespace) -> int:
+    from evals.gate import GateInputError, run_gate
+
+    try:
+        outcome = run_gate(args.baseline, args.current, rules=args.rules, junit=args.junit, summary=args.summary)
+    except GateInputError as exc:
+        print(f"hymem-eval gate: {exc}", file=sys.stderr)
+        return 2
+    print(outcome.markdown, end="")
+    print(f"written: {outcome.junit_path}, {outcome.summary_path}", file=sys.stderr)
+    return 0 if outcome.passed else 1
+
+
+def _plots(args: argparse.Namespace) -> int:
+    from evals.compare import RunInputError
+    from evals.plots import write_plots
+
+    try:
+        paths = write_plots(args.run)
+    except RunInputError as exc:
+        print(f"hymem-eval plots: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(str(p) for p in paths))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hymem-eval", description="Evaluate LLM memory writes: attribution, "
                                      "cross-subject merges and rollback under injected faults.")
@@ -53,6 +120,45 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--fail-on-invalid", action="store_true", help="exit 1 when the verdict is invalid")
     run.add_argument("--no-progress", action="store_true")
     run.set_defaults(func=_run)
+
+    serve = sub.add_parser("serve", help="a local OpenAI-compatible server backed by the offline model")
+    serve.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+    serve.add_argument("--latency", type=float, default=0.0, help="seconds slept per request")
+    serve.add_argument("--embedder", default="hash", choices=["hash", "minilm"])
+    serve.set_defaults(func=_serve)
+
+    proxy = sub.add_parser("proxy", help="a fault-injecting reverse proxy in front of an OpenAI-compatible URL")
+    proxy.add_argument("--upstream", required=True, metavar="URL", help="e.g. http://127.0.0.1:8000/v1")
+    proxy.add_argument("--faults", default="none",
+                       help="none | random:RATE[:KINDS] | every:N[:KINDS] | seq:KIND|ok,... (default: none)")
+    proxy.add_argument("--seed", type=int, default=0)
+    proxy.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+    proxy.add_argument("--log", type=Path, default=None, metavar="PATH", help="JSON-lines log of injected faults")
+    proxy.add_argument("--fault-delay", type=float, default=1.0, help="seconds a `latency` fault adds")
+    proxy.set_defaults(func=_proxy)
+
+    show = sub.add_parser("show", help="the headline table of a finished run")
+    show.add_argument("run", type=Path, metavar="RUN", help="a run directory")
+    show.set_defaults(func=_show)
+
+    compare = sub.add_parser("compare", help="runs (or the providers of one run) side by side, paired by case")
+    compare.add_argument("runs", type=Path, nargs="+", metavar="RUN",
+                         help="run directories; the first is the reference")
+    compare.add_argument("--out", type=Path, default=None, metavar="DIR",
+                         help="where compare.md / compare.parquet / compare_cases.parquet go (default: the last run)")
+    compare.set_defaults(func=_compare)
+
+    gate = sub.add_parser("gate", help="regression gate of a run against a baseline (exit 1 on a regression)")
+    gate.add_argument("--baseline", type=Path, required=True, metavar="RUN")
+    gate.add_argument("--current", type=Path, required=True, metavar="RUN")
+    gate.add_argument("--rules", type=Path, default=None, metavar="TOML", help="default: the bundled gates.toml")
+    gate.add_argument("--junit", type=Path, default=None, metavar="PATH", help="default: CURRENT/gate.xml")
+    gate.add_argument("--summary", type=Path, default=None, metavar="PATH", help="default: CURRENT/gate.md")
+    gate.set_defaults(func=_gate)
+
+    plots = sub.add_parser("plots", help="write PNG plots of a finished run into RUN/plots/")
+    plots.add_argument("run", type=Path, metavar="RUN", help="a run directory")
+    plots.set_defaults(func=_plots)
     return parser
 
 

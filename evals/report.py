@@ -321,9 +321,34 @@ def _one_line(text: Any, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+HEADLINE = ["fact_f1", "fact_precision", "fact_recall", "subject_accuracy", "owner_accuracy",
+            "third_party_to_user_rate", "ai_to_user_rate", "profile_leak_rate", "profile_name_accuracy",
+            "cross_subject_merge_proposed_rate", "cross_subject_merge_applied_rate", "separate_kept_rate",
+            "same_subject_update_recall", "no_memory_accuracy", "rollback_correct_rate", "error_code_accuracy",
+            "retry_equivalence_rate", "infra_error_rate", "degraded_success_count", "anomaly_count", "faulted_units",
+            "indeterminate_units"]
+
+
+def _worst_cases(facts: pd.DataFrame, limit: int = 8) -> list[str]:
+    """The cases with the most wrong stored facts, with the query that lists their rows."""
+    stored = facts[facts["stage"] == "stored"]
+    if stored.empty:
+        return []
+    wrong = stored.assign(bad=~(stored["matched"] & stored["subject_ok"].fillna(False) & stored["owner_ok"].fillna(False)))
+    worst = (wrong.groupby(["provider", "case_id"])["bad"].sum().sort_values(ascending=False))
+    worst = worst[worst > 0].head(limit)
+    out = ["## Worst cases", ""]
+    if worst.empty:
+        return out + ["Every stored fact matched its gold with the right subject and owner.", ""]
+    for (provider, case_id), bad in worst.items():
+        out.append(f"- {provider} `{case_id}`: {int(bad)} wrong or missing fact(s) — "
+                   f"`facts.parquet` rows where case_id == '{case_id}' and stage == 'stored'")
+    return out + [""]
+
+
 def summary_markdown(manifest: Manifest, verdict: str, reasons: list[str], cases: pd.DataFrame,
                      faults: pd.DataFrame, anomalies: pd.DataFrame, coverage: pd.DataFrame,
-                     metrics: pd.DataFrame) -> str:
+                     metrics: pd.DataFrame, facts: pd.DataFrame | None = None) -> str:
     out = [f"# Run {manifest.run_id}: verdict **{verdict}**", ""]
     out += [f"- {reason}" for reason in reasons] + [""]
     git = f"{manifest.git_commit[:12]}{' (dirty)' if manifest.git_dirty else ''}" if manifest.git_commit else "n/a"
@@ -332,6 +357,8 @@ def summary_markdown(manifest: Manifest, verdict: str, reasons: list[str], cases
             f"embedder {manifest.embedder} · git {git}", ""]
     for provider in _ordered(metrics["provider"]):
         rows = metrics[(metrics["provider"] == provider) & (metrics["dataset"] == "all")]
+        rows = rows[rows["metric"].isin(HEADLINE)].assign(order=lambda f: f["metric"].map(HEADLINE.index))
+        rows = rows.sort_values("order")
         out += [f"## {provider}", ""]
         table = []
         for m in rows.itertuples():
@@ -340,6 +367,10 @@ def summary_markdown(manifest: Manifest, verdict: str, reasons: list[str], cases
             table.append([m.metric, _num(m.value, count), ci, m.n])
         out += [markdown_table(["metric", "value", "95% CI", "n"], table), "",
                 "n is units for a rate (its CI resamples cases) and cases for a count; see metrics.parquet `note`.", ""]
+    out += ["Every metric (per dataset, proposed vs stored stage, `_with_errors` twins that count infra errors "
+            "as wrong, the subject confusion) is in `metrics.parquet`.", ""]
+    if facts is not None and len(facts):
+        out += _worst_cases(facts)
     out += ["## Coverage", ""]
     for provider in _ordered(coverage["provider"]):
         cov = coverage[coverage["provider"] == provider]
@@ -410,7 +441,8 @@ def write_report(run_dir: Path, manifest: Manifest, runs: list[CaseRun], *,
         _write_parquet(run_dir, f"{name}.parquet", frame, schema)
     for name, frame in (extra_tables or {}).items():  # e.g. facts / ops from the scorers
         _write_parquet(run_dir, f"{name}.parquet", frame, pa.Schema.from_pandas(frame, preserve_index=False))
-    text = summary_markdown(manifest, verdict, reasons, cases, faults, anomalies, coverage, metrics)
+    text = summary_markdown(manifest, verdict, reasons, cases, faults, anomalies, coverage, metrics,
+                            (extra_tables or {}).get("facts"))
     _atomic(run_dir, "summary.md", lambda tmp: tmp.write_text(text, encoding="utf-8"))
     return verdict
 

@@ -206,14 +206,26 @@ def run_eval(config: RunConfig) -> RunOutcome:
         units_file.close()
         bar.close()
     pool.shutdown(wait=True)
-    from evals.report import write_report
-
     runs.sort(key=lambda r: (config.providers.index(r.provider) if r.provider in config.providers else 99, r.case_id))
-    verdict = write_report(run_dir, manifest, runs)
+    verdict = report_run(run_dir, manifest, cases, runs)
     manifest.finished = time.time()
     manifest.verdict = verdict
     atomic_write_text(run_dir / "manifest.json", manifest.model_dump_json(indent=2))
     return RunOutcome(run_dir=run_dir, verdict=verdict, units=len(runs), manifest=manifest)
+
+
+def report_run(run_dir: Path, manifest: Manifest, cases: list[Case], runs: list[CaseRun]) -> str:
+    """Score every unit against its case's gold and write the report; returns the verdict."""
+    from evals.report import write_report
+    from evals.scoring import attribution_metrics, case_rows, facts_frame, ops_frame
+
+    by_id = {c.id: c for c in cases}
+    pairs = [(by_id[r.case_id], r) for r in runs if r.case_id in by_id]
+    # The report counts infra errors per unit (cases and faulted runs); the scorers' per-case twin is dropped.
+    scored = [row for row in attribution_metrics(pairs, manifest.seed) if row["metric"] != "infra_error_rate"]
+    return write_report(run_dir, manifest, runs, extra_metrics=scored,
+                        extra_case_rows=case_rows(pairs),
+                        extra_tables={"facts": facts_frame(pairs), "ops": ops_frame(pairs)})
 
 
 def _progress(total: int, enabled: bool, total_done: int = 0):

@@ -4,9 +4,14 @@ Why: the harness needs a default provider with no network and no randomness that
 is sent, so it can serve as a baseline row on unseen conversations. It answers hymem's three signatures
 (ExtractFacts, ExtractWorking, ReconcileFacts) in the reply format of DSPy's JSONAdapter (ChatAdapter's
 too), telling the task apart by the input fields of the last user message; demos before it are ignored.
-The rules are plain regular expressions over English and Chinese sentences: first-person statements are
-rewritten about their speaker, AI suggestions become the assistant's, and reconcile compares slots
-(location, employer, occupation, age, likes) of memories about the same subject only.
+
+The rules are regular expressions over English and Chinese sentences. Chat: a human's first-person
+statements are rewritten about their speaker ("I'm a nurse" -> "John is a nurse."), people they name
+become their own subjects, the AI's advice becomes the assistant's (owner "agent"), and the profile is
+read from the current user's own facts. Working: lessons said outright, plus episodes read off the
+trajectory (a tool error, what the AI said and ran, a tool output reporting success); project facts and
+rules the user sets. Reconcile: memories of the same subject only, compared by slot (location, employer,
+occupation, age, likes, and the negation of a claim).
 """
 
 from __future__ import annotations
@@ -91,7 +96,6 @@ def _person(name: str) -> _Speaker:
 
 USER = _Speaker("user", "the user", "用户", "the user's", "用户的")
 AI = _Speaker("assistant", "the assistant", "助手", "the assistant's", "助手的")
-TEAM = _Speaker("user", "the user's team", "用户的团队", "the user's", "用户的")
 
 
 @dataclass(frozen=True)
@@ -179,8 +183,9 @@ _IRREGULAR_PAST = {"was", "were", "had", "did", "went", "got", "bought", "made",
                    "drove", "rode", "wore", "fell", "broke", "chose", "spoke", "swam", "sang", "woke", "caught",
                    "fought", "sat", "stood", "slept", "held", "quit", "been"}
 _SMALL_TALK = {
-    "be": r"(?:(?:so|very|pretty|really|quite|a bit|kind of|super)\s+)*(?:fine|good|great|well|ok|okay|alright|glad|happy|sorry|not sure|sure|excited|looking|wondering|trying|"
-    r"asking|here|back|doing|curious|afraid|thinking|feeling|tired|hungry|bored|sleepy|busy|confused|stuck|lost|"
+    "be": r"(?:(?:so|very|pretty|really|quite|a bit|kind of|super)\s+)*(?:fine|good|great|well|ok|okay|alright|"
+    r"glad|happy|sorry|not sure|sure|excited|looking|wondering|trying|asking|here|back|doing|curious|afraid|"
+    r"thinking|feeling|tired|hungry|bored|sleepy|busy|confused|stuck|lost|"
     r"on it|in|done|ready|all set|getting|seeing|having|going to try)\b",
     "know": r"(?:$|that|what|how|why|where|when|who|if|whether|right|it|you|i|,)",
     "like": r"(?:it|that|this|these|those|your|the idea|to hear|how|what)\b",
@@ -252,7 +257,15 @@ def _en_pronouns(text: str, who: _Speaker, listener: _Speaker | None = None) -> 
     return text
 
 
+_CONTRACTIONS = ((r"\bdoesn't\b", "does not"), (r"\bisn't\b", "is not"), (r"\baren't\b", "are not"),
+                 (r"\bcan't\b", "cannot"), (r"\bwon't\b", "will not"), (r"\bdidn't\b", "did not"),
+                 (r"\bhasn't\b", "has not"), (r"\bwasn't\b", "was not"))
+
+
 def _drop_fillers(text: str) -> str:
+    """Trailing "too"/"also"/"now" dropped and "doesn't" spelled out, so restatements compare equal."""
+    for pattern, repl in _CONTRACTIONS:
+        text = re.sub(pattern, repl, text)
     text = re.sub(r"(?:,\s*)?\s\b(?:too|as well|right now|now|also)\s*$", "", text.rstrip(".!"))
     return re.sub(r"\s+also\b", "", text)
 
@@ -350,7 +363,6 @@ _MOVE_EN = re.compile(r"^(?:has\s+|had\s+)?(?:just\s+|recently\s+)?(?:moved|relo
 _MY_SKIP = re.compile(r"^[Mm]y\s+(?:pleasure|bad|question|apologies|goodness|god|gosh|thoughts|turn|point)\b")
 _COMPOUND_EN = re.compile(r"^(?!I\b)(?:[Mm]y\s+)?[\w'-]+(?:\s+[\w'-]+)?\s+and\s+(?:I|me)\b|^(?:I|[Mm]e)\s+and\s+\w")
 _CLAUSE_SPLIT = re.compile(r"(?:,?\s+(?:and|but|so)\s+|;\s*)(?=I\b|my\b)")
-_WORK_SPLIT = re.compile(r"(?:,?\s+(?:and|but|so)\s+|;\s*)(?=(?:I|we|my|our)\b)", re.I)
 
 
 def _en_statement(sentence: str, who: _Speaker, listener: _Speaker | None = None) -> list[tuple[str, str]]:
@@ -398,8 +410,8 @@ def _en_part(clause: str, who: _Speaker, greeted: bool, listener: _Speaker | Non
 
 _AI_LEAD = re.compile(
     r"^(?:great question|good question|sure|okay|ok|great|good|alright|of course|certainly|absolutely|also|"
-    r"alternatively|additionally|finally|first|firstly|second|secondly|then|next|otherwise|so|in that case|if so|for example|for instance|maybe|"
-    r"perhaps|please|honestly|personally|i see|got it|noted|understood|yes|no)"
+    r"alternatively|additionally|finally|first|firstly|second|secondly|then|next|otherwise|so|in that case|if so|"
+    r"for example|for instance|maybe|perhaps|please|honestly|personally|i see|got it|noted|understood|yes|no)"
     r"(?=[\s,!.:;]|$)[\s,!.:;-]*",
     re.I,
 )
@@ -475,11 +487,13 @@ _ZH_LEAD = re.compile(r"^(?:你好|您好|嗨|哈喽|哈啰|hi|hello|hey|嗯+|�
 _ZH_GREETING = re.compile(r"^(?:你好|您好|嗨|哈喽|哈啰|hi|hello|hey)", re.I)
 _ZH_QUESTION = re.compile(r"[？?]$|[吗呢么][。！!]?$|什么|怎么|为什么|哪里|哪儿|哪个|多少|几点|是不是|有没有|能不能|"
                           r"可不可以|要不要|请问")
-_ZH_SKIP_I = re.compile(r"^我(?:觉得|认为|想知道|想问|想请教|不知道|不太清楚|不确定|知道了|明白|懂了|同意|希望|猜|也这么|"
-                        r"也是这么|很好|挺好|还好|没事|试试|会试试|去试试|看看|需要|请问|马上|先|再|有个问题|有一个问题|"
-                        r"有点|正在找|在找|想找|记得|忘了|刚才|会的|可以|来了|来看|很高兴|很开心|太好|感觉)")
-_REL_ZH = ("好朋友|男朋友|女朋友|朋友|老婆|妻子|太太|老公|丈夫|姐姐|妹妹|哥哥|弟弟|妈妈|母亲|爸爸|父亲|儿子|女儿|同事|老板|"
-           "室友|邻居|表哥|表姐|表弟|表妹|堂哥|堂姐|堂弟|堂妹|爷爷|奶奶|外公|外婆|叔叔|阿姨|舅舅|领导|同学|上司|经理|闺蜜|发小")
+_ZH_SKIP_I = re.compile(r"^我(?:觉得|认为|想知道|想问|想请教|不知道|不太清楚|不确定|知道了|明白|懂了|同意|"
+                        r"希望|猜|也这么|也是这么|很好|挺好|还好|没事|试试|会试试|去试试|看看|需要|请问|马上|先|再|"
+                        r"有个问题|有一个问题|有点|正在找|在找|想找|记得|忘了|刚才|会的|可以|来了|来看|很高兴|很开心|"
+                        r"太好|感觉)")
+_REL_ZH = ("好朋友|男朋友|女朋友|朋友|老婆|妻子|太太|老公|丈夫|姐姐|妹妹|哥哥|弟弟|妈妈|母亲|爸爸|父亲|儿子|"
+           "女儿|同事|老板|室友|邻居|表哥|表姐|表弟|表妹|堂哥|堂姐|堂弟|堂妹|爷爷|奶奶|外公|外婆|叔叔|阿姨|"
+           "舅舅|领导|同学|上司|经理|闺蜜|发小")
 _VERB_ZH = "是|在|住|喜欢|爱|有|会|今年|也|很|刚|已经|正在|要|想|就|不|每|搬|养|开|做|当|学|从|叫|和|跟|去|来|能|还"
 _THIRD_ZH = re.compile(rf"^我的?(?P<rel>{_REL_ZH})(?P<name>(?!(?:{_VERB_ZH}))(?:[A-Za-z][A-Za-z'-]*|"
                        rf"[\u4e00-\u9fff]{{1,3}}?))\s*(?P<rest>(?:{_VERB_ZH}).+)$")
@@ -530,8 +544,8 @@ def _zh_statement(sentence: str, who: _Speaker, listener: _Speaker | None = None
     return [(_finish(who.zh + rest, zh=True), who.subject)]
 
 
-_ZH_AI_LEAD = re.compile(r"^(?:好的|当然|嗯|没问题|另外|此外|首先|其次|然后|最后|或者|如果是这样|那么|所以|也许|或许|请)"
-                         r"[\s，,！!。:：]*")
+_ZH_AI_LEAD = re.compile(r"^(?:好的|当然|嗯|没问题|另外|此外|首先|其次|然后|最后|或者|如果是这样|那么|所以|"
+                         r"也许|或许|请)[\s，,！!。:：]*")
 _YOU_ZH = r"(?P<you>你们|您们|大家|你|您)"
 _ZH_AI = (
     re.compile(rf"^(?:我)?(?:强烈|还是)?(?:建议|推荐){_YOU_ZH}?(?P<x>.+)$"),
@@ -577,15 +591,16 @@ _JOBS_EN = {
     "secretary", "receptionist", "clerk", "janitor", "tailor", "hairdresser", "nanny", "caregiver", "psychologist",
     "lecturer", "administrator", "admin", "technician", "salesperson", "marketer", "recruiter", "producer",
     "director", "executive", "investor", "retiree", "housewife", "homemaker", "dietitian", "nutritionist",
-    "midwife", "cop", "guard", "author", "poet", "playwright", "novelist", "screenwriter", "lifeguard", "police", "sysadmin", "devops", "postdoc", "phd",
+    "midwife", "cop", "guard", "author", "poet", "playwright", "novelist", "screenwriter", "lifeguard", "police",
+    "sysadmin", "devops", "postdoc", "phd",
 }
 _JOB_ENDINGS = ("writer", "maker", "wright", "worker", "keeper", "designer", "engineer", "manager", "developer",
                 "teacher", "smith", "ist", "eer", "ician", "grapher", "ologist")
 _NOT_JOBS = {"list", "twist", "fist", "wrist", "mist", "gist", "exist", "assist", "insist", "resist", "persist",
              "beer", "deer", "peer", "cheer", "career", "steer", "sheer", "queer", "veneer"}
-_JOBS_ZH = ("师", "员", "医生", "学生", "研究生", "博士生", "家", "工", "手", "者", "长", "官", "警察", "士", "匠", "会计",
-            "记者", "老板", "经理", "主管", "总监", "模特", "秘书", "军人", "商人", "工人", "农民", "司机", "教授", "保姆",
-            "编剧", "导演", "主播", "翻译", "编辑", "保安", "律师", "会计")
+_JOBS_ZH = ("师", "员", "医生", "学生", "研究生", "博士生", "家", "工", "手", "者", "长", "官", "警察", "士",
+            "匠", "会计", "记者", "老板", "经理", "主管", "总监", "模特", "秘书", "军人", "商人", "工人", "农民",
+            "司机", "教授", "保姆", "编剧", "导演", "主播", "翻译", "编辑", "保安", "律师")
 
 
 def _is_job_en(phrase: str) -> bool:
@@ -703,8 +718,9 @@ _LESSON_EN = re.compile(
 )
 _LESSON_ZH = re.compile(r"原因是|解决办法是|解决方法是|解决方案是|下次|教训|问题在于|根本原因|修复方法|原来是|经验是|"
                         r"记得先|应该先|通过.{1,30}解决")
-_PROBLEM = re.compile(r"error|exception|traceback|\b(?:failed|failing|fails|failure|broken|crash(?:es|ed)?|rejected|"
-                      r"not found|denied|timeout|timed out|[A-Z]{1,4}\d{3,5})\b|报错|错误|失败|异常|崩溃|超时", re.I)
+_PROBLEM = re.compile(r"error|exception|traceback|\b(?:failed|failing|fails|failure|broken|crash(?:es|ed)?|"
+                      r"rejected|not found|denied|timeout|timed out|(?-i:[A-Z]{1,4}\d{3,5}))\b|"
+                      r"报错|错误|失败|异常|崩溃|超时", re.I)  # (?-i:...): "E501" is a code, "sha256" is not
 _NO_PROBLEM = re.compile(r"\b(?:no|0|zero|without) (?:errors?|failures?|issues?|problems?)\b", re.I)
 _SUCCESS = re.compile(r"\b(?:passed|passes|success|successful|successfully|compiled|no errors?|ok|running at|"
                       r"up to date|works now|resolved)\b|通过|成功|已修复", re.I)
@@ -751,7 +767,7 @@ _USES = re.compile(r"^(?P<head>.+?\b(?:uses|targets|requires|supports|runs on|is
                    r"(?P<objs>.+?)\.?$")
 _TECH_NOUN_ZH = re.compile(r"我的(?P<tech>[A-Za-z][\w.+#-]*)\s*(?P<noun>项目|应用|服务|仓库|网站)")
 _RULE_ZH = re.compile(r"^(?:请)?(?P<adv>不要|别|永远不要|绝不要|千万不要|总是|一定要)(?P<x>.{2,})$")
-_WORK_SPLIT_ANY = re.compile(rf"{_WORK_SPLIT.pattern}|,\s+so\s+", re.I)
+_WORK_SPLIT = re.compile(r"(?:,?\s+(?:and|but|so)\s+|;\s*)(?=(?:I|we|my|our)\b)|,\s+so\s+", re.I)
 
 
 def _split_objects(text: str) -> list[str]:
@@ -777,7 +793,7 @@ def _working_facts(sentence: str, who: _Speaker, memo: dict[str, str]) -> list[s
                        f"{who.zh_poss}项目的")
     team = _Speaker(who.subject, f"{who.en_poss} team", f"{who.zh_poss}团队", who.en_poss, who.zh_poss)
     out: list[str] = []
-    for part in _WORK_SPLIT_ANY.split(s):
+    for part in _WORK_SPLIT.split(s):
         part = part.strip()
         if (it := re.match(r"^(?:it|this)\s+(?=[a-z])", part, re.I)) and memo.get("noun"):
             part = f"My {memo['noun']} {part[it.end():]}"
@@ -892,6 +908,8 @@ def _extract_working(trajectory: str) -> dict[str, Any]:
                     context = (f"（背景：{problem}）" if zh else f" (context: {problem})") if problem else ""
                     experiences.append(_fact(_finish(spoken.rstrip(".。!！") + context, zh), "assistant", "agent"))
                     continue
+                if _is_problem(sentence):
+                    problem = sentence.strip().rstrip(".。")[:160]
                 if episode and (len(spoken) >= 4 if zh else len(spoken.split()) >= 2):
                     if turn.speaker is not AI:
                         spoken = f"{turn.speaker.zh}要求：{spoken}" if zh else f"{turn.speaker.en} asked: {spoken}"
@@ -967,7 +985,11 @@ def _predicate(text: str, subject: str) -> str | None:
 
 
 def _slots(text: str, subject: str) -> list[tuple[str, str]]:
-    """(kind, value) slots a fact fills for its subject; likes become ("like:<object>", "likes"/"dislikes")."""
+    """(kind, value) slots a fact fills for its subject.
+
+    Likes become ("like:<object>", "likes"/"dislikes"); every predicate is also a ("claim:<positive form>",
+    "yes"/"no") slot, so "no longer has a dog" conflicts with "has a dog".
+    """
     pred = _predicate(text, subject)
     if not pred:
         return []
@@ -993,7 +1015,39 @@ def _slots(text: str, subject: str) -> list[tuple[str, str]]:
         negative = bool(m.group("neg")) or m.group("verb").lower().startswith(("hate", "dislike", "讨厌"))
         obj = m.group("v") if zh else _STOP_EN.split(m.group("v"))[0]
         out.append((f"like:{_norm(obj)}", "dislikes" if negative else "likes"))
+    positive, negated = _polarity(pred, zh)
+    out.append((f"claim:{_claim_key(positive, zh)}", "no" if negated else "yes"))
     return out
+
+
+def _claim_key(positive: str, zh: bool) -> str:
+    """A predicate stripped of articles, aspect marks and counts: "养了一只猫" and "养猫" are one claim."""
+    if zh:
+        return _norm(re.sub(r"[了过着]|[一两二三四五六七八九十几]+[只个条本辆套位台件头匹]", "", positive))
+    return _norm(re.sub(r"\b(?:a|an|the|one)\b", "", positive, flags=re.I))
+
+
+_NEGATED_EN = (
+    (re.compile(r"^(?:no longer|never)\s+(?P<rest>.+)$", re.I), "{rest}"),
+    (re.compile(r"^(?:does not|doesn't)\s+(?P<verb>\w+)(?P<rest>.*)$", re.I), "{verb}{rest}"),
+    (re.compile(r"^(?P<aux>is|was|has|can|will)\s+(?:not|no longer)\s+(?P<rest>.+)$", re.I), "{aux} {rest}"),
+    (re.compile(r"^cannot\s+(?P<rest>.+)$", re.I), "can {rest}"),
+)
+_NEGATED_ZH = re.compile(r"^(?:不再|不|没)(?P<rest>.+)$")
+
+
+def _polarity(pred: str, zh: bool) -> tuple[str, bool]:
+    """A predicate's positive form and whether it was negated ("no longer has a dog" -> ("has a dog", True))."""
+    if zh:
+        m = _NEGATED_ZH.match(pred)
+        return (m.group("rest"), True) if m else (pred, False)
+    for pattern, template in _NEGATED_EN:
+        if m := pattern.match(pred):
+            parts = m.groupdict()
+            if "verb" in parts:
+                parts["verb"] = _s_form(parts["verb"].lower())
+            return template.format(**parts), True
+    return pred, False
 
 
 def _compare(new: list[tuple[str, str]], old: list[tuple[str, str]]) -> str | None:
@@ -1003,7 +1057,8 @@ def _compare(new: list[tuple[str, str]], old: list[tuple[str, str]]) -> str | No
         return None
     if any(_norm(v1) != _norm(v2) for v1, v2 in shared):
         return "conflict"
-    return "same" if {k for k, _ in new} <= {k for k, _ in old} else "refine"
+    kinds_new, kinds_old = ({k for k, _ in slots if not k.startswith("claim:")} for slots in (new, old))
+    return "same" if kinds_new <= kinds_old else "refine"
 
 
 def _json_list(raw: str, field: str) -> list[dict[str, Any]]:

@@ -93,10 +93,10 @@ def test_bundled_dataset_dir_is_the_repo_datasets_folder() -> None:
 
 def test_bundled_suites_meet_minimum_counts(bundled: list[Case]) -> None:
     en, zh, working = (_suite(bundled, n) for n in ("chat_en.jsonl", "chat_zh.jsonl", "working.jsonl"))
-    assert len(en) >= 30 and all(c.lang == "en" and c.path == "chat" for c in en)
-    assert len(zh) >= 20 and all(c.lang == "zh" and c.path == "chat" for c in zh)
-    assert len(working) >= 8 and all(c.path == "working" for c in working)
-    assert sum(c.expect.no_memory for c in working) >= 2
+    assert len(en) >= 62 and all(c.lang == "en" and c.path == "chat" for c in en)
+    assert len(zh) >= 62 and all(c.lang == "zh" and c.path == "chat" for c in zh)
+    assert len(working) >= 22 and all(c.path == "working" for c in working)
+    assert sum(c.expect.no_memory for c in working) >= 4
 
 
 def test_bundled_gold_is_internally_consistent(bundled: list[Case]) -> None:

@@ -21,7 +21,10 @@ def facts_of(prediction: dspy.Prediction, field: str = "facts") -> list[tuple[st
     return [(f.text, f.subject, f.owner) for f in getattr(prediction, field)]
 
 
-def reconcile(new: list[tuple[str, str]], existing: list[tuple[int, str, str]]) -> list[tuple[str, int | None, int | None]]:
+Op = tuple[str, "int | None", "int | None"]
+
+
+def reconcile(new: list[tuple[str, str]], existing: list[tuple[int, str, str]]) -> list[Op]:
     new_facts = [{"index": i, "text": t, "subject": s, "owner": "user"} for i, (t, s) in enumerate(new)]
     old = [{"id": i, "text": t, "subject": s, "owner": "user"} for i, t, s in existing]
     pred = run(ReconcileFacts, new_facts=json.dumps(new_facts, ensure_ascii=False),
@@ -65,7 +68,8 @@ def test_profile_reads_the_users_own_job_city_and_age():
 
 
 def test_a_move_replaces_where_the_user_lives_and_a_joined_sentence_splits():
-    pred = run(ExtractFacts, conversation="[user]: I lived in Rome for years. I moved to Berlin and I work at Stripe now.")
+    conversation = "[user]: I lived in Rome for years. I moved to Berlin and I work at Stripe now."
+    pred = run(ExtractFacts, conversation=conversation)
     assert facts_of(pred) == [
         ("The user lived in Rome for years.", "user", "user"),
         ("The user lives in Berlin.", "user", "user"),
@@ -126,6 +130,46 @@ def test_the_same_sentence_twice_is_one_fact():
     assert facts_of(pred) == [("The user likes tea.", "user", "user")]
 
 
+def test_you_means_the_one_being_answered():
+    conversation = """[assistant]: I recommend a MacBook Air with 16 GB of RAM.
+[user]: I bought the laptop you recommended.
+[John]: I just got back from Lisbon.
+[user]: I met your sister there."""
+    assert facts_of(run(ExtractFacts, conversation=conversation)) == [
+        ("The assistant recommended a MacBook Air with 16 GB of RAM.", "assistant", "agent"),
+        ("The user bought the laptop the assistant recommended.", "user", "user"),
+        ("John got back from Lisbon.", "John", "user"),
+        ("The user met John's sister there.", "user", "user"),
+    ]
+
+
+def test_she_and_he_mean_the_person_just_named():
+    conversation = "[user]: My sister Ana lives in Rome. She is a lawyer.\n[user]: She likes opera."
+    assert facts_of(run(ExtractFacts, conversation=conversation)) == [
+        ("Ana, the user's sister, lives in Rome.", "Ana", "user"),
+        ("Ana, the user's sister, is a lawyer.", "Ana", "user"),
+    ]  # a new message starts without anyone to refer back to
+
+
+def test_a_named_persons_advice_is_theirs_not_the_assistants():
+    conversation = "[user]: My back hurts after work.\n[John]: You should try yoga.\n[王芳]: 你可以试试游泳。"
+    assert facts_of(run(ExtractFacts, conversation=conversation)) == [
+        ("The user's back hurts after work.", "user", "user"),
+        ("John suggested that the user try yoga.", "John", "user"),
+        ("王芳建议用户试试游泳。", "王芳", "user"),
+    ]
+
+
+def test_no_longer_and_maybe_keep_their_meaning():
+    conversation = ("[user]: I don't have a dog anymore. I'm not a student anymore. I might move to London next "
+                    "year. I'd like a coffee.")
+    assert facts_of(run(ExtractFacts, conversation=conversation)) == [
+        ("The user no longer has a dog.", "user", "user"),
+        ("The user is no longer a student.", "user", "user"),
+        ("The user is considering moving to London next year.", "user", "user"),
+    ]
+
+
 # --- extraction (Chinese) -----------------------------------------------------------------------------------------
 
 
@@ -154,6 +198,17 @@ def test_chinese_profile_from_the_users_own_words():
     assert (pred.profile.name, pred.profile.age, pred.profile.occupation) == ("小李", "28", "程序员")
 
 
+def test_chinese_restatements_are_normalised():
+    conversation = "[user]: 我已经不养猫了。我很喜欢喝咖啡。我搬到深圳了。\n[小红]: 我的哥哥李明是医生。他住在杭州。"
+    assert facts_of(run(ExtractFactsZh, conversation=conversation)) == [
+        ("用户不再养猫。", "user", "user"),
+        ("用户喜欢喝咖啡。", "user", "user"),
+        ("用户住在深圳。", "user", "user"),
+        ("李明是小红的哥哥，是医生。", "李明", "user"),
+        ("李明是小红的哥哥，住在杭州。", "李明", "user"),
+    ]
+
+
 # --- working path -------------------------------------------------------------------------------------------------
 
 
@@ -171,6 +226,52 @@ def test_working_lessons_carry_their_context_and_project_facts_are_the_users():
         ("The user's project uses Python 3.11.", "user", "user"),
         ("The user's team deploys on Fridays.", "user", "user"),
     ]
+
+
+def test_an_error_fixed_and_confirmed_by_a_tool_becomes_a_lesson():
+    trajectory = """[user]: Run the tests for my Django project. It uses Python 3.11 and pytest.
+[assistant]: called run_shell({"cmd": "pytest -q"})
+[tool]: (run_shell) ModuleNotFoundError: No module named 'yaml'
+[assistant]: The import name is yaml but the package is PyYAML.
+called run_shell({"cmd": "pip install pyyaml"})
+[tool]: (run_shell) Successfully installed PyYAML-6.0.1
+[assistant]: called run_shell({"cmd": "pytest -q"})
+[tool]: (run_shell) 12 passed in 0.84s"""
+    pred = run(ExtractWorking, trajectory=trajectory)
+    assert facts_of(pred, "experiences") == [(
+        "When `pytest -q` failed with \"ModuleNotFoundError: No module named 'yaml'\": The import name is yaml but "
+        "the package is PyYAML. Fix: `pip install pyyaml`.", "assistant", "agent")]
+    assert facts_of(pred) == [
+        ("The user's project uses Django.", "user", "user"),
+        ("The user's project uses Python 3.11.", "user", "user"),
+        ("The user's project uses pytest.", "user", "user"),
+    ]
+
+
+def test_an_error_nobody_fixed_teaches_nothing_and_user_rules_are_facts():
+    trajectory = """[user]: My project targets Python 3.9, so do not use match statements. Please never use print.
+[assistant]: called run_shell({"cmd": "make build"})
+[tool]: (run_shell) error: linker failed
+[assistant]: I could not fix the build."""
+    pred = run(ExtractWorking, trajectory=trajectory)
+    assert pred.experiences == []
+    assert facts_of(pred) == [
+        ("The user's project targets Python 3.9.", "user", "user"),
+        ("The user does not want the assistant to use match statements.", "user", "user"),
+        ("The user does not want the assistant to use print.", "user", "user"),
+    ]
+
+
+def test_a_chinese_episode_is_told_in_chinese():
+    trajectory = """[user]: 帮我运行测试。
+[assistant]: called run_shell({"cmd": "pytest -q"})
+[tool]: (run_shell) ModuleNotFoundError: No module named 'requests'
+[assistant]: 缺少 requests 依赖，正在安装。
+called run_shell({"cmd": "pip install requests"})
+[tool]: (run_shell) Successfully installed requests-2.32.3"""
+    assert facts_of(run(ExtractWorking, trajectory=trajectory), "experiences") == [(
+        "`pytest -q`报错“ModuleNotFoundError: No module named 'requests'”时：缺少requests依赖，正在安装。"
+        "解决办法：`pip install requests`。", "assistant", "agent")]
 
 
 def test_routine_working_steps_leave_both_lists_empty():
@@ -225,6 +326,14 @@ def test_a_flipped_preference_and_a_new_job_supersede_within_the_subject():
            ("The user does not like coffee.", "user"), ("The user has a dog.", "user")]
     assert reconcile(new, existing) == [("SUPERSEDE", 0, 0), ("SUPERSEDE", 1, 1), ("SUPERSEDE", 2, 3),
                                         ("ADD", 3, None)]
+
+
+def test_a_negated_restatement_supersedes_the_positive_one():
+    assert reconcile([("The user no longer has a dog.", "user")], [(4, "The user has a dog.", "user")]) == [
+        ("SUPERSEDE", 0, 4)]
+    assert reconcile([("用户不再养猫。", "user")], [(5, "用户养了一只猫。", "user")]) == [("SUPERSEDE", 0, 5)]
+    assert reconcile([("The user doesn't like tea.", "user")], [(6, "The user does not like tea.", "user")]) == [
+        ("NOOP", 0, 6)]
 
 
 def test_a_fact_about_someone_the_user_knows_does_not_touch_the_user():

@@ -4,7 +4,7 @@ Each metric is a ratio of per-case tallies with a bootstrap CI over cases; per-f
 frames let every number be traced back to its cases.
 """
 
-from evals.scoring.attribution import CaseScores, attribution_metrics, facts_frame, score_case
+from evals.scoring.attribution import CaseScores, attribution_metrics, case_rows, facts_frame, score_case
 from evals.scoring.matcher import DEFAULT_MATCHER, LABELLED_PAIRS, TextMatcher, calibrate, matcher_agreement
 from evals.scoring.merges import ops_frame
 
@@ -15,6 +15,7 @@ __all__ = [
     "TextMatcher",
     "attribution_metrics",
     "calibrate",
+    "case_rows",
     "facts_frame",
     "matcher_agreement",
     "ops_frame",

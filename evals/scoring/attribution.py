@@ -29,9 +29,17 @@ from evals.stats import bootstrap_ci
 
 CLASSES = ("user", "named", "assistant")
 STAGES = {"stored": "", "proposed": "proposed_"}  # stage -> metric-name prefix
-FACTS_COLUMNS = ["provider", "dataset", "case_id", "stage", "gold_text", "gold_subject", "gold_owner", "pred_text",
-                 "pred_subject", "pred_owner", "match_score", "matched", "subject_ok", "owner_ok", "gold_class",
-                 "pred_class", "note"]
+_TEXT = "string"
+FACTS_SCHEMA = {  # facts.parquet, one row per gold fact and per unmatched prediction, per stage
+    "provider": _TEXT, "dataset": _TEXT, "case_id": _TEXT, "stage": _TEXT,  # stage: proposed | stored
+    "gold_text": _TEXT, "gold_subject": _TEXT, "gold_owner": _TEXT,  # null for an unmatched prediction
+    "pred_text": _TEXT, "pred_subject": _TEXT, "pred_owner": _TEXT,  # null for a missed gold fact
+    "match_score": "float64", "matched": "boolean",  # text similarity of a matched pair
+    "subject_ok": "boolean", "owner_ok": "boolean",  # null unless matched
+    "gold_class": _TEXT, "pred_class": _TEXT,  # user | named | assistant
+    "note": _TEXT,  # why a prediction is left out of precision, or infra_error
+}
+FACTS_COLUMNS = list(FACTS_SCHEMA)
 _NOTES = {
     "subject_accuracy": "over matched pairs",
     "owner_accuracy": "over matched pairs",
@@ -218,11 +226,7 @@ def facts_frame(pairs: list[tuple[Case, CaseRun]], matcher: TextMatcher = DEFAUL
             continue
         for stage in STAGES:
             rows += _stage(case, run, stage, matcher)[1]
-    frame = pd.DataFrame(rows, columns=FACTS_COLUMNS)
-    for column in ("matched", "subject_ok", "owner_ok"):
-        frame[column] = frame[column].astype("boolean")
-    frame["match_score"] = frame["match_score"].astype("float64")
-    return frame
+    return pd.DataFrame(rows, columns=FACTS_COLUMNS).astype(FACTS_SCHEMA)
 
 
 def _is_confusion(metric: str) -> bool:
@@ -246,11 +250,25 @@ def _rows_for(provider: str, dataset: str, scores: list[CaseScores], seed: int) 
                 continue
             value, low, high = bootstrap_ci([c[0] for c in counted], [c[1] for c in counted], seed=seed)
             skipped = sum(s.notes.get(metric, 0) for s in group)
-            note = _NOTES.get(metric)
+            note = _NOTES.get(metric.removeprefix(STAGES["proposed"]))
             if skipped:
                 note = f"{skipped} op(s) skipped: target subject unknown"
             rows.append({"provider": provider, "dataset": dataset, "metric": name, "value": value, "ci_low": low,
                          "ci_high": high, "n": len(counted), "note": note})
+    return rows
+
+
+def case_rows(pairs: list[tuple[Case, CaseRun]], matcher: TextMatcher = DEFAULT_MATCHER) -> list[dict[str, Any]]:
+    """Per-case numerator and denominator of every metric ({provider, dataset, case_id, metric, num, den}),
+    for the report's case_metrics table; an infra-error case appears only under `*_with_errors`."""
+    rows = []
+    for case, run in pairs:
+        scores = score_case(case, run, matcher)
+        for metric, (num, den) in scores.tallies.items():
+            names = [] if scores.infra_error else [metric]
+            names += [] if _is_confusion(metric) else [f"{metric}_with_errors"]
+            rows += [{"provider": scores.provider, "dataset": scores.dataset, "case_id": scores.case_id,
+                      "metric": name, "num": float(num), "den": float(den)} for name in names if den > 0]
     return rows
 
 
@@ -267,4 +285,5 @@ def attribution_metrics(pairs: list[tuple[Case, CaseRun]], seed: int,
             for row in _rows_for(provider, dataset, group, seed)]
 
 
-__all__ = ["CLASSES", "FACTS_COLUMNS", "CaseScores", "attribution_metrics", "facts_frame", "score_case"]
+__all__ = ["CLASSES", "FACTS_COLUMNS", "FACTS_SCHEMA", "CaseScores", "attribution_metrics", "case_rows",
+           "facts_frame", "score_case"]

@@ -1,12 +1,15 @@
 """Deciding whether a predicted memory states a gold fact, without the engine's embedder.
 
 Memory sentences share a frame ("The user lives in …", "用户住在…"), so measures that count all
-characters alike (char-3-gram Jaccard, rapidfuzz's token_set_ratio) rate "lives in Paris" and
-"lives in Berlin" as near-duplicates — fatal for `updates` and `absent`, which hinge on exactly that
-difference. The default matcher therefore compares weighted units: Latin words (lightly stemmed)
-and single CJK characters, with frame words light, names and numbers heavy, and a negation mismatch
-halving the score. Text and subject are judged apart: the assignment matches on text so that a fact
-filed under the wrong subject is counted as an attribution error, not as a missing fact.
+characters alike rate "lives in Paris" and "lives in Berlin" as near-duplicates — fatal for `updates`
+and `absent`, which hinge on exactly that difference. On LABELLED_PAIRS, each at its best threshold
+and with the same subject rule, rapidfuzz's token_set_ratio agrees 0.72 and char-3-gram Jaccard 0.70
+(Chinese sentences are too short for 3-grams); this matcher agrees 0.95. It compares weighted units:
+Latin words (lightly stemmed, a few memory predicates folded) and single CJK characters, with frame
+words light and names and numbers heavier; one-sided negation, or a name/number on each side that
+the other lacks (a substitution), halves the score. Text and subject are judged apart: the
+assignment matches on text, so a fact filed under the wrong subject is counted as an attribution
+error rather than as a missing fact plus an extra one.
 """
 
 from __future__ import annotations
@@ -38,7 +41,17 @@ _ZH_LIGHT = frozenset("的了是在一个名位只条着过和与及也都很呢
 _EN_NEGATION = frozenset({"not", "no", "never", "nor", "without", "neither"})
 _ZH_NEGATION = re.compile(r"[不没未别无勿]")
 _ZH_NOT_NEGATION = re.compile(r"不错|不过|不少|不断|不同|别人|无论|非常")
-_LIGHT, _NORMAL, _HEAVY = 0.2, 1.0, 2.0
+# Predicates that memory sentences say in several ways; folded so a paraphrase is not a substitution.
+_SYNONYMS = tuple((re.compile(pattern, re.IGNORECASE), repl) for pattern, repl in (
+    (r"\b(?:has moved|moved|relocated|is based|resides|lived)\b", "lives"),
+    (r"\b(?:is employed|is working)\b", "works"),
+    (r"\b(?:enjoys|loves)\b", "likes"),
+    (r"\bowns\b", "has"),
+    (r"上班|任职", "工作"),
+    (r"搬到了|搬到|搬去|定居在|居住在|住到", "住在"),
+    (r"喜爱|热爱", "喜欢"),
+))
+_LIGHT, _NORMAL, _HEAVY = 0.2, 1.0, 1.5  # heavy > normal, but a shared city must not carry a pair
 _PENALTY = 0.5
 
 
@@ -55,7 +68,7 @@ def _stem(word: str) -> str:
 
 def _prepare(text: str) -> str:
     text = unicodedata.normalize("NFKC", text).replace("’", "'").replace("‘", "'")
-    for pattern, repl in _CONTRACTIONS:
+    for pattern, repl in (*_CONTRACTIONS, *_SYNONYMS):
         text = pattern.sub(repl, text)
     return text
 
@@ -144,7 +157,7 @@ def implied_subject(text: str) -> str | None:
 class TextMatcher:
     """Text similarity with a calibrated threshold; `same_fact` also requires the same subject."""
 
-    threshold: float = 0.61  # calibrate(LABELLED_PAIRS)[0]; a test keeps the two equal
+    threshold: float = 0.67  # calibrate(LABELLED_PAIRS)[0]; a test keeps the two equal
     subject_bonus: float = 0.1  # added to a pair's weight in the assignment when the subjects agree
 
     def similarity(self, a: str, b: str) -> float:
@@ -162,7 +175,6 @@ class TextMatcher:
             return other is None or (subject_class(other) == "named"
                                      and canonical_subject(other) in _prepare(text).casefold())
         return same_subject(a_subject, b_subject)
-
 
     def assign(self, gold: list[tuple[str, str | None]], pred: list[tuple[str, str | None]]
                ) -> list[tuple[int, int, float]]:
@@ -212,6 +224,10 @@ LABELLED_PAIRS: tuple[tuple[str, str, str, str, bool], ...] = (
     ("The user likes coffee.", "user", "The user likes tea.", "user", False),
     ("The user has two daughters.", "user", "The user has two sons.", "user", False),
     ("John lives in Austin.", "John", "John works as a firefighter.", "John", False),
+    ("The user lives in Berlin.", "user", "The user is a nurse in Berlin.", "user", False),
+    ("The user works at Stripe.", "user", "The user is employed at Stripe.", "user", True),
+    ("John works as a firefighter.", "John", "John is a firefighter.", "John", True),
+    ("The user is allergic to peanuts.", "user", "The user has a peanut allergy.", "user", True),
     ("Ana, the user's sister, lives in Rome.", "Ana", "Ana, the user's sister, is a lawyer.", "Ana", False),
     ("The user's project uses Python 3.11.", "user", "The user's project uses pytest.", "user", False),
     ("The user works at Toyota.", "user", "山田太郎 works at Toyota.", "山田太郎", False),
@@ -228,7 +244,9 @@ LABELLED_PAIRS: tuple[tuple[str, str, str, str, bool], ...] = (
     ("用户养了一只猫。", "user", "用户有一只猫。", "user", True),
     ("用户的朋友Jack是厨师。", "Jack", "Jack是用户的朋友，是一名厨师。", "Jack", True),
     ("用户每天听三十分钟英语播客。", "user", "用户每天会听30分钟的英语播客。", "user", True),
+    ("用户住在厦门。", "user", "用户搬到了厦门。", "user", True),
     ("用户喜欢喝咖啡。", "user", "张伟喜欢喝咖啡。", "张伟", False),
+    ("用户住在深圳。", "user", "用户在深圳工作。", "user", False),
     ("用户的姐姐小丽住在广州。", "小丽", "用户的姐姐小丽是律师。", "小丽", False),
     ("用户住在北京。", "user", "用户住在深圳。", "user", False),
     ("用户吃辣。", "user", "用户不吃辣。", "user", False),

@@ -19,8 +19,16 @@ from evals.scoring.matcher import DEFAULT_MATCHER, TextMatcher, implied_subject,
 
 Tally = tuple[float, float]  # (numerator, denominator) of one case
 MERGE_OPS = ("UPDATE", "SUPERSEDE", "DELETE")
-OPS_COLUMNS = ["provider", "dataset", "case_id", "write", "source", "op", "fact_text", "fact_subject", "target_id",
-               "target_text", "target_subject", "cross_subject", "refused"]
+_TEXT = "string"
+OPS_SCHEMA = {  # ops.parquet, one row per proposed or applied op
+    "provider": _TEXT, "dataset": _TEXT, "case_id": _TEXT, "write": "Int64",  # write index, 0 = seeds
+    "source": _TEXT, "op": _TEXT,  # source: proposed | applied
+    "fact_text": _TEXT, "fact_subject": _TEXT,  # the new fact the op carries, if any
+    "target_id": "Int64", "target_text": _TEXT, "target_subject": _TEXT,  # the existing memory it names
+    "cross_subject": "boolean",  # null when no merge or the target is unknown
+    "refused": _TEXT,  # the engine's reason, for an op it refused and rewrote
+}
+OPS_COLUMNS = list(OPS_SCHEMA)
 
 
 def seed_request_id(run: CaseRun) -> str | None:
@@ -151,12 +159,8 @@ def merge_error_tallies(case: Case) -> dict[str, Tally]:
 def ops_frame(pairs: list[tuple[Case, CaseRun]]) -> pd.DataFrame:
     """One row per proposed or applied op of every run, so a merge rate can be traced to its ops."""
     rows = [row for _, run in pairs for row in op_rows(run)]
-    frame = pd.DataFrame(rows, columns=OPS_COLUMNS)
-    frame["cross_subject"] = frame["cross_subject"].astype("boolean")
-    frame["write"] = frame["write"].astype("Int64")
-    frame["target_id"] = pd.to_numeric(frame["target_id"]).astype("Int64")
-    return frame
+    return pd.DataFrame(rows, columns=OPS_COLUMNS).astype(OPS_SCHEMA)
 
 
-__all__ = ["MERGE_OPS", "OPS_COLUMNS", "merge_error_tallies", "merge_tallies", "op_rows", "ops_frame",
+__all__ = ["MERGE_OPS", "OPS_COLUMNS", "OPS_SCHEMA", "merge_error_tallies", "merge_tallies", "op_rows", "ops_frame",
            "seed_request_id", "turn_memories", "turn_writes"]

@@ -1,0 +1,417 @@
+"""Reading finished run directories back, and comparing them case by case.
+
+A comparison pairs two arms (a provider in a run) by (dataset, case_id): each metric gets
+the two pooled values from metrics.parquet side by side and a paired-bootstrap delta over
+the cases scored in both, and every case whose per-case value flipped between fully right
+and not is listed. Cases present in only one arm are reported, never paired. `show` is the
+same projection for one run: its headline table.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from pydantic import ValidationError
+
+from evals.manifest import SCHEMA_VERSION, Manifest
+from evals.stats import paired_bootstrap_delta
+
+METRICS_COLUMNS = ["provider", "dataset", "metric", "value", "ci_low", "ci_high", "n", "note"]
+CASE_METRICS_COLUMNS = ["provider", "dataset", "case_id", "metric", "num", "den"]
+# Metrics where a case is right at 0 (a share of mistakes); every other metric is right at 1.
+_LOWER_IS_BETTER = re.compile(r"infra_error|_to_user_|mismatch|violation|leak|cross_subject_merge|anomal|degraded|"
+                              r"indeterminate")
+_CONFUSION = re.compile(r"subject_confusion_(\w+?)_to_(\w+)$")
+# The headline of `show`, in this order, when present; everything else stays in metrics.parquet.
+HEADLINE = ("rollback_correct_rate", "error_code_accuracy", "retry_equivalence_rate", "infra_error_rate",
+            "anomaly_count", "degraded_success_count", "faulted_units", "indeterminate_units",
+            "fact_f1", "fact_precision", "fact_recall", "subject_accuracy", "owner_accuracy",
+            "third_party_to_user_rate", "ai_to_user_rate", "subject_text_mismatch_rate",
+            "cross_subject_merge_proposed_rate", "cross_subject_merge_applied_rate", "separate_kept_rate",
+            "same_subject_update_recall", "absent_violation_rate", "profile_leak_rate", "profile_name_accuracy")
+RIGHT_TO_WRONG, WRONG_TO_RIGHT, ONLY_A, ONLY_B = "right_to_wrong", "wrong_to_right", "only_a", "only_b"
+MD_FLIP_LIMIT = 200  # flips listed in compare.md per pair; all of them are in compare_cases.parquet
+
+
+class RunInputError(ValueError):
+    """A run directory that cannot be read: missing, unfinished, or written with another schema."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """The tables of a finished run that compare, gate and show read; built by `load_run` or by hand."""
+
+    metrics: pd.DataFrame  # metrics.parquet
+    case_metrics: pd.DataFrame  # case_metrics.parquet
+    manifest: Manifest | None = None
+    path: Path | None = None
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)  # other *.parquet by stem (cases, faults, facts..)
+
+    @property
+    def label(self) -> str:
+        if self.manifest is not None:
+            return self.manifest.run_id
+        return self.path.name if self.path is not None else "run"
+
+    @property
+    def providers(self) -> list[str]:
+        return list(dict.fromkeys(self.metrics["provider"]))
+
+    @cached_property
+    def metric_index(self) -> dict[tuple[str, str, str], dict[str, Any]]:
+        """(provider, dataset, metric) -> its metrics.parquet row; the first row wins."""
+        index: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for row in self.metrics.to_dict("records"):
+            index.setdefault((row["provider"], row["dataset"], row["metric"]), row)
+        return index
+
+    @cached_property
+    def case_index(self) -> dict[tuple[str, str], dict[tuple[str, str], float]]:
+        """(provider, metric) -> {(dataset, case_id): num/den, NaN when den == 0}; the first row wins."""
+        index: dict[tuple[str, str], dict[tuple[str, str], float]] = {}
+        c = self.case_metrics
+        for provider, dataset, case_id, metric, num, den in zip(c["provider"], c["dataset"], c["case_id"],
+                                                                c["metric"], c["num"], c["den"], strict=True):
+            index.setdefault((provider, metric), {}).setdefault(
+                (dataset, case_id), float(num) / float(den) if den else math.nan)
+        return index
+
+
+def _read_parquet(path: Path, columns: list[str] | None) -> pd.DataFrame:
+    try:
+        frame = pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises several types for a torn or foreign file
+        raise RunInputError(f"{path}: not a readable Parquet file ({exc})") from exc
+    if columns is not None and (missing := [c for c in columns if c not in frame.columns]):
+        raise RunInputError(f"{path}: schema mismatch, missing columns {missing}")
+    return frame
+
+
+def load_run(path: Path) -> Run:
+    """Read a finished run directory; raise RunInputError on anything a comparison cannot trust."""
+    path = Path(path)
+    if not path.is_dir():
+        raise RunInputError(f"{path}: no such run directory")
+    manifest_file = path / "manifest.json"
+    if not manifest_file.is_file():
+        raise RunInputError(f"{path}: no manifest.json, not a run directory")
+    try:
+        manifest = Manifest.model_validate_json(manifest_file.read_text(encoding="utf-8"))
+    except ValidationError as exc:
+        raise RunInputError(f"{manifest_file}: not a run manifest ({exc.error_count()} errors)") from exc
+    if manifest.schema_version > SCHEMA_VERSION:
+        raise RunInputError(f"{manifest_file}: schema_version {manifest.schema_version} is newer than this "
+                            f"hymem-eval reads ({SCHEMA_VERSION})")
+    for name in ("metrics", "case_metrics"):
+        if not (path / f"{name}.parquet").is_file():
+            raise RunInputError(f"{path}: no {name}.parquet; the run has not finished (continue it with --resume)")
+    metrics = _read_parquet(path / "metrics.parquet", METRICS_COLUMNS)
+    case_metrics = _read_parquet(path / "case_metrics.parquet", CASE_METRICS_COLUMNS)
+    tables = {p.stem: _read_parquet(p, None) for p in sorted(path.glob("*.parquet"))
+              if p.stem not in ("metrics", "case_metrics") and not p.name.startswith(".")}
+    return Run(metrics=dedupe(metrics), case_metrics=dedupe(case_metrics), manifest=manifest, path=path,
+               tables=tables)
+
+
+def dedupe(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per key: the first, so a scorer's row never shadows the report's own of the same name."""
+    keys = ["provider", "dataset", "case_id", "metric"] if "case_id" in frame.columns else [
+        "provider", "dataset", "metric"]
+    return frame.drop_duplicates(keys, keep="first").reset_index(drop=True)
+
+
+# ---- per-metric lookups -----------------------------------------------------------------------------------
+
+
+def metric_row(run: Run, provider: str, dataset: str, metric: str) -> dict[str, Any] | None:
+    """The metrics.parquet row, or None when the run has no such metric."""
+    return run.metric_index.get((provider, dataset, metric))
+
+
+def case_values(run: Run, provider: str, dataset: str, metric: str) -> dict[tuple[str, str], float]:
+    """(dataset, case_id) -> num/den (NaN when den == 0); dataset "all" takes every dataset."""
+    values = run.case_index.get((provider, metric), {})
+    return dict(values) if dataset == "all" else {k: v for k, v in values.items() if k[0] == dataset}
+
+
+def lower_is_better(metric: str) -> bool:
+    """Whether a case is right at 0 rather than 1 (a share of mistakes: merges, leaks, misattributions)."""
+    base = metric.removeprefix("proposed_").removesuffix("_with_errors")
+    confusion = _CONFUSION.search(base)
+    if confusion:
+        return confusion.group(1) != confusion.group(2)
+    return bool(_LOWER_IS_BETTER.search(base))
+
+
+def is_count(metric: str) -> bool:
+    return metric.endswith(("_count", "_units"))
+
+
+def fmt(value: Any, count: bool = False) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:.0f}" if count else f"{value:.3f}"
+
+
+def fmt_ci(row: dict[str, Any] | None, count: bool = False) -> str:
+    """`value [low, high] n=N`, or just the value for a count (its CI is the value)."""
+    if row is None:
+        return "—"
+    if count:
+        return fmt(row["value"], True)
+    return f"{fmt(row['value'])} [{fmt(row['ci_low'])}, {fmt(row['ci_high'])}] n={row['n']}"
+
+
+# ---- comparison -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Arm:
+    run: Run
+    provider: str
+    label: str
+
+
+def arm_pairs(runs: list[Run]) -> list[tuple[Arm, Arm]]:
+    """Who is compared with whom.
+
+    One run: its first provider against each other. Several runs: the first run against each
+    later one, provider by provider for the providers they share, else in listed order.
+    """
+    if not runs:
+        raise RunInputError("nothing to compare: no run given")
+    if len(runs) == 1:
+        run = runs[0]
+        arms = [Arm(run, p, p) for p in run.providers]
+        if len(arms) < 2:
+            raise RunInputError(f"{run.label}: one provider only; give a second run to compare with")
+        return [(arms[0], other) for other in arms[1:]]
+    labels = _run_labels(runs)
+    pairs = []
+    first = runs[0]
+    for run, label in zip(runs[1:], labels[1:], strict=True):
+        shared = [p for p in first.providers if p in run.providers]
+        matched = [(p, p) for p in shared] or list(zip(first.providers, run.providers, strict=False))
+        if not matched:
+            raise RunInputError(f"{label}: no provider with metrics to compare")
+        pairs += [(Arm(first, a, f"{labels[0]}/{a}"), Arm(run, b, f"{label}/{b}")) for a, b in matched]
+    return pairs
+
+
+def _run_labels(runs: list[Run]) -> list[str]:
+    labels = [run.label for run in runs]
+    return [f"{label}#{i + 1}" if labels.count(label) > 1 else label for i, label in enumerate(labels)]
+
+
+@dataclass
+class Comparison:
+    """What `compare` found: one row per (pair, dataset, metric), and the flipped and unpaired cases."""
+
+    deltas: pd.DataFrame  # DELTA_COLUMNS
+    cases: pd.DataFrame  # CASE_COLUMNS
+    labels: list[tuple[str, str]]  # (a, b) arm labels, in order
+    runs: list[Run]
+
+
+DELTA_COLUMNS = ["a", "b", "a_run", "a_provider", "b_run", "b_provider", "dataset", "metric",
+                 "a_value", "a_ci_low", "a_ci_high", "a_n", "b_value", "b_ci_low", "b_ci_high", "b_n",
+                 "delta", "delta_ci_low", "delta_ci_high", "n_paired", "paired"]
+CASE_COLUMNS = ["a", "b", "dataset", "case_id", "metric", "a_value", "b_value", "change"]
+
+
+def _metric_fields(prefix: str, row: dict[str, Any] | None) -> dict[str, Any]:
+    keys = ("value", "ci_low", "ci_high", "n")
+    return {f"{prefix}_{k}": (row[k] if row is not None else math.nan) for k in keys}
+
+
+def _pair_deltas(a: Arm, b: Arm, seed: int, confidence: float) -> list[dict[str, Any]]:
+    ma = a.run.metrics[a.run.metrics["provider"] == a.provider]
+    mb = b.run.metrics[b.run.metrics["provider"] == b.provider]
+    metrics = list(dict.fromkeys([*ma["metric"], *mb["metric"]]))
+    datasets = ["all"] + sorted((set(ma["dataset"]) | set(mb["dataset"])) - {"all"})
+    rows = []
+    for dataset in datasets:
+        for metric in metrics:
+            ra, rb = (metric_row(arm.run, arm.provider, dataset, metric) for arm in (a, b))
+            if ra is None and rb is None:
+                continue
+            va, vb = (case_values(arm.run, arm.provider, dataset, metric) for arm in (a, b))
+            if va or vb:
+                delta, low, high, n = paired_bootstrap_delta(va, vb, seed=seed, confidence=confidence)
+                paired = True
+            else:  # a count or a metric without per-case values: the difference of the two values
+                delta = (rb["value"] - ra["value"]) if ra is not None and rb is not None else math.nan
+                low = high = math.nan
+                n, paired = 0, False
+            rows.append({"a": a.label, "b": b.label, "a_run": a.run.label, "a_provider": a.provider,
+                         "b_run": b.run.label, "b_provider": b.provider, "dataset": dataset, "metric": metric,
+                         **_metric_fields("a", ra), **_metric_fields("b", rb), "delta": delta,
+                         "delta_ci_low": low, "delta_ci_high": high, "n_paired": n, "paired": paired})
+    return rows
+
+
+def _right(value: float, metric: str) -> bool:
+    return math.isclose(value, 0.0 if lower_is_better(metric) else 1.0, abs_tol=1e-9)
+
+
+def _pair_cases(a: Arm, b: Arm) -> list[dict[str, Any]]:
+    ca = a.run.case_metrics[a.run.case_metrics["provider"] == a.provider]
+    cb = b.run.case_metrics[b.run.case_metrics["provider"] == b.provider]
+    keys_a = list(dict.fromkeys(zip(ca["dataset"], ca["case_id"], strict=True)))
+    keys_b = list(dict.fromkeys(zip(cb["dataset"], cb["case_id"], strict=True)))
+    rows = []
+    for metric in dict.fromkeys([*ca["metric"], *cb["metric"]]):
+        va, vb = (case_values(arm.run, arm.provider, "all", metric) for arm in (a, b))
+        for key in keys_a:
+            x, y = va.get(key, math.nan), vb.get(key, math.nan)
+            if math.isnan(x) or math.isnan(y) or _right(x, metric) == _right(y, metric):
+                continue
+            change = RIGHT_TO_WRONG if _right(x, metric) else WRONG_TO_RIGHT
+            rows.append({"a": a.label, "b": b.label, "dataset": key[0], "case_id": key[1], "metric": metric,
+                         "a_value": x, "b_value": y, "change": change})
+    in_a, in_b = set(keys_a), set(keys_b)
+    only = [(k, ONLY_A) for k in keys_a if k not in in_b] + [(k, ONLY_B) for k in keys_b if k not in in_a]
+    rows += [{"a": a.label, "b": b.label, "dataset": k[0], "case_id": k[1], "metric": None, "a_value": math.nan,
+              "b_value": math.nan, "change": change} for k, change in only]
+    return rows
+
+
+def compare_runs(runs: list[Run], *, seed: int | None = None, confidence: float = 0.95) -> Comparison:
+    """Pure: side-by-side values, paired deltas and flipped cases for every arm pair of `runs`."""
+    pairs = arm_pairs(runs)
+    if seed is None:
+        seed = runs[0].manifest.seed if runs[0].manifest is not None else 0
+    deltas, cases = [], []
+    for a, b in pairs:
+        deltas += _pair_deltas(a, b, seed, confidence)
+        cases += _pair_cases(a, b)
+    return Comparison(deltas=pd.DataFrame(deltas, columns=DELTA_COLUMNS),
+                      cases=pd.DataFrame(cases, columns=CASE_COLUMNS),
+                      labels=[(a.label, b.label) for a, b in pairs], runs=runs)
+
+
+# ---- markdown ---------------------------------------------------------------------------------------------
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    from evals.report import markdown_table
+
+    return markdown_table(header, rows)
+
+
+def _side(row: Any, prefix: str, count: bool) -> str:
+    if math.isnan(row[f"{prefix}_value"]) and math.isnan(row[f"{prefix}_ci_low"]):
+        return "—" if math.isnan(row[f"{prefix}_n"]) else "n/a"
+    return fmt_ci({k: row[f"{prefix}_{k}"] for k in ("value", "ci_low", "ci_high")} | {"n": int(row[f"{prefix}_n"])},
+                  count)
+
+
+def _signed(x: float, count: bool = False) -> str:
+    return "n/a" if math.isnan(x) else f"{x:+.0f}" if count else f"{x:+.3f}"
+
+
+def _delta(row: Any, count: bool) -> list[str]:
+    if not row["paired"]:
+        return [_signed(row["delta"], count), "", "—"]
+    return [_signed(row["delta"]), f"[{_signed(row['delta_ci_low'])}, {_signed(row['delta_ci_high'])}]",
+            str(row["n_paired"])]
+
+
+def comparison_markdown(comparison: Comparison) -> str:
+    """compare.md: per pair, the dataset-"all" metrics side by side, the flipped cases and the unpaired ones."""
+    out = ["# Comparison", ""]
+    for run in comparison.runs:
+        m = run.manifest
+        about = f"verdict **{m.verdict}**, seed {m.seed}, faults `{m.faults}`, {m.n_cases} cases" if m else ""
+        out.append(f"- `{run.label}`: {about}" + (f" ({run.path})" if run.path else ""))
+    out += ["", "Δ is b − a averaged over the cases scored in both (each case weighs the same), with a paired "
+            "bootstrap 95% CI, so it can differ from the difference of the pooled values; a count has no CI. "
+            "Per-dataset rows are in compare.parquet.", ""]
+    for a_label, b_label in comparison.labels:
+        d = comparison.deltas
+        rows = d[(d["a"] == a_label) & (d["b"] == b_label) & (d["dataset"] == "all")]
+        out += [f"## {a_label} → {b_label}", ""]
+        table = []
+        for _, row in rows.iterrows():
+            count = is_count(row["metric"]) and not row["paired"]
+            table.append([row["metric"], _side(row, "a", count), _side(row, "b", count), *_delta(row, count)])
+        out += [_table(["metric", a_label, b_label, "Δ", "95% CI", "n paired"], table), ""]
+        out += _flips_section(comparison.cases, a_label, b_label)
+    return "\n".join(out) + "\n"
+
+
+def _flips_section(cases: pd.DataFrame, a_label: str, b_label: str) -> list[str]:
+    mine = cases[(cases["a"] == a_label) & (cases["b"] == b_label)]
+    flips = mine[mine["change"].isin([RIGHT_TO_WRONG, WRONG_TO_RIGHT])]
+    worse, better = (int((flips["change"] == c).sum()) for c in (RIGHT_TO_WRONG, WRONG_TO_RIGHT))
+    out = [f"### Flipped cases: {worse} right → wrong, {better} wrong → right", ""]
+    if flips.empty:
+        out += ["None.", ""]
+    else:
+        ordered = flips.sort_values(["change", "metric", "dataset", "case_id"], kind="stable")
+        table = [["right → wrong" if r.change == RIGHT_TO_WRONG else "wrong → right", r.case_id, r.dataset, r.metric,
+                  fmt(r.a_value), fmt(r.b_value)] for r in ordered.head(MD_FLIP_LIMIT).itertuples()]
+        out += [_table(["change", "case", "dataset", "metric", a_label, b_label], table), ""]
+        if len(flips) > MD_FLIP_LIMIT:
+            out += [f"… and {len(flips) - MD_FLIP_LIMIT} more in compare_cases.parquet.", ""]
+    for change, label in ((ONLY_A, a_label), (ONLY_B, b_label)):
+        only = mine[mine["change"] == change]
+        if len(only):
+            listed = ", ".join(f"`{r.case_id}` ({r.dataset})" for r in only.itertuples())
+            out += [f"Only in {label} (not paired): {listed}", ""]
+    return out
+
+
+def write_comparison(run_dirs: list[Path], out: Path | None = None) -> tuple[str, list[Path]]:
+    """Load the runs, compare them, write compare.md, compare.parquet and compare_cases.parquet into `out`
+    (default: the last run's directory); return the markdown and the paths written."""
+    runs = [load_run(p) for p in run_dirs]
+    comparison = compare_runs(runs)
+    out = Path(out) if out is not None else Path(run_dirs[-1])
+    out.mkdir(parents=True, exist_ok=True)
+    text = comparison_markdown(comparison)
+    paths = [out / "compare.md", out / "compare.parquet", out / "compare_cases.parquet"]
+    paths[0].write_text(text, encoding="utf-8")
+    comparison.deltas.to_parquet(paths[1], index=False)
+    comparison.cases.astype({"metric": "string"}).to_parquet(paths[2], index=False)
+    return text, paths
+
+
+# ---- show -------------------------------------------------------------------------------------------------
+
+
+def headline(run: Run, dataset: str = "all") -> str:
+    """The terminal table of `show`: the verdict, then the headline metrics per provider with CI and n."""
+    m = run.manifest
+    lines = [f"run {run.label}: verdict {m.verdict or 'unfinished'}" if m else f"run {run.label}"]
+    if m is not None:
+        lines.append(f"seed {m.seed} · faults {m.faults} · {m.n_cases} cases · embedder {m.embedder} · "
+                     f"engine {m.engine_version}")
+    providers = run.providers
+    present = set(run.metrics.loc[run.metrics["dataset"] == dataset, "metric"])
+    names = [name for name in HEADLINE if name in present]
+    grid = [["metric", *providers]]
+    for name in names:
+        grid.append([name, *(fmt_ci(metric_row(run, p, dataset, name), is_count(name)) for p in providers)])
+    widths = [max(len(row[i]) for row in grid) for i in range(len(grid[0]))]
+    text = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in grid]
+    text.insert(1, "  ".join("-" * w for w in widths))
+    rest = len(present) - len(names)
+    footer = [f"({rest} more metrics in {run.path / 'metrics.parquet' if run.path else 'metrics.parquet'}; "
+              "n is units for a fault rate, cases or facts otherwise: see its note)"] if rest else []
+    return "\n".join(lines + [""] + (text if names else ["no headline metric in this run"]) + footer) + "\n"
+
+
+def show(run_dir: Path) -> str:
+    return headline(load_run(run_dir))
+
+
+__all__ = ["CASE_COLUMNS", "DELTA_COLUMNS", "HEADLINE", "Arm", "Comparison", "Run", "RunInputError", "arm_pairs",
+           "case_values", "compare_runs", "comparison_markdown", "headline", "load_run", "lower_is_better",
+           "metric_row", "show", "write_comparison"]

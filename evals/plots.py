@@ -1,0 +1,176 @@
+"""PNG plots of a finished run, readable in a pull request: projections of its Parquet tables.
+
+matplotlib is imported here only, lazily, and drives the Agg canvas directly (no pyplot, so
+no global backend is switched and no window can open).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from evals.compare import HEADLINE, Run, is_count, load_run
+from evals.faults import KINDS, SITES, kinds_for
+
+CLASSES = ("user", "named", "assistant")  # subject classes of facts.parquet, in matrix order
+STAGES = ("stored", "proposed")
+PLOTS_DIR = "plots"
+_NA = "#e6e6e6"
+
+
+def _figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: Any, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    return path
+
+
+def _rate_metrics(metrics: pd.DataFrame) -> list[str]:
+    """Headline rates first, then any other rate, that have a value for some provider."""
+    rows = metrics[(metrics["dataset"] == "all") & metrics["value"].notna()]
+    present = [m for m in dict.fromkeys(rows["metric"]) if not is_count(m) and not m.endswith("_with_errors")
+               and "subject_confusion_" not in m and not m.startswith("proposed_")]
+    return [m for m in HEADLINE if m in present] + [m for m in present if m not in HEADLINE]
+
+
+def providers_plot(run: Run, path: Path) -> Path | None:
+    """Horizontal bars per metric, one per provider, with 95% CI whiskers; None when no rate was measured."""
+    names = _rate_metrics(run.metrics)
+    if not names:
+        return None
+    providers = run.providers
+    fig = _figure(8.5, 1.2 + 0.32 * len(names) * max(1, len(providers)) ** 0.6)
+    ax = fig.add_subplot()
+    height = 0.8 / len(providers)
+    all_rows = run.metrics[run.metrics["dataset"] == "all"].set_index(["provider", "metric"])
+    for i, provider in enumerate(providers):
+        ys, values, lows, highs = [], [], [], []
+        for j, name in enumerate(names):
+            if (provider, name) not in all_rows.index:
+                continue
+            row = all_rows.loc[(provider, name)]
+            if math.isnan(row["value"]):
+                continue
+            low = row["ci_low"] if not math.isnan(row["ci_low"]) else row["value"]
+            high = row["ci_high"] if not math.isnan(row["ci_high"]) else row["value"]
+            ys.append(j + (i - (len(providers) - 1) / 2) * height)
+            values.append(row["value"])
+            lows.append(max(row["value"] - low, 0.0))
+            highs.append(max(high - row["value"], 0.0))
+        ax.barh(ys, values, height=height * 0.9, xerr=[lows, highs], capsize=2, label=provider,
+                error_kw={"elinewidth": 1})
+    ax.set_yticks(range(len(names)), names)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1.05)
+    ax.set_xlabel("value (95% CI over cases)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(f"{run.label}: metrics per provider (all datasets)")
+    if len(providers) > 1:
+        ax.legend(loc="lower right", fontsize="small")
+    return _save(fig, path)
+
+
+def _ordered(present: list[str], known: tuple[str, ...]) -> list[str]:
+    return [k for k in known if k in present] + sorted(set(present) - set(known))
+
+
+def confusion_plot(run: Run, path: Path) -> Path | None:
+    """Gold subject class × predicted class of matched facts, per provider and stage; None without facts."""
+    facts = run.tables.get("facts")
+    if facts is None or facts.empty:
+        return None
+    facts = facts[facts["gold_class"].notna() & facts["pred_class"].notna()]
+    if "matched" in facts.columns:
+        facts = facts[facts["matched"].fillna(False).astype(bool)]
+    if facts.empty:
+        return None
+    stages = _ordered(list(facts["stage"].unique()), STAGES) if "stage" in facts.columns else [None]
+    providers = list(dict.fromkeys(facts["provider"]))
+    classes = _ordered(list(set(facts["gold_class"]) | set(facts["pred_class"])), CLASSES)
+    fig = _figure(1.2 + 3.4 * len(stages), 0.6 + 3.0 * len(providers))
+    axes = fig.subplots(len(providers), len(stages), squeeze=False)
+    image = None
+    for r, provider in enumerate(providers):
+        for c, stage in enumerate(stages):
+            ax = axes[r][c]
+            mine = facts[facts["provider"] == provider]
+            if stage is not None:
+                mine = mine[mine["stage"] == stage]
+            counts = pd.crosstab(mine["gold_class"], mine["pred_class"]).reindex(index=classes, columns=classes,
+                                                                                  fill_value=0)
+            totals = counts.sum(axis=1).to_numpy()[:, None]
+            shares = counts.to_numpy() / totals.clip(min=1)
+            image = ax.imshow(shares, cmap="Blues", vmin=0, vmax=1)
+            for i in range(len(classes)):
+                for j in range(len(classes)):
+                    n = int(counts.iat[i, j])
+                    ax.text(j, i, f"{shares[i, j]:.2f}\n({n})" if totals[i, 0] else "—", ha="center", va="center",
+                            fontsize=8, color="white" if shares[i, j] > 0.6 else "black")
+            ax.set_xticks(range(len(classes)), classes)
+            ax.set_yticks(range(len(classes)), classes)
+            ax.set_xlabel("predicted subject")
+            ax.set_ylabel("gold subject")
+            ax.set_title(f"{provider}" + (f" · {stage}" if stage else ""), fontsize=9)
+    fig.colorbar(image, ax=axes, shrink=0.7, label="share of the gold row")
+    fig.suptitle(f"{run.label}: subject confusion of matched facts")
+    return _save(fig, path)
+
+
+def fault_plot(run: Run, path: Path) -> Path | None:
+    """Call site × fault kind, coloured by the share of checked units rolled back correctly; None without faults."""
+    faults = run.tables.get("faults")
+    if faults is None or faults.empty:
+        return None
+    providers = list(dict.fromkeys(faults["provider"]))
+    sites = _ordered(list(faults["site"].unique()), SITES)
+    kinds = _ordered(list(faults["kind"].unique()), KINDS)
+    checked = faults[faults["outcome"].isin(["ok", "wrong"]) & faults["rollback_ok"].notna()]
+    fig = _figure(1.5 + 0.62 * len(kinds), 0.7 + (0.45 * len(sites) + 1.0) * len(providers))
+    axes = fig.subplots(len(providers), 1, squeeze=False)
+    image = None
+    for r, provider in enumerate(providers):
+        ax = axes[r][0]
+        mine = checked[checked["provider"] == provider]
+        grouped = mine.groupby(["site", "kind"])["rollback_ok"].agg(["sum", "count"])
+        shares = [[math.nan] * len(kinds) for _ in sites]
+        for i, site in enumerate(sites):
+            applies = set(kinds_for(site)) if site in SITES else set(kinds)
+            for j, kind in enumerate(kinds):
+                if (site, kind) in grouped.index:
+                    ok, n = (int(x) for x in grouped.loc[(site, kind)])
+                    shares[i][j] = ok / n
+                    ax.text(j, i, f"{ok}/{n}", ha="center", va="center", fontsize=7)
+                elif kind in applies:
+                    ax.text(j, i, "not\nfired", ha="center", va="center", fontsize=6, color="#777777")
+        image = ax.imshow(shares, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
+        ax.set_facecolor(_NA)
+        ax.set_xticks(range(len(kinds)), kinds, rotation=40, ha="right", fontsize=8)
+        ax.set_yticks(range(len(sites)), sites, fontsize=8)
+        ax.set_title(provider, fontsize=9)
+    fig.colorbar(image, ax=axes, shrink=0.8, label="correct rollback share (k/n checked units)")
+    fig.suptitle(f"{run.label}: rollback under injected faults")
+    return _save(fig, path)
+
+
+def write_plots(run_dir: Path) -> list[Path]:
+    """Write plots/providers.png, plots/subject_confusion.png (needs facts.parquet) and plots/fault_matrix.png
+    (needs faults.parquet) into the run directory; return the files written."""
+    run = load_run(run_dir)
+    out = Path(run_dir) / PLOTS_DIR
+    made = [providers_plot(run, out / "providers.png"), confusion_plot(run, out / "subject_confusion.png"),
+            fault_plot(run, out / "fault_matrix.png")]
+    return [p for p in made if p is not None]
+
+
+__all__ = ["confusion_plot", "fault_plot", "providers_plot", "write_plots"]

@@ -1,0 +1,262 @@
+"""A local OpenAI-compatible server backed by the offline reference model and a local embedder.
+
+Why: tests and benchmarks must drive the real HTTP stack (DSPy's HTTP engine, the openai client,
+timeouts, the fault proxy) without a network or a paid provider. The server answers whatever model
+name it is asked for, so `openai/offline@http://127.0.0.1:PORT/v1` scores exactly like `offline`.
+
+Endpoints: POST /v1/chat/completions, POST /v1/embeddings, GET /v1/models. Streaming is refused (400);
+prompts the offline model cannot read get a 400 with its message, as a real provider rejects bad input.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+
+MODEL_ID = "offline"
+
+
+class ServerHandle:
+    """A server running in a background thread; `.url` ends in `/v1`. Close it (or use `with`)."""
+
+    def __init__(self, httpd: ThreadingHTTPServer):
+        self._httpd = httpd
+        self.port: int = httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name=f"hymem-http-{self.port}", daemon=True)
+        self._thread.start()
+        self._closed = False
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> ServerHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def bind(handler: type[BaseHTTPRequestHandler], port: int) -> ThreadingHTTPServer:
+    """A threaded HTTP server on 127.0.0.1 only (port 0 picks a free port)."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
+    httpd.daemon_threads = True
+    return httpd
+
+
+_PRINT = functools.partial(print, flush=True)  # a parent process reads the URL line through a pipe
+
+
+def wait_forever(handle: ServerHandle, what: str, out: Callable[[str], Any] = _PRINT) -> int:
+    """Run a started server in the foreground until Ctrl-C; 0 on a clean stop."""
+    out(f"{what} listening on {handle.url}  (Ctrl-C to stop)")
+    stop = threading.Event()
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        out(f"{what} stopped")
+    finally:
+        handle.close()
+    return 0
+
+
+class JSONHandler(BaseHTTPRequestHandler):
+    """HTTP/1.1 keep-alive handler with JSON helpers; quiet (no per-request stderr line)."""
+
+    protocol_version = "HTTP/1.1"
+    timeout = 60  # an idle keep-alive connection frees its thread after this
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+        pass
+
+    def read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def send_bytes(self, status: int, body: bytes, content_type: str = "application/json",
+                   headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def send_json(self, status: int, value: Any, headers: dict[str, str] | None = None) -> None:
+        self.send_bytes(status, json.dumps(value, ensure_ascii=False).encode("utf-8"), headers=headers)
+
+    def send_error_json(self, status: int, message: str, kind: str = "invalid_request_error",
+                        headers: dict[str, str] | None = None) -> None:
+        """An error in OpenAI's shape: {"error": {"message", "type", "code"}}."""
+        self.send_json(status, {"error": {"message": message, "type": kind, "code": None}}, headers=headers)
+
+
+# --------------------------------------------------------------------------- OpenAI JSON <-> offline model
+
+def _text_of(content: Any) -> str:
+    """The text of an OpenAI message content: a string or a list of {"type": "text", "text"} parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    raise ValueError(f"message content must be a string or a list of parts, got {type(content).__name__}")
+
+
+def lm15_request(body: dict) -> Any:
+    """An OpenAI chat request as the `dspy.lm15.Request` the offline engine reads.
+
+    System/developer messages become the system text; user and assistant messages are kept in order;
+    tool messages are dropped (the offline model answers from the last user message only).
+    """
+    from dspy import lm15
+
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("'messages' must be a non-empty list")
+    system, turns = [], []
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise ValueError(f"messages[{index}] must be an object")
+        role, text = message.get("role"), _text_of(message.get("content"))
+        if role in ("system", "developer"):
+            system.append(text)
+        elif role == "user":
+            turns.append(lm15.Message.user(text or " "))
+        elif role == "assistant":
+            turns.append(lm15.Message.assistant([lm15.TextPart(text or " ")]))
+        elif role not in ("tool", "function"):
+            raise ValueError(f"messages[{index}].role {role!r} is not supported")
+    if not turns:
+        raise ValueError("the request has no user or assistant message")
+    return lm15.Request(model=str(body.get("model") or MODEL_ID), messages=tuple(turns),
+                        system="\n\n".join(system) or None)
+
+
+def chat_completion(body: dict, engine: Any) -> dict:
+    """One OpenAI chat.completion for an OpenAI chat request, answered by `engine` (an OfflineEngine)."""
+    response = engine.complete(lm15_request(body))
+    usage = response.usage
+    prompt, completion = usage.input_tokens or 0, usage.output_tokens or 0
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": str(body.get("model") or MODEL_ID),
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": response.text or ""},
+                     "logprobs": None, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+    }
+
+
+def embeddings_reply(body: dict, embed: Callable[[list[str]], np.ndarray]) -> dict:
+    """An OpenAI embeddings list; honours `encoding_format` ("float" or "base64", the openai client's default)."""
+    texts = body.get("input")
+    if isinstance(texts, str):
+        texts = [texts]
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+        raise ValueError("'input' must be a string or a non-empty list of strings (token arrays are not supported)")
+    vectors = np.asarray(embed(texts), dtype=np.float32)
+    b64 = body.get("encoding_format") == "base64"
+    data = [{"object": "embedding", "index": i,
+             "embedding": base64.b64encode(row.astype("<f4").tobytes()).decode() if b64 else row.tolist()}
+            for i, row in enumerate(vectors)]
+    tokens = sum(max(1, len(t) // 4) for t in texts)
+    return {"object": "list", "data": data, "model": str(body.get("model") or MODEL_ID),
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+
+def models_reply() -> dict:
+    return {"object": "list", "data": [{"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "hymem"}]}
+
+
+# --------------------------------------------------------------------------- the server
+
+def _handler(latency: float, embed: Callable[[list[str]], np.ndarray]) -> type[JSONHandler]:
+    from hymem.offline import OfflineEngine
+
+    engine = OfflineEngine()
+
+    class OfflineHandler(JSONHandler):
+        def do_GET(self) -> None:
+            time.sleep(latency)
+            if self.path.rstrip("/") in ("/v1/models", "/models"):
+                self.send_json(200, models_reply())
+            else:
+                self.send_error_json(404, f"no route GET {self.path}")
+
+        def do_POST(self) -> None:
+            raw = self.read_body()
+            time.sleep(latency)
+            route = self.path.split("?", 1)[0].rstrip("/")
+            if not route.endswith(("/chat/completions", "/embeddings")):
+                self.send_error_json(404, f"no route POST {self.path}")
+                return
+            try:
+                body = json.loads(raw or b"null")
+                if not isinstance(body, dict):
+                    raise ValueError("the request body must be a JSON object")
+                if route.endswith("/embeddings"):
+                    reply = embeddings_reply(body, embed)
+                elif body.get("stream"):
+                    raise ValueError("streaming is not supported by the offline server")
+                else:
+                    reply = chat_completion(body, engine)
+            except ValueError as exc:  # bad JSON, bad shape, or a prompt the offline model cannot read
+                self.send_error_json(400, str(exc))
+                return
+            self.send_json(200, reply)
+
+    return OfflineHandler
+
+
+def _embed_function(embedder: str) -> Callable[[list[str]], np.ndarray]:
+    if embedder not in ("hash", "minilm"):
+        raise ValueError(f"embedder {embedder!r}: the server offers hash or minilm")
+    from hymem.embedder import make_embedder
+
+    model = make_embedder(embedder)
+    lock = threading.Lock()  # a torch model is not safe to call from several request threads
+
+    def embed(texts: list[str]) -> np.ndarray:
+        with lock:
+            return model.embed(texts)
+
+    return embed
+
+
+def start_server(port: int = 0, latency: float = 0.0, embedder: str = "hash") -> ServerHandle:
+    """Start the offline OpenAI-compatible server on 127.0.0.1 in a background thread.
+
+    `latency` seconds are slept per request; `embedder` is `hash` (default) or `minilm`.
+    """
+    if latency < 0:
+        raise ValueError("latency must be >= 0")
+    return ServerHandle(bind(_handler(float(latency), _embed_function(embedder)), port))
+
+
+def run_server(port: int = 0, latency: float = 0.0, embedder: str = "hash") -> int:
+    """`hymem-eval serve`: run the server in the foreground until Ctrl-C."""
+    return wait_forever(start_server(port, latency, embedder), f"offline OpenAI-compatible server (model {MODEL_ID!r})")
+
+
+__all__ = ["MODEL_ID", "ServerHandle", "chat_completion", "embeddings_reply", "lm15_request", "run_server",
+           "start_server"]

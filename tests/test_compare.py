@@ -1,0 +1,128 @@
+"""compare and show on small hand-written run directories: pairing by case, flips both ways, files out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from evals.cli import main
+from evals.compare import Run, compare_runs, load_run, lower_is_better
+from evals.manifest import Manifest
+
+METRIC_COLUMNS = ["provider", "dataset", "metric", "value", "ci_low", "ci_high", "n", "note"]
+CASE_COLUMNS = ["provider", "dataset", "case_id", "metric", "num", "den"]
+
+
+def write_run(path: Path, case_rows: list[tuple], providers: tuple[str, ...] = ("p",),
+              counts: dict[str, float] | None = None) -> Path:
+    """A run directory whose metrics.parquet pools its case rows (num/den) per provider and metric."""
+    path.mkdir(parents=True)
+    manifest = Manifest(run_id=path.name, datasets=["d1"], dataset_hash="h", n_cases=4, providers=list(providers),
+                        embedder="hash", faults="sweep", seed=1, concurrency=1, engine_version="0.1.0",
+                        prompt_hash="x", verdict="valid")
+    (path / "manifest.json").write_text(manifest.model_dump_json())
+    cases = pd.DataFrame(case_rows, columns=CASE_COLUMNS)
+    metrics = []
+    for (provider, metric), group in cases.groupby(["provider", "metric"], sort=False):
+        value = group["num"].sum() / group["den"].sum()
+        metrics.append((provider, "all", metric, value, value - 0.1, value + 0.1, len(group), None))
+    for provider in providers:
+        metrics += [(provider, "all", name, v, v, v, len(cases), None) for name, v in (counts or {}).items()]
+    pd.DataFrame(metrics, columns=METRIC_COLUMNS).to_parquet(path / "metrics.parquet")
+    cases.to_parquet(path / "case_metrics.parquet")
+    return path
+
+
+def owner(provider: str, *values: tuple[str, float, float]) -> list[tuple]:
+    return [(provider, "d1", cid, "owner_accuracy", num, den) for cid, num, den in values]
+
+
+RUN_A = owner("p", ("c1", 2, 2), ("c2", 1, 2), ("c3", 2, 2), ("c4", 2, 2)) + [
+    ("p", "d1", "c1", "third_party_to_user_rate", 0, 1), ("p", "d1", "c2", "third_party_to_user_rate", 0, 1)]
+# c1 right -> wrong, c2 wrong -> right, c3 unchanged, c4 only in A, c5 only in B; rows in another order
+RUN_B = owner("p", ("c5", 2, 2), ("c3", 2, 2), ("c2", 2, 2), ("c1", 1, 2)) + [
+    ("p", "d1", "c1", "third_party_to_user_rate", 1, 1), ("p", "d1", "c2", "third_party_to_user_rate", 0, 0)]
+
+
+def test_flips_both_ways_are_listed_and_cases_pair_by_id(tmp_path: Path):
+    a, b = load_run(write_run(tmp_path / "a", RUN_A)), load_run(write_run(tmp_path / "b", RUN_B))
+    cases = compare_runs([a, b]).cases
+    flips = cases[cases["metric"].notna()].sort_values(["metric", "case_id"])
+    assert flips[["case_id", "dataset", "metric", "a_value", "b_value", "change"]].values.tolist() == [
+        ["c1", "d1", "owner_accuracy", 1.0, 0.5, "right_to_wrong"],
+        ["c2", "d1", "owner_accuracy", 0.5, 1.0, "wrong_to_right"],
+        ["c1", "d1", "third_party_to_user_rate", 0.0, 1.0, "right_to_wrong"],  # lower is better: right at 0
+    ]
+    unpaired = cases[cases["metric"].isna()]
+    assert unpaired[["case_id", "change"]].values.tolist() == [["c4", "only_a"], ["c5", "only_b"]]
+
+
+def test_the_delta_is_paired_over_cases_in_both_runs(tmp_path: Path):
+    a, b = load_run(write_run(tmp_path / "a", RUN_A)), load_run(write_run(tmp_path / "b", RUN_B))
+    deltas = compare_runs([a, b]).deltas
+    row = deltas[(deltas["metric"] == "owner_accuracy") & (deltas["dataset"] == "all")].iloc[0]
+    assert (row["a"], row["b"]) == ("a/p", "b/p")
+    assert row["n_paired"] == 3 and row["delta"] == pytest.approx((-0.5 + 0.5 + 0.0) / 3)
+    assert row["a_value"] == pytest.approx(7 / 8) and row["b_value"] == pytest.approx(7 / 8)
+    tp = deltas[deltas["metric"] == "third_party_to_user_rate"].iloc[0]
+    assert tp["n_paired"] == 1  # c2 has no unit in b (den 0): left out, not counted as 0
+
+
+def test_counts_without_case_values_compare_their_values(tmp_path: Path):
+    a = load_run(write_run(tmp_path / "a", RUN_A, counts={"anomaly_count": 1}))
+    b = load_run(write_run(tmp_path / "b", RUN_B, counts={"anomaly_count": 4}))
+    row = compare_runs([a, b]).deltas.set_index("metric").loc["anomaly_count"]
+    assert row["delta"] == 3 and not row["paired"]
+
+
+def test_one_run_with_two_providers_pairs_its_providers():
+    rows = owner("p", ("c1", 1, 1), ("c2", 1, 1)) + owner("q", ("c2", 0, 1), ("c1", 1, 1))
+    cases = pd.DataFrame(rows, columns=CASE_COLUMNS)
+    metrics = pd.DataFrame([(p, "all", "owner_accuracy", v, v, v, 2, None) for p, v in (("p", 1.0), ("q", 0.5))],
+                           columns=METRIC_COLUMNS)
+    comparison = compare_runs([Run(metrics=metrics, case_metrics=cases)])
+    assert comparison.labels == [("p", "q")]
+    assert comparison.cases[["case_id", "change"]].values.tolist() == [["c2", "right_to_wrong"]]
+
+
+def test_lower_is_better_covers_error_shares_and_off_diagonal_confusion():
+    assert [lower_is_better(m) for m in ("third_party_to_user_rate", "proposed_cross_subject_merge_applied_rate",
+                                         "owner_accuracy_with_errors", "error_code_accuracy", "infra_error_rate",
+                                         "subject_confusion_named_to_user", "subject_confusion_user_to_user")] == [
+        True, True, False, False, True, True, False]
+
+
+def test_cli_compare_writes_markdown_and_parquet_next_to_the_last_run(tmp_path: Path, capsys):
+    a, b = write_run(tmp_path / "a", RUN_A), write_run(tmp_path / "b", RUN_B)
+    assert main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "## a/p → b/p" in out and "### Flipped cases: 2 right → wrong, 1 wrong → right" in out
+    assert "| owner_accuracy | 0.875 [0.775, 0.975] n=4 | 0.875 [0.775, 0.975] n=4 | +0.000 |" in out
+    assert "Only in a/p (not paired): `c4` (d1)" in out
+    assert (b / "compare.md").read_text() == out
+    assert set(pd.read_parquet(b / "compare.parquet")["metric"]) == {"owner_accuracy", "third_party_to_user_rate"}
+    assert len(pd.read_parquet(b / "compare_cases.parquet")) == 5
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "cmp")]) == 0
+    assert (tmp_path / "cmp" / "compare.md").is_file()
+
+
+def test_cli_compare_refuses_a_single_provider_run_or_a_missing_one(tmp_path: Path, capsys):
+    a = write_run(tmp_path / "a", RUN_A)
+    assert main(["compare", str(a)]) == 2
+    assert main(["compare", str(a), str(tmp_path / "missing")]) == 2
+    assert "no such run directory" in capsys.readouterr().err
+
+
+def test_cli_show_prints_the_headline_with_ci_and_n(tmp_path: Path, capsys):
+    run = write_run(tmp_path / "r", RUN_A + owner("q", ("c1", 1, 2)), providers=("p", "q"),
+                    counts={"anomaly_count": 2, "custom_score": 0.5})
+    assert main(["show", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("run r: verdict valid")
+    line = next(x for x in out.splitlines() if x.startswith("owner_accuracy"))
+    assert "0.875 [0.775, 0.975] n=4" in line and "0.500 [0.400, 0.600] n=1" in line
+    assert next(x for x in out.splitlines() if x.startswith("anomaly_count")).split()[1:] == ["2", "2"]
+    assert "1 more metrics" in out  # custom_score is not a headline metric
+    assert main(["show", str(tmp_path / "missing")]) == 2
