@@ -19,7 +19,8 @@ def _run(args: argparse.Namespace) -> int:
 
     config = RunConfig(datasets=args.dataset or [], providers=args.lm or ["offline"], embedder=args.embedder,
                        faults=args.faults, seed=args.seed, concurrency=args.concurrency, out=args.out,
-                       resume=args.resume, progress=not args.no_progress)
+                       resume=args.resume, progress=not args.no_progress, gold=args.gold, limit=args.limit,
+                       sample=args.sample)
     try:
         outcome = run_eval(config)
     except UsageError as exc:
@@ -99,14 +100,37 @@ def _plots(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sampling_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--gold", choices=["all", "clean"], default="all",
+                        help="clean: leave out corpus labels the adapter flagged as misattributed")
+    parser.add_argument("--limit", type=int, default=None, help="at most N cases per dataset")
+    parser.add_argument("--sample", type=int, default=None, help="a seeded sample of N cases per dataset")
+
+
+def _datasets_audit(args: argparse.Namespace) -> int:
+    from evals.audit import audit, format_audit, write_audit
+
+    try:
+        report = audit(args.spec, gold=args.gold, limit=args.limit, sample=args.sample, seed=args.seed)
+    except (ValueError, OSError) as exc:  # a bad spec or an unreadable corpus
+        print(f"hymem-eval datasets audit: {exc}", file=sys.stderr)
+        return 2
+    print(format_audit(report))
+    if args.out:
+        print(f"audit: {write_audit(report, args.out)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hymem-eval", description="Evaluate LLM memory writes: attribution, "
                                      "cross-subject merges and rollback under injected faults.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="replay datasets through the engine, inject faults, write a report")
-    run.add_argument("--dataset", action="append", metavar="PATH",
-                     help="a .jsonl file or a directory of them (repeatable; default: the bundled datasets)")
+    run.add_argument("--dataset", action="append", metavar="SPEC",
+                     help="a .jsonl file, a directory of them, or a corpus: locomo:PATH, dulemon:PATH, "
+                     "memorybank:PATH, persona_chat:PATH (repeatable; default: the bundled datasets)")
+    _sampling_options(run)
     run.add_argument("--lm", action="append", metavar="SPEC",
                      help="provider: offline, oracle[:flip_owner=R,swap_subject=R,drop=R,seed=S], or a DSPy model string "
                      "(repeatable: side-by-side comparison)")
@@ -120,6 +144,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--fail-on-invalid", action="store_true", help="exit 1 when the verdict is invalid")
     run.add_argument("--no-progress", action="store_true")
     run.set_defaults(func=_run)
+
+    datasets = sub.add_parser("datasets", help="inspect datasets and corpora")
+    datasets_sub = datasets.add_subparsers(dest="datasets_command", required=True)
+    audit_cmd = datasets_sub.add_parser("audit", help="label audit of a dataset or corpus: flagged labels with reasons")
+    audit_cmd.add_argument("spec", help="a .jsonl file/directory or locomo:PATH, dulemon:PATH, memorybank:PATH, "
+                           "persona_chat:PATH")
+    audit_cmd.add_argument("--out", type=Path, default=None, help="write DIR/audit.parquet")
+    audit_cmd.add_argument("--seed", type=int, default=0)
+    _sampling_options(audit_cmd)
+    audit_cmd.set_defaults(func=_datasets_audit)
 
     serve = sub.add_parser("serve", help="a local OpenAI-compatible server backed by the offline model")
     serve.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")

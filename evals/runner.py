@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from evals.adapters import dataset_name
 from evals.dataset import Case, bundled_dataset_dir, dataset_hash, load_cases
 from evals.faults import FaultPlan
 from evals.manifest import Manifest, git_state, package_versions
@@ -44,6 +45,9 @@ class RunConfig(BaseModel):
     out: Path | None = None
     resume: bool = False
     progress: bool = True
+    gold: str = "all"  # "clean" leaves out labels an adapter flagged as misattributed
+    limit: int | None = None  # per dataset spec: at most this many cases
+    sample: int | None = None  # per dataset spec: a seeded sample of this many cases (seed = --seed)
 
 
 class RunOutcome(BaseModel):
@@ -53,18 +57,32 @@ class RunOutcome(BaseModel):
     manifest: Manifest
 
 
-class _LockedEmbedder:
-    """One shared embedder for all units; a lock keeps a non-thread-safe model safe."""
+class _SharedEmbedder:
+    """One embedder for all units: a lock keeps a non-thread-safe model safe, and a per-text cache
+    keeps a sweep from re-embedding the same facts for every faulted run (the models are deterministic;
+    faults are injected in front of this cache, so every faulted call still fails)."""
 
-    def __init__(self, inner: Any):
+    def __init__(self, inner: Any, max_entries: int = 50_000):
         self.inner = inner
         self.dim = getattr(inner, "dim", None)
         self.name = getattr(inner, "name", type(inner).__name__)
         self._lock = threading.Lock()
+        self._cache: dict[str, Any] = {}
+        self._max = max_entries
 
     def embed(self, texts: list[str]):
+        import numpy as np
+
         with self._lock:
-            return self.inner.embed(texts)
+            missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
+            if missing:
+                vectors = np.asarray(self.inner.embed(missing), dtype=np.float32)
+                if vectors.shape[0] != len(missing):  # let the engine's check see the provider's reply as it is
+                    return vectors
+                if len(self._cache) + len(missing) > self._max:
+                    self._cache.clear()
+                self._cache.update(zip(missing, vectors, strict=True))
+            return np.stack([self._cache[t] for t in texts]) if texts else np.zeros((0, self.dim or 0), np.float32)
 
 
 def resolve_embedder(spec: str | None) -> tuple[str, Any]:
@@ -78,19 +96,33 @@ def resolve_embedder(spec: str | None) -> tuple[str, Any]:
                   file=sys.stderr)
             spec = "hash"
     try:
-        return spec, _LockedEmbedder(make_embedder(spec))
+        return spec, _SharedEmbedder(make_embedder(spec))
     except (ValueError, TypeError, RuntimeError) as exc:
         raise UsageError(f"--embedder: {exc}") from exc
-
-
-def _dataset_name(case: Case) -> str:
-    return Path(case.source).stem if case.source else "cases"
 
 
 def _prompt_hash() -> str:
     from hymem.program import MemoryProgram
 
     return MemoryProgram().prompt_fingerprint()
+
+
+def _load(specs: list[str], config: RunConfig) -> list[Case]:
+    """Curated JSONL files and corpus adapters (`locomo:PATH`, ...); every spec is validated before any work."""
+    from evals.adapters import load_spec
+
+    if config.gold not in ("all", "clean"):
+        raise UsageError("--gold must be all or clean")
+    if all(":" not in spec for spec in specs) and config.limit is None and config.sample is None:
+        return load_cases(specs)  # one pass that reports every bad line of every file together
+    cases: list[Case] = []
+    for spec in specs:
+        cases += load_spec(spec, gold=config.gold, limit=config.limit, sample=config.sample, seed=config.seed)
+    ids = [c.id for c in cases]
+    if len(ids) != len(set(ids)):
+        dupes = sorted({i for i in ids if ids.count(i) > 1})[:5]
+        raise UsageError(f"case ids repeat across datasets: {dupes}")
+    return cases
 
 
 def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], tuple[str, Any], Manifest, Path]:
@@ -103,8 +135,8 @@ def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], t
         raise UsageError("--concurrency must be at least 1")
     specs = config.datasets or [str(bundled_dataset_dir())]
     try:
-        cases = load_cases(specs)
-    except ValueError as exc:  # DatasetError lists every bad line as file:line: field: problem
+        cases = _load(specs, config)
+    except (ValueError, OSError) as exc:  # DatasetError lists every bad line as file:line: field: problem
         raise UsageError(str(exc)) from exc
     if not cases:
         raise UsageError(f"no cases found in {specs}")
@@ -181,7 +213,7 @@ def run_eval(config: RunConfig) -> RunOutcome:
     lock = threading.Lock()
 
     def one(provider: str, case: Case) -> CaseRun:
-        return CaseReplayer(case, _dataset_name(case), provider, factories[provider], embedder, plan,
+        return CaseReplayer(case, dataset_name(case), provider, factories[provider], embedder, plan,
                             config.seed).run()
 
     bar = _progress(len(todo), config.progress, total_done=len(done))

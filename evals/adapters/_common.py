@@ -240,6 +240,7 @@ def first_person_en(text: str, name: str | None = None) -> str:
     poss = f"{subj}'s"
     out: list[str] = []
     pending = False  # the last word was "I": the next verb (past adverbs) is conjugated
+    said_i = False  # "I" has been the subject of a clause already
     for tok in _WORD.findall(text):
         low = tok.lower().replace("’", "'")
         if not tok.strip():
@@ -250,8 +251,10 @@ def first_person_en(text: str, name: str | None = None) -> str:
             out.append(tok)
             continue
         if low == "i":
+            # "my dog and I go": a plural subject keeps its verb; "I am 30 and I have" is a second clause
+            pending = out[-2:-1] != ["and"] or said_i
+            said_i = True
             out.append(subj)
-            pending = True
             continue
         named = any(subj in piece for piece in out)  # after the first mention, "my" reads "their"
         replacement = {"i'm": f"{subj} is", "i've": f"{subj} has", "i'd": f"{subj} would", "i'll": f"{subj} will",
@@ -259,12 +262,15 @@ def first_person_en(text: str, name: str | None = None) -> str:
                        "me": "them" if named else subj, "myself": "themselves"}.get(low)
         if replacement is not None:
             out.append(replacement)
+            said_i = said_i or low.startswith("i'")
             pending = False
         elif pending and low in _ADVERBS:
             out.append(tok)
         elif pending and low not in _STOP_CONJUGATING:
             out.append(conjugate(tok))
             pending = False
+        elif out and out[-2:-1] in (["and"], ["but"], ["or"]) and low in _IRREGULAR and named:
+            out.append(_IRREGULAR[low])  # "I work and have been …" -> "… and has been …"
         else:
             out.append(tok)
             pending = False
