@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from evals.manifest import SCHEMA_VERSION, Manifest
 from evals.stats import paired_bootstrap_delta
 
+# The columns read here, as evals.report declares them (tests pin that they agree; report imports dspy).
 METRICS_COLUMNS = ["provider", "dataset", "metric", "value", "ci_low", "ci_high", "n", "note"]
 CASE_METRICS_COLUMNS = ["provider", "dataset", "case_id", "metric", "num", "den"]
 # Metrics where a case is right at 0 (a share of mistakes); every other metric is right at 1.
@@ -43,7 +44,7 @@ class RunInputError(ValueError):
     """A run directory that cannot be read: missing, unfinished, or written with another schema."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Run:
     """The tables of a finished run that compare, gate and show read; built by `load_run` or by hand."""
 
@@ -51,7 +52,13 @@ class Run:
     case_metrics: pd.DataFrame  # case_metrics.parquet
     manifest: Manifest | None = None
     path: Path | None = None
-    tables: dict[str, pd.DataFrame] = field(default_factory=dict)  # other *.parquet by stem (cases, faults, facts..)
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)  # other tables by stem, read on first use
+
+    def table(self, name: str) -> pd.DataFrame | None:
+        """Another table of the run (cases, faults, facts, ...), or None when the run has none."""
+        if name not in self.tables and self.path is not None and (self.path / f"{name}.parquet").is_file():
+            self.tables[name] = _read_parquet(self.path / f"{name}.parquet", None)
+        return self.tables.get(name)
 
     @property
     def label(self) -> str:
@@ -113,17 +120,7 @@ def load_run(path: Path) -> Run:
             raise RunInputError(f"{path}: no {name}.parquet; the run has not finished (continue it with --resume)")
     metrics = _read_parquet(path / "metrics.parquet", METRICS_COLUMNS)
     case_metrics = _read_parquet(path / "case_metrics.parquet", CASE_METRICS_COLUMNS)
-    tables = {p.stem: _read_parquet(p, None) for p in sorted(path.glob("*.parquet"))
-              if p.stem not in ("metrics", "case_metrics") and not p.name.startswith(".")}
-    return Run(metrics=dedupe(metrics), case_metrics=dedupe(case_metrics), manifest=manifest, path=path,
-               tables=tables)
-
-
-def dedupe(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per key: the first, so a scorer's row never shadows the report's own of the same name."""
-    keys = ["provider", "dataset", "case_id", "metric"] if "case_id" in frame.columns else [
-        "provider", "dataset", "metric"]
-    return frame.drop_duplicates(keys, keep="first").reset_index(drop=True)
+    return Run(metrics=metrics, case_metrics=case_metrics, manifest=manifest, path=path)
 
 
 # ---- per-metric lookups -----------------------------------------------------------------------------------
@@ -412,6 +409,7 @@ def show(run_dir: Path) -> str:
     return headline(load_run(run_dir))
 
 
-__all__ = ["CASE_COLUMNS", "DELTA_COLUMNS", "HEADLINE", "Arm", "Comparison", "Run", "RunInputError", "arm_pairs",
-           "case_values", "compare_runs", "comparison_markdown", "headline", "load_run", "lower_is_better",
-           "metric_row", "show", "write_comparison"]
+__all__ = ["CASE_COLUMNS", "CASE_METRICS_COLUMNS", "DELTA_COLUMNS", "HEADLINE", "METRICS_COLUMNS", "Arm",
+           "Comparison", "Run", "RunInputError", "arm_pairs", "case_values", "compare_runs", "comparison_markdown",
+           "fmt", "fmt_ci", "headline", "is_count", "load_run", "lower_is_better", "metric_row", "show",
+           "write_comparison"]

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from evals.compare import HEADLINE, Run, is_count, load_run
+from evals.compare import HEADLINE, Run, is_count, load_run, lower_is_better, metric_row
 from evals.faults import KINDS, SITES, kinds_for
 
 CLASSES = ("user", "named", "assistant")  # subject classes of facts.parquet, in matrix order
@@ -45,39 +45,43 @@ def _rate_metrics(metrics: pd.DataFrame) -> list[str]:
 
 
 def providers_plot(run: Run, path: Path) -> Path | None:
-    """Horizontal bars per metric, one per provider, with 95% CI whiskers; None when no rate was measured."""
+    """Horizontal bars per metric, one per provider, with 95% CI whiskers and the value written out (a 0 bar
+    is invisible otherwise); None when no rate was measured. (↓) marks metrics where lower is better."""
     names = _rate_metrics(run.metrics)
     if not names:
         return None
     providers = run.providers
-    fig = _figure(8.5, 1.2 + 0.32 * len(names) * max(1, len(providers)) ** 0.6)
+    fig = _figure(9.0, 1.4 + 0.3 * len(names) * max(1, len(providers)) ** 0.6)
     ax = fig.add_subplot()
     height = 0.8 / len(providers)
-    all_rows = run.metrics[run.metrics["dataset"] == "all"].set_index(["provider", "metric"])
+    tops = [v for v in run.metrics.loc[run.metrics["metric"].isin(names), "ci_high"] if not math.isnan(v)]
+    right = max([1.0, *tops])
     for i, provider in enumerate(providers):
         ys, values, lows, highs = [], [], [], []
         for j, name in enumerate(names):
-            if (provider, name) not in all_rows.index:
+            row = metric_row(run, provider, "all", name)
+            y = j + (i - (len(providers) - 1) / 2) * height
+            if row is None or math.isnan(row["value"]):
+                ax.text(0.005 * right, y, "n/a", va="center", fontsize=6, color="#666666")
                 continue
-            row = all_rows.loc[(provider, name)]
-            if math.isnan(row["value"]):
-                continue
-            low = row["ci_low"] if not math.isnan(row["ci_low"]) else row["value"]
-            high = row["ci_high"] if not math.isnan(row["ci_high"]) else row["value"]
-            ys.append(j + (i - (len(providers) - 1) / 2) * height)
-            values.append(row["value"])
-            lows.append(max(row["value"] - low, 0.0))
-            highs.append(max(high - row["value"], 0.0))
+            value = row["value"]
+            low = row["ci_low"] if not math.isnan(row["ci_low"]) else value
+            high = row["ci_high"] if not math.isnan(row["ci_high"]) else value
+            ys.append(y)
+            values.append(value)
+            lows.append(max(value - low, 0.0))
+            highs.append(max(high - value, 0.0))
+            ax.text(max(high, value) + 0.01 * right, y, f"{value:.3f}", va="center", fontsize=6)
         ax.barh(ys, values, height=height * 0.9, xerr=[lows, highs], capsize=2, label=provider,
                 error_kw={"elinewidth": 1})
-    ax.set_yticks(range(len(names)), names)
+    ax.set_yticks(range(len(names)), [f"{n} (↓)" if lower_is_better(n) else n for n in names], fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlim(0, 1.05)
-    ax.set_xlabel("value (95% CI over cases)")
+    ax.set_xlim(0, right * 1.12)
+    ax.set_xlabel("value, with its 95% CI over cases")
     ax.grid(axis="x", alpha=0.3)
     ax.set_title(f"{run.label}: metrics per provider (all datasets)")
     if len(providers) > 1:
-        ax.legend(loc="lower right", fontsize="small")
+        fig.legend(loc="outside lower center", ncols=min(len(providers), 3), fontsize="small")
     return _save(fig, path)
 
 
@@ -87,7 +91,7 @@ def _ordered(present: list[str], known: tuple[str, ...]) -> list[str]:
 
 def confusion_plot(run: Run, path: Path) -> Path | None:
     """Gold subject class × predicted class of matched facts, per provider and stage; None without facts."""
-    facts = run.tables.get("facts")
+    facts = run.table("facts")
     if facts is None or facts.empty:
         return None
     facts = facts[facts["gold_class"].notna() & facts["pred_class"].notna()]
@@ -128,38 +132,45 @@ def confusion_plot(run: Run, path: Path) -> Path | None:
 
 
 def fault_plot(run: Run, path: Path) -> Path | None:
-    """Call site × fault kind, coloured by the share of checked units rolled back correctly; None without faults."""
-    faults = run.tables.get("faults")
+    """Call site × fault kind, coloured by the share of checked units rolled back correctly; None without faults.
+
+    Every known (site, kind) pair gets a cell: k/n when checked, "not fired" when its units were
+    indeterminate or infra errors, "not run" when the plan never injected it; blank when it does not apply.
+    """
+    faults = run.table("faults")
     if faults is None or faults.empty:
         return None
+    from matplotlib.patches import Rectangle
+
     providers = list(dict.fromkeys(faults["provider"]))
-    sites = _ordered(list(faults["site"].unique()), SITES)
-    kinds = _ordered(list(faults["kind"].unique()), KINDS)
+    sites = [*SITES, *sorted(set(faults["site"]) - set(SITES))]  # the whole grid, and any site it lacks
+    kinds = [*KINDS, *sorted(set(faults["kind"]) - set(KINDS))]
     checked = faults[faults["outcome"].isin(["ok", "wrong"]) & faults["rollback_ok"].notna()]
-    fig = _figure(1.5 + 0.62 * len(kinds), 0.7 + (0.45 * len(sites) + 1.0) * len(providers))
+    fig = _figure(1.8 + 0.6 * len(kinds), 0.8 + (0.42 * len(sites) + 1.1) * len(providers))
     axes = fig.subplots(len(providers), 1, squeeze=False)
     image = None
     for r, provider in enumerate(providers):
         ax = axes[r][0]
-        mine = checked[checked["provider"] == provider]
-        grouped = mine.groupby(["site", "kind"])["rollback_ok"].agg(["sum", "count"])
+        ran = set(zip(*(faults.loc[faults["provider"] == provider, c] for c in ("site", "kind")), strict=True))
+        grouped = checked[checked["provider"] == provider].groupby(["site", "kind"])["rollback_ok"].agg(["sum", "count"])
         shares = [[math.nan] * len(kinds) for _ in sites]
         for i, site in enumerate(sites):
-            applies = set(kinds_for(site)) if site in SITES else set(kinds)
+            applies = set(kinds_for(site)) if site in SITES else set()
             for j, kind in enumerate(kinds):
                 if (site, kind) in grouped.index:
                     ok, n = (int(x) for x in grouped.loc[(site, kind)])
                     shares[i][j] = ok / n
                     ax.text(j, i, f"{ok}/{n}", ha="center", va="center", fontsize=7)
-                elif kind in applies:
-                    ax.text(j, i, "not\nfired", ha="center", va="center", fontsize=6, color="#777777")
+                elif kind in applies or (site, kind) in ran:
+                    ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, color=_NA))
+                    label = "not\nfired" if (site, kind) in ran else "not\nrun"
+                    ax.text(j, i, label, ha="center", va="center", fontsize=6, color="#666666")
         image = ax.imshow(shares, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
-        ax.set_facecolor(_NA)
         ax.set_xticks(range(len(kinds)), kinds, rotation=40, ha="right", fontsize=8)
         ax.set_yticks(range(len(sites)), sites, fontsize=8)
         ax.set_title(provider, fontsize=9)
     fig.colorbar(image, ax=axes, shrink=0.8, label="correct rollback share (k/n checked units)")
-    fig.suptitle(f"{run.label}: rollback under injected faults")
+    fig.suptitle(f"{run.label}: rollback under injected faults (blank: kind does not apply)")
     return _save(fig, path)
 
 

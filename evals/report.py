@@ -413,6 +413,9 @@ def _atomic(run_dir: Path, name: str, write: Callable[[Path], None]) -> None:
     os.close(fd)
     try:
         write(Path(tmp))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report is for reading
         os.replace(tmp, run_dir / name)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

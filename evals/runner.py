@@ -240,6 +240,9 @@ def run_eval(config: RunConfig) -> RunOutcome:
     pool.shutdown(wait=True)
     runs.sort(key=lambda r: (config.providers.index(r.provider) if r.provider in config.providers else 99, r.case_id))
     verdict = report_run(run_dir, manifest, cases, runs)
+    from evals.plots import write_plots
+
+    write_plots(run_dir)
     manifest.finished = time.time()
     manifest.verdict = verdict
     atomic_write_text(run_dir / "manifest.json", manifest.model_dump_json(indent=2))
