@@ -428,3 +428,9 @@ def test_replies_satisfy_the_engines_strict_adapter_and_renderer():
                                                                                 "user")]
     assert pred.profile.name == "Tim"
     assert (working.experiences, ops.ops) == ([], [])
+
+
+def test_saved_engine_class_path_is_the_public_module():
+    from hymem.offline import offline_lm
+
+    assert offline_lm().dump_state()["engine"]["class"] == "hymem.offline:OfflineEngine"
