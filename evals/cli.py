@@ -17,10 +17,11 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never fetch a p
 def _run(args: argparse.Namespace) -> int:
     from evals.runner import RunConfig, UsageError, run_eval
 
-    config = RunConfig(datasets=args.dataset or [], providers=args.lm or ["offline"], embedder=args.embedder,
+    config = RunConfig(datasets=args.dataset or [], providers=args.lm or [], embedder=args.embedder,
                        faults=args.faults, seed=args.seed, concurrency=args.concurrency, out=args.out,
                        resume=args.resume, progress=not args.no_progress, gold=args.gold, limit=args.limit,
-                       sample=args.sample)
+                       sample=args.sample, program=args.program, providers_file=args.providers,
+                       cache=not args.no_cache, max_connections=args.max_connections)
     try:
         outcome = run_eval(config)
     except UsageError as exc:
@@ -100,6 +101,21 @@ def _plots(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tune(args: argparse.Namespace) -> int:
+    from evals.tune import TuneConfig, TuneError, parse_settings, summary_text, tune
+
+    try:
+        config = TuneConfig(program=args.program, optimizer=args.optimizer, train=args.train, dev=args.dev,
+                            lm=args.lm, teacher_lm=args.teacher_lm, prompt_lm=args.prompt_lm, out=args.out,
+                            seed=args.seed, dev_fraction=args.dev_fraction, settings=parse_settings(args.setting or []))
+        outcome = tune(config)
+    except TuneError as exc:
+        print(f"hymem-eval tune: {exc}", file=sys.stderr)
+        return 2
+    print(summary_text(outcome), end="")
+    return 0
+
+
 def _sampling_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gold", choices=["all", "clean"], default="all",
                         help="clean: leave out corpus labels the adapter flagged as misattributed")
@@ -132,8 +148,16 @@ def build_parser() -> argparse.ArgumentParser:
                      "memorybank:PATH, persona_chat:PATH (repeatable; default: the bundled datasets)")
     _sampling_options(run)
     run.add_argument("--lm", action="append", metavar="SPEC",
-                     help="provider: offline, oracle[:flip_owner=R,swap_subject=R,drop=R,seed=S], or a DSPy model string "
-                     "(repeatable: side-by-side comparison)")
+                     help="provider: offline, oracle[:flip_owner=R,swap_subject=R,drop=R,seed=S], a DSPy model string "
+                     "(openai/gpt-4o-mini), MODEL@URL for an OpenAI-compatible endpoint, or a name from --providers "
+                     "(repeatable: side-by-side comparison; default: offline)")
+    run.add_argument("--providers", type=Path, default=None, metavar="TOML",
+                     help="a file of [[provider]] tables (model, api_base, api_key_env, timeout, max_connections, "
+                     "prices); keys are read from the environment only")
+    run.add_argument("--max-connections", type=int, default=None,
+                     help="concurrent requests per provider (default: 8, or the providers file)")
+    run.add_argument("--no-cache", action="store_true",
+                     help="do not reuse successful HTTP replies from reports/.cache/responses.sqlite")
     run.add_argument("--embedder", default=None, help="minilm | hash | openai[/MODEL][@URL] (default: minilm "
                      "when installed, else hash)")
     run.add_argument("--faults", default="sweep", help="none | sweep | random:RATE (default: sweep)")
@@ -143,6 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
     run.add_argument("--fail-on-invalid", action="store_true", help="exit 1 when the verdict is invalid")
     run.add_argument("--no-progress", action="store_true")
+    run.add_argument("--program", type=Path, default=None, metavar="DIR",
+                     help="a tuned program (the --out of `hymem-eval tune`) instead of the built-in prompts")
     run.set_defaults(func=_run)
 
     datasets = sub.add_parser("datasets", help="inspect datasets and corpora")
@@ -193,6 +219,25 @@ def build_parser() -> argparse.ArgumentParser:
     plots = sub.add_parser("plots", help="write PNG plots of a finished run into RUN/plots/")
     plots.add_argument("run", type=Path, metavar="RUN", help="a run directory")
     plots.set_defaults(func=_plots)
+
+    tune = sub.add_parser("tune", help="tune the extractor or reconciler prompts with a DSPy optimizer")
+    tune.add_argument("--program", required=True, choices=["extractor", "reconciler"])
+    tune.add_argument("--optimizer", required=True, choices=["bootstrap", "mipro", "gepa"])
+    tune.add_argument("--train", action="append", required=True, metavar="SPEC", help="a .jsonl file or directory "
+                      "(repeatable)")
+    tune.add_argument("--dev", action="append", default=None, metavar="SPEC",
+                      help="held-out cases (repeatable; default: a seeded split of --train)")
+    tune.add_argument("--dev-fraction", type=float, default=0.3, help="share of --train held out when --dev is omitted")
+    tune.add_argument("--lm", default="offline", metavar="SPEC", help="task model: offline or a DSPy model string")
+    tune.add_argument("--teacher-lm", default=None, metavar="SPEC", help="model that runs the program to make demos "
+                      "(bootstrap, mipro; default: --lm)")
+    tune.add_argument("--prompt-lm", default=None, metavar="SPEC", help="model that proposes (mipro) or reflects "
+                      "(gepa); default: --teacher-lm, else --lm")
+    tune.add_argument("--setting", action="append", metavar="KEY=VALUE",
+                      help="optimizer setting over the defaults, VALUE as JSON (repeatable), e.g. max_metric_calls=200")
+    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--out", type=Path, required=True, metavar="DIR", help="where program.json and its manifest go")
+    tune.set_defaults(func=_tune)
     return parser
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import Counter
 from contextlib import contextmanager
 from typing import Any
@@ -141,22 +142,35 @@ def truncate_json(text: str) -> str:
 class FaultyEmbedder:
     """Wraps an embedder; injects an error, a NaN or a wrong dimension when armed."""
 
-    def __init__(self, inner: Any, injector: Injector):
+    def __init__(self, inner: Any, injector: Injector, log: Any = None):
         self.inner = inner
         self.injector = injector
+        self.log = log  # an evals.accounting.AttemptLog: one row per embedding attempt
         self.dim = getattr(inner, "dim", None)
         self.name = getattr(inner, "name", type(inner).__name__)
 
     def embed(self, texts: list[str]) -> np.ndarray:
         kind = self.injector.hit("embed")
-        if kind == "embed_error":
-            raise InjectedFault("embedding service unavailable (injected)")
-        vectors = np.array(self.inner.embed(texts), dtype=np.float32, copy=True)
+        start = time.perf_counter()
+        try:
+            if kind == "embed_error":
+                raise InjectedFault("embedding service unavailable (injected)")
+            hits_before = getattr(self.inner, "hits", 0)
+            vectors = np.array(self.inner.embed(texts), dtype=np.float32, copy=True)
+        except Exception as exc:
+            self._record(start, kind, status=type(exc).__name__, error=str(exc)[:300])
+            raise
         if kind == "embed_nan":
             vectors[-1, 0] = np.nan
         elif kind == "embed_wrong_dim":
             vectors = vectors[:, :-1]
+        self._record(start, kind, cache_hit=getattr(self.inner, "hits", 0) > hits_before)
         return vectors
+
+    def _record(self, start: float, kind: str | None, **fields: Any) -> None:
+        if self.log is not None:
+            self.log.add(model=str(self.name), site="embed", latency_s=time.perf_counter() - start, injected=kind,
+                         **fields)
 
 
 def faulty_lm(lm: dspy.LM, injector: Injector) -> dspy.LM:

@@ -1,41 +1,145 @@
-"""Providers: turn an `--lm` spec into a factory of `dspy.LM`s, one per case.
+"""Providers: `--lm` specs and a providers file → one `Provider` each, which makes `dspy.LM`s per case.
 
-A factory (rather than one LM) lets calibration providers such as the oracle
-answer from the case being replayed; ordinary providers ignore the case.
+A factory per case (rather than one LM) lets calibration providers such as the oracle answer
+from the case being replayed. HTTP providers read their key from the environment only; a
+missing key is a one-line error before any work, and no key is ever written anywhere.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import os
+import threading
+import tomllib
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import dspy
+from pydantic import BaseModel, ConfigDict, Field
 
 from evals.dataset import Case
 
 LMFactory = Callable[[Case], dspy.BaseLM]
 
+# The environment variable a provider prefix reads its key from (DSPy/LiteLLM's own names).
+KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY",
+           "groq": "GROQ_API_KEY", "mistral": "MISTRAL_API_KEY", "together_ai": "TOGETHERAI_API_KEY",
+           "deepseek": "DEEPSEEK_API_KEY", "openrouter": "OPENROUTER_API_KEY", "fireworks_ai": "FIREWORKS_API_KEY"}
+
+
+class ProviderConfig(BaseModel):
+    """One provider, from `--lm` or a `[[provider]]` table of the providers file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str  # how the provider is named in reports (the --lm spec by default)
+    model: str  # offline | oracle[:...] | a DSPy model string such as openai/gpt-4o-mini
+    api_base: str | None = None  # an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1
+    api_key_env: str | None = None  # the environment variable holding the key (default by prefix)
+    timeout: float = 60.0  # seconds per request, explicit (DSPy's default is 600)
+    max_connections: int = Field(default=8, ge=1)  # concurrent requests to this provider
+    max_attempts: int = Field(default=3, ge=1)  # per call, only without fault injection; 429 honours Retry-After
+    input_price: float | None = None  # USD per 1M prompt tokens (else the local price table)
+    output_price: float | None = None  # USD per 1M completion tokens
+
+    @property
+    def is_http(self) -> bool:
+        return self.model not in ("offline", "oracle") and not self.model.startswith("oracle:")
+
+
+def parse_lm_spec(spec: str) -> ProviderConfig:
+    """`offline`, `oracle[:k=v,...]`, `MODEL` or `MODEL@URL` (`openai/m@http://127.0.0.1:8000/v1`)."""
+    if spec in ("offline", "oracle") or spec.startswith("oracle:"):
+        return ProviderConfig(name=spec, model=spec)
+    model, sep, url = spec.partition("@")
+    if not model or "/" not in model or (sep and not url.startswith(("http://", "https://"))):
+        raise ValueError(f"--lm {spec!r}: use offline, oracle[:key=value,...], a DSPy model string such as "
+                         "openai/gpt-4o-mini, or MODEL@URL for an OpenAI-compatible endpoint")
+    return ProviderConfig(name=spec, model=model, api_base=url or None)
+
+
+def load_providers_file(path: Path) -> list[ProviderConfig]:
+    """A TOML file of `[[provider]]` tables (see README); errors name the file and the entry."""
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"--providers {path}: {exc}") from None
+    out = []
+    for i, entry in enumerate(data.get("provider", [])):
+        try:
+            out.append(ProviderConfig.model_validate(entry))
+        except Exception as exc:
+            raise ValueError(f"--providers {path}: provider[{i}]: {exc}") from None
+    if not out:
+        raise ValueError(f"--providers {path}: no [[provider]] tables")
+    return out
+
+
+def resolve_providers(specs: Sequence[str], providers_file: Path | None) -> list[ProviderConfig]:
+    """`--lm` specs (a name from the providers file, or a spec) plus the file's providers."""
+    known = {p.name: p for p in load_providers_file(providers_file)} if providers_file else {}
+    if not specs:
+        return list(known.values()) or [ProviderConfig(name="offline", model="offline")]
+    return [known[s] if s in known else parse_lm_spec(s) for s in specs]
+
+
+def _is_loopback(url: str | None) -> bool:
+    host = urlparse(url).hostname if url else None
+    if host in ("localhost",):
+        return True
+    try:
+        return host is not None and ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def api_key(config: ProviderConfig) -> str | None:
+    """The key from the environment; a placeholder for a loopback endpoint; else a one-line error."""
+    env = config.api_key_env or KEY_ENV.get(config.model.split("/", 1)[0])
+    value = os.environ.get(env) if env else None
+    if value:
+        return value
+    if _is_loopback(config.api_base):
+        return "local-no-key"
+    if env is None:
+        return None  # a provider DSPy configures by itself (e.g. its own environment variables)
+    raise ValueError(f"--lm {config.name}: set {env} in the environment (keys are never read from flags or files)")
+
+
+class Provider:
+    """A configured provider: makes an LM per case and shares one connection limit across them."""
+
+    def __init__(self, config: ProviderConfig, cases: Sequence[Case] = ()):
+        self.config = config
+        self.name = config.name
+        self.connections = threading.BoundedSemaphore(config.max_connections)
+        if config.model == "offline":
+            from hymem.offline import offline_lm
+
+            self._factory: LMFactory = lambda case: offline_lm()
+        elif not config.is_http:
+            from evals.oracle import oracle_factory
+
+            self._factory = oracle_factory(config.model, cases)
+        else:
+            key = api_key(config)  # raises before any work when missing
+            kwargs: dict[str, Any] = {"cache": False, "num_retries": 0, "timeout": config.timeout}
+            if config.api_base:
+                kwargs["api_base"] = config.api_base
+            if key is not None:
+                kwargs["api_key"] = key
+            self._factory = lambda case: dspy.LM(config.model, **kwargs)
+
+    def lm(self, case: Case) -> dspy.BaseLM:
+        return self._factory(case)
+
+    @property
+    def supports_inprocess_faults(self) -> bool:
+        return not self.config.is_http
+
 
 def provider_factory(spec: str, cases: Sequence[Case] = ()) -> LMFactory:
-    """`offline`, `oracle[:key=value,...]`, or any DSPy model string (`openai/gpt-4o-mini`, ...).
-
-    `cases` are all the cases of the run: the noisy oracle chooses its errors over their gold facts.
-    """
-    if spec == "oracle" or spec.startswith("oracle:"):
-        from evals.oracle import oracle_factory
-
-        return oracle_factory(spec, cases)
-    if spec == "offline":
-        from hymem.offline import offline_lm
-
-        return lambda case: offline_lm()
-    if not spec or "/" not in spec:
-        raise ValueError(f"--lm {spec!r}: use offline, oracle[:key=value,...] or a DSPy model string such as "
-                         "openai/gpt-4o-mini")
-    return lambda case: dspy.LM(spec, cache=False, num_retries=0, timeout=60)
-
-
-def supports_inprocess_faults(factory: LMFactory, probe: Any) -> bool:
-    """True when the provider's LM has a custom engine the injector can wrap."""
-    engine = getattr(factory(probe), "engine", None)
-    return engine is not None and not isinstance(engine, str)
+    """The LM factory of one `--lm` spec (kept for callers that need only the factory)."""
+    return Provider(parse_lm_spec(spec), cases).lm

@@ -14,6 +14,8 @@ Fault plans (`--faults`):
   list, everything is forwarded. Meant for tests that aim a fault at one request.
 KINDS is a comma list; `500`, `502`, `503`, `429` are accepted for the `http_*` kinds.
 Only POSTs to `.../chat/completions` and `.../embeddings` are faultable; everything else is forwarded.
+A logged fault's `request_id` is, in order of preference: the id in a `/rid/<id>/v1` base URL
+(`ProxyHandle.url_for`), the `x-hymem-request-id` header, or the request's number (`seq`).
 
 For embeddings the content kinds mean: `empty_content` → `data: []`, `null_content` → null vectors,
 `truncated_json` → the body cut in half, `wrong_schema` → vectors under a wrong field name.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import http.client
 import json
 import random
+import re
 import socket
 import threading
 import time
@@ -40,6 +43,7 @@ _ALIASES = {"500": "http_500", "502": "http_502", "503": "http_503", "429": "htt
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
                "trailers", "transfer-encoding", "upgrade", "host", "content-length", "accept-encoding"}
 REQUEST_ID_HEADER = "x-hymem-request-id"
+_RID_PREFIX = re.compile(r"^/rid/([^/?]+)(?=/|$)")
 
 
 def _kind(name: str) -> str:
@@ -104,6 +108,14 @@ class ProxyHandle(ServerHandle):
     def __init__(self, httpd: Any, state: _State):
         super().__init__(httpd)
         self._state = state
+
+    def url_for(self, request_id: str) -> str:
+        """A base URL that tags every request through it with `request_id` in the fault log.
+
+        Why: DSPy's native HTTP engine cannot send a custom header (a `headers=` option silently moves the
+        LM to LiteLLM, which classifies bad bodies differently), but it takes any `api_base`.
+        """
+        return f"http://127.0.0.1:{self.port}/rid/{urllib.parse.quote(request_id, safe='')}/v1"
 
     def faults(self) -> list[dict]:
         with self._state.lock:
@@ -195,13 +207,16 @@ def _truncate(body: bytes, embeddings: bool) -> bytes | None:
 def _handler(state: _State) -> type[JSONHandler]:
     class FaultProxyHandler(JSONHandler):
         def do_GET(self) -> None:
+            self._tagged_id()
             self._forward(b"")
 
         def do_DELETE(self) -> None:
+            self._tagged_id()
             self._forward(b"")
 
         def do_POST(self) -> None:
             body = self.read_body()
+            path_id = self._tagged_id()
             route = self.path.split("?", 1)[0].rstrip("/")
             if not route.endswith(("/chat/completions", "/embeddings")):
                 self._forward(body)
@@ -210,7 +225,7 @@ def _handler(state: _State) -> type[JSONHandler]:
             if kind is None:
                 self._forward(body)
                 return
-            request_id = self.headers.get(REQUEST_ID_HEADER)
+            request_id = path_id or self.headers.get(REQUEST_ID_HEADER)
             if kind == "truncated_json":  # needs the real reply first; logged as not applied if it cannot be cut
                 status, headers, reply = self._upstream(body)
                 cut = _truncate(reply, route.endswith("/embeddings")) if status == 200 else None
@@ -219,6 +234,14 @@ def _handler(state: _State) -> type[JSONHandler]:
                 return
             state.log(index, kind, route, request_id)
             self._inject(kind, body, route.endswith("/embeddings"))
+
+        def _tagged_id(self) -> str | None:
+            """Strip a `/rid/<id>` prefix off the path (see ProxyHandle.url_for) and return the id."""
+            match = _RID_PREFIX.match(self.path)
+            if match is None:
+                return None
+            self.path = self.path[match.end():] or "/"
+            return urllib.parse.unquote(match.group(1))
 
         def _inject(self, kind: str, body: bytes, embeddings: bool) -> None:
             if kind.startswith("http_"):

@@ -20,8 +20,12 @@ from pydantic import BaseModel, Field
 from evals.checker import StoreState, canonical, check_faulted_write, codes_of, read_state
 from evals.dataset import Case
 from evals.faults import Fault, FaultPlan, expected_outcome
+from evals.accounting import AccountingLM, AttemptLog, price_table
 from evals.inject import FaultyEmbedder, Injector, faulty_lm
 from hymem.client import HyMemoryClient
+
+
+_PRICES = price_table()
 
 
 class WriteRecord(BaseModel):
@@ -71,6 +75,7 @@ class CaseRun(BaseModel):
     memories: list[dict[str, Any]] = Field(default_factory=list)  # live memories after the control run
     profile: dict[str, Any] = Field(default_factory=dict)
     faults: list[FaultRecord] = Field(default_factory=list)
+    attempts: list[dict[str, Any]] = Field(default_factory=list)  # every LM and embedding attempt (Attempt)
     seconds: float = 0.0
 
 
@@ -93,19 +98,39 @@ def _do_write(client: HyMemoryClient, path: str, payload: Any, user_id: str, req
 
 
 class CaseReplayer:
-    """Runs one case for one provider on fresh stores in a temporary directory."""
+    """Runs one case for one provider on fresh stores in a temporary directory.
+
+    `program`: a tuned MemoryProgram (run --program) every client of this unit uses; this unit's own
+    copy, so units on other threads never share predictor objects. None: the built-in prompts.
+    """
 
     def __init__(self, case: Case, dataset: str, provider: str, lm_factory: Callable[[Case], Any],
-                 embedder: Any, plan: FaultPlan, seed: int):
+                 embedder: Any, plan: FaultPlan, seed: int, program: Any = None, *, accounting: Any = None,
+                 cache: Any = None):
         self.case, self.dataset, self.provider = case, dataset, provider
         self.lm_factory, self.embedder, self.plan, self.seed = lm_factory, embedder, plan, seed
+        self.program = program.deepcopy() if program is not None else None
         self.injector = Injector()
+        self.accounting = accounting  # the evals.providers.Provider: attempts, connection limit, retries
+        self.cache = cache  # ResponseCache for HTTP providers, or None
+        self.log = AttemptLog(provider, case.id)
+        self._lm: Any = None
 
     def _client(self, path: Path) -> HyMemoryClient:
         base = self.lm_factory(self.case)
         lm = faulty_lm(base, self.injector) if self.plan.name != "none" else base
-        return HyMemoryClient(path=path, lm=lm, embedder=FaultyEmbedder(self.embedder, self.injector),
-                              reconcile_enabled=True)
+        if self.accounting is not None:
+            lm = AccountingLM.wrap(lm, provider=self.accounting, log=self.log, injector=self.injector,
+                                   cache=self.cache, retries=self.plan.name == "none", prices=_PRICES)
+        self._lm = lm
+        return HyMemoryClient(path=path, lm=lm, embedder=FaultyEmbedder(self.embedder, self.injector, self.log),
+                              reconcile_enabled=True, program=self.program)
+
+    def _cache_clean_success(self, outcome: Any) -> None:
+        """Cache this write's replies only when it succeeded with no fault injected."""
+        pending = self._lm.take_pending() if isinstance(self._lm, AccountingLM) else []
+        if self.cache is not None and outcome.success and not self.injector.fired:
+            self.cache.put_many(pending)
 
     def run(self) -> CaseRun:
         start = time.perf_counter()
@@ -117,6 +142,7 @@ class CaseReplayer:
             except Exception as exc:  # a harness or provider failure is data, never a silent zero
                 result.status = "infra_error"
                 result.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=6)}"
+        result.attempts = [a.model_dump() for a in self.log.rows]
         result.seconds = time.perf_counter() - start
         return result
 
@@ -133,9 +159,11 @@ class CaseReplayer:
                 states.append(read_state(store))
                 client = self._client(store)
                 self.injector.arm(None)
+                self.log.context = {"write": index, "unit": "control"}
                 t0 = time.perf_counter()
                 with self.injector.store_hook():
                     outcome = _do_write(client, path, payload, self.case.user_id, f"{self.case.id}/w{index}")
+                self._cache_clean_success(outcome)
                 record = WriteRecord(index=index, path=path, request_id=outcome.request_id, success=outcome.success,
                                      codes=codes_of(outcome), message=outcome.message,
                                      ops=[op.model_dump() for op in outcome.ops], reached=dict(self.injector.reached),
@@ -173,6 +201,7 @@ class CaseReplayer:
         try:
             client = self._client(work)
             self.injector.arm(fault)
+            self.log.context = {"write": index, "unit": "fault"}
             with self.injector.store_hook():
                 faulted = _do_write(client, path, payload, self.case.user_id, rid)
             record.fired = bool(self.injector.fired)
@@ -183,6 +212,7 @@ class CaseReplayer:
             if not expected.success:
                 client = self._client(work)
                 self.injector.arm(None)
+                self.log.context = {"write": index, "unit": "retry"}
                 with self.injector.store_hook():
                     retry = _do_write(client, path, payload, self.case.user_id, rid + "/retry")
                 client.close()
@@ -191,6 +221,7 @@ class CaseReplayer:
             repeat_rid = rid + "/retry" if not expected.success else rid
             client = self._client(work)
             self.injector.arm(None)
+            self.log.context = {"write": index, "unit": "repeat"}
             with self.injector.store_hook():
                 _do_write(client, path, payload, self.case.user_id, repeat_rid)
             client.close()

@@ -27,6 +27,7 @@ from evals.faults import SITES, kinds_for
 from evals.manifest import Manifest
 from evals.replay import CaseRun, FaultRecord
 from evals.stats import bootstrap_ci
+from evals.usage import USAGE_METRICS
 
 UNITS_FILE = "units.jsonl"
 NOT_REACHED = "FAULT_NOT_REACHED"
@@ -314,6 +315,17 @@ def _num(x: float, count: bool) -> str:
     return f"{x:.0f}" if count else f"{x:.3f}"
 
 
+def _usage(metric: str, value: float) -> str | None:
+    """Units for the usage metrics: latency in ms, cost in USD."""
+    if value is None or math.isnan(value):
+        return None
+    if metric.startswith("latency_"):
+        return f"{value * 1000:.1f} ms"
+    if metric == "cost_total":
+        return f"${value:.4f}"
+    return None
+
+
 def _one_line(text: Any, limit: int = 300) -> str:
     if not isinstance(text, str) or not text.strip():
         return ""
@@ -326,7 +338,8 @@ HEADLINE = ["fact_f1", "fact_precision", "fact_recall", "subject_accuracy", "own
             "cross_subject_merge_proposed_rate", "cross_subject_merge_applied_rate", "separate_kept_rate",
             "same_subject_update_recall", "no_memory_accuracy", "rollback_correct_rate", "error_code_accuracy",
             "retry_equivalence_rate", "infra_error_rate", "degraded_success_count", "anomaly_count", "faulted_units",
-            "indeterminate_units"]
+            "indeterminate_units", "latency_p50", "latency_p95", "tokens_total", "cost_total", "lm_attempts",
+            "lm_retries"]
 
 
 def _worst_cases(facts: pd.DataFrame, limit: int = 8) -> list[str]:
@@ -362,9 +375,9 @@ def summary_markdown(manifest: Manifest, verdict: str, reasons: list[str], cases
         out += [f"## {provider}", ""]
         table = []
         for m in rows.itertuples():
-            count = m.metric in COUNT_METRICS
+            count = m.metric in COUNT_METRICS or m.metric in USAGE_METRICS
             ci = "" if count else f"[{_num(m.ci_low, False)}, {_num(m.ci_high, False)}]"
-            table.append([m.metric, _num(m.value, count), ci, m.n])
+            table.append([m.metric, _usage(m.metric, m.value) or _num(m.value, count), ci, m.n])
         out += [markdown_table(["metric", "value", "95% CI", "n"], table), "",
                 "n is units for a rate (its CI resamples cases) and cases for a count; see metrics.parquet `note`.", ""]
     out += ["Every metric (per dataset, proposed vs stored stage, `_with_errors` twins that count infra errors "

@@ -22,7 +22,8 @@ from evals.adapters import dataset_name
 from evals.dataset import Case, bundled_dataset_dir, dataset_hash, load_cases
 from evals.faults import FaultPlan
 from evals.manifest import Manifest, git_state, package_versions
-from evals.providers import provider_factory, supports_inprocess_faults
+from evals.accounting import ResponseCache
+from evals.providers import Provider, resolve_providers
 from evals.replay import CaseReplayer, CaseRun
 
 log = logging.getLogger("hymem.eval")
@@ -37,7 +38,11 @@ class RunConfig(BaseModel):
     """What `hymem-eval run` was asked to do."""
 
     datasets: list[str] = Field(default_factory=list)  # empty: the bundled datasets
-    providers: list[str] = Field(default_factory=lambda: ["offline"])
+    providers: list[str] = Field(default_factory=list)  # --lm specs or provider names; empty: offline
+    providers_file: Path | None = None  # a TOML file of [[provider]] tables
+    cache: bool = True  # reuse successful HTTP replies (reports/.cache/responses.sqlite)
+    cache_dir: Path | None = None  # the cache file, when not the default
+    max_connections: int | None = None  # overrides every provider's connection limit
     embedder: str | None = None  # None: minilm when installed, else hash
     faults: str = "sweep"
     seed: int = 0
@@ -48,6 +53,7 @@ class RunConfig(BaseModel):
     gold: str = "all"  # "clean" leaves out labels an adapter flagged as misattributed
     limit: int | None = None  # per dataset spec: at most this many cases
     sample: int | None = None  # per dataset spec: a seeded sample of this many cases (seed = --seed)
+    program: Path | None = None  # a tuned program (`hymem-eval tune --out DIR`); None: the built-in prompts
 
 
 class RunOutcome(BaseModel):
@@ -69,12 +75,15 @@ class _SharedEmbedder:
         self._lock = threading.Lock()
         self._cache: dict[str, Any] = {}
         self._max = max_entries
+        self.hits = 0  # calls answered wholly from the cache (read by the attempt log)
 
     def embed(self, texts: list[str]):
         import numpy as np
 
         with self._lock:
             missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
+            if not missing:
+                self.hits += 1
             if missing:
                 vectors = np.asarray(self.inner.embed(missing), dtype=np.float32)
                 if vectors.shape[0] != len(missing):  # let the engine's check see the provider's reply as it is
@@ -101,10 +110,22 @@ def resolve_embedder(spec: str | None) -> tuple[str, Any]:
         raise UsageError(f"--embedder: {exc}") from exc
 
 
-def _prompt_hash() -> str:
+def load_tuned_program(path: Path | None) -> Any:
+    """The MemoryProgram saved by `hymem-eval tune` in `path`, or None for the built-in prompts."""
+    if path is None:
+        return None
+    from evals.tuning.saved import load_program
+
+    try:
+        return load_program(path)
+    except ValueError as exc:
+        raise UsageError(f"--program: {exc}") from exc
+
+
+def _prompt_hash(program: Any = None) -> str:
     from hymem.program import MemoryProgram
 
-    return MemoryProgram().prompt_fingerprint()
+    return (program if program is not None else MemoryProgram()).prompt_fingerprint()
 
 
 def _load(specs: list[str], config: RunConfig) -> list[Case]:
@@ -140,22 +161,30 @@ def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], t
         raise UsageError(str(exc)) from exc
     if not cases:
         raise UsageError(f"no cases found in {specs}")
-    factories = {}
-    for spec in config.providers:
-        try:
-            factories[spec] = provider_factory(spec, cases)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from exc
-        if plan.name != "none" and not supports_inprocess_faults(factories[spec], cases[0]):
-            raise UsageError(f"--lm {spec}: in-process fault injection needs a custom-engine model; "
-                             "use --faults none for HTTP providers")
+    try:
+        configs = resolve_providers(config.providers, config.providers_file)
+        if config.max_connections is not None:
+            if config.max_connections < 1:
+                raise ValueError("--max-connections must be at least 1")
+            configs = [c.model_copy(update={"max_connections": config.max_connections}) for c in configs]
+        factories = {c.name: Provider(c, cases) for c in configs}  # keys are checked here, before any work
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    if len(factories) != len(configs):
+        raise UsageError("provider names repeat: give each --lm or [[provider]] a distinct name")
+    for name, provider in factories.items():
+        if plan.name != "none" and not provider.supports_inprocess_faults:
+            raise UsageError(f"--lm {name}: faults are injected in-process only into local models; run HTTP "
+                             "providers with --faults none, or through `hymem-eval proxy` for faults on the wire")
     embedder = resolve_embedder(config.embedder)
     from hymem import __version__
 
     commit, dirty = git_state(REPO_ROOT)
+    program = load_tuned_program(config.program)
     manifest = Manifest(run_id="", datasets=specs, dataset_hash=dataset_hash(cases), n_cases=len(cases),
-                        providers=list(config.providers), embedder=embedder[0], faults=str(plan), seed=config.seed,
-                        concurrency=config.concurrency, engine_version=__version__, prompt_hash=_prompt_hash(),
+                        providers=list(factories), embedder=embedder[0], faults=str(plan), seed=config.seed,
+                        concurrency=config.concurrency, engine_version=__version__, prompt_hash=_prompt_hash(program),
+                        program=str(config.program) if config.program is not None else None,
                         git_commit=commit, git_dirty=dirty, packages=package_versions())
     manifest.manifest_hash = manifest.compute_hash()
     run_dir = _run_dir(config, manifest)
@@ -199,11 +228,15 @@ def _done_units(run_dir: Path) -> dict[tuple[str, str], CaseRun]:
 def run_eval(config: RunConfig) -> RunOutcome:
     """Run (or resume) an eval and write its report. KeyboardInterrupt propagates after saving finished units."""
     cases, plan, factories, (_, embedder), manifest, run_dir = prepare(config)
+    program = load_tuned_program(config.program)
     logging.getLogger("hymem.store").setLevel(logging.CRITICAL)  # injected FAISS faults are logged by design
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "manifest.json", manifest.model_dump_json(indent=2))
     done = _done_units(run_dir) if config.resume else {}
-    todo = [(p, c) for p in config.providers for c in cases if (p, c.id) not in done]
+    names = list(factories)
+    todo = [(p, c) for p in names for c in cases if (p, c.id) not in done]
+    cache = ResponseCache(config.cache_dir or run_dir.parent / ".cache" / "responses.sqlite") \
+        if config.cache and any(p.config.is_http for p in factories.values()) else None
     runs = list(done.values())
     units_path = run_dir / "units.jsonl"
     if units_path.exists() and units_path.stat().st_size and not units_path.read_bytes().endswith(b"\n"):
@@ -212,11 +245,14 @@ def run_eval(config: RunConfig) -> RunOutcome:
     units_file = units_path.open("a", encoding="utf-8")
     lock = threading.Lock()
 
-    def one(provider: str, case: Case) -> CaseRun:
-        return CaseReplayer(case, dataset_name(case), provider, factories[provider], embedder, plan,
-                            config.seed).run()
+    def one(name: str, case: Case) -> CaseRun:
+        provider = factories[name]
+        return CaseReplayer(case, dataset_name(case), name, provider.lm, embedder, plan, config.seed,
+                            program=program, accounting=provider,
+                            cache=cache if provider.config.is_http else None).run()
 
     bar = _progress(len(todo), config.progress, total_done=len(done))
+    calls, started = 0, time.monotonic()
     pool = ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="hymem-unit")
     try:
         futures = {pool.submit(one, p, c) for p, c in todo}
@@ -229,16 +265,21 @@ def run_eval(config: RunConfig) -> RunOutcome:
                     units_file.flush()
                     os.fsync(units_file.fileno())
                 runs.append(result)
+                calls += sum(1 for a in result.attempts if a["site"] != "embed" and not a["cache_hit"])
                 bar.update(1)
-                bar.set_postfix_str(f"faults {sum(len(r.faults) for r in runs)}", refresh=False)
+                rate = calls / max(1e-9, time.monotonic() - started)
+                bar.set_postfix_str(f"faults {sum(len(r.faults) for r in runs)} · LM calls {calls} ({rate:.1f}/s)",
+                                    refresh=False)
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     finally:
         units_file.close()
         bar.close()
+        if cache is not None:
+            cache.close()
     pool.shutdown(wait=True)
-    runs.sort(key=lambda r: (config.providers.index(r.provider) if r.provider in config.providers else 99, r.case_id))
+    runs.sort(key=lambda r: (names.index(r.provider) if r.provider in names else 99, r.case_id))
     verdict = report_run(run_dir, manifest, cases, runs)
     from evals.plots import write_plots
 
@@ -257,10 +298,13 @@ def report_run(run_dir: Path, manifest: Manifest, cases: list[Case], runs: list[
     by_id = {c.id: c for c in cases}
     pairs = [(by_id[r.case_id], r) for r in runs if r.case_id in by_id]
     # The report counts infra errors per unit (cases and faulted runs); the scorers' per-case twin is dropped.
+    from evals.usage import attempts_frame, usage_metrics
+
     scored = [row for row in attribution_metrics(pairs, manifest.seed) if row["metric"] != "infra_error_rate"]
-    return write_report(run_dir, manifest, runs, extra_metrics=scored,
+    return write_report(run_dir, manifest, runs, extra_metrics=scored + usage_metrics(runs),
                         extra_case_rows=case_rows(pairs),
-                        extra_tables={"facts": facts_frame(pairs), "ops": ops_frame(pairs)})
+                        extra_tables={"facts": facts_frame(pairs), "ops": ops_frame(pairs),
+                                      "attempts": attempts_frame(runs)})
 
 
 def _progress(total: int, enabled: bool, total_done: int = 0):

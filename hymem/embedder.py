@@ -88,8 +88,8 @@ class OpenAIEmbedder:
 
         self.model = model
         self._client = OpenAI(
-            base_url=base_url or os.environ.get("OPENAI_BASE_URL"),
-            api_key=api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
+            base_url=base_url,  # explicit only: OPENAI_BASE_URL would also divert DSPy's own LM client
+            api_key=api_key or os.environ.get("OPENAI_API_KEY") or _local_key(base_url),
             max_retries=0,
             timeout=timeout,
         )
@@ -105,6 +105,16 @@ class OpenAIEmbedder:
         reply = self._client.embeddings.create(model=self.model, input=list(texts))
         rows = sorted(reply.data, key=lambda item: item.index)
         return np.asarray([row.embedding for row in rows], dtype=np.float32)
+
+
+def _local_key(base_url: str | None) -> str:
+    """A placeholder key for a loopback endpoint; anything else needs OPENAI_API_KEY."""
+    from urllib.parse import urlparse
+
+    host = urlparse(base_url).hostname if base_url else None
+    if host in ("127.0.0.1", "localhost", "::1") or (host or "").startswith("127."):
+        return "local-no-key"
+    raise EmbeddingError("embedder openai: set OPENAI_API_KEY in the environment")
 
 
 def minilm_available() -> bool:

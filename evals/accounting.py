@@ -1,0 +1,192 @@
+"""Per-attempt accounting, retries that honour Retry-After, and the response cache.
+
+Every LM and embedding attempt (retries included) becomes one row, so an injected fault can
+never be absorbed silently by a retry: retries are counted and reported. Successful replies of
+HTTP providers are cached, but only once the write they served has succeeded with no fault.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import dspy
+from dspy.utils.exceptions import LMRateLimitError
+from pydantic import BaseModel
+
+from evals.inject import Injector, site_of
+
+_PRICES_FILE = Path(__file__).with_name("prices.toml")
+
+
+class Attempt(BaseModel):
+    """One model or embedding attempt."""
+
+    provider: str
+    model: str
+    case_id: str
+    write: int | None = None  # index of the write within the case
+    unit: str = "control"  # control | fault | retry | repeat
+    site: str  # lm.extract | lm.extract_working | lm.reconcile | embed
+    attempt: int = 1  # 1 for the first try of a call, 2.. for retries
+    status: str = "ok"  # ok, or the exception's class name
+    error: str | None = None  # first line of the exception
+    latency_s: float = 0.0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost_usd: float | None = None  # when a price is known
+    cache_hit: bool = False
+    injected: str | None = None  # the fault kind injected into this attempt
+
+
+class AttemptLog:
+    """Collects attempts for one case; the replayer sets the context (write, unit) before each write."""
+
+    def __init__(self, provider: str, case_id: str):
+        self.provider, self.case_id = provider, case_id
+        self.context: dict[str, Any] = {"write": None, "unit": "control"}
+        self.rows: list[Attempt] = []
+        self._lock = threading.Lock()
+
+    def add(self, **fields: Any) -> None:
+        with self._lock:
+            self.rows.append(Attempt(provider=self.provider, case_id=self.case_id, **self.context, **fields))
+
+
+def price_table() -> dict[str, tuple[float, float]]:
+    """model → (USD per 1M input tokens, per 1M output tokens), from the shipped local table."""
+    data = tomllib.loads(_PRICES_FILE.read_text(encoding="utf-8")) if _PRICES_FILE.exists() else {}
+    return {name: (float(p["input"]), float(p["output"])) for name, p in data.get("model", {}).items()}
+
+
+def cost(model: str, prompt: int | None, completion: int | None, prices: dict, override: tuple | None) -> float | None:
+    price = override if override and None not in override else prices.get(model) or prices.get(model.split("/")[-1])
+    if price is None or prompt is None or completion is None:
+        return None
+    return (prompt * price[0] + completion * price[1]) / 1_000_000
+
+
+class ResponseCache:
+    """SQLite cache of successful LM replies, keyed by provider, model, messages and settings."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, outputs TEXT NOT NULL)")
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(provider: str, model: str, messages: Any, kwargs: dict) -> str:
+        blob = json.dumps([provider, model, messages, kwargs], sort_keys=True, default=str, ensure_ascii=False)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def get(self, key: str) -> list | None:
+        with self._lock:
+            row = self._db.execute("SELECT outputs FROM replies WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put_many(self, items: list[tuple[str, list]]) -> None:
+        if not items:
+            return
+        with self._lock:
+            self._db.executemany("INSERT OR REPLACE INTO replies (key, outputs) VALUES (?, ?)",
+                                 [(k, json.dumps(v, ensure_ascii=False)) for k, v in items])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+class AccountingLM(dspy.LM):
+    """The provider's LM with every attempt recorded, a connection limit, retries and the cache.
+
+    Retries (up to `max_attempts`, waiting Retry-After on a 429) run only when no fault is being
+    injected; in a fault sweep each call is one attempt, so the fault reaches the engine.
+    """
+
+    @classmethod
+    def wrap(cls, lm: dspy.LM, *, provider: Any, log: AttemptLog, injector: Injector | None,
+             cache: ResponseCache | None, retries: bool, prices: dict) -> AccountingLM:
+        wrapped = cls(lm.model, engine=lm.engine, async_engine=lm._async_engine_spec, cache=False, num_retries=0,
+                      model_type=lm.model_type, **lm.kwargs)
+        wrapped._acct = {"provider": provider, "log": log, "injector": injector, "cache": cache,
+                         "retries": retries, "prices": prices, "pending": []}
+        return wrapped
+
+    def take_pending(self) -> list[tuple[str, list]]:
+        """Replies of this client's calls not yet cached; the replayer caches them after a clean success."""
+        pending, self._acct["pending"] = self._acct["pending"], []
+        return pending
+
+    def __call__(self, prompt: Any = None, messages: Any = None, **kwargs: Any) -> Any:
+        acct = self._acct
+        provider, log, injector = acct["provider"], acct["log"], acct["injector"]
+        site = site_of(_Request(messages))
+        key = None
+        if acct["cache"] is not None:
+            key = ResponseCache.key(provider.name, self.model, messages or prompt, kwargs)
+            hit = acct["cache"].get(key)
+            if hit is not None:
+                log.add(model=self.model, site=site, cache_hit=True)
+                return hit
+        attempts = provider.config.max_attempts if acct["retries"] else 1
+        for attempt in range(1, attempts + 1):
+            fired_before = len(injector.fired) if injector else 0
+            start = time.perf_counter()
+            try:
+                with provider.connections:
+                    outputs = super().__call__(prompt=prompt, messages=messages, **kwargs)
+            except Exception as exc:
+                injected = injector.fired[-1].kind if injector and len(injector.fired) > fired_before else None
+                log.add(model=self.model, site=site, attempt=attempt, status=type(exc).__name__,
+                        error=(str(exc).splitlines() or [""])[0][:300], latency_s=time.perf_counter() - start,
+                        injected=injected)
+                wait = _retry_wait(exc, attempt)
+                if attempt < attempts and wait is not None:
+                    time.sleep(wait)
+                    continue
+                raise
+            usage = (self.history[-1].get("usage") or {}) if self.history else {}
+            prompt_tokens, completion_tokens = usage.get("prompt_tokens"), usage.get("completion_tokens")
+            override = (provider.config.input_price, provider.config.output_price)
+            injected = injector.fired[-1].kind if injector and len(injector.fired) > fired_before else None
+            log.add(model=self.model, site=site, attempt=attempt, latency_s=time.perf_counter() - start,
+                    prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, injected=injected,
+                    cost_usd=cost(self.model, prompt_tokens, completion_tokens, acct["prices"], override))
+            if key is not None and injected is None:
+                acct["pending"].append((key, outputs))
+            return outputs
+        raise AssertionError("unreachable")
+
+
+def _retry_wait(exc: Exception, attempt: int, cap: float = 30.0) -> float | None:
+    """Seconds to wait before retrying, or None when the error is not worth a retry."""
+    from dspy.utils.exceptions import LMServerError, LMTimeoutError, LMTransportError
+
+    if isinstance(exc, LMRateLimitError):
+        after = getattr(exc, "retry_after", None)
+        return min(cap, float(after)) if after is not None else min(cap, 0.5 * 2 ** (attempt - 1))
+    if isinstance(exc, (LMServerError, LMTimeoutError, LMTransportError)):
+        return min(cap, 0.5 * 2 ** (attempt - 1))
+    return None
+
+
+class _Request:
+    """Just enough of a request for `site_of`: the messages' roles and texts."""
+
+    def __init__(self, messages: Any):
+        self.messages = [_Message(m) for m in messages or []]
+
+
+class _Message:
+    def __init__(self, message: dict):
+        self.role = message.get("role")
+        content = message.get("content")
+        self.text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)

@@ -1,0 +1,69 @@
+"""Cost, latency and token usage: a projection of every unit's attempt rows.
+
+`attempts.parquet` has one row per LM or embedding attempt (retries included, cache hits
+marked), and the usage metrics per provider come from those rows, so every number here can be
+traced to the calls that made it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from evals.accounting import Attempt
+
+USAGE_METRICS = ("latency_p50", "latency_p95", "tokens_total", "cost_total", "lm_attempts", "lm_retries",
+                 "lm_cache_hits", "embed_attempts")
+_NOTES = {
+    "latency_p50": "seconds per LM attempt that reached the model (cache hits excluded); n = attempts",
+    "latency_p95": "seconds per LM attempt that reached the model (cache hits excluded); n = attempts",
+    "tokens_total": "prompt + completion tokens over all LM attempts; n = attempts",
+    "cost_total": "USD over LM attempts with a known price (local price table); NaN when none is known",
+    "lm_attempts": "LM attempts that reached the model, retries included; n = cases",
+    "lm_retries": "LM attempts after the first of a call (none under fault injection); n = cases",
+    "lm_cache_hits": "LM calls answered from the response cache; n = cases",
+    "embed_attempts": "embedding calls, cache hits included; n = cases",
+}
+COLUMNS = ["dataset", *Attempt.model_fields]
+
+
+def attempts_frame(runs: list[Any]) -> pd.DataFrame:
+    """One row per attempt of every unit, with its dataset."""
+    rows = [{"dataset": r.dataset, **a} for r in runs for a in r.attempts]
+    return pd.DataFrame(rows, columns=COLUMNS).astype({"latency_s": "float64", "cache_hit": "bool"})
+
+
+def usage_metrics(runs: list[Any]) -> list[dict]:
+    """latency_p50/p95, tokens_total, cost_total and call counts per provider × dataset and "all"."""
+    frame = attempts_frame(runs)
+    out: list[dict] = []
+    for provider in dict.fromkeys(r.provider for r in runs):
+        mine = frame[frame["provider"] == provider]
+        cases = [r for r in runs if r.provider == provider]
+        out += _group(provider, "all", mine, len(cases))
+        for dataset in sorted({r.dataset for r in cases}):
+            out += _group(provider, dataset, mine[mine["dataset"] == dataset],
+                          sum(r.dataset == dataset for r in cases))
+    return out
+
+
+def _group(provider: str, dataset: str, frame: pd.DataFrame, n_cases: int) -> list[dict]:
+    lm = frame[frame["site"] != "embed"]
+    called = lm[~lm["cache_hit"]]
+    latency = called["latency_s"].to_numpy(dtype=float)
+    tokens = (called["prompt_tokens"].fillna(0).astype(float) + called["completion_tokens"].fillna(0).astype(float))
+    costs = called["cost_usd"].dropna().astype(float)
+    values = {
+        "latency_p50": (float(np.percentile(latency, 50)) if len(latency) else float("nan"), len(latency)),
+        "latency_p95": (float(np.percentile(latency, 95)) if len(latency) else float("nan"), len(latency)),
+        "tokens_total": (float(tokens.sum()), len(called)),
+        "cost_total": (float(costs.sum()) if len(costs) else float("nan"), len(costs)),
+        "lm_attempts": (float(len(called)), n_cases),
+        "lm_retries": (float((called["attempt"] > 1).sum()), n_cases),
+        "lm_cache_hits": (float(lm["cache_hit"].sum()), n_cases),
+        "embed_attempts": (float((frame["site"] == "embed").sum()), n_cases),
+    }
+    return [{"provider": provider, "dataset": dataset, "metric": name, "value": value, "ci_low": value,
+             "ci_high": value, "n": int(n), "note": _NOTES[name]} for name, (value, n) in values.items()]
