@@ -157,10 +157,11 @@ class AccountingLM(dspy.LM):
             prompt_tokens, completion_tokens = usage.get("prompt_tokens"), usage.get("completion_tokens")
             override = (provider.config.input_price, provider.config.output_price)
             injected = injector.fired[-1].kind if injector and len(injector.fired) > fired_before else None
+            empty = not any((o.get("text") if isinstance(o, dict) else o) for o in outputs or [])
             log.add(model=self.model, site=site, attempt=attempt, latency_s=time.perf_counter() - start,
-                    prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, injected=injected,
+                    status="empty_content" if empty else "ok", prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, injected=injected,
                     cost_usd=cost(self.model, prompt_tokens, completion_tokens, acct["prices"], override))
-            if key is not None and injected is None:
+            if key is not None and injected is None and not empty:
                 acct["pending"].append((key, outputs))
             return outputs
         raise AssertionError("unreachable")

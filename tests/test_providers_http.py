@@ -1,0 +1,126 @@
+"""HTTP providers through the runner, on real servers on 127.0.0.1: same scores as in-process,
+Retry-After honoured and counted, keys never written, the response cache, and a missing key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from evals.cli import main
+from evals.proxy import start_proxy
+from evals.runner import RunConfig, run_eval
+from evals.serve import start_server
+
+CASES = [
+    {"id": "a", "lang": "en", "user_id": "tim",
+     "turns": [[{"role": "user", "name": "Tim", "content": "I moved to Berlin. I work at Stripe."},
+                {"role": "assistant", "name": "John", "content": "I am a nurse."}]],
+     "expect": {"facts": [{"text": "The user lives in Berlin.", "subject": "user", "owner": "user"},
+                          {"text": "The user works at Stripe.", "subject": "user", "owner": "user"},
+                          {"text": "John is a nurse.", "subject": "John", "owner": "user"}]}},
+    {"id": "b", "lang": "zh", "user_id": "li",
+     "turns": [[{"role": "user", "content": "我在北京工作。"}], [{"role": "user", "content": "我喜欢喝茶。"}]],
+     "expect": {"facts": [{"text": "用户在北京工作。", "subject": "user", "owner": "user"},
+                          {"text": "用户喜欢喝茶。", "subject": "user", "owner": "user"}]}},
+]
+ATTRIBUTION = ["fact_f1", "fact_precision", "fact_recall", "subject_accuracy", "owner_accuracy"]
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> Path:
+    path = tmp_path / "d.jsonl"
+    path.write_text("\n".join(json.dumps(c, ensure_ascii=False) for c in CASES) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def server():
+    with start_server() as handle:
+        yield handle
+
+
+def _run(dataset: Path, out: Path, lm: str, **kw):
+    config = RunConfig(datasets=[str(dataset)], providers=[lm], embedder="hash", faults="none", out=out,
+                       progress=False, cache_dir=out.parent / f"{out.name}-cache.sqlite", **kw)
+    return run_eval(config)
+
+
+def _metrics(run_dir: Path) -> pd.Series:
+    frame = pd.read_parquet(run_dir / "metrics.parquet")
+    return frame[(frame.dataset == "all") & frame.metric.isin(ATTRIBUTION)].set_index("metric")["value"]
+
+
+def test_an_eval_through_serve_scores_the_same_as_the_in_process_model(dataset, tmp_path, server):
+    local = _run(dataset, tmp_path / "local", "offline")
+    remote = _run(dataset, tmp_path / "remote", f"openai/offline@{server.url}")
+    pd.testing.assert_series_equal(_metrics(local.run_dir), _metrics(remote.run_dir))
+    facts = [pd.read_parquet(r.run_dir / "facts.parquet").drop(columns=["provider"]) for r in (local, remote)]
+    pd.testing.assert_frame_equal(facts[0], facts[1])
+
+
+def test_a_429_with_retry_after_is_waited_out_and_counted(dataset, tmp_path, server):
+    log = tmp_path / "proxy.jsonl"
+    with start_proxy(server.url, "seq:429", seed=0, log_path=log) as proxy:
+        outcome = _run(dataset, tmp_path / "run", f"openai/offline@{proxy.url}")
+        injected = proxy.faults()
+    assert [f["kind"] for f in injected] == ["http_429"]
+    attempts = pd.read_parquet(outcome.run_dir / "attempts.parquet")
+    lm = attempts[attempts.site != "embed"]
+    first = lm[lm.status == "LMRateLimitError"]
+    assert len(first) == 1 and first.iloc[0].attempt == 1
+    retried = lm[(lm.case_id == first.iloc[0].case_id) & (lm.write == first.iloc[0].write) & (lm.attempt == 2)]
+    assert len(retried) == 1 and retried.iloc[0].status == "ok"
+    assert retried.iloc[0].latency_s < 5
+    metrics = pd.read_parquet(outcome.run_dir / "metrics.parquet").set_index(["dataset", "metric"])
+    assert metrics.loc[("all", "lm_retries"), "value"] == 1
+    cases = pd.read_parquet(outcome.run_dir / "cases.parquet")
+    assert (cases.status == "ok").all()  # the retry made the write succeed
+
+
+def test_keys_never_appear_in_any_output(dataset, tmp_path, server, monkeypatch, capsys):
+    secret = "sk-test-DO-NOT-LEAK-4242"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    log = tmp_path / "proxy.jsonl"
+    with start_proxy(server.url, "seq:ok,500", seed=0, log_path=log) as proxy:
+        code = main(["run", "--dataset", str(dataset), "--lm", f"openai/offline@{proxy.url}", "--embedder", "hash",
+                     "--faults", "none", "--out", str(tmp_path / "run"), "--no-progress"])
+    assert code == 0
+    printed = capsys.readouterr()
+    assert secret not in printed.out + printed.err
+    for path in [*(tmp_path / "run").rglob("*"), log]:
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
+
+
+def test_reruns_hit_the_cache_and_failures_are_never_cached(dataset, tmp_path, server):
+    cache = tmp_path / "cache.sqlite"
+    with start_proxy(server.url, "seq:ok,empty_content", seed=0) as proxy:
+        first = run_eval(RunConfig(datasets=[str(dataset)], providers=[f"openai/offline@{proxy.url}"],
+                                   embedder="hash", faults="none", out=tmp_path / "one", progress=False,
+                                   cache_dir=cache))
+        second = run_eval(RunConfig(datasets=[str(dataset)], providers=[f"openai/offline@{proxy.url}"],
+                                    embedder="hash", faults="none", out=tmp_path / "two", progress=False,
+                                    cache_dir=cache))
+    one = pd.read_parquet(first.run_dir / "attempts.parquet")
+    two = pd.read_parquet(second.run_dir / "attempts.parquet")
+    failed_case = one[one.status != "ok"].case_id.unique().tolist()
+    assert len(failed_case) == 1 and one[one.status != "ok"].iloc[0].status == "empty_content"
+    cases = pd.read_parquet(first.run_dir / "cases.parquet").set_index("case_id")
+    assert cases.loc[failed_case[0], "status"] == "infra_error"  # the empty reply failed that case's write
+    two_lm = two[two.site != "embed"]
+    reached = two_lm[~two_lm.cache_hit]
+    assert set(reached.case_id) == set(failed_case)  # only the failed case had to ask the model again
+    assert two_lm.cache_hit.sum() > 0
+
+
+def test_a_missing_key_is_a_one_line_error_before_any_work(dataset, tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    code = main(["run", "--dataset", str(dataset), "--lm", "openai/gpt-4o-mini", "--embedder", "hash",
+                 "--faults", "none", "--out", str(tmp_path / "run"), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and "OPENAI_API_KEY" in err
+    assert not (tmp_path / "run").exists()
