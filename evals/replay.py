@@ -17,13 +17,12 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from evals.accounting import AccountingLM, AttemptLog, price_table
 from evals.checker import StoreState, canonical, check_faulted_write, codes_of, read_state
 from evals.dataset import Case
 from evals.faults import Fault, FaultPlan, expected_outcome
-from evals.accounting import AccountingLM, AttemptLog, price_table
 from evals.inject import FaultyEmbedder, Injector, faulty_lm
 from hymem.client import HyMemoryClient
-
 
 _PRICES = price_table()
 

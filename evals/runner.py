@@ -18,11 +18,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from evals.accounting import ResponseCache
 from evals.adapters import dataset_name
 from evals.dataset import Case, bundled_dataset_dir, dataset_hash, load_cases
 from evals.faults import FaultPlan
 from evals.manifest import Manifest, git_state, package_versions
-from evals.accounting import ResponseCache
 from evals.providers import Provider, resolve_providers
 from evals.replay import CaseReplayer, CaseRun
 
