@@ -160,3 +160,34 @@ def format_audit(report: AuditReport, max_per_reason: int = 15) -> str:
 
 
 __all__ = ["AUDIT_FILE", "AuditReport", "FlaggedLabel", "audit", "format_audit", "write_audit"]
+
+
+def flagged_label_metrics(cases: list[Case], providers: list[str]) -> list[dict]:
+    """Counts of gold labels an adapter flagged, per provider × dataset (and "all"), for the run report.
+
+    `gold_labels_flagged`: any reason; `gold_labels_misattributed`: the evidence turn was spoken by the
+    other person; `gold_labels_left_out`: dropped by `--gold clean`. Curated suites have none.
+    """
+    from evals.adapters import dataset_name
+
+    per_dataset: dict[str, list[int]] = {}
+    for case in cases:
+        flagged = case.meta.get("flagged", []) if isinstance(case.meta, dict) else []
+        if not flagged:
+            continue
+        counts = per_dataset.setdefault(dataset_name(case), [0, 0, 0])
+        counts[0] += len(flagged)
+        counts[1] += sum("evidence_spoken_by_other_speaker" in f.get("reasons", []) for f in flagged)
+        counts[2] += sum(bool(f.get("clean_drop")) and case.meta.get("gold") == "clean" for f in flagged)
+    if not per_dataset:
+        return []
+    total = [sum(c[i] for c in per_dataset.values()) for i in range(3)]
+    rows = []
+    names = ("gold_labels_flagged", "gold_labels_misattributed", "gold_labels_left_out")
+    for provider in providers:
+        for dataset, counts in [("all", total), *sorted(per_dataset.items())]:
+            for name, value in zip(names, counts, strict=True):
+                rows.append({"provider": provider, "dataset": dataset, "metric": name, "value": float(value),
+                             "ci_low": float(value), "ci_high": float(value), "n": len(cases),
+                             "note": "gold labels the corpus adapter flagged (see `hymem-eval datasets audit`)"})
+    return rows

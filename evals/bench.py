@@ -3,6 +3,7 @@
 - sweep cost growth: time(sweep of a 2N-write case) / time(sweep of an N-write case); linear → 2.0.
 - engine overhead per write: wall time of a write minus the time inside model and embedding calls,
   as a share of the write, and against an ideal write (the same rows and vectors stored directly).
+- runner wall time / ideal against `serve` with a fixed latency L at concurrency C = 1, 4, 16.
 Run with `nox -s bench` or `python -m evals.bench [--writes N] [--repeat R]`.
 """
 
@@ -142,15 +143,47 @@ def _ideal_write_seconds(rows: list, writes: int) -> float:
     return seconds
 
 
+def runner_vs_ideal(latency: float, concurrency: int, cases_per_slot: int = 20) -> dict[str, Any]:
+    """Runner wall time against `serve` with fixed latency, over the ideal schedule.
+
+    ideal = max(total LM calls × L / C, the longest case's chain of calls × L), over
+    `cases_per_slot` × C one-write cases (each write: extract, then reconcile).
+    """
+    import pandas as pd
+
+    from evals.runner import RunConfig, run_eval
+    from evals.serve import start_server
+
+    n = cases_per_slot * concurrency
+    with tempfile.TemporaryDirectory() as tmp, start_server(latency=latency) as server:
+        data = Path(tmp) / "cases.jsonl"
+        data.write_text("\n".join(synthetic_case(1, f"b{i}").model_copy(update={"user_id": f"u{i}"})
+                                   .model_dump_json(exclude={"source", "line"}) for i in range(n)) + "\n")
+        outcome = run_eval(RunConfig(datasets=[str(data)], providers=[f"openai/offline@{server.url}"],
+                                     embedder="hash", faults="none", concurrency=concurrency,
+                                     max_connections=concurrency, cache=False, out=Path(tmp) / "run",
+                                     progress=False))
+        attempts = pd.read_parquet(outcome.run_dir / "attempts.parquet")
+    lm = attempts[attempts["site"] != "embed"]
+    chain = int(lm.groupby("case_id").size().max())
+    ideal = max(len(lm) * latency / concurrency, chain * latency)
+    return {"latency_s": latency, "concurrency": concurrency, "cases": n, "lm_calls": int(len(lm)),
+            "wall_over_ideal": outcome.units_seconds / ideal, "target": 1.10}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m evals.bench")
     parser.add_argument("--writes", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
+    parser.add_argument("--latency", type=float, default=0.25, help="serve's fixed latency L for runner_vs_ideal")
+    parser.add_argument("--concurrency", type=int, action="append", default=None,
+                        help="C for runner_vs_ideal (repeatable; default 1, 4, 16)")
     args = parser.parse_args(argv)
     logging.getLogger("hymem.store").setLevel(logging.CRITICAL)
     results = {"sweep_growth": sweep_growth(args.writes, args.repeat),
-               "engine_overhead": engine_overhead(4 * args.writes)}
+               "engine_overhead": engine_overhead(4 * args.writes),
+               "runner_vs_ideal": [runner_vs_ideal(args.latency, c) for c in args.concurrency or [1, 4, 16]]}
     print(json.dumps(results, indent=2))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

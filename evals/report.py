@@ -339,7 +339,7 @@ HEADLINE = ["fact_f1", "fact_precision", "fact_recall", "subject_accuracy", "own
             "same_subject_update_recall", "no_memory_accuracy", "rollback_correct_rate", "error_code_accuracy",
             "retry_equivalence_rate", "infra_error_rate", "degraded_success_count", "anomaly_count", "faulted_units",
             "indeterminate_units", "latency_p50", "latency_p95", "tokens_total", "cost_total", "lm_attempts",
-            "lm_retries"]
+            "lm_retries", "gold_labels_flagged", "gold_labels_misattributed", "gold_labels_left_out"]
 
 
 def _worst_cases(facts: pd.DataFrame, limit: int = 8) -> list[str]:
@@ -375,7 +375,7 @@ def summary_markdown(manifest: Manifest, verdict: str, reasons: list[str], cases
         out += [f"## {provider}", ""]
         table = []
         for m in rows.itertuples():
-            count = m.metric in COUNT_METRICS or m.metric in USAGE_METRICS
+            count = m.metric in COUNT_METRICS or m.metric in USAGE_METRICS or m.metric.startswith("gold_labels_")
             ci = "" if count else f"[{_num(m.ci_low, False)}, {_num(m.ci_high, False)}]"
             table.append([m.metric, _usage(m.metric, m.value) or _num(m.value, count), ci, m.n])
         out += [markdown_table(["metric", "value", "95% CI", "n"], table), "",

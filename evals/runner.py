@@ -61,6 +61,7 @@ class RunOutcome(BaseModel):
     verdict: str
     units: int
     manifest: Manifest
+    units_seconds: float = 0.0  # wall time of the unit phase (replay + checks), without loading and reporting
 
 
 class _SharedEmbedder:
@@ -279,6 +280,7 @@ def run_eval(config: RunConfig) -> RunOutcome:
         if cache is not None:
             cache.close()
     pool.shutdown(wait=True)
+    units_seconds = time.monotonic() - started
     runs.sort(key=lambda r: (names.index(r.provider) if r.provider in names else 99, r.case_id))
     verdict = report_run(run_dir, manifest, cases, runs)
     from evals.plots import write_plots
@@ -287,7 +289,8 @@ def run_eval(config: RunConfig) -> RunOutcome:
     manifest.finished = time.time()
     manifest.verdict = verdict
     atomic_write_text(run_dir / "manifest.json", manifest.model_dump_json(indent=2))
-    return RunOutcome(run_dir=run_dir, verdict=verdict, units=len(runs), manifest=manifest)
+    return RunOutcome(run_dir=run_dir, verdict=verdict, units=len(runs), manifest=manifest,
+                      units_seconds=units_seconds)
 
 
 def report_run(run_dir: Path, manifest: Manifest, cases: list[Case], runs: list[CaseRun]) -> str:
@@ -301,7 +304,10 @@ def report_run(run_dir: Path, manifest: Manifest, cases: list[Case], runs: list[
     from evals.usage import attempts_frame, usage_metrics
 
     scored = [row for row in attribution_metrics(pairs, manifest.seed) if row["metric"] != "infra_error_rate"]
-    return write_report(run_dir, manifest, runs, extra_metrics=scored + usage_metrics(runs),
+    from evals.audit import flagged_label_metrics
+
+    labels = flagged_label_metrics(cases, list(dict.fromkeys(r.provider for r in runs)))
+    return write_report(run_dir, manifest, runs, extra_metrics=scored + usage_metrics(runs) + labels,
                         extra_case_rows=case_rows(pairs),
                         extra_tables={"facts": facts_frame(pairs), "ops": ops_frame(pairs),
                                       "attempts": attempts_frame(runs)})

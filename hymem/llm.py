@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 from typing import Any, Literal
 
-import dspy
-from dspy.utils.exceptions import AdapterParseError, LMError, LMProviderError, LMUnexpectedError
+# DSPy and LiteLLM download a model price list on first use unless told not to: the engine never
+# reaches for the network by itself (set before dspy is imported).
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import dspy  # noqa: E402
+from dspy.utils.exceptions import AdapterParseError  # noqa: E402, LMError, LMProviderError, LMUnexpectedError
 
 FailureKind = Literal["unavailable", "empty", "parse", "other"]
 

@@ -1,0 +1,158 @@
+"""The offline reference model answering mem0's own extraction prompt, and a local server that offers it.
+
+Why: `--system mem0 --lm offline` must run with no key, over real HTTP. mem0 (2.x) makes one LLM call per
+`add`: the system prompt `ADDITIVE_EXTRACTION_PROMPT` ("You are a Memory Extractor ...") and a user prompt
+of `## Section` blocks built by `generate_additive_extraction_prompt`; its `## New Messages` block is
+`role: content` lines (`mem0.memory.utils.parse_messages`), so a speaker's `name` never reaches the model.
+The reply it parses is `{"memory": [{"id": "0", "text": ..., "attributed_to": "user" | "assistant"}]}`.
+
+Here that block is rendered as hymem's `[role]: content` conversation (without names, as mem0 sends it)
+and answered by the same offline model (`hymem.offline.answer`) every other provider row uses; facts
+already among `## Existing Memories` are skipped, as the prompt asks. Any other prompt (hymem's own
+signatures) goes to the plain offline engine, so one server serves both engines side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+from typing import Any
+
+MARKER = "You are a Memory Extractor"  # first line of mem0's ADDITIVE_EXTRACTION_PROMPT role section
+_SECTION = re.compile(r"(?m)^## (Summary|Last k Messages|Recently Extracted Memories|Existing Memories|New Messages|"
+                      r"Observation Date|Current Date|Custom Instructions|Language Requirement)\n")
+_ROLE_LINE = re.compile(r"^(user|assistant|system): ?(.*)$")
+_JSON_TAIL = "\n\nRespond with a JSON object in the following order of fields: `facts`, then `profile`."
+
+
+def is_mem0_prompt(system: str | None) -> bool:
+    """True for mem0's extraction system prompt."""
+    return bool(system) and MARKER in system
+
+
+def prompt_sections(user_prompt: str) -> dict[str, str]:
+    """The `## Section` blocks of mem0's user prompt, by title (the `# Output:` tail dropped)."""
+    parts = _SECTION.split(user_prompt)
+    out: dict[str, str] = {}
+    for title, body in zip(parts[1::2], parts[2::2], strict=True):
+        out[title] = body.split("\n# Output:", 1)[0].strip("\n")
+    return out
+
+
+def render_new_messages(block: str) -> str:
+    """mem0's `role: content` lines as hymem's `[role]: content` conversation; other lines continue a message."""
+    lines = []
+    for line in block.splitlines():
+        match = _ROLE_LINE.match(line)
+        if match:
+            lines.append(f"[{match.group(1)}]: {match.group(2)}")
+        elif lines:
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def _norm(text: str) -> str:
+    return " ".join(str(text).split()).casefold().rstrip(".。")
+
+
+def answer_mem0(user_prompt: str) -> str:
+    """mem0's extraction reply (`{"memory": [...]}`) to one user prompt, from the offline model."""
+    from hymem.offline import answer
+
+    sections = prompt_sections(user_prompt)
+    rendered = render_new_messages(sections.get("New Messages", ""))
+    if not rendered:
+        return json.dumps({"memory": []})
+    facts = json.loads(answer(f"[[ ## conversation ## ]]\n{rendered}{_JSON_TAIL}"))["facts"]
+    try:
+        existing = {_norm(m.get("text", "")) for m in json.loads(sections.get("Existing Memories") or "[]")}
+    except (ValueError, AttributeError):
+        existing = set()
+    kept = [f for f in facts if _norm(f["text"]) not in existing]
+    return json.dumps({"memory": [{"id": str(i), "text": f["text"],
+                                   "attributed_to": "assistant" if f["owner"] == "agent" else "user"}
+                                  for i, f in enumerate(kept)]}, ensure_ascii=False)
+
+
+class Mem0AwareEngine:
+    """The offline engine (`complete(lm15.Request)`), which also answers mem0's extraction prompt."""
+
+    def __init__(self) -> None:
+        from hymem.offline import OfflineEngine
+
+        self.inner = OfflineEngine()
+
+    def complete(self, request: Any) -> Any:
+        from dspy import lm15
+
+        system = request.system if isinstance(request.system, str) else "".join(
+            getattr(p, "text", "") or "" for p in request.system or [])
+        if not is_mem0_prompt(system):
+            return self.inner.complete(request)
+        users = [m.text or "" for m in request.messages if m.role == "user"]
+        reply = answer_mem0(users[-1] if users else "")
+        tokens_in = math.ceil((len(system) + sum(len(u) for u in users)) / 4)
+        tokens_out = math.ceil(len(reply) / 4)
+        return lm15.Response(id=None, model="offline/reference", message=lm15.Message.assistant([lm15.TextPart(reply)]),
+                             finish_reason="stop", usage=lm15.Usage(input_tokens=tokens_in, output_tokens=tokens_out,
+                                                                    total_tokens=tokens_in + tokens_out))
+
+
+def _handler(embed: Any) -> type:
+    from evals.serve import JSONHandler, chat_completion, embeddings_reply, models_reply
+
+    engine = Mem0AwareEngine()
+
+    class Mem0OfflineHandler(JSONHandler):
+        def do_GET(self) -> None:
+            if self.path.rstrip("/") in ("/v1/models", "/models"):
+                self.send_json(200, models_reply())
+            else:
+                self.send_error_json(404, f"no route GET {self.path}")
+
+        def do_POST(self) -> None:
+            raw = self.read_body()
+            route = self.path.split("?", 1)[0].rstrip("/")
+            try:
+                body = json.loads(raw or b"null")
+                if not isinstance(body, dict):
+                    raise ValueError("the request body must be a JSON object")
+                if route.endswith("/embeddings"):
+                    reply = embeddings_reply(body, embed)
+                elif route.endswith("/chat/completions") and not body.get("stream"):
+                    reply = chat_completion(body, engine)
+                else:
+                    self.send_error_json(404, f"no route POST {self.path} (streaming is not supported)")
+                    return
+            except ValueError as exc:  # bad JSON, bad shape, or a prompt the offline model cannot read
+                self.send_error_json(400, str(exc))
+                return
+            self.send_json(200, reply)
+
+    return Mem0OfflineHandler
+
+
+def start_offline_server(embedder: str = "hash", port: int = 0) -> Any:
+    """`evals.serve`'s offline OpenAI-compatible server, answering mem0's extraction prompt too.
+
+    `embedder`: hash or minilm, as `hymem-eval serve`. Returns a `ServerHandle` (`.url` ends in `/v1`).
+    """
+    from evals.serve import ServerHandle, bind
+    from hymem.embedder import make_embedder
+
+    if embedder not in ("hash", "minilm"):
+        raise ValueError(f"embedder {embedder!r}: the local server offers hash or minilm")
+    model = make_embedder(embedder)
+    lock = threading.Lock()  # a torch model is not safe to call from several request threads
+
+    def embed(texts: list[str]) -> Any:
+        with lock:
+            return model.embed(texts)
+
+    return ServerHandle(bind(_handler(embed), port))
+
+
+__all__ = ["MARKER", "Mem0AwareEngine", "answer_mem0", "is_mem0_prompt", "prompt_sections", "render_new_messages",
+           "start_offline_server"]
