@@ -104,8 +104,8 @@ class HyMemoryClient:
         return self.store.profile(user_id)
 
     def history(self, user_id: str) -> list[ChatMessage]:
-        raw = self.store.l1_raw(user_id)
-        return parse_history("\n".join(raw), history_limit=self.history_limit) if raw else []
+        # Each write's L1 raw is parsed on its own, so one write's name line never names another's user.
+        return [m for raw in self.store.l1_raw(user_id) for m in parse_history(raw, history_limit=self.history_limit)]
 
     # ------------------------------------------------------------------ writes
     def add(self, messages: list, user_id: str, request_id: str | None = None) -> WriteResult:

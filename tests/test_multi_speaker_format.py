@@ -532,3 +532,12 @@ def test_offline_model_attributes_the_spec_example_end_to_end(tmp_path):
     assert ("John is a nurse in Berlin.", "John", "user") in stored
     assert profile.get("name") == "Tim" and "nurse" not in str(profile).lower()
     assert "John likes coffee." in texts and "The user likes coffee." in texts  # kept apart
+
+
+def test_history_keeps_each_writes_own_user_name(tmp_path):
+    lm = ScriptedLM([extract_reply([]), extract_reply([])])
+    with HyMemoryClient(path=tmp_path / "s", lm=lm, embedder="hash") as client:
+        client.add([{"role": "user", "name": "Tim", "content": "Hi."}], user_id="tim")
+        client.add([{"role": "user", "content": "Hello again."}], user_id="tim")
+        history = client.history("tim")
+    assert [(m.role, m.name, m.content) for m in history] == [("user", "Tim", "Hi."), ("user", None, "Hello again.")]
