@@ -19,7 +19,7 @@ from typing import Any, Literal
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import dspy  # noqa: E402
-from dspy.utils.exceptions import AdapterParseError  # noqa: E402, LMError, LMProviderError, LMUnexpectedError
+from dspy.utils.exceptions import AdapterParseError, LMError, LMProviderError, LMUnexpectedError  # noqa: E402
 
 FailureKind = Literal["unavailable", "empty", "parse", "other"]
 
