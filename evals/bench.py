@@ -10,9 +10,14 @@ Run with `nox -s bench` or `python -m evals.bench [--writes N] [--repeat R]`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import re
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -143,6 +148,30 @@ def _ideal_write_seconds(rows: list, writes: int) -> float:
     return seconds
 
 
+class _Server:
+    def __init__(self, url: str):
+        self.url = url
+
+
+@contextlib.contextmanager
+def _server_process(latency: float):
+    """`hymem-eval serve` in its own process, as a provider would be: its CPU never holds our GIL."""
+    proc = subprocess.Popen([sys.executable, "-m", "evals.cli", "serve", "--port", "0", "--latency", str(latency)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = proc.stdout.readline()
+        match = re.search(r"http://127\.0\.0\.1:\d+/v1", line)
+        if match is None:
+            raise RuntimeError(f"serve did not print its URL: {line!r}")
+        yield _Server(match.group(0))
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def runner_vs_ideal(latency: float, concurrency: int, cases_per_slot: int = 20) -> dict[str, Any]:
     """Runner wall time against `serve` with fixed latency, over the ideal schedule.
 
@@ -152,10 +181,9 @@ def runner_vs_ideal(latency: float, concurrency: int, cases_per_slot: int = 20) 
     import pandas as pd
 
     from evals.runner import RunConfig, run_eval
-    from evals.serve import start_server
 
     n = cases_per_slot * concurrency
-    with tempfile.TemporaryDirectory() as tmp, start_server(latency=latency) as server:
+    with tempfile.TemporaryDirectory() as tmp, _server_process(latency) as server:
         data = Path(tmp) / "cases.jsonl"
         data.write_text("\n".join(synthetic_case(1, f"b{i}").model_copy(update={"user_id": f"u{i}"})
                                    .model_dump_json(exclude={"source", "line"}) for i in range(n)) + "\n")
