@@ -239,3 +239,12 @@ def test_faiss_failure_after_commit_is_not_a_failed_write(store_dir, monkeypatch
     monkeypatch.delenv("HYMEM_FAILPOINT_RAISE")
     assert client.store.check_consistency() == []
     assert client.search("Where does the user live?", "tim", k=1)[0].text == "The user lives in Berlin."
+
+
+def test_a_scripted_model_that_runs_out_of_replies_raises_instead_of_faking_a_provider_error(store_dir):
+    from hymem.testing import ScriptExhausted
+
+    client = HyMemoryClient(path=store_dir, lm=ScriptedLM([extract_reply(FACTS)]), embedder="hash")
+    with pytest.raises(ScriptExhausted, match="ran out of replies after 1 call"):
+        client.add(TIM, user_id="tim")  # the reconcile call has no reply left: a test bug, not LLM_UNAVAILABLE
+    assert client.get_all("tim") == [] and client.history("tim") == []
