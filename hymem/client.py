@@ -186,6 +186,8 @@ class HyMemoryClient:
                 raise _WriteFailed(self._failure(
                     rid, agent_error_code=ErrorCode.RECONCILE_FAILED,
                     reconcile_error_code=_RECONCILE_CODES[exc.kind], message=str(exc))) from exc
+            except AssertionError:  # a bug (e.g. a scripted test model out of replies), never a model failure
+                raise
             except Exception as exc:  # anything else raised before storing
                 raise _WriteFailed(self._failure(
                     rid, agent_error_code=ErrorCode.RECONCILE_FAILED,
