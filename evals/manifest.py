@@ -38,6 +38,7 @@ class Manifest(BaseModel):
     engine_version: str
     prompt_hash: str  # fingerprint of every instruction and demo the engine sends
     program: str | None = None  # tuned program directory (run --program); None: the built-in prompts
+    matcher: dict | None = None  # the fact matcher: threshold, agreement on its labelled pairs, pairs
     git_commit: str | None = None
     git_dirty: bool | None = None
     packages: dict[str, str] = Field(default_factory=dict)

@@ -27,6 +27,7 @@ from evals.faults import SITES, kinds_for
 from evals.manifest import Manifest
 from evals.replay import CaseRun, FaultRecord
 from evals.stats import bootstrap_ci
+from evals.systems import DEFAULT_SYSTEM, SYSTEMS, site_kinds
 from evals.usage import USAGE_METRICS
 
 UNITS_FILE = "units.jsonl"
@@ -40,13 +41,16 @@ CHECKED = ("ok", "wrong")  # fault outcomes of a unit whose fault fired and whos
 
 _S, _I, _F, _B = pa.string(), pa.int64(), pa.float64(), pa.bool_()
 CASES_SCHEMA = pa.schema([
-    ("provider", _S), ("dataset", _S), ("case_id", _S), ("lang", _S), ("tags", pa.list_(_S)),
+    ("provider", _S),  # the arm: the provider name, prefixed SYSTEM/ for an engine other than hymem
+    ("system", _S),  # the engine under test: hymem | mem0
+    ("dataset", _S), ("case_id", _S), ("lang", _S), ("tags", pa.list_(_S)),
     ("status", _S),  # ok | infra_error
     ("error", _S),  # the infra error with its traceback, else null
     ("n_writes", _I), ("n_memories", _I), ("n_faults", _I), ("n_anomalies", _I), ("seconds", _F),
 ])
 FAULTS_SCHEMA = pa.schema([
-    ("provider", _S), ("dataset", _S), ("case_id", _S), ("write", _I), ("path", _S), ("site", _S), ("kind", _S),
+    ("provider", _S), ("system", _S), ("dataset", _S), ("case_id", _S), ("write", _I), ("path", _S), ("site", _S),
+    ("kind", _S),
     ("occurrence", _I), ("fired", _B), ("seed", _I),
     ("expected_success", _B), ("expected_error_code", _S), ("expected_agent_error_code", _S),
     ("expected_reconcile_error_code", _S),
@@ -60,12 +64,13 @@ FAULTS_SCHEMA = pa.schema([
     ("seconds", _F),
 ])
 ANOMALIES_SCHEMA = pa.schema([
-    ("kind", _S), ("provider", _S), ("dataset", _S), ("case_id", _S), ("write", _I), ("path", _S), ("site", _S),
+    ("kind", _S), ("provider", _S), ("system", _S), ("dataset", _S), ("case_id", _S), ("write", _I), ("path", _S),
+    ("site", _S),
     ("fault", _S), ("seed", _I), ("expected", _S), ("actual", _S), ("witness", _S),
     ("outcome", _S),  # the unit's outcome: wrong (counted) | indeterminate (fault did not fire; not counted)
 ])
 COVERAGE_SCHEMA = pa.schema([
-    ("provider", _S), ("site", _S), ("kind", _S),
+    ("provider", _S), ("system", _S), ("site", _S), ("kind", _S),
     ("faulted_units", _I),  # the fault fired and the unit was checked
     ("ok_units", _I), ("wrong_units", _I), ("indeterminate_units", _I), ("infra_error_units", _I),
     ("reached", _B),  # faulted_units > 0; an unreached pair is listed, never a pass
@@ -107,7 +112,8 @@ def _kinds(record: FaultRecord) -> set[str]:
 def cases_frame(runs: list[CaseRun]) -> pd.DataFrame:
     """One row per (provider, case) unit."""
     return _frame([{
-        "provider": r.provider, "dataset": r.dataset, "case_id": r.case_id, "lang": r.lang, "tags": list(r.tags),
+        "provider": r.provider, "system": r.system, "dataset": r.dataset, "case_id": r.case_id, "lang": r.lang,
+        "tags": list(r.tags),
         "status": r.status, "error": r.error, "n_writes": len(r.writes), "n_memories": len(r.memories),
         "n_faults": len(r.faults), "n_anomalies": sum(len(f.anomalies) for f in r.faults), "seconds": r.seconds,
     } for r in runs], CASES_SCHEMA)
@@ -120,7 +126,8 @@ def faults_frame(runs: list[CaseRun], seed: int) -> pd.DataFrame:
         for f in r.faults:
             kinds, checked = _kinds(f), _checked(f)
             rows.append({
-                "provider": r.provider, "dataset": r.dataset, "case_id": r.case_id, "write": f.write, "path": f.path,
+                "provider": r.provider, "system": r.system, "dataset": r.dataset, "case_id": r.case_id,
+                "write": f.write, "path": f.path,
                 "site": f.site, "kind": f.kind, "occurrence": f.occurrence, "fired": f.fired, "seed": seed,
                 **{f"expected_{k}": f.expected.get(k) for k in ("success", "error_code", "agent_error_code",
                                                                   "reconcile_error_code")},
@@ -148,7 +155,7 @@ def anomalies_frame(runs: list[CaseRun], seed: int) -> pd.DataFrame:
                                   actual=_json(f.actual), diff=witness)
                 row = anomaly.model_dump()
                 row["witness"] = row.pop("diff")
-                rows.append({**row, "dataset": r.dataset, "outcome": f.outcome})
+                rows.append({**row, "system": r.system, "dataset": r.dataset, "outcome": f.outcome})
     return _frame(rows, ANOMALIES_SCHEMA)
 
 
@@ -157,10 +164,13 @@ def _json(codes: dict[str, Any]) -> str:
 
 
 def coverage_frame(runs: list[CaseRun], providers: list[str]) -> pd.DataFrame:
-    """Every (site, kind) pair per provider, with how many units exercised it; unreached pairs have zeros."""
-    pairs = [(site, kind) for site in SITES for kind in kinds_for(site)]
+    """Every (site, kind) pair of its system, per provider, with the units that exercised it (unreached: zeros)."""
+    system_of = _systems_of(runs)
     rows = []
     for provider in providers:
+        system = system_of(provider)
+        pairs = [(site, kind) for site in SITES for kind in kinds_for(site)] if system == DEFAULT_SYSTEM \
+            else site_kinds(system)
         counts: dict[tuple[str, str], Counter] = {}
         for r in runs:
             if r.provider == provider:
@@ -170,7 +180,7 @@ def coverage_frame(runs: list[CaseRun], providers: list[str]) -> pd.DataFrame:
         for site, kind in pairs + extra:
             c = counts.get((site, kind), Counter())
             faulted = c["ok"] + c["wrong"]
-            rows.append({"provider": provider, "site": site, "kind": kind, "faulted_units": faulted,
+            rows.append({"provider": provider, "system": system, "site": site, "kind": kind, "faulted_units": faulted,
                          "ok_units": c["ok"], "wrong_units": c["wrong"], "indeterminate_units": c["indeterminate"],
                          "infra_error_units": c["infra_error"], "reached": faulted > 0})
     return _frame(rows, COVERAGE_SCHEMA)
@@ -258,6 +268,19 @@ def case_metrics_frame(runs: list[CaseRun], extra_case_rows: list[dict] | None =
 
 def _ordered(items: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(items))
+
+
+def _systems_of(runs: list[CaseRun]) -> Callable[[str], str]:
+    """The system of each arm label: from its units, else from its `SYSTEM/` prefix (hymem without one)."""
+    known = {r.provider: r.system for r in runs}
+
+    def system_of(label: str | None) -> str:
+        if label in known:
+            return known[label]
+        head = str(label or "").split("/", 1)[0]
+        return head if head in SYSTEMS else DEFAULT_SYSTEM
+
+    return system_of
 
 
 # ---- verdict ----------------------------------------------------------------------------------------------
@@ -368,6 +391,10 @@ def summary_markdown(manifest: Manifest, verdict: str, reasons: list[str], cases
     out += [f"faults `{manifest.faults}` · seed {manifest.seed} · providers {', '.join(manifest.providers)} · "
             f"{len(cases)} units of {manifest.n_cases} cases · engine {manifest.engine_version} · "
             f"embedder {manifest.embedder} · git {git}", ""]
+    if manifest.matcher:
+        m = manifest.matcher
+        out += [f"Facts are matched to gold by {m['kind']} (threshold {m['threshold']}), which agrees with "
+                f"{m['agreement']:.0%} of {m['labelled_pairs']} hand-labelled pairs.", ""]
     for provider in _ordered(metrics["provider"]):
         rows = metrics[(metrics["provider"] == provider) & (metrics["dataset"] == "all")]
         rows = rows[rows["metric"].isin(HEADLINE)].assign(order=lambda f: f["metric"].map(HEADLINE.index))

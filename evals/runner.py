@@ -25,6 +25,7 @@ from evals.faults import FaultPlan
 from evals.manifest import Manifest, git_state, package_versions
 from evals.providers import Provider, resolve_providers
 from evals.replay import CaseReplayer, CaseRun
+from evals.systems import DEFAULT_SYSTEM, arm_label, check_system, open_arm, validate_arm
 
 log = logging.getLogger("hymem.eval")
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -40,6 +41,7 @@ class RunConfig(BaseModel):
     datasets: list[str] = Field(default_factory=list)  # empty: the bundled datasets
     providers: list[str] = Field(default_factory=list)  # --lm specs or provider names; empty: offline
     providers_file: Path | None = None  # a TOML file of [[provider]] tables
+    systems: list[str] = Field(default_factory=lambda: [DEFAULT_SYSTEM])  # engines under test: hymem | mem0
     cache: bool = True  # reuse successful HTTP replies (reports/.cache/responses.sqlite)
     cache_dir: Path | None = None  # the cache file, when not the default
     max_connections: int | None = None  # overrides every provider's connection limit
@@ -173,7 +175,15 @@ def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], t
         raise UsageError(str(exc)) from exc
     if len(factories) != len(configs):
         raise UsageError("provider names repeat: give each --lm or [[provider]] a distinct name")
-    for name, provider in factories.items():
+    systems = _systems(config)
+    try:
+        for system in systems:
+            check_system(system)  # a missing extra is a one-line error naming it
+            for provider in factories.values():
+                validate_arm(system, provider.config)
+    except (ValueError, ImportError) as exc:
+        raise UsageError(str(exc)) from exc
+    for name, provider in factories.items() if DEFAULT_SYSTEM in systems else ():  # others: faults on the wire
         if plan.name != "none" and not provider.supports_inprocess_faults:
             raise UsageError(f"--lm {name}: faults are injected in-process only into local models; run HTTP "
                              "providers with --faults none, or through `hymem-eval proxy` for faults on the wire")
@@ -183,14 +193,28 @@ def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], t
     commit, dirty = git_state(REPO_ROOT)
     program = load_tuned_program(config.program)
     manifest = Manifest(run_id="", datasets=specs, dataset_hash=dataset_hash(cases), n_cases=len(cases),
-                        providers=list(factories), embedder=embedder[0], faults=str(plan), seed=config.seed,
+                        providers=[arm_label(s, name) for s in systems for name in factories], embedder=embedder[0],
+                        faults=str(plan), seed=config.seed,
                         concurrency=config.concurrency, engine_version=__version__, prompt_hash=_prompt_hash(program),
                         program=str(config.program) if config.program is not None else None,
                         git_commit=commit, git_dirty=dirty, packages=package_versions())
     manifest.manifest_hash = manifest.compute_hash()
+    manifest.matcher = _matcher_card()
     run_dir = _run_dir(config, manifest)
     manifest.run_id = run_dir.name
     return cases, plan, factories, embedder, manifest, run_dir
+
+
+def _systems(config: RunConfig) -> list[str]:
+    return list(dict.fromkeys(config.systems)) or [DEFAULT_SYSTEM]
+
+
+def _matcher_card() -> dict:
+    """How far the attribution scores can be trusted: the matcher's agreement with hand labels."""
+    from evals.scoring import DEFAULT_MATCHER, LABELLED_PAIRS, matcher_agreement
+
+    return {"kind": type(DEFAULT_MATCHER).__name__, "threshold": DEFAULT_MATCHER.threshold,
+            "agreement": round(matcher_agreement(), 4), "labelled_pairs": len(LABELLED_PAIRS)}
 
 
 def _run_dir(config: RunConfig, manifest: Manifest) -> Path:
@@ -228,14 +252,22 @@ def _done_units(run_dir: Path) -> dict[tuple[str, str], CaseRun]:
 
 def run_eval(config: RunConfig) -> RunOutcome:
     """Run (or resume) an eval and write its report. KeyboardInterrupt propagates after saving finished units."""
-    cases, plan, factories, (_, embedder), manifest, run_dir = prepare(config)
+    cases, plan, factories, (embedder_spec, embedder), manifest, run_dir = prepare(config)
     program = load_tuned_program(config.program)
+    arms = []
+    try:  # what each system needs for the whole run (mem0: the local server); closed when the run ends
+        for system in _systems(config):
+            arms += [open_arm(system, factories[name], embedder_spec) for name in factories]
+    except ValueError as exc:
+        for arm in arms:
+            arm.close()
+        raise UsageError(str(exc)) from exc
     logging.getLogger("hymem.store").setLevel(logging.CRITICAL)  # injected FAISS faults are logged by design
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "manifest.json", manifest.model_dump_json(indent=2))
     done = _done_units(run_dir) if config.resume else {}
-    names = list(factories)
-    todo = [(p, c) for p in names for c in cases if (p, c.id) not in done]
+    names = [arm.label for arm in arms]
+    todo = [(a, c) for a in arms for c in cases if (a.label, c.id) not in done]
     cache = ResponseCache(config.cache_dir or run_dir.parent / ".cache" / "responses.sqlite") \
         if config.cache and any(p.config.is_http for p in factories.values()) else None
     runs = list(done.values())
@@ -246,11 +278,11 @@ def run_eval(config: RunConfig) -> RunOutcome:
     units_file = units_path.open("a", encoding="utf-8")
     lock = threading.Lock()
 
-    def one(name: str, case: Case) -> CaseRun:
-        provider = factories[name]
-        return CaseReplayer(case, dataset_name(case), name, provider.lm, embedder, plan, config.seed,
+    def one(arm: Any, case: Case) -> CaseRun:
+        provider = factories[arm.provider]
+        return CaseReplayer(case, dataset_name(case), arm.label, provider.lm, embedder, plan, config.seed,
                             program=program, accounting=provider,
-                            cache=cache if provider.config.is_http else None).run()
+                            cache=cache if provider.config.is_http else None, system=arm.make).run()
 
     bar = _progress(len(todo), config.progress, total_done=len(done))
     calls, started = 0, time.monotonic()
@@ -279,6 +311,8 @@ def run_eval(config: RunConfig) -> RunOutcome:
         bar.close()
         if cache is not None:
             cache.close()
+        for arm in arms:
+            arm.close()
     pool.shutdown(wait=True)
     units_seconds = time.monotonic() - started
     runs.sort(key=lambda r: (names.index(r.provider) if r.provider in names else 99, r.case_id))
