@@ -10,7 +10,7 @@ subprocess (kill) or per test (raise) without reloading anything.
 - `HYMEM_FAILPOINT_RAISE=name[,name...]`: `FailpointError(name)` is raised
   there instead, for in-process tests of failure handling.
 
-Points in the store (`hymem/store.py`), in the order a write reaches them:
+Points in the store (`hymem/store/`), in the order a write reaches them:
 
 - `store.before_commit`: inside the SQLite transaction, after all its statements.
 - `store.after_commit`: committed, FAISS not yet updated.

@@ -1,0 +1,91 @@
+"""The SQLite schema: append-only named migrations, applied in order and each recorded by name.
+
+A migration is never edited once shipped; a change of schema is a new `mNNN_...` function appended to
+`MIGRATIONS`, so every store on disk can be brought forward by replaying the ones it lacks.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+
+DB_FILE = "hymem.sqlite3"
+
+KINDS = ("fact", "experience")
+OWNERS = ("user", "agent")
+LIVE = "superseded_by IS NULL AND deleted_at IS NULL"  # SQL condition of a live memory row
+MEMORY_COLUMNS = "id, user_id, text, subject, owner, kind, request_id, created_at, updated_at"
+
+
+def m001_initial(conn: sqlite3.Connection) -> None:
+    """All tables of the first version."""
+    for sql in (
+        """CREATE TABLE memories (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            user_id TEXT NOT NULL,
+            text TEXT NOT NULL,
+            subject TEXT NOT NULL,
+            owner TEXT NOT NULL CHECK (owner IN ('user', 'agent')),
+            kind TEXT NOT NULL CHECK (kind IN ('fact', 'experience')),
+            vector BLOB NOT NULL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            request_id TEXT,
+            superseded_by INTEGER NULL REFERENCES memories(id),
+            deleted_at REAL NULL)""",
+        "CREATE INDEX memories_user ON memories(user_id)",
+        """CREATE TABLE l1_raw (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            user_id TEXT NOT NULL,
+            request_id TEXT,
+            content TEXT NOT NULL,
+            created_at REAL NOT NULL)""",
+        "CREATE INDEX l1_raw_user ON l1_raw(user_id)",
+        "CREATE TABLE episodes (user_id TEXT PRIMARY KEY, counter INTEGER NOT NULL)",
+        "CREATE TABLE profiles (user_id TEXT PRIMARY KEY, basic_info TEXT NOT NULL, updated_at REAL NOT NULL)",
+        """CREATE TABLE traces (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            user_id TEXT NOT NULL,
+            request_id TEXT,
+            path TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            created_at REAL NOT NULL)""",
+        "CREATE INDEX traces_user ON traces(user_id)",
+        """CREATE TABLE chain_rounds (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            user_id TEXT NOT NULL,
+            request_id TEXT,
+            round INTEGER NOT NULL,
+            stage TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            created_at REAL NOT NULL)""",
+        "CREATE INDEX chain_rounds_user ON chain_rounds(user_id)",
+        """CREATE TABLE requests (
+            request_id TEXT PRIMARY KEY,
+            user_id TEXT NOT NULL,
+            result TEXT NOT NULL,
+            created_at REAL NOT NULL)""",
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    ):
+        conn.execute(sql)
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [m001_initial]
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Apply, each in its own transaction, every migration not yet recorded in the `migrations` table."""
+    conn.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
+    done = {row[0] for row in conn.execute("SELECT name FROM migrations")}
+    for migration in MIGRATIONS:
+        if migration.__name__ in done:
+            continue
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            migration(conn)
+            conn.execute("INSERT INTO migrations (name, applied_at) VALUES (?, ?)", (migration.__name__, time.time()))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise

@@ -1,0 +1,353 @@
+"""The Store: lifecycle and directory lock, the commit protocol, reads, and the consistency check.
+
+A write is one SQLite transaction; the FAISS changes it recorded are applied only after COMMIT, and if
+that fails the write still happened and the index is rebuilt from SQLite. Hence `store.write()` raises
+if and only if nothing was committed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import sqlite3
+import threading
+from collections import Counter
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from hymem.failpoints import failpoint
+from hymem.models import Memory
+from hymem.store._index import INDEX_FILE, apply_changes, build_index, load_index, persist_index
+from hymem.store._schema import DB_FILE, KINDS, LIVE, MEMORY_COLUMNS, migrate
+from hymem.store._tx import WriteTx
+from hymem.store._vectors import query_vector
+
+_log = logging.getLogger("hymem.store")  # one name for the whole package: harnesses silence it by that name
+
+LOCK_FILE = "hymem.lock"
+
+
+class DimensionMismatchError(ValueError):
+    """The store on disk was created for another embedding dimension."""
+
+
+class StoreLockedError(RuntimeError):
+    """Another Store (this process or another) has the directory open."""
+
+
+def _memory(row: tuple, score: float | None = None) -> Memory:
+    mid, user_id, text, subject, owner, kind, request_id, created_at, updated_at = row
+    return Memory(id=mid, user_id=user_id, text=text, subject=subject, owner=owner, kind=kind, score=score,
+                  request_id=request_id, created_at=created_at, updated_at=updated_at)
+
+
+class Store:
+    """Memories, L1 history, episodes, profiles, traces and idempotency records of all users."""
+
+    def __init__(self, path: str | os.PathLike, dim: int, *, persist_every: int = 100):
+        if not isinstance(dim, int) or dim <= 0:
+            raise ValueError(f"dim must be a positive int, got {dim!r}")
+        self.dim = dim
+        self.path = Path(path)
+        self.persist_every = max(1, persist_every)
+        self.index_rebuild_reason: str | None = None  # why the index was rebuilt on open; None when loaded
+        self._lock = threading.RLock()
+        self._in_tx = False
+        self._closed = True
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = self._acquire_dir_lock()
+        try:
+            self._conn = sqlite3.connect(self.path / DB_FILE, isolation_level=None, check_same_thread=False)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn.execute("PRAGMA foreign_keys=ON")
+            migrate(self._conn)
+            self._generation = self._init_meta()
+            self._needs_rebuild = False
+            self._commits_since_persist = 0
+            self._index, self._persisted_generation = self._open_index()
+        except BaseException:
+            if hasattr(self, "_conn"):
+                self._conn.close()
+            self._release_dir_lock()
+            raise
+        self._closed = False
+
+    # lifecycle
+
+    def _acquire_dir_lock(self) -> int:
+        fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StoreLockedError(f"store {self.path} is already open (by this or another process)") from None
+        return fd
+
+    def _release_dir_lock(self) -> None:
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _init_meta(self) -> int:
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('generation', '0')")
+            conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('dim', ?)", (str(self.dim),))
+            meta = dict(conn.execute("SELECT key, value FROM meta"))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        if int(meta["dim"]) != self.dim:
+            raise DimensionMismatchError(
+                f"store {self.path} holds {meta['dim']}-dimensional vectors; opened with dim={self.dim}")
+        return int(meta["generation"])
+
+    def close(self) -> None:
+        """Persist the FAISS index if it changed, then close. Safe to call twice."""
+        with self._lock:
+            if self._closed:
+                return
+            if self._in_tx:
+                raise RuntimeError("close() inside an open write transaction")
+            try:
+                self._persist_if_changed()
+            finally:
+                self._closed = True
+                self._conn.close()
+                self._release_dir_lock()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"store {self.path} is closed")
+
+    # the FAISS index: which one is current, and when it is rebuilt or persisted
+
+    def _open_index(self) -> tuple[faiss.IndexIDMap2, int]:
+        index, reason = load_index(self.path, self._conn, self.dim, self._generation)
+        if index is not None:
+            return index, self._generation
+        if self._generation > 0 or (self.path / INDEX_FILE).exists():  # not merely a new store
+            _log.warning("rebuilding FAISS index of %s from SQLite: %s", self.path, reason)
+            self.index_rebuild_reason = reason
+        self._index = build_index(self._conn, self.dim)
+        self._persisted_generation = -1
+        self._persist_if_changed()
+        return self._index, self._persisted_generation
+
+    def _rebuild_after_failure(self) -> None:
+        try:
+            self._index = build_index(self._conn, self.dim)
+            self._needs_rebuild = False
+        except Exception:
+            _log.exception("rebuilding the FAISS index failed; will retry on next use")
+            self._needs_rebuild = True
+
+    def _ensure_index(self) -> None:
+        if self._needs_rebuild:
+            self._index = build_index(self._conn, self.dim)  # raises to the reader if it still fails
+            self._needs_rebuild = False
+
+    def _persist_if_changed(self) -> None:
+        """Persist the index unless it awaits a rebuild or is already on disk; a failure only logs."""
+        if self._needs_rebuild or self._persisted_generation == self._generation:
+            return
+        try:
+            persist_index(self.path, self._index, self._generation, self.dim)
+        except Exception:
+            _log.exception("persisting the FAISS index failed; it will be rebuilt from SQLite on open")
+            return
+        self._persisted_generation = self._generation
+        self._commits_since_persist = 0
+
+    # writes
+
+    def write(self) -> WriteTx:
+        """A write transaction: `with store.write() as tx: ...` commits on normal exit, rolls back on error."""
+        return WriteTx(self)
+
+    def _begin(self) -> None:
+        self._lock.acquire()
+        try:
+            self._check_open()
+            if self._in_tx:
+                raise RuntimeError("nested write transactions are not supported")
+            self._conn.execute("BEGIN IMMEDIATE")
+            self._in_tx = True
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _rollback(self) -> None:
+        try:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+        finally:
+            self._in_tx = False
+            self._lock.release()
+
+    def _commit(self, changes: dict[int, np.ndarray | None]) -> None:
+        try:
+            generation = self._generation + 1
+            self._conn.execute("UPDATE meta SET value = ? WHERE key = 'generation'", (str(generation),))
+            failpoint("store.before_commit")
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            raise
+        try:
+            self._generation = generation
+            self._in_tx = False
+            pending, self._needs_rebuild = self._needs_rebuild, True  # until the index matches this commit
+            try:  # committed: from here on nothing may fail the write
+                failpoint("store.after_commit")
+                if pending:
+                    raise RuntimeError("index awaits a rebuild")
+                apply_changes(self._index, changes)
+                failpoint("store.after_faiss")
+                self._needs_rebuild = False
+            except Exception:
+                _log.exception("FAISS update after commit failed; rebuilding the index from SQLite")
+                self._rebuild_after_failure()
+            self._commits_since_persist += 1
+            if self._commits_since_persist >= self.persist_every:
+                self._persist_if_changed()
+        finally:
+            self._lock.release()
+
+    # reads
+
+    def live_memories(self, user_id: str, kind: str | None = None) -> list[Memory]:
+        """The user's live (neither superseded nor deleted) memories, oldest first."""
+        sql, args = self._live_query(user_id, kind, MEMORY_COLUMNS)
+        with self._lock:
+            self._check_open()
+            return [_memory(row) for row in self._conn.execute(sql + " ORDER BY id", args)]
+
+    def get_memory(self, memory_id: int) -> Memory | None:
+        """Any memory by id, live or not; None only when no such row exists."""
+        with self._lock:
+            self._check_open()
+            row = self._conn.execute(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ?", (memory_id,)).fetchone()
+        return _memory(row) if row else None
+
+    def search(self, user_id: str, vector: np.ndarray, k: int = 5, kind: str | None = None) -> list[Memory]:
+        """The user's k live memories most similar (inner product) to vector, best first, with score set."""
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        query = query_vector(vector, self.dim)
+        sql, args = self._live_query(user_id, kind, "id")
+        with self._lock:
+            self._check_open()
+            self._ensure_index()
+            ids = np.fromiter((r[0] for r in self._conn.execute(sql, args)), dtype=np.int64)
+            if ids.size == 0:
+                return []
+            selector = faiss.IDSelectorBatch(ids)
+            params = faiss.SearchParameters(sel=selector)
+            scores, found = self._index.search(query[None, :], min(k, ids.size), params=params)
+            hits = [(int(i), float(s)) for s, i in zip(scores[0], found[0], strict=True) if i >= 0]
+            if not hits:
+                return []
+            marks = ",".join("?" * len(hits))
+            rows = {row[0]: row for row in self._conn.execute(
+                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id IN ({marks})", [i for i, _ in hits])}
+        return [_memory(rows[i], score=s) for i, s in hits if i in rows]
+
+    def l1_raw(self, user_id: str) -> list[str]:
+        """The user's rendered L1 history entries, oldest first."""
+        return [r[0] for r in self._read("SELECT content FROM l1_raw WHERE user_id = ? ORDER BY id", (user_id,))]
+
+    def profile(self, user_id: str) -> dict:
+        """The user's L0 basic_info ({} when none)."""
+        rows = self._read("SELECT basic_info FROM profiles WHERE user_id = ?", (user_id,))
+        return json.loads(rows[0][0]) if rows else {}
+
+    def episode(self, user_id: str) -> int:
+        """The user's episode counter (0 when none)."""
+        rows = self._read("SELECT counter FROM episodes WHERE user_id = ?", (user_id,))
+        return int(rows[0][0]) if rows else 0
+
+    def request_result(self, request_id: str) -> dict | None:
+        """The WriteResult JSON recorded for a successful write with this request_id, if any."""
+        rows = self._read("SELECT result FROM requests WHERE request_id = ?", (request_id,))
+        return json.loads(rows[0][0]) if rows else None
+
+    def traces(self, user_id: str) -> list[dict]:
+        """The user's write traces, oldest first: {id, request_id, path, payload, created_at}."""
+        rows = self._read("SELECT id, request_id, path, payload, created_at FROM traces WHERE user_id = ? ORDER BY id",
+                          (user_id,))
+        return [{"id": i, "request_id": r, "path": p, "payload": json.loads(pl), "created_at": t}
+                for i, r, p, pl, t in rows]
+
+    def chain_rounds(self, user_id: str, request_id: str | None = None) -> list[dict]:
+        """The user's recorded LM rounds (optionally of one request), oldest first."""
+        sql = "SELECT id, request_id, round, stage, payload, created_at FROM chain_rounds WHERE user_id = ?"
+        args: tuple = (user_id,)
+        if request_id is not None:
+            sql, args = sql + " AND request_id = ?", (user_id, request_id)
+        return [{"id": i, "request_id": r, "round": n, "stage": st, "payload": json.loads(pl), "created_at": t}
+                for i, r, n, st, pl, t in self._read(sql + " ORDER BY id", args)]
+
+    def _read(self, sql: str, args: tuple) -> list[tuple]:
+        with self._lock:
+            self._check_open()
+            return self._conn.execute(sql, args).fetchall()
+
+    @staticmethod
+    def _live_query(user_id: str, kind: str | None, columns: str) -> tuple[str, tuple]:
+        sql = f"SELECT {columns} FROM memories WHERE user_id = ? AND {LIVE}"
+        if kind is None:
+            return sql, (user_id,)
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        return sql + " AND kind = ?", (user_id, kind)
+
+    # checking
+
+    def check_consistency(self) -> list[str]:
+        """Problems between SQLite and the in-memory FAISS index (empty when consistent).
+
+        Every live memory must have exactly one FAISS vector equal to its BLOB, and no FAISS
+        id may lack a live row.
+        """
+        problems: list[str] = []
+        with self._lock:
+            self._check_open()
+            check = self._conn.execute("PRAGMA quick_check").fetchone()[0]
+            if check != "ok":
+                problems.append(f"SQLite quick_check: {check}")
+            if self._needs_rebuild:
+                return [*problems, "FAISS index awaits a rebuild after a failed update"]
+            index = self._index
+            if index.d != self.dim:
+                problems.append(f"FAISS dim {index.d} != store dim {self.dim}")
+                return problems
+            counts = Counter(int(i) for i in faiss.vector_to_array(index.id_map))
+            if index.ntotal != sum(counts.values()):
+                problems.append(f"FAISS ntotal {index.ntotal} != {sum(counts.values())} ids")
+            live: set[int] = set()
+            for mid, blob in self._conn.execute(f"SELECT id, vector FROM memories WHERE {LIVE}"):
+                live.add(mid)
+                n = counts.get(mid, 0)
+                if len(blob) != 4 * self.dim:
+                    problems.append(f"memory {mid}: vector BLOB has {len(blob)} bytes, expected {4 * self.dim}")
+                elif n != 1:
+                    problems.append(f"live memory {mid} has {n} vectors in FAISS")
+                elif not np.array_equal(index.reconstruct(mid), np.frombuffer(blob, dtype=np.float32)):
+                    problems.append(f"live memory {mid}: FAISS vector differs from its SQLite BLOB")
+            problems += [f"FAISS id {mid} has no live row" for mid in sorted(set(counts) - live)]
+        return problems
