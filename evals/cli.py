@@ -21,7 +21,8 @@ def _run(args: argparse.Namespace) -> int:
                        faults=args.faults, seed=args.seed, concurrency=args.concurrency, out=args.out,
                        resume=args.resume, progress=not args.no_progress, gold=args.gold, limit=args.limit,
                        sample=args.sample, program=args.program, providers_file=args.providers,
-                       cache=not args.no_cache, max_connections=args.max_connections)
+                       cache=not args.no_cache, max_connections=args.max_connections,
+                       systems=args.system or ["hymem"])
     try:
         outcome = run_eval(config)
     except UsageError as exc:
@@ -147,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a .jsonl file, a directory of them, or a corpus: locomo:PATH, dulemon:PATH, "
                      "memorybank:PATH, persona_chat:PATH (repeatable; default: the bundled datasets)")
     _sampling_options(run)
+    run.add_argument("--system", action="append", choices=["hymem", "mem0"],
+                     help="memory engine under test (repeatable: engines side by side on the same providers; "
+                     "default: hymem). mem0 needs the extra: pip install 'hymem[mem0]'")
     run.add_argument("--lm", action="append", metavar="SPEC",
                      help="provider: offline, oracle[:flip_owner=R,swap_subject=R,drop=R,seed=S], a DSPy model string "
                      "(openai/gpt-4o-mini), MODEL@URL for an OpenAI-compatible endpoint, or a name from --providers "

@@ -152,7 +152,12 @@ def test_proxy_logs_the_clients_request_id_and_lets_models_through(server, tmp_p
         assert [m.id for m in client.models.list().data] == ["offline"]
         with pytest.raises(openai.InternalServerError):
             client.embeddings.create(model="m", input="x", extra_headers={"x-hymem-request-id": "write-7"})
-    assert [(f["request_id"], f["kind"]) for f in read_log(tmp_path / "log.jsonl")] == [("write-7", "http_500")]
+        with HyMemoryClient(path=tmp_path / "s", lm=http_lm(proxy.url_for("write 8/a")), embedder="hash") as mem:
+            assert mem.add(TALK[0], user_id="u1").error_code == "LLM_ERROR"
+        tagged = openai.OpenAI(base_url=proxy.url_for("write-9"), api_key="x", max_retries=0)
+        assert [m.id for m in tagged.models.list().data] == ["offline"]  # the tag is stripped before forwarding
+    assert [(f["request_id"], f["kind"]) for f in read_log(tmp_path / "log.jsonl")] == \
+        [("write-7", "http_500"), ("write 8/a", "http_500")]
 
 
 def test_a_429_carries_retry_after(server):
@@ -187,7 +192,8 @@ def test_cli_rejects_a_bad_fault_plan(capsys):
 def test_cli_serve_prints_its_url_and_stops_on_ctrl_c():
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.Popen([sys.executable, "-m", "evals.cli", "serve", "--latency", "0"], stdout=subprocess.PIPE,
-                            text=True, env=env)
+                            text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # even under nohup/CI
     try:
         line = proc.stdout.readline()
         url = line.split("listening on ", 1)[1].split()[0]

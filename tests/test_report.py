@@ -58,17 +58,18 @@ def metric(frame, name: str, dataset: str = "all", provider: str = "p"):
 def test_every_parquet_file_has_its_pinned_columns(tmp_path: Path):
     write_report(tmp_path, manifest(), known_history())
     columns = {
-        "cases": ["provider", "dataset", "case_id", "lang", "tags", "status", "error", "n_writes", "n_memories",
-                  "n_faults", "n_anomalies", "seconds"],
-        "faults": ["provider", "dataset", "case_id", "write", "path", "site", "kind", "occurrence", "fired", "seed",
+        "cases": ["provider", "system", "dataset", "case_id", "lang", "tags", "status", "error", "n_writes",
+                  "n_memories", "n_faults", "n_anomalies", "seconds"],
+        "faults": ["provider", "system", "dataset", "case_id", "write", "path", "site", "kind", "occurrence", "fired",
+                   "seed",
                    "expected_success", "expected_error_code", "expected_agent_error_code",
                    "expected_reconcile_error_code", "actual_success", "actual_error_code", "actual_agent_error_code",
                    "actual_reconcile_error_code", "retry_success", "outcome", "code_ok", "rollback_ok", "retry_ok",
                    "n_anomalies", "error", "seconds"],
-        "anomalies": ["kind", "provider", "dataset", "case_id", "write", "path", "site", "fault", "seed", "expected",
-                      "actual", "witness", "outcome"],
-        "coverage": ["provider", "site", "kind", "faulted_units", "ok_units", "wrong_units", "indeterminate_units",
-                     "infra_error_units", "reached"],
+        "anomalies": ["kind", "provider", "system", "dataset", "case_id", "write", "path", "site", "fault", "seed",
+                      "expected", "actual", "witness", "outcome"],
+        "coverage": ["provider", "system", "site", "kind", "faulted_units", "ok_units", "wrong_units",
+                     "indeterminate_units", "infra_error_units", "reached"],
         "metrics": ["provider", "dataset", "metric", "value", "ci_low", "ci_high", "n", "note"],
         "case_metrics": ["provider", "dataset", "case_id", "metric", "num", "den"],
     }

@@ -1,0 +1,115 @@
+"""Arms: one (system, provider) column of a run, and what a system needs started before its units run.
+
+Why apart from the systems: validation must happen before any work (a missing extra, a provider an engine
+cannot talk to), and what an engine needs (mem0: a local OpenAI-compatible server) lives for the whole run.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from evals.systems.base import DEFAULT_SYSTEM, Arm, arm_label
+
+SYSTEMS = ("hymem", "mem0")
+_DEFAULT_URLS = {"openai": "https://api.openai.com/v1"}
+OFFLINE_TIMEOUT = 10.0  # seconds per request to the local server: a hang fails fast, a reply takes milliseconds
+
+
+def check_system(name: str) -> None:
+    """ValueError for an unknown system; `Mem0Missing` (one line naming the extra) when mem0ai is absent."""
+    if name not in SYSTEMS:
+        raise ValueError(f"--system {name!r}: use one of {', '.join(SYSTEMS)}")
+    if name == "mem0":
+        from evals.systems.mem0_system import EXTRA_ERROR, Mem0Missing, mem0_available
+
+        if not mem0_available():
+            raise Mem0Missing(EXTRA_ERROR)
+
+
+def site_kinds(system: str) -> list[tuple[str, str]]:
+    """Every (fault site, kind) pair of a system, for the coverage table."""
+    if system == "mem0":
+        from evals.systems.mem0_system import SITES, kinds_for
+    else:
+        from evals.faults import SITES, kinds_for
+    return [(site, kind) for site in SITES for kind in kinds_for(site)]
+
+
+def _llm_endpoint(config: Any) -> tuple[str, str, str]:
+    """(url, wire model, key) of an HTTP provider for an OpenAI-compatible client."""
+    from evals.providers import api_key
+
+    prefix, _, model = config.model.partition("/")
+    url = config.api_base or _DEFAULT_URLS.get(prefix)
+    if url is None:
+        raise ValueError(f"--system mem0 --lm {config.name}: mem0 talks to an OpenAI-compatible endpoint; give one "
+                         "as MODEL@URL or use an openai/ model")
+    return url, model, api_key(config) or "none"
+
+
+def validate_arm(system: str, config: Any) -> None:
+    """Refuse, before any work, a provider the system cannot run with."""
+    if system == DEFAULT_SYSTEM:
+        return
+    if config.model == "offline":
+        return
+    if not config.is_http:
+        raise ValueError(f"--system {system} --lm {config.name}: {system} runs with offline or an HTTP model "
+                         "(its own prompt is not one the oracle can answer)")
+    _llm_endpoint(config)
+
+
+def _embed_endpoint(spec: str, server_url: str | None) -> tuple[str, str, str, int]:
+    """(url, model, key, dim) for the run's `--embedder`: the local server for hash/minilm, else its URL."""
+    from hymem.embedder import embedder_dim, make_embedder
+
+    if spec in ("hash", "minilm"):
+        return server_url, spec, "hymem-local", int(make_embedder(spec).dim)
+    if spec == "openai" or spec.startswith(("openai/", "openai@")):
+        model, _, url = spec[len("openai"):].lstrip("/").partition("@")
+        key = os.environ.get("OPENAI_API_KEY") or ("hymem-local" if url.startswith("http://127.") else "")
+        if not key:
+            raise ValueError("--embedder openai: set OPENAI_API_KEY in the environment")
+        return url or _DEFAULT_URLS["openai"], model or "text-embedding-3-small", key, embedder_dim(make_embedder(spec))
+    raise ValueError(f"--system mem0 --embedder {spec}: use hash, minilm or openai[/MODEL][@URL]")
+
+
+def open_arm(system: str, provider: Any, embedder_spec: str) -> Arm:
+    """Start what the system needs for the run; `provider` is an `evals.providers.Provider`.
+
+    hymem needs nothing (its units are built by the replayer). mem0 gets the local offline server
+    when the model is `offline` or the embedder is hash/minilm, and endpoints for its two clients.
+    """
+    label = arm_label(system, provider.name)
+    if system == DEFAULT_SYSTEM:
+        return Arm(system=system, provider=provider.name, label=label, make=None)
+    from evals.systems.mem0_offline import start_offline_server
+    from evals.systems.mem0_system import Endpoint, Mem0System
+
+    config = provider.config
+    validate_arm(system, config)
+    needs_server = config.model == "offline" or embedder_spec in ("hash", "minilm")
+    server = start_offline_server(embedder_spec if embedder_spec in ("hash", "minilm") else "hash") \
+        if needs_server else None
+    try:
+        if config.model == "offline":
+            llm, timeout = Endpoint(server.url, "offline", "hymem-local"), OFFLINE_TIMEOUT
+        else:
+            url, model, key = _llm_endpoint(config)
+            llm, timeout = Endpoint(url, model, key), float(config.timeout)
+        url, model, key, dim = _embed_endpoint(embedder_spec, server.url if server else None)
+        embed = Endpoint(url, model, key)
+    except Exception:
+        if server is not None:
+            server.close()
+        raise
+
+    def make(case: Any, log: Any) -> Mem0System:
+        return Mem0System(llm, embed, dim, timeout=timeout, log=log)
+
+    return Arm(system=system, provider=provider.name, label=label, make=make,
+               close=server.close if server is not None else (lambda: None))
+
+
+__all__ = ["OFFLINE_TIMEOUT", "SYSTEMS", "check_system", "open_arm", "site_kinds", "validate_arm"]

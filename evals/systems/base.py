@@ -1,0 +1,107 @@
+"""The system under test: what the harness needs from a memory engine to replay, fault and check it.
+
+Why a protocol: the datasets, fault plans, checker and scorers stay the same whichever engine is
+replayed; an engine only says how to write a turn, what it stored, what a logical snapshot of its store
+is, where faults can be injected and what each fault must make a write return.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, Field
+
+from evals.checker import StoreState
+from evals.faults import Expected, Fault, FaultPlan
+
+DEFAULT_SYSTEM = "hymem"
+
+
+class WriteOutcome(BaseModel):
+    """One write as the harness sees it, whatever the engine: what it returned, and where it called out."""
+
+    success: bool  # the engine reported success (for an engine without result codes: it did not raise)
+    request_id: str
+    codes: dict[str, Any]  # success, error_code, agent_error_code, reconcile_error_code, retry_safe (+ raised)
+    ops: list[dict[str, Any]] = Field(default_factory=list)  # applied ops, AppliedOp-shaped
+    message: str = ""
+    reached: dict[str, int] = Field(default_factory=dict)  # fault site -> calls (or items) this write made there
+    fired: bool = False  # the armed fault was injected
+    call_seconds: float | None = None  # time inside model and embedding calls, when the system measures it
+
+
+@runtime_checkable
+class MemorySystem(Protocol):
+    """One engine for one unit (a case on one provider). `open`/`close` bracket every write's store."""
+
+    name: str  # hymem | mem0
+
+    @property
+    def dim(self) -> int: ...  # vector size, for the checker's vector consistency check
+
+    def open(self, store: Path) -> None: ...
+
+    def close(self) -> None: ...  # release and persist the store, so its files can be copied and read
+
+    def write(self, path: str, payload: Any, user_id: str, request_id: str, fault: Fault | None = None, *,
+              control: bool = False) -> WriteOutcome: ...
+
+    def proposals(self, user_id: str, request_id: str) -> tuple[list[dict], list[dict]]: ...  # (facts, ops)
+
+    def memories(self, user_id: str) -> list[dict[str, Any]]: ...  # id, text, subject, owner, kind, request_id
+
+    def profile(self, user_id: str) -> dict[str, Any]: ...
+
+    def snapshot(self, store: Path) -> StoreState: ...  # the logical state of a closed store
+
+    def faults_for_write(self, plan: FaultPlan, reached: dict[str, int], seed: int, unit_key: str) -> list[Fault]: ...
+
+    def expected_outcome(self, site: str, kind: str) -> Expected: ...
+
+    def shutdown(self) -> None: ...  # release what the unit started (fault proxies); the store is closed
+
+
+def plan_faults(plan: FaultPlan, sites: Iterable[str], kinds_for: Callable[[str], tuple[str, ...]],
+                reached: dict[str, int], seed: int, unit_key: str) -> list[Fault]:
+    """`FaultPlan.faults_for_write` over another engine's sites and kinds: sweep all, or draw each at `rate`."""
+    if plan.name == "none":
+        return []
+    candidates = [Fault(site, kind, occurrence) for site in sites if site in reached
+                  for occurrence in range(reached[site]) for kind in kinds_for(site)]
+    if plan.name == "sweep":
+        return candidates
+    return [f for f in candidates if _draw(seed, unit_key, f) < plan.rate]
+
+
+def _draw(seed: int, unit_key: str, fault: Fault) -> float:
+    """The same seeded draw as `evals.faults` uses: a plan and its seed replay the same faults."""
+    digest = hashlib.sha256(f"{seed}|{unit_key}|{fault.site}|{fault.kind}|{fault.occurrence}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big")).random()
+
+
+def arm_label(system: str, provider: str) -> str:
+    """The report's `provider` column for one (system, provider) arm: the provider for hymem, else SYSTEM/PROVIDER.
+
+    Why: `compare`, the plots and the gate pair arms by this label, so two engines on one provider sit side by
+    side, and a hymem run keeps the labels (and manifest hash) it always had.
+    """
+    return provider if system == DEFAULT_SYSTEM else f"{system}/{provider}"
+
+
+@dataclass
+class Arm:
+    """One (system, provider) column of a run: makes a fresh system per unit; `close` stops what it started."""
+
+    system: str
+    provider: str
+    label: str
+    make: Callable[..., MemorySystem] | None  # (case, log) -> a system for one unit; None: the replayer's hymem
+    close: Callable[[], None] = lambda: None
+
+
+__all__ = ["DEFAULT_SYSTEM", "Arm", "MemorySystem", "WriteOutcome", "arm_label", "plan_faults"]

@@ -1,0 +1,113 @@
+"""hymem as a system under test: today's code paths (HyMemoryClient, in-process faults, read_state) behind the protocol.
+
+Faults are injected in-process: at the `dspy.LM` engine, the embedder and the store's failpoints, so the
+engine's real parsing and rollback code runs on every faulty reply.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from evals.accounting import AccountingLM, price_table
+from evals.checker import StoreState, codes_of, read_state
+from evals.faults import Expected, Fault, FaultPlan, expected_outcome
+from evals.inject import FaultyEmbedder, Injector, faulty_lm
+from evals.systems.base import WriteOutcome
+from hymem.client import HyMemoryClient
+
+_PRICES = price_table()
+
+
+def do_write(client: HyMemoryClient, path: str, payload: Any, user_id: str, request_id: str) -> Any:
+    """One write of a case on its path: seeds (`add_extracted`), a working trajectory, or a chat turn."""
+    if path == "extracted":
+        return client.add_extracted(payload, user_id=user_id, request_id=request_id)
+    if path == "working":
+        return client.add_working(payload, user_id=user_id, request_id=request_id)
+    return client.add(payload, user_id=user_id, request_id=request_id)
+
+
+class HymemSystem:
+    """hymem for one unit: a client per open store, faulted through one `Injector`.
+
+    `lm_factory(case)` makes the unit's LM on every open (as the replayer always did); `accounting`, `cache`
+    and `log` are the provider's attempt accounting, the response cache and the unit's attempt log.
+    """
+
+    name = "hymem"
+
+    def __init__(self, case: Any, lm_factory: Any, embedder: Any, plan: FaultPlan, program: Any = None, *,
+                 accounting: Any = None, cache: Any = None, log: Any = None):
+        self.case, self.lm_factory, self.embedder, self.plan = case, lm_factory, embedder, plan
+        self.program = program
+        self.accounting, self.cache, self.log = accounting, cache, log
+        self.injector = Injector()
+        self.client: HyMemoryClient | None = None
+        self._lm: Any = None
+        self._dim = 0
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def open(self, store: Path) -> None:
+        base = self.lm_factory(self.case)
+        lm = faulty_lm(base, self.injector) if self.plan.name != "none" else base
+        if self.accounting is not None:
+            lm = AccountingLM.wrap(lm, provider=self.accounting, log=self.log, injector=self.injector,
+                                   cache=self.cache, retries=self.plan.name == "none", prices=_PRICES)
+        self._lm = lm
+        self.client = HyMemoryClient(path=store, lm=lm, embedder=FaultyEmbedder(self.embedder, self.injector, self.log),
+                                     reconcile_enabled=True, program=self.program)
+        self._dim = self.client.dim
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+
+    def write(self, path: str, payload: Any, user_id: str, request_id: str, fault: Fault | None = None, *,
+              control: bool = False) -> WriteOutcome:
+        self.injector.arm(fault)
+        with self.injector.store_hook():
+            result = do_write(self.client, path, payload, user_id, request_id)
+        if control:
+            self._cache_clean_success(result)
+        return WriteOutcome(success=result.success, request_id=result.request_id, codes=codes_of(result),
+                            ops=[op.model_dump() for op in result.ops], message=result.message,
+                            reached=dict(self.injector.reached), fired=bool(self.injector.fired))
+
+    def _cache_clean_success(self, result: Any) -> None:
+        """Cache this write's replies only when it succeeded with no fault injected."""
+        pending = self._lm.take_pending() if isinstance(self._lm, AccountingLM) else []
+        if self.cache is not None and result.success and not self.injector.fired:
+            self.cache.put_many(pending)
+
+    def proposals(self, user_id: str, request_id: str) -> tuple[list[dict], list[dict]]:
+        """What the extractor and the reconcile model proposed for one write, from its trace."""
+        trace = next((t for t in self.client.store.traces(user_id) if t.get("request_id") == request_id), None)
+        if trace is None:
+            return [], []
+        payload = trace.get("payload") or {}
+        return payload.get("proposed_facts", []), payload.get("proposed_ops", [])
+
+    def memories(self, user_id: str) -> list[dict[str, Any]]:
+        return [m.model_dump() for m in self.client.get_all(user_id)]
+
+    def profile(self, user_id: str) -> dict[str, Any]:
+        return self.client.profile(user_id)
+
+    def snapshot(self, store: Path) -> StoreState:
+        return read_state(store)
+
+    def faults_for_write(self, plan: FaultPlan, reached: dict[str, int], seed: int, unit_key: str) -> list[Fault]:
+        return plan.faults_for_write(reached, seed, unit_key)
+
+    def expected_outcome(self, site: str, kind: str) -> Expected:
+        return expected_outcome(site, kind)
+
+    def shutdown(self) -> None:
+        pass
+
+
+__all__ = ["HymemSystem", "do_write"]

@@ -1,0 +1,224 @@
+"""mem0 under the harness, offline over real HTTP on 127.0.0.1: each behaviour of the issue as a named finding.
+
+mem0ai 2.2 with a local qdrant store and its history DB; its LLM and embedder talk to the local offline server,
+faults are injected on the wire by the fault proxy. hymem replays the same cases as the reference.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from evals.cli import main
+from evals.dataset import Case
+from evals.faults import FaultPlan
+from evals.replay import CaseReplayer
+from evals.scoring.attribution import score_case
+from evals.systems.mem0_system import EXTRA_ERROR, Mem0System, import_mem0, local_endpoints, mem0_available
+
+needs_mem0 = pytest.mark.skipif(not mem0_available(), reason="mem0ai is not installed (pip install 'hymem[mem0]')")
+
+TWO_FACTS = {"id": "tim-two-facts", "lang": "en", "user_id": "tim",
+             "turns": [[{"role": "user", "name": "Tim", "content": "I live in Berlin. I work at Stripe."}]],
+             "expect": {"facts": [{"text": "The user lives in Berlin.", "subject": "user", "owner": "user"},
+                                  {"text": "The user works at Stripe.", "subject": "user", "owner": "user"}]}}
+MOVED = {"id": "tim-moved", "lang": "en", "user_id": "tim",
+         "memories": [{"text": "The user lives in Paris.", "subject": "user", "owner": "user"}],
+         "turns": [[{"role": "user", "name": "Tim", "content": "I moved to Berlin."}]],
+         "expect": {"facts": [{"text": "The user lives in Berlin.", "subject": "user", "owner": "user"}],
+                    "updates": [{"old": "The user lives in Paris.", "new": "The user lives in Berlin."}]}}
+JOHN = {"id": "john-pilot", "lang": "en", "user_id": "tim",
+        "turns": [[{"role": "user", "name": "Tim", "content": "How was your week, John?"},
+                   {"role": "assistant", "name": "John", "content": "Busy. I am a pilot."}]],
+        "expect": {"facts": [{"text": "John is a pilot.", "subject": "John", "owner": "user"}]}}
+
+
+@pytest.fixture(scope="module")
+def server():
+    if not mem0_available():
+        pytest.skip("mem0ai is not installed")
+    import_mem0()  # telemetry off before anything imports mem0
+    from evals.systems.mem0_offline import start_offline_server
+
+    with start_offline_server("hash") as handle:
+        yield handle
+
+
+class Aimed(Mem0System):
+    """mem0 with the plan narrowed to the named faults: (write, site, kind, occurrence)."""
+
+    def __init__(self, *args, aim: set[tuple[int, str, str, int]], **kw):
+        super().__init__(*args, **kw)
+        self.aim = aim
+
+    def faults_for_write(self, plan, reached, seed, unit_key):
+        write = int(unit_key.rsplit("|", 1)[1])
+        return [f for f in super().faults_for_write(plan, reached, seed, unit_key)
+                if (write, f.site, f.kind, f.occurrence) in self.aim]
+
+
+def replay_mem0(server, case: dict, aim: set = frozenset(), plan: str = "sweep"):
+    llm, embed, dim = local_endpoints(server.url, "hash")
+    return CaseReplayer(Case.model_validate(case), "d", "mem0/offline", None, None, FaultPlan.parse(plan), 0,
+                        system=lambda c, log: Aimed(llm, embed, dim, log=log, aim=set(aim))).run()
+
+
+def replay_hymem(case: dict):
+    from hymem.embedder import HashEmbedder
+    from hymem.offline import offline_lm
+
+    return CaseReplayer(Case.model_validate(case), "d", "offline", lambda c: offline_lm(), HashEmbedder(),
+                        FaultPlan.parse("none"), 0).run()
+
+
+def kinds(record) -> dict[str, str]:
+    return dict(record.anomalies)
+
+
+def test_without_mem0ai_the_run_stops_with_one_line_naming_the_extra(tmp_path, monkeypatch, capsys):
+    import evals.systems.mem0_system as mem0_system
+
+    monkeypatch.setattr(mem0_system, "mem0_available", lambda: False)
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps(TWO_FACTS) + "\n", encoding="utf-8")
+    code = main(["run", "--system", "mem0", "--dataset", str(data), "--embedder", "hash", "--out",
+                 str(tmp_path / "o"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.strip().splitlines() == [f"hymem-eval run: {EXTRA_ERROR}"]
+    assert EXTRA_ERROR == "mem0 needs the extra: pip install 'hymem[mem0]'"
+    assert not (tmp_path / "o").exists()
+
+
+@needs_mem0
+def test_the_offline_model_answers_mem0s_own_prompt_and_never_sees_a_speaker_name(server):
+    from mem0.configs.prompts import ADDITIVE_EXTRACTION_PROMPT, generate_additive_extraction_prompt
+    from mem0.memory.utils import parse_messages
+
+    from evals.systems.mem0_offline import answer_mem0, is_mem0_prompt
+
+    messages = [{"role": "user", "name": "Tim", "content": "I live in Berlin. I like tea."},
+                {"role": "assistant", "name": "John", "content": "I am a pilot."}]
+    prompt = generate_additive_extraction_prompt(existing_memories=[{"id": "0", "text": "The user likes tea."}],
+                                                 new_messages=parse_messages(messages))
+    assert is_mem0_prompt(ADDITIVE_EXTRACTION_PROMPT) and "John" not in prompt and "Tim" not in prompt
+    assert json.loads(answer_mem0(prompt)) == {"memory": [
+        {"id": "0", "text": "The user lives in Berlin.", "attributed_to": "user"}]}  # tea is known already
+
+
+@needs_mem0
+def test_an_empty_garbage_or_wrong_shape_extraction_is_degraded_success_with_the_saved_messages(server):
+    aim = {(0, "lm.extract", kind, 0) for kind in ("empty_content", "truncated_json", "wrong_schema", "http_500")}
+    run = replay_mem0(server, TWO_FACTS, aim)
+    assert run.status == "ok", run.error
+    by_kind = {f.kind: f for f in run.faults}
+    for kind in ("empty_content", "truncated_json", "wrong_schema"):
+        record = by_kind[kind]
+        assert record.fired and record.outcome == "wrong" and record.actual["success"] is True
+        witness = kinds(record)
+        assert witness["DEGRADED_SUCCESS"].startswith("success=true under a fault that must fail; ops=0; "
+                                                      "state diff: messages: +1 -0")
+        assert "I live in Berlin. I work at Stripe." in witness["DEGRADED_SUCCESS"]
+        assert witness["L1_NOT_ROLLED_BACK"].startswith("messages: +1 -0")
+        assert "PARTIAL_WRITE" not in witness  # nothing was extracted, so no memory: only the conversation stayed
+    failed = by_kind["http_500"]  # an HTTP error: mem0 raises and stores nothing
+    assert failed.actual["success"] is False and failed.actual["raised"] == "LLMError"
+    assert set(kinds(failed)) == {"DOUBLE_WRITE"}  # re-sending the write saves the conversation again
+
+
+@needs_mem0
+def test_a_fact_whose_embedding_fails_is_silently_dropped_as_a_partial_write(server):
+    run = replay_mem0(server, TWO_FACTS, {(0, "embed.facts", "http_503", 0)})
+    assert run.writes[0].reached == {"embed.query": 1, "lm.extract": 1, "embed.facts": 2}
+    [record] = run.faults
+    assert record.fired and record.actual["success"] is True
+    witness = kinds(record)
+    assert witness["DEGRADED_SUCCESS"].startswith("success=true under a fault that must fail; ops=1")
+    assert witness["PARTIAL_WRITE"].startswith("memories: +1 -0")
+    assert "The user works at Stripe." in witness["PARTIAL_WRITE"]  # the other fact was stored ...
+    assert "Berlin" not in witness["PARTIAL_WRITE"]  # ... the one whose embedding failed is gone, unreported
+
+
+@needs_mem0
+def test_mem0_is_add_only_so_a_contradiction_leaves_both_facts(server):
+    case = Case.model_validate(MOVED)
+    mem0_run, hymem_run = replay_mem0(server, MOVED, plan="none"), replay_hymem(MOVED)
+    assert sorted(m["text"] for m in mem0_run.memories) == ["The user lives in Berlin.", "The user lives in Paris."]
+    assert {op["op"] for w in mem0_run.writes for op in w.ops} == {"ADD"}
+    assert score_case(case, mem0_run).tallies["same_subject_update_recall"] == (0, 1)
+    assert score_case(case, hymem_run).tallies["same_subject_update_recall"] == (1, 1)
+
+
+@needs_mem0
+def test_speaker_names_never_reach_mems_model_so_a_named_humans_facts_are_lost(server, tmp_path):
+    case = Case.model_validate(JOHN)
+    mem0_run, hymem_run = replay_mem0(server, JOHN, plan="none"), replay_hymem(JOHN)
+    assert [m["text"] for m in hymem_run.memories] == ["John is a pilot."]
+    assert mem0_run.memories == [] and mem0_run.writes[0].proposed_facts == []
+    assert score_case(case, mem0_run).tallies["fact_recall"] == (0, 1)
+    assert score_case(case, hymem_run).tallies["fact_recall"] == (1, 1)
+    llm, embed, dim = local_endpoints(server.url, "hash")  # mem0 did keep the names, in its message log
+    system = Mem0System(llm, embed, dim)
+    system.open(tmp_path / "store")
+    system.write("chat", JOHN["turns"][0], "tim", "w0")
+    system.shutdown()
+    saved = system.snapshot(tmp_path / "store").tables["messages"]
+    assert sorted((m["name"], m["content"]) for m in saved) == [("John", "Busy. I am a pilot."),
+                                                               ("Tim", "How was your week, John?")]
+
+
+@needs_mem0
+def test_run_side_by_side_hymem_is_valid_where_mem0_shows_every_finding(server, tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps(TWO_FACTS) + "\n", encoding="utf-8")
+    code = main(["run", "--system", "hymem", "--system", "mem0", "--dataset", str(data), "--embedder", "hash",
+                 "--out", str(tmp_path / "run"), "--no-progress", "--fail-on-invalid"])
+    assert code == 1  # mem0 makes the run invalid
+    run = tmp_path / "run"
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["providers"] == ["offline", "mem0/offline"]
+    faults = pq.read_table(run / "faults.parquet").to_pandas()
+    hymem, mem0 = faults[faults.system == "hymem"], faults[faults.system == "mem0"]
+    assert len(hymem) > 20 and (hymem.outcome == "ok").all()  # the same plan: hymem is valid
+    assert set(mem0.site) == {"embed.query", "lm.extract", "embed.facts"} and mem0.fired.all()
+    anomalies = pq.read_table(run / "anomalies.parquet").to_pandas()
+    assert set(anomalies.system) == {"mem0"}
+    found = set(zip(anomalies.kind, anomalies.site, anomalies.fault, strict=True))
+    assert {("DEGRADED_SUCCESS", "lm.extract", "empty_content"), ("PARTIAL_WRITE", "embed.facts", "http_500"),
+            ("L1_NOT_ROLLED_BACK", "lm.extract", "wrong_schema")} <= found
+    summary = (run / "summary.md").read_text()
+    assert "## offline" in summary and "## mem0/offline" in summary
+
+
+def test_subject_and_owner_are_read_off_mem0s_plain_text():
+    from evals.systems.mem0_system import owner_of, subject_of
+
+    assert [subject_of(t) for t in ("The user lives in Berlin.", "User likes tea.", "John is a pilot.",
+                                    "Jack, the user's friend, is a chef.", "王芳是护士。", "用户在北京工作。",
+                                    "The assistant suggested tea.", "lives somewhere")] == [
+        "user", "user", "John", "Jack", "王芳", "user", "assistant", "user"]
+    assert (owner_of("assistant"), owner_of("user"), owner_of(None)) == ("agent", "user", "user")
+
+
+def test_the_local_server_still_answers_hymems_own_prompts(tmp_path):
+    import dspy
+
+    from evals.systems.mem0_offline import start_offline_server
+    from hymem.client import HyMemoryClient
+
+    with start_offline_server("hash") as handle:
+        lm = dspy.LM("openai/offline", api_base=handle.url, api_key="x", cache=False, num_retries=0, timeout=10)
+        with HyMemoryClient(path=tmp_path / "s", lm=lm, embedder=f"openai/hash@{handle.url}") as client:
+            result = client.add([{"role": "user", "content": "I like green tea."}], user_id="ana")
+            assert result.success and [m.text for m in client.get_all("ana")] == ["The user likes green tea."]
+
+
+def test_mem0_sites_and_kinds_are_the_proxys():
+    from evals.proxy import KINDS as PROXY_KINDS
+    from evals.systems.mem0_system import KINDS, SITES, expected_outcome
+
+    assert set(KINDS) == set(PROXY_KINDS)
+    assert all(not expected_outcome(s, k).success for s in SITES for k in KINDS if k != "latency")
+    assert all(expected_outcome(s, "latency").success for s in SITES)  # slow but correct: must change nothing

@@ -1,0 +1,140 @@
+"""The system-under-test seam: hymem behind the protocol, arm labels, fault plans, checker witnesses, the system column."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from evals.checker import StoreState, check_faulted_write
+from evals.cli import main
+from evals.dataset import Case
+from evals.faults import Expected, FaultPlan, expected_outcome
+from evals.manifest import Manifest
+from evals.replay import CaseRun, FaultRecord, WriteRecord
+from evals.report import write_report
+from evals.runner import RunConfig, UsageError, prepare, run_eval
+from evals.systems import MemorySystem, WriteOutcome, arm_label, plan_faults, site_kinds
+from evals.systems.hymem_system import HymemSystem
+from hymem.embedder import HashEmbedder
+from hymem.offline import offline_lm
+
+CASE = {"id": "ana-tea", "lang": "en", "user_id": "ana", "turns": [[{"role": "user", "content": "I like green tea."}]],
+        "expect": {"facts": [{"text": "The user likes green tea.", "subject": "user", "owner": "user"}]}}
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> Path:
+    path = tmp_path / "one.jsonl"
+    path.write_text(json.dumps(CASE) + "\n", encoding="utf-8")
+    return path
+
+
+def test_hymem_is_a_memory_system_and_writes_through_the_protocol(tmp_path):
+    case = Case.model_validate(CASE)
+    system = HymemSystem(case, lambda c: offline_lm(), HashEmbedder(), FaultPlan.parse("sweep"))
+    assert isinstance(system, MemorySystem)
+    system.open(tmp_path / "store")
+    outcome = system.write("chat", CASE["turns"][0], "ana", "w0", control=True)
+    facts, _ = system.proposals("ana", "w0")
+    memories = system.memories("ana")
+    system.close()
+    assert outcome.success and outcome.codes["success"] is True and not outcome.fired
+    assert outcome.reached == {"lm.extract": 1, "embed": 1, "lm.reconcile": 1, "store.commit": 1, "store.faiss": 1}
+    assert [f["text"] for f in facts] == [m["text"] for m in memories] == ["The user likes green tea."]
+    assert system.dim == 256 and system.snapshot(tmp_path / "store").tables["memories"][0]["request_id"] == "w0"
+
+
+def test_a_hymem_run_keeps_its_labels_and_manifest_hash_and_gains_a_system_column(dataset, tmp_path):
+    plain = RunConfig(datasets=[str(dataset)], embedder="hash", faults="none", out=tmp_path / "a", progress=False)
+    explicit = plain.model_copy(update={"systems": ["hymem"], "out": tmp_path / "b"})
+    assert prepare(plain)[4].manifest_hash == prepare(explicit)[4].manifest_hash
+    outcome = run_eval(explicit)
+    assert outcome.manifest.providers == ["offline"]
+    for name in ("cases", "faults", "anomalies", "coverage"):
+        assert "system" in pq.read_schema(outcome.run_dir / f"{name}.parquet").names, name
+    cases = pq.read_table(outcome.run_dir / "cases.parquet").to_pylist()
+    assert [(c["provider"], c["system"]) for c in cases] == [("offline", "hymem")]
+
+
+def test_arm_labels_put_two_engines_on_one_provider_side_by_side():
+    assert arm_label("hymem", "offline") == "offline"
+    assert arm_label("mem0", "offline") == "mem0/offline"
+    assert arm_label("mem0", "openai/gpt-4o-mini") == "mem0/openai/gpt-4o-mini"
+
+
+def test_plan_faults_sweeps_every_reached_site_and_kind_and_draws_the_same_faults_for_a_seed():
+    kinds = {"a": ("x", "y"), "b": ("z",), "never": ("x",)}.__getitem__
+    reached = {"a": 2, "b": 1}
+    sweep = plan_faults(FaultPlan.parse("sweep"), ("a", "b", "never"), kinds, reached, 0, "u|c|0")
+    assert [(f.site, f.kind, f.occurrence) for f in sweep] == [("a", "x", 0), ("a", "y", 0), ("a", "x", 1),
+                                                                ("a", "y", 1), ("b", "z", 0)]
+    assert plan_faults(FaultPlan.parse("none"), ("a",), kinds, reached, 0, "k") == []
+    draw = [plan_faults(FaultPlan.parse("random:0.5"), ("a", "b"), kinds, reached, seed, "u|c|0") for seed in (1, 1, 2)]
+    assert draw[0] == draw[1] and set(draw[0]) <= set(sweep)
+
+
+def _state(**tables: list[dict]) -> StoreState:
+    return StoreState(tables=dict(tables), faiss={})
+
+
+def _outcome(success: bool, **codes) -> WriteOutcome:
+    base = {"success": success, "error_code": None, "agent_error_code": None, "reconcile_error_code": None,
+            "retry_safe": True}
+    return WriteOutcome(success=success, request_id="r", codes={**base, **codes})
+
+
+def test_degraded_success_carries_the_leftover_state_as_its_witness():
+    before = _state(messages=[])
+    after = _state(messages=[{"id": "m1", "role": "user", "content": "I like tea."}])
+    found = check_faulted_write(Expected(success=False), _outcome(True), before, after, before, _outcome(True),
+                                before, before, dim=4)
+    witness = dict(found)
+    assert witness["DEGRADED_SUCCESS"] == ('success=true under a fault that must fail; ops=0; state diff: messages: '
+                                          '+1 -0 e.g. {"content": "I like tea.", "id": "m1", "role": "user"}')
+    assert witness["L1_NOT_ROLLED_BACK"] == 'messages: +1 -0 e.g. {"content": "I like tea.", "id": "m1", "role": "user"}'
+
+
+def test_a_failure_is_judged_on_the_expected_fields_only_so_a_system_may_say_what_it_raised():
+    state = _state(memories=[])
+    failed = _outcome(False, raised="LLMError")
+    found = check_faulted_write(Expected(success=False), failed, state, state, state, _outcome(True), state, state, 4)
+    assert found == []
+    wrong = check_faulted_write(expected_outcome("lm.extract", "garbage"), failed, state, state, state,
+                                _outcome(True), state, state, 4)
+    assert [kind for kind, _ in wrong] == ["WRONG_ERROR_CODE"]
+
+
+def _unit(provider: str, system: str, site: str, kind: str) -> CaseRun:
+    record = FaultRecord(write=0, path="chat", site=site, kind=kind, fired=True, expected={"success": False},
+                         actual={"success": False}, outcome="ok")
+    return CaseRun(case_id="c1", dataset="d", provider=provider, system=system, lang="en", tags=[], status="ok",
+                   writes=[WriteRecord(index=0, path="chat", request_id="c1/w0", success=True, codes={})],
+                   faults=[record])
+
+
+def test_the_report_names_each_units_system_and_lists_coverage_over_that_systems_sites(tmp_path):
+    manifest = Manifest(run_id="r", datasets=["d"], dataset_hash="h", n_cases=1, providers=["p", "mem0/p"],
+                        embedder="hash", faults="sweep", seed=0, concurrency=1, engine_version="0", prompt_hash="x")
+    runs = [_unit("p", "hymem", "lm.reconcile", "garbage"), _unit("mem0/p", "mem0", "lm.extract", "empty_content")]
+    write_report(tmp_path, manifest, runs)
+    cases = pq.read_table(tmp_path / "cases.parquet").to_pylist()
+    assert [(c["provider"], c["system"]) for c in cases] == [("p", "hymem"), ("mem0/p", "mem0")]
+    coverage = pq.read_table(tmp_path / "coverage.parquet").to_pylist()
+    mem0_pairs = {(r["site"], r["kind"]) for r in coverage if r["provider"] == "mem0/p"}
+    assert mem0_pairs == set(site_kinds("mem0")) and ("lm.reconcile", "garbage") not in mem0_pairs
+    assert {r["system"] for r in coverage if r["provider"] == "p"} == {"hymem"}
+    reached = [(r["site"], r["kind"]) for r in coverage if r["reached"]]
+    assert reached == [("lm.reconcile", "garbage"), ("lm.extract", "empty_content")]
+    assert "## mem0/p" in (tmp_path / "summary.md").read_text()
+
+
+def test_an_unknown_system_is_refused_before_any_work(dataset, tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--system", "nope", "--dataset", str(dataset), "--out", str(tmp_path / "o")])
+    assert exc.value.code == 2
+    with pytest.raises(UsageError, match="--system 'nope'"):
+        prepare(RunConfig(datasets=[str(dataset)], systems=["nope"], embedder="hash", out=tmp_path / "o"))
+    assert not (tmp_path / "o").exists()
