@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 SCHEMA_VERSION = 1
-_PACKAGES = ("hymem", "dspy", "pydantic", "numpy", "faiss-cpu", "pandas", "pyarrow", "sentence-transformers")
+_PACKAGES = ("hymem", "dspy", "pydantic", "numpy", "faiss-cpu", "pandas", "pyarrow", "sentence-transformers", "mem0ai")
 
 
 class Manifest(BaseModel):

@@ -13,7 +13,6 @@ from typing import Any
 import pandas as pd
 
 from evals.compare import HEADLINE, Run, is_count, load_run, lower_is_better, metric_row
-from evals.faults import KINDS, SITES, kinds_for
 
 CLASSES = ("user", "named", "assistant")  # subject classes of facts.parquet, in matrix order
 STAGES = ("stored", "proposed")
@@ -143,19 +142,23 @@ def fault_plot(run: Run, path: Path) -> Path | None:
     from matplotlib.patches import Rectangle
 
     providers = list(dict.fromkeys(faults["provider"]))
-    sites = [*SITES, *sorted(set(faults["site"]) - set(SITES))]  # the whole grid, and any site it lacks
-    kinds = [*KINDS, *sorted(set(faults["kind"]) - set(KINDS))]
+    grids = {p: _site_grid(faults, p) for p in providers}  # each engine has its own call sites
+    kinds = list(dict.fromkeys(k for grid in grids.values() for applies in grid.values() for k in applies))
+    kinds += sorted(set(faults["kind"]) - set(kinds))
     checked = faults[faults["outcome"].isin(["ok", "wrong"]) & faults["rollback_ok"].notna()]
-    fig = _figure(1.8 + 0.6 * len(kinds), 0.8 + (0.42 * len(sites) + 1.1) * len(providers))
+    rows = max(len(g) for g in grids.values())
+    fig = _figure(1.8 + 0.6 * len(kinds), 0.8 + (0.42 * rows + 1.1) * len(providers))
     axes = fig.subplots(len(providers), 1, squeeze=False)
     image = None
     for r, provider in enumerate(providers):
         ax = axes[r][0]
+        grid = grids[provider]
+        sites = list(grid)
         ran = set(zip(*(faults.loc[faults["provider"] == provider, c] for c in ("site", "kind")), strict=True))
         grouped = checked[checked["provider"] == provider].groupby(["site", "kind"])["rollback_ok"].agg(["sum", "count"])
         shares = [[math.nan] * len(kinds) for _ in sites]
         for i, site in enumerate(sites):
-            applies = set(kinds_for(site)) if site in SITES else set()
+            applies = set(grid[site])
             for j, kind in enumerate(kinds):
                 if (site, kind) in grouped.index:
                     ok, n = (int(x) for x in grouped.loc[(site, kind)])
@@ -172,6 +175,20 @@ def fault_plot(run: Run, path: Path) -> Path | None:
     fig.colorbar(image, ax=axes, shrink=0.8, label="correct rollback share (k/n checked units)")
     fig.suptitle(f"{run.label}: rollback under injected faults (blank: kind does not apply)")
     return _save(fig, path)
+
+
+def _site_grid(faults: Any, provider: str) -> dict[str, list[str]]:
+    """site → applicable kinds for the engine behind `provider`, plus any site its faults show."""
+    from evals.systems import site_kinds
+
+    mine = faults[faults["provider"] == provider]
+    system = str(mine["system"].iloc[0]) if "system" in mine.columns and len(mine) else "hymem"
+    grid: dict[str, list[str]] = {}
+    for site, kind in site_kinds(system):
+        grid.setdefault(site, []).append(kind)
+    for site in sorted(set(mine["site"]) - set(grid)):
+        grid[site] = []
+    return grid
 
 
 def write_plots(run_dir: Path) -> list[Path]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import socket
 import threading
 import time
 import uuid
@@ -81,6 +82,11 @@ class JSONHandler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     timeout = 60  # an idle keep-alive connection frees its thread after this
+
+    def setup(self) -> None:
+        super().setup()
+        # Without this, Nagle's algorithm and the client's delayed ACK add ~40 ms to every small reply.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
         pass
@@ -191,9 +197,9 @@ def models_reply() -> dict:
 # --------------------------------------------------------------------------- the server
 
 def _handler(latency: float, embed: Callable[[list[str]], np.ndarray]) -> type[JSONHandler]:
-    from hymem.offline import OfflineEngine
+    from evals.systems.mem0_offline import Mem0AwareEngine
 
-    engine = OfflineEngine()
+    engine = Mem0AwareEngine()  # the offline model; it also answers mem0's extraction prompt
 
     class OfflineHandler(JSONHandler):
         def do_GET(self) -> None:
