@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pydantic import BaseModel
@@ -106,16 +107,20 @@ class FaultPlan(BaseModel):
     def __str__(self) -> str:
         return f"random:{self.rate}" if self.name == "random" else self.name
 
-    def faults_for_write(self, reached: dict[str, int], seed: int, unit_key: str) -> list[Fault]:
+    def faults_for_write(self, reached: dict[str, int], seed: int, unit_key: str, *,
+                         sites: tuple[str, ...] = SITES, kinds: Callable[[str], tuple[str, ...]] | None = None,
+                         ) -> list[Fault]:
         """The faults to run for one write, given the call sites (and their counts) it reached.
 
         Deterministic in (plan, seed, unit_key): the same plan and seed replay the same faults,
-        whatever the order or concurrency of the run.
+        whatever the order or concurrency of the run. `sites` and `kinds` default to hymem's; another
+        engine under test passes its own.
         """
         if self.name == "none":
             return []
-        candidates = [Fault(site, kind, occurrence) for site in SITES if site in reached
-                      for occurrence in range(reached[site]) for kind in kinds_for(site)]
+        kinds = kinds or kinds_for
+        candidates = [Fault(site, kind, occurrence) for site in sites if site in reached
+                      for occurrence in range(reached[site]) for kind in kinds(site)]
         if self.name == "sweep":
             return candidates
         return [f for f in candidates if _draw(seed, unit_key, f) < self.rate]

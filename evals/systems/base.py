@@ -7,8 +7,6 @@ is, where faults can be injected and what each fault must make a write return.
 
 from __future__ import annotations
 
-import hashlib
-import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,20 +66,8 @@ class MemorySystem(Protocol):
 
 def plan_faults(plan: FaultPlan, sites: Iterable[str], kinds_for: Callable[[str], tuple[str, ...]],
                 reached: dict[str, int], seed: int, unit_key: str) -> list[Fault]:
-    """`FaultPlan.faults_for_write` over another engine's sites and kinds: sweep all, or draw each at `rate`."""
-    if plan.name == "none":
-        return []
-    candidates = [Fault(site, kind, occurrence) for site in sites if site in reached
-                  for occurrence in range(reached[site]) for kind in kinds_for(site)]
-    if plan.name == "sweep":
-        return candidates
-    return [f for f in candidates if _draw(seed, unit_key, f) < plan.rate]
-
-
-def _draw(seed: int, unit_key: str, fault: Fault) -> float:
-    """The same seeded draw as `evals.faults` uses: a plan and its seed replay the same faults."""
-    digest = hashlib.sha256(f"{seed}|{unit_key}|{fault.site}|{fault.kind}|{fault.occurrence}".encode()).digest()
-    return random.Random(int.from_bytes(digest[:8], "big")).random()
+    """`FaultPlan.faults_for_write` over another engine's sites and kinds (the same seeded draws)."""
+    return plan.faults_for_write(reached, seed, unit_key, sites=tuple(sites), kinds=kinds_for)
 
 
 def arm_label(system: str, provider: str) -> str:

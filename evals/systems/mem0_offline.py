@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import socket
-import threading
 from typing import Any
 
 MARKER = "You are a Memory Extractor"  # first line of mem0's ADDITIVE_EXTRACTION_PROMPT role section
@@ -101,62 +99,14 @@ class Mem0AwareEngine:
                                                                     total_tokens=tokens_in + tokens_out))
 
 
-def _handler(embed: Any) -> type:
-    from evals.serve import JSONHandler, chat_completion, embeddings_reply, models_reply
-
-    engine = Mem0AwareEngine()
-
-    class Mem0OfflineHandler(JSONHandler):
-        def setup(self) -> None:
-            super().setup()  # headers and body go out as separate writes: without this, Nagle + delayed ACK
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # add ~40 ms per reply
-
-        def do_GET(self) -> None:
-            if self.path.rstrip("/") in ("/v1/models", "/models"):
-                self.send_json(200, models_reply())
-            else:
-                self.send_error_json(404, f"no route GET {self.path}")
-
-        def do_POST(self) -> None:
-            raw = self.read_body()
-            route = self.path.split("?", 1)[0].rstrip("/")
-            try:
-                body = json.loads(raw or b"null")
-                if not isinstance(body, dict):
-                    raise ValueError("the request body must be a JSON object")
-                if route.endswith("/embeddings"):
-                    reply = embeddings_reply(body, embed)
-                elif route.endswith("/chat/completions") and not body.get("stream"):
-                    reply = chat_completion(body, engine)
-                else:
-                    self.send_error_json(404, f"no route POST {self.path} (streaming is not supported)")
-                    return
-            except ValueError as exc:  # bad JSON, bad shape, or a prompt the offline model cannot read
-                self.send_error_json(400, str(exc))
-                return
-            self.send_json(200, reply)
-
-    return Mem0OfflineHandler
-
-
 def start_offline_server(embedder: str = "hash", port: int = 0) -> Any:
     """`evals.serve`'s offline OpenAI-compatible server, answering mem0's extraction prompt too.
 
     `embedder`: hash or minilm, as `hymem-eval serve`. Returns a `ServerHandle` (`.url` ends in `/v1`).
     """
-    from evals.serve import ServerHandle, bind
-    from hymem.embedder import make_embedder
+    from evals.serve import start_server
 
-    if embedder not in ("hash", "minilm"):
-        raise ValueError(f"embedder {embedder!r}: the local server offers hash or minilm")
-    model = make_embedder(embedder)
-    lock = threading.Lock()  # a torch model is not safe to call from several request threads
-
-    def embed(texts: list[str]) -> Any:
-        with lock:
-            return model.embed(texts)
-
-    return ServerHandle(bind(_handler(embed), port))
+    return start_server(port=port, embedder=embedder)  # its engine is Mem0AwareEngine
 
 
 __all__ = ["MARKER", "Mem0AwareEngine", "answer_mem0", "is_mem0_prompt", "prompt_sections", "render_new_messages",
