@@ -13,6 +13,7 @@ import sqlite3
 import threading
 import time
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -113,12 +114,20 @@ class AccountingLM(dspy.LM):
 
     @classmethod
     def wrap(cls, lm: dspy.LM, *, provider: Any, log: AttemptLog, injector: Injector | None,
-             cache: ResponseCache | None, retries: bool, prices: dict) -> AccountingLM:
+             cache: ResponseCache | None, retries: bool, prices: dict,
+             wire: Callable[[str], str | None] | None = None) -> AccountingLM:
+        """`wire(site)`: for an HTTP provider under a fault plan, the fault proxy URL to send this call to
+        (the call the armed fault targets), else None; it also counts the call site."""
         wrapped = cls(lm.model, engine=lm.engine, async_engine=lm._async_engine_spec, cache=False, num_retries=0,
                       model_type=lm.model_type, **lm.kwargs)
         wrapped._acct = {"provider": provider, "log": log, "injector": injector, "cache": cache,
-                         "retries": retries, "prices": prices, "pending": []}
+                         "retries": retries, "prices": prices, "pending": [], "wire": wire}
         return wrapped
+
+    def _via(self, url: str) -> dspy.LM:
+        """This model at another base URL (a fault proxy), for one call."""
+        return dspy.LM(self.model, cache=False, num_retries=0, model_type=self.model_type,
+                       **{**self.kwargs, "api_base": url})
 
     def take_pending(self) -> list[tuple[str, list]]:
         """Replies of this client's calls not yet cached; the replayer caches them after a clean success."""
@@ -139,10 +148,15 @@ class AccountingLM(dspy.LM):
         attempts = provider.config.max_attempts if acct["retries"] else 1
         for attempt in range(1, attempts + 1):
             fired_before = len(injector.fired) if injector else 0
+            proxy_url = acct["wire"](site) if acct["wire"] is not None else None
+            target = self._via(proxy_url) if proxy_url else None
             start = time.perf_counter()
             try:
                 with provider.connections:
-                    outputs = super().__call__(prompt=prompt, messages=messages, **kwargs)
+                    if target is not None:
+                        outputs = dspy.LM.__call__(target, prompt=prompt, messages=messages, **kwargs)
+                    else:
+                        outputs = super().__call__(prompt=prompt, messages=messages, **kwargs)
             except Exception as exc:
                 injected = injector.fired[-1].kind if injector and len(injector.fired) > fired_before else None
                 log.add(model=self.model, site=site, attempt=attempt, status=type(exc).__name__,
@@ -153,7 +167,8 @@ class AccountingLM(dspy.LM):
                     time.sleep(wait)
                     continue
                 raise
-            usage = (self.history[-1].get("usage") or {}) if self.history else {}
+            history = (target or self).history
+            usage = (history[-1].get("usage") or {}) if history else {}
             prompt_tokens, completion_tokens = usage.get("prompt_tokens"), usage.get("completion_tokens")
             override = (provider.config.input_price, provider.config.output_price)
             injected = injector.fired[-1].kind if injector and len(injector.fired) > fired_before else None

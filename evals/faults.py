@@ -29,6 +29,20 @@ STORE_KINDS = ("store_error",)
 KINDS = (*RECONCILE_KINDS, *EMBED_KINDS, *STORE_KINDS)
 
 
+# Faults on the wire (HTTP providers, through `evals.proxy`), and the failure class each one is.
+WIRE_KINDS = ("http_500", "http_502", "http_503", "http_429", "drop_connection", "empty_body", "empty_content",
+              "null_content", "non_json_body", "truncated_json", "wrong_schema", "latency")
+_WIRE_CLASS = {"http_500": "unavailable", "http_502": "unavailable", "http_503": "unavailable",
+               "http_429": "unavailable", "drop_connection": "unavailable", "empty_body": "empty",
+               "empty_content": "empty", "null_content": "empty", "non_json_body": "parse",
+               "truncated_json": "parse", "wrong_schema": "parse", "latency": None}
+
+
+def wire_kinds_for(site: str) -> tuple[str, ...]:
+    """Kinds for an HTTP provider: LM calls are faulted on the wire; embedding and store stay in-process."""
+    return WIRE_KINDS if site in LM_SITES else kinds_for(site)
+
+
 def kinds_for(site: str) -> tuple[str, ...]:
     """The fault kinds that apply at a call site."""
     if site == "lm.reconcile":
@@ -61,6 +75,14 @@ _RECONCILE_CODE = {"unavailable": "LLM_UNAVAILABLE", "empty": "EMPTY_RESPONSE", 
 
 def expected_outcome(site: str, kind: str) -> Expected:
     """The failure table: which fields and codes a write must return under this fault."""
+    if site in LM_SITES and kind in _WIRE_CLASS:  # the same table, reached over HTTP
+        failure = _WIRE_CLASS[kind]
+        if failure is None:
+            return Expected(success=True)  # a slow but correct reply changes nothing
+        if site == "lm.reconcile":
+            return Expected(success=False, agent_error_code="RECONCILE_FAILED",
+                            reconcile_error_code=_RECONCILE_CODE[failure])
+        return Expected(success=False, error_code=_EXTRACT_CODE[failure])
     if kind not in kinds_for(site):
         raise ValueError(f"fault {kind!r} does not apply at {site!r}")
     if site in ("lm.extract", "lm.extract_working"):

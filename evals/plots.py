@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from evals.compare import HEADLINE, Run, is_count, load_run, lower_is_better, metric_row
+from evals.faults import SITES, WIRE_KINDS, wire_kinds_for
 
 CLASSES = ("user", "named", "assistant")  # subject classes of facts.parquet, in matrix order
 STAGES = ("stored", "proposed")
@@ -184,7 +185,10 @@ def _site_grid(faults: Any, provider: str) -> dict[str, list[str]]:
     mine = faults[faults["provider"] == provider]
     system = str(mine["system"].iloc[0]) if "system" in mine.columns and len(mine) else "hymem"
     grid: dict[str, list[str]] = {}
-    for site, kind in site_kinds(system):
+    pairs = site_kinds(system)
+    if system == "hymem" and set(mine["kind"]) & set(WIRE_KINDS):  # an HTTP provider: LM faults on the wire
+        pairs = [(site, kind) for site in SITES for kind in wire_kinds_for(site)]
+    for site, kind in pairs:
         grid.setdefault(site, []).append(kind)
     for site in sorted(set(mine["site"]) - set(grid)):
         grid[site] = []

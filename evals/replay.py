@@ -55,6 +55,7 @@ class FaultRecord(BaseModel):
     retry_success: bool | None = None
     outcome: str  # ok | wrong | indeterminate | infra_error
     anomalies: list[tuple[str, str]] = Field(default_factory=list)  # (kind, witness)
+    wire: list[dict[str, Any]] = Field(default_factory=list)  # the fault proxy's log lines (request id, kind, time)
     seconds: float = 0.0
 
 
@@ -189,6 +190,7 @@ class CaseReplayer:
             faulted = system.write(path, payload, self.case.user_id, rid, fault)
             record.fired = faulted.fired
             record.actual = faulted.codes
+            record.wire = faulted.wire_log
             system.close()
             after = system.snapshot(work)
             retry = None

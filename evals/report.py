@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ValidationError
 
 from evals.checker import Anomaly
-from evals.faults import SITES, kinds_for
+from evals.faults import SITES, WIRE_KINDS, kinds_for, wire_kinds_for
 from evals.manifest import Manifest
 from evals.replay import CaseRun, FaultRecord
 from evals.stats import bootstrap_ci
@@ -61,6 +61,7 @@ FAULTS_SCHEMA = pa.schema([
     ("code_ok", _B), ("rollback_ok", _B), ("retry_ok", _B),  # null unless the unit was checked (ok | wrong)
     ("n_anomalies", _I),
     ("error", _S),  # the harness exception of an infra_error unit
+    ("wire_log", _S),  # JSON: the fault proxy's log lines for this unit (HTTP providers), else null
     ("seconds", _F),
 ])
 ANOMALIES_SCHEMA = pa.schema([
@@ -139,6 +140,7 @@ def faults_frame(runs: list[CaseRun], seed: int) -> pd.DataFrame:
                 "retry_ok": not (kinds & RETRY_KINDS) if checked else None,
                 "n_anomalies": len(f.anomalies),
                 "error": f.actual.get("exception") if f.outcome == "infra_error" else None,
+                "wire_log": json.dumps(f.wire, ensure_ascii=False) if f.wire else None,
                 "seconds": f.seconds,
             })
     return _frame(rows, FAULTS_SCHEMA)
@@ -169,7 +171,9 @@ def coverage_frame(runs: list[CaseRun], providers: list[str]) -> pd.DataFrame:
     rows = []
     for provider in providers:
         system = system_of(provider)
-        pairs = [(site, kind) for site in SITES for kind in kinds_for(site)] if system == DEFAULT_SYSTEM \
+        on_wire = any(f.kind in WIRE_KINDS for r in runs if r.provider == provider for f in r.faults)
+        hymem_kinds = wire_kinds_for if on_wire else kinds_for  # an HTTP provider's LM faults are on the wire
+        pairs = [(site, kind) for site in SITES for kind in hymem_kinds(site)] if system == DEFAULT_SYSTEM \
             else site_kinds(system)
         counts: dict[tuple[str, str], Counter] = {}
         for r in runs:

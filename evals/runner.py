@@ -184,9 +184,9 @@ def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], t
     except (ValueError, ImportError) as exc:
         raise UsageError(str(exc)) from exc
     for name, provider in factories.items() if DEFAULT_SYSTEM in systems else ():  # others: faults on the wire
-        if plan.name != "none" and not provider.supports_inprocess_faults:
-            raise UsageError(f"--lm {name}: faults are injected in-process only into local models; run HTTP "
-                             "providers with --faults none, or through `hymem-eval proxy` for faults on the wire")
+        if plan.name != "none" and not provider.supports_inprocess_faults and not provider.config.api_base:
+            raise UsageError(f"--lm {name}: faults reach an HTTP provider on the wire, through a local fault proxy "
+                             "in front of its endpoint: give the endpoint explicitly (MODEL@URL or api_base)")
     embedder = resolve_embedder(config.embedder)
     from hymem import __version__
 

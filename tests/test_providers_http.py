@@ -124,3 +124,29 @@ def test_a_missing_key_is_a_one_line_error_before_any_work(dataset, tmp_path, mo
     assert code == 2
     assert len(err.splitlines()) == 1 and "OPENAI_API_KEY" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_sweep_over_http_faults_the_wire_and_the_checker_finds_hymem_valid(dataset, tmp_path, server):
+    """Every wire fault kind at every reached LM call: the documented codes, nothing stored, the proxy's log joined."""
+    outcome = run_eval(RunConfig(datasets=[str(dataset)], providers=[f"openai/offline@{server.url}"],
+                                 embedder="hash", faults="sweep", out=tmp_path / "run", progress=False, cache=False))
+    assert outcome.verdict == "valid"
+    faults = pd.read_parquet(outcome.run_dir / "faults.parquet")
+    wire = faults[faults.site.str.startswith("lm.")]
+    assert set(wire.kind) == {"http_500", "http_502", "http_503", "http_429", "drop_connection", "empty_body",
+                              "empty_content", "null_content", "non_json_body", "truncated_json", "wrong_schema",
+                              "latency"}
+    assert (wire.outcome == "ok").all() and wire.fired.all()
+    def code(value):
+        return None if pd.isna(value) else value
+
+    codes = {(r.site, r.kind): (code(r.actual_error_code), code(r.actual_reconcile_error_code))
+             for r in wire.itertuples()}
+    assert codes[("lm.extract", "http_503")] == ("LLM_ERROR", None)
+    assert codes[("lm.extract", "empty_body")] == ("EMPTY_RESPONSE", None)
+    assert codes[("lm.reconcile", "null_content")] == (None, "EMPTY_RESPONSE")
+    assert codes[("lm.reconcile", "non_json_body")] == (None, "JSON_PARSE_FAILED")
+    assert codes[("lm.extract", "latency")] == (None, None)
+    logged = wire[wire.kind == "truncated_json"].wire_log.map(json.loads)
+    assert all(len(entries) == 1 and entries[0]["kind"] == "truncated_json" for entries in logged)
+    assert {"embed", "store.commit"} <= set(faults.site)  # the rest stays in-process

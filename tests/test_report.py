@@ -65,7 +65,7 @@ def test_every_parquet_file_has_its_pinned_columns(tmp_path: Path):
                    "expected_success", "expected_error_code", "expected_agent_error_code",
                    "expected_reconcile_error_code", "actual_success", "actual_error_code", "actual_agent_error_code",
                    "actual_reconcile_error_code", "retry_success", "outcome", "code_ok", "rollback_ok", "retry_ok",
-                   "n_anomalies", "error", "seconds"],
+                   "n_anomalies", "error", "wire_log", "seconds"],
         "anomalies": ["kind", "provider", "system", "dataset", "case_id", "write", "path", "site", "fault", "seed",
                       "expected", "actual", "witness", "outcome"],
         "coverage": ["provider", "system", "site", "kind", "faulted_units", "ok_units", "wrong_units",

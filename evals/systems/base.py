@@ -31,6 +31,7 @@ class WriteOutcome(BaseModel):
     reached: dict[str, int] = Field(default_factory=dict)  # fault site -> calls (or items) this write made there
     fired: bool = False  # the armed fault was injected
     call_seconds: float | None = None  # time inside model and embedding calls, when the system measures it
+    wire_log: list[dict[str, Any]] = Field(default_factory=list)  # fault proxy log lines of this write's calls
 
 
 @runtime_checkable

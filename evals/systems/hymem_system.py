@@ -11,7 +11,7 @@ from typing import Any
 
 from evals.accounting import AccountingLM, price_table
 from evals.checker import StoreState, codes_of, read_state
-from evals.faults import Expected, Fault, FaultPlan, expected_outcome
+from evals.faults import Expected, Fault, FaultPlan, expected_outcome, wire_kinds_for
 from evals.inject import FaultyEmbedder, Injector, faulty_lm
 from evals.systems.base import WriteOutcome
 from hymem.client import HyMemoryClient
@@ -46,6 +46,12 @@ class HymemSystem:
         self.client: HyMemoryClient | None = None
         self._lm: Any = None
         self._dim = 0
+        # An HTTP provider under a fault plan is faulted on the wire: the targeted call goes through a fault
+        # proxy (one per kind, started on first use); embedding and store faults stay in-process.
+        self.wire = accounting is not None and accounting.config.is_http and plan.name != "none"
+        self._proxies: dict[str, Any] = {}
+        self._request_id = ""
+        self._tags: list[tuple[Any, str]] = []
 
     @property
     def dim(self) -> int:
@@ -53,10 +59,11 @@ class HymemSystem:
 
     def open(self, store: Path) -> None:
         base = self.lm_factory(self.case)
-        lm = faulty_lm(base, self.injector) if self.plan.name != "none" else base
+        lm = faulty_lm(base, self.injector) if self.plan.name != "none" and not self.wire else base
         if self.accounting is not None:
             lm = AccountingLM.wrap(lm, provider=self.accounting, log=self.log, injector=self.injector,
-                                   cache=self.cache, retries=self.plan.name == "none", prices=_PRICES)
+                                   cache=self.cache, retries=self.plan.name == "none", prices=_PRICES,
+                                   wire=self._route if self.wire else None)
         self._lm = lm
         self.client = HyMemoryClient(path=store, lm=lm, embedder=FaultyEmbedder(self.embedder, self.injector, self.log),
                                      reconcile_enabled=True, program=self.program)
@@ -69,13 +76,37 @@ class HymemSystem:
     def write(self, path: str, payload: Any, user_id: str, request_id: str, fault: Fault | None = None, *,
               control: bool = False) -> WriteOutcome:
         self.injector.arm(fault)
+        self._request_id, self._tags = request_id, []
         with self.injector.store_hook():
             result = do_write(self.client, path, payload, user_id, request_id)
         if control:
             self._cache_clean_success(result)
         return WriteOutcome(success=result.success, request_id=result.request_id, codes=codes_of(result),
                             ops=[op.model_dump() for op in result.ops], message=result.message,
-                            reached=dict(self.injector.reached), fired=bool(self.injector.fired))
+                            reached=dict(self.injector.reached), fired=bool(self.injector.fired),
+                            wire_log=self._wire_log())
+
+    def _route(self, site: str) -> str | None:
+        """Count the call; when the armed fault targets it, the fault proxy URL (tagged) to send it through."""
+        kind = self.injector.hit(site)
+        if kind is None:
+            return None
+        if kind not in self._proxies:
+            from evals.proxy import start_proxy
+
+            upstream = self.accounting.config.api_base
+            self._proxies[kind] = start_proxy(upstream, f"every:1:{kind}", fault_delay=0.05,
+                                              timeout=self.accounting.config.timeout)
+        tag = f"{self._request_id}|{site}|{len(self._tags)}"
+        self._tags.append((self._proxies[kind], tag))
+        return self._proxies[kind].url_for(tag)
+
+    def _wire_log(self) -> list[dict[str, Any]]:
+        """The fault proxies' own log lines for this write's routed calls (request id, kind, time)."""
+        out = []
+        for proxy, tag in self._tags:
+            out += [entry for entry in proxy.faults() if entry.get("request_id") == tag]
+        return out
 
     def _cache_clean_success(self, result: Any) -> None:
         """Cache this write's replies only when it succeeded with no fault injected."""
@@ -101,13 +132,15 @@ class HymemSystem:
         return read_state(store)
 
     def faults_for_write(self, plan: FaultPlan, reached: dict[str, int], seed: int, unit_key: str) -> list[Fault]:
-        return plan.faults_for_write(reached, seed, unit_key)
+        return plan.faults_for_write(reached, seed, unit_key, kinds=wire_kinds_for if self.wire else None)
 
     def expected_outcome(self, site: str, kind: str) -> Expected:
         return expected_outcome(site, kind)
 
     def shutdown(self) -> None:
-        pass
+        for proxy in self._proxies.values():
+            proxy.close()
+        self._proxies.clear()
 
 
 __all__ = ["HymemSystem", "do_write"]
