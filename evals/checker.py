@@ -61,6 +61,7 @@ class StoreState:
     faiss: dict[int, tuple[float, ...]]
     faiss_stale: bool = False  # the FAISS file is behind SQLite and will be rebuilt on open
     notes: list[str] = field(default_factory=list)
+    canonical_form: dict[str, list[str]] | None = field(default=None, repr=False, compare=False)  # memo
 
 
 def read_state(store_dir: Path) -> StoreState:
@@ -133,7 +134,12 @@ def diff_states(before: StoreState, after: StoreState) -> dict[str, dict[str, li
 
 
 def canonical(state: StoreState) -> dict[str, list[str]]:
-    """The logical content with ids, timestamps, request ids and payloads left out (for retry equivalence)."""
+    """The logical content with ids, timestamps, request ids and payloads left out (for retry equivalence).
+
+    Memoised on the state: a write's pre- and post-control states are compared once per fault.
+    """
+    if state.canonical_form is not None:
+        return state.canonical_form
     out = {}
     for table, rows in state.tables.items():
         canon = []
@@ -144,6 +150,7 @@ def canonical(state: StoreState) -> dict[str, list[str]]:
             canon.append(_row_key(rec))
         out[table] = sorted(canon)
     out["faiss"] = sorted(_row_key({"v": list(v)}) for v in state.faiss.values())
+    state.canonical_form = out
     return out
 
 
