@@ -434,3 +434,11 @@ def test_saved_engine_class_path_is_the_public_module():
     from hymem.offline import offline_lm
 
     assert offline_lm().dump_state()["engine"]["class"] == "hymem.offline:OfflineEngine"
+
+
+def test_a_chinese_clause_with_we_after_a_comma_does_not_recurse_forever():
+    from hymem.offline._chinese import zh_statement
+    from hymem.offline._conversation import USER
+
+    facts = zh_statement("我喜欢爬山，我们周末常去", USER)  # used to raise RecursionError
+    assert [subject for _, subject in facts] == ["user"] and facts[0][0].startswith("用户喜欢爬山")

@@ -54,8 +54,8 @@ def zh_statement(sentence: str, who: Speaker, listener: Speaker | None = None) -
     while (m := _ZH_LEAD.match(s)) and m.end() > 0:
         s = s[m.end() :]
     s = s.rstrip("。！!；;，, ")
-    if "，我" in s or ",我" in s:
-        parts = re.split(r"[，,](?=我(?!们))", s)
+    parts = re.split(r"[，,](?=我(?!们))", s)
+    if len(parts) > 1:  # "…，我…" clauses; "，我们" does not split (and must not recurse forever)
         return [fact for part in parts for fact in zh_statement(part, who, listener)]
     if re.match(r"^我(?:和|跟|与)", s) or not re.match(r"^我(?!们)", s) or _ZH_SKIP_I.match(s):
         return []
