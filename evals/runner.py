@@ -235,7 +235,7 @@ def _run_dir(config: RunConfig, manifest: Manifest) -> Path:
             raise UsageError(f"--out {config.out} already holds a run; use --resume to continue it")
         return config.out
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(manifest.created))
-    return REPO_ROOT / "reports" / f"{stamp}-{manifest.manifest_hash[:6]}"
+    return Path.cwd() / "reports" / f"{stamp}-{manifest.manifest_hash[:6]}"  # where the user runs it
 
 
 def atomic_write_text(path: Path, text: str) -> None:
