@@ -179,9 +179,8 @@ class HyMemoryClient:
         elif not self.reconcile_enabled:
             plan = direct_plan(facts)
         else:
-            candidates = self._candidates(user_id, facts)
             try:
-                plan = reconcile(self.program.reconcile, self.lm, facts, candidates)
+                plan = reconcile(self.program.reconcile, self.lm, facts, self._candidates(user_id, facts))
             except ChainError as exc:
                 raise _WriteFailed(self._failure(
                     rid, agent_error_code=ErrorCode.RECONCILE_FAILED,

@@ -248,3 +248,17 @@ def test_a_scripted_model_that_runs_out_of_replies_raises_instead_of_faking_a_pr
     with pytest.raises(ScriptExhausted, match="ran out of replies after 1 call"):
         client.add(TIM, user_id="tim")  # the reconcile call has no reply left: a test bug, not LLM_UNAVAILABLE
     assert client.get_all("tim") == [] and client.history("tim") == []
+
+
+def test_a_failure_while_retrieving_candidates_is_reconcile_exception(store_dir, monkeypatch):
+    client = seeded_client(store_dir, [extract_reply(FACTS)])
+    before = raw_state(store_dir)
+
+    def broken_search(*args, **kwargs):
+        raise RuntimeError("index unavailable")
+
+    monkeypatch.setattr(client.store, "search", broken_search)
+    result = client.add(TIM, user_id="tim")
+    assert (result.success, result.agent_error_code, result.reconcile_error_code) == (
+        False, "RECONCILE_FAILED", "RECONCILE_EXCEPTION")
+    assert raw_state(store_dir) == before
