@@ -21,7 +21,7 @@ import dspy
 from dspy.utils.exceptions import LMRateLimitError
 from pydantic import BaseModel
 
-from evals.inject import Injector, site_of
+from evals.inject import Injector, site_of_text
 
 _PRICES_FILE = Path(__file__).with_name("prices.toml")
 
@@ -137,7 +137,7 @@ class AccountingLM(dspy.LM):
     def __call__(self, prompt: Any = None, messages: Any = None, **kwargs: Any) -> Any:
         acct = self._acct
         provider, log, injector = acct["provider"], acct["log"], acct["injector"]
-        site = site_of(_Request(messages))
+        site = site_of_text(_last_user_text(messages))
         key = None
         if acct["cache"] is not None:
             key = ResponseCache.key(provider.name, self.model, messages or prompt, kwargs)
@@ -158,7 +158,7 @@ class AccountingLM(dspy.LM):
                     else:
                         outputs = super().__call__(prompt=prompt, messages=messages, **kwargs)
             except Exception as exc:
-                injected = injector.fired[-1].kind if injector and len(injector.fired) > fired_before else None
+                injected = _injected(injector, fired_before)
                 log.add(model=self.model, site=site, attempt=attempt, status=type(exc).__name__,
                         error=(str(exc).splitlines() or [""])[0][:300], latency_s=time.perf_counter() - start,
                         injected=injected)
@@ -171,7 +171,7 @@ class AccountingLM(dspy.LM):
             usage = (history[-1].get("usage") or {}) if history else {}
             prompt_tokens, completion_tokens = usage.get("prompt_tokens"), usage.get("completion_tokens")
             override = (provider.config.input_price, provider.config.output_price)
-            injected = injector.fired[-1].kind if injector and len(injector.fired) > fired_before else None
+            injected = _injected(injector, fired_before)
             empty = not any((o.get("text") if isinstance(o, dict) else o) for o in outputs or [])
             log.add(model=self.model, site=site, attempt=attempt, latency_s=time.perf_counter() - start,
                     status="empty_content" if empty else "ok", prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, injected=injected,
@@ -180,6 +180,11 @@ class AccountingLM(dspy.LM):
                 acct["pending"].append((key, outputs))
             return outputs
         raise AssertionError("unreachable")
+
+
+def _injected(injector: Injector | None, fired_before: int) -> str | None:
+    """The fault kind the injector fired during this attempt, if it fired one."""
+    return injector.fired[-1].kind if injector and len(injector.fired) > fired_before else None
 
 
 def _retry_wait(exc: Exception, attempt: int, cap: float = 30.0) -> float | None:
@@ -194,15 +199,9 @@ def _retry_wait(exc: Exception, attempt: int, cap: float = 30.0) -> float | None
     return None
 
 
-class _Request:
-    """Just enough of a request for `site_of`: the messages' roles and texts."""
-
-    def __init__(self, messages: Any):
-        self.messages = [_Message(m) for m in messages or []]
-
-
-class _Message:
-    def __init__(self, message: dict):
-        self.role = message.get("role")
-        content = message.get("content")
-        self.text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+def _last_user_text(messages: Any) -> str:
+    """The text of the last user message of a chat request (content parts as JSON), for `site_of_text`."""
+    contents = [m.get("content") for m in messages or [] if m.get("role") == "user"]
+    if not contents or contents[-1] is None:
+        return ""
+    return contents[-1] if isinstance(contents[-1], str) else json.dumps(contents[-1], ensure_ascii=False)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from evals.adapters import CLEAN_DROPS, Gold, Skipped, iter_items, select_cases
+from evals.adapters import CLEAN_DROPS, Gold, Skipped, dataset_name, iter_items, select_cases
 from evals.dataset import Case
 
 SCHEMA_VERSION = 1
@@ -74,7 +74,7 @@ def audit(spec: str, *, gold: Gold = "all", limit: int | None = None, sample: in
     flagged: list[FlaggedLabel] = []
     for case in select_cases(cases(), limit=limit, sample=sample, seed=seed):
         meta = case.meta
-        dataset = str(meta.get("dataset") or Path(case.source or "cases").stem)
+        dataset = dataset_name(case)
         datasets.add(dataset)
         counts["cases"] += 1
         counts["labels"] += int(meta.get("n_labels", len(case.expect.facts or [])))
@@ -98,7 +98,8 @@ def audit(spec: str, *, gold: Gold = "all", limit: int | None = None, sample: in
     counts["skipped"] = len(skipped)
     return AuditReport(spec=str(spec), gold=gold, counts=dict(counts), by_reason=dict(by_reason.most_common()),
                        overlaps=dict(overlaps), flagged=flagged,
-                       clean_reasons=sorted({r for d in datasets for r in CLEAN_DROPS.get(d, ())}), skipped=[(s.id, s.reason) for s in skipped])
+                       clean_reasons=sorted({r for d in datasets for r in CLEAN_DROPS.get(d, ())}),
+                       skipped=[(s.id, s.reason) for s in skipped])
 
 
 def write_audit(report: AuditReport, out_dir: str | Path) -> Path:
@@ -159,17 +160,12 @@ def format_audit(report: AuditReport, max_per_reason: int = 15) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["AUDIT_FILE", "AuditReport", "FlaggedLabel", "audit", "format_audit", "write_audit"]
-
-
 def flagged_label_metrics(cases: list[Case], providers: list[str]) -> list[dict]:
     """Counts of gold labels an adapter flagged, per provider × dataset (and "all"), for the run report.
 
     `gold_labels_flagged`: any reason; `gold_labels_misattributed`: the evidence turn was spoken by the
     other person; `gold_labels_left_out`: dropped by `--gold clean`. Curated suites have none.
     """
-    from evals.adapters import dataset_name
-
     per_dataset: dict[str, list[int]] = {}
     for case in cases:
         flagged = case.meta.get("flagged", []) if isinstance(case.meta, dict) else []
@@ -191,3 +187,7 @@ def flagged_label_metrics(cases: list[Case], providers: list[str]) -> list[dict]
                              "ci_low": float(value), "ci_high": float(value), "n": len(cases),
                              "note": "gold labels the corpus adapter flagged (see `hymem-eval datasets audit`)"})
     return rows
+
+
+__all__ = ["AUDIT_FILE", "AuditReport", "FlaggedLabel", "audit", "flagged_label_metrics", "format_audit",
+           "write_audit"]

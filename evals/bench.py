@@ -88,15 +88,17 @@ class _TimedEngine:
             self.seconds += time.perf_counter() - start
 
 
-class _TimedEmbedder(HashEmbedder):
-    def __init__(self) -> None:
-        super().__init__()
-        self.seconds = 0.0
+class TimedEmbedder:
+    """Wraps an embedder and adds up the time spent inside `embed` (also used by `evals.systems.overhead`)."""
 
-    def embed(self, texts: list[str]) -> np.ndarray:
+    def __init__(self, inner: Any):
+        self.inner, self.seconds = inner, 0.0
+        self.dim, self.name = getattr(inner, "dim", None), getattr(inner, "name", "embedder")
+
+    def embed(self, texts: list[str]) -> Any:
         start = time.perf_counter()
         try:
-            return super().embed(texts)
+            return self.inner.embed(texts)
         finally:
             self.seconds += time.perf_counter() - start
 
@@ -111,7 +113,7 @@ def engine_overhead(writes: int) -> dict[str, Any]:
     base = offline_lm()
     engine = _TimedEngine(base.engine)
     lm = dspy.LM(base.model, engine=engine, cache=False, num_retries=0)
-    embedder = _TimedEmbedder()
+    embedder = TimedEmbedder(HashEmbedder())
     with tempfile.TemporaryDirectory() as tmp:
         client = HyMemoryClient(path=Path(tmp) / "s", lm=lm, embedder=embedder)
         client.add(case.turns[0], user_id="warmup")  # first-call costs (imports, caches) are not a write's
@@ -148,14 +150,9 @@ def _ideal_write_seconds(rows: list, writes: int) -> float:
     return seconds
 
 
-class _Server:
-    def __init__(self, url: str):
-        self.url = url
-
-
 @contextlib.contextmanager
 def _server_process(latency: float):
-    """`hymem-eval serve` in its own process, as a provider would be: its CPU never holds our GIL."""
+    """`hymem-eval serve` in its own process, as a provider would be (its CPU never holds our GIL); yields its URL."""
     proc = subprocess.Popen([sys.executable, "-m", "evals.cli", "serve", "--port", "0", "--latency", str(latency)],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
@@ -163,7 +160,7 @@ def _server_process(latency: float):
         match = re.search(r"http://127\.0\.0\.1:\d+/v1", line)
         if match is None:
             raise RuntimeError(f"serve did not print its URL: {line!r}")
-        yield _Server(match.group(0))
+        yield match.group(0)
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -184,11 +181,11 @@ def runner_vs_ideal(latency: float, concurrency: int, cases_per_slot: int = 20,
     from evals.runner import RunConfig, run_eval
 
     n = cases_per_slot * concurrency
-    with tempfile.TemporaryDirectory() as tmp, _server_process(latency) as server:
+    with tempfile.TemporaryDirectory() as tmp, _server_process(latency) as url:
         data = Path(tmp) / "cases.jsonl"
         data.write_text("\n".join(synthetic_case(1, f"b{i}").model_copy(update={"user_id": f"u{i}"})
                                    .model_dump_json(exclude={"source", "line"}) for i in range(n)) + "\n")
-        outcome = run_eval(RunConfig(datasets=[str(data)], providers=[f"openai/{model}@{server.url}"],
+        outcome = run_eval(RunConfig(datasets=[str(data)], providers=[f"openai/{model}@{url}"],
                                      embedder="hash", faults="none", concurrency=concurrency,
                                      max_connections=concurrency, cache=False, out=Path(tmp) / "run",
                                      progress=False))

@@ -17,10 +17,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from evals.faults import Expected
-
-ANOMALY_KINDS = ("DEGRADED_SUCCESS", "PARTIAL_WRITE", "L1_NOT_ROLLED_BACK", "EPISODE_ADVANCED", "TRACE_APPENDED",
-                 "VECTORLESS_NODE", "ORPHAN_VECTOR", "WRONG_ERROR_CODE", "RETRY_DIVERGED", "DOUBLE_WRITE",
-                 "FAULT_NOT_REACHED")
+from hymem.store import DB_FILE, INDEX_FILE, SIDECAR_FILE
 
 # Which anomaly a leftover change in each table is.
 _TABLE_ANOMALY = {"memories": "PARTIAL_WRITE", "profiles": "PARTIAL_WRITE", "requests": "PARTIAL_WRITE",
@@ -31,11 +28,6 @@ _TABLE_ANOMALY = {"memories": "PARTIAL_WRITE", "profiles": "PARTIAL_WRITE", "req
 _IGNORED_TABLES = {"meta", "migrations", "sqlite_sequence"}
 _VOLATILE = {"id", "created_at", "updated_at", "request_id", "deleted_at", "superseded_by", "result", "payload",
              "memory_id"}  # memory_id: a row's reference to a memory's (random) id, in mem0's history
-
-DB_FILE = "hymem.sqlite3"
-INDEX_FILE = "hymem.faiss"
-SIDECAR_FILE = "hymem.faiss.json"
-
 
 class Anomaly(BaseModel):
     """One named anomaly and its witness."""
@@ -50,7 +42,7 @@ class Anomaly(BaseModel):
     seed: int = 0
     expected: str = ""  # expected codes, JSON
     actual: str = ""  # actual codes, JSON
-    diff: str = ""  # short state diff
+    witness: str = ""  # what shows the anomaly: a short state diff or the codes
 
 
 @dataclass
@@ -202,13 +194,12 @@ def check_faulted_write(expected: Expected, result: Any, before: StoreState, aft
             found.append(("RETRY_DIVERGED", "state after the write differs from the fault-free run: "
                           + short_diff(diff_states(control_after, after))))
     else:
+        diff = diff_states(before, after)
         if result.success:
-            leftover = diff_states(before, after)
             found.append(("DEGRADED_SUCCESS", f"success=true under a fault that must fail; ops={len(result.ops)}"
-                          + (f"; state diff: {short_diff(leftover)}" if leftover else "")))
+                          + (f"; state diff: {short_diff(diff)}" if diff else "")))
         elif {k: actual.get(k) for k in want} != want:  # a system may report more fields (e.g. what it raised)
             found.append(("WRONG_ERROR_CODE", f"expected {want}, got {actual}"))
-        diff = diff_states(before, after)
         for kind in sorted({_TABLE_ANOMALY.get(t, "PARTIAL_WRITE") for t in diff}):
             tables = [t for t in diff if _TABLE_ANOMALY.get(t, "PARTIAL_WRITE") == kind]
             found.append((kind, short_diff({t: diff[t] for t in tables})))
@@ -224,7 +215,7 @@ def check_faulted_write(expected: Expected, result: Any, before: StoreState, aft
     if canonical(repeat_after) != canonical(retry_after if not expected.success else after):
         found.append(("DOUBLE_WRITE", "re-sending the same request_id changed the store: "
                       + short_diff(diff_states(retry_after if not expected.success else after, repeat_after))))
-    return _dedupe(found)
+    return list(dict.fromkeys(found))  # each (kind, witness) once, in the order found
 
 
 def _extra_rows(control: StoreState, other: StoreState) -> bool:
@@ -233,12 +224,3 @@ def _extra_rows(control: StoreState, other: StoreState) -> bool:
         return sum(1 for r in state.tables.get("memories", []) if _live(r))
 
     return live_count(other) > live_count(control)
-
-
-def _dedupe(found: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    seen, out = set(), []
-    for item in found:
-        if item not in seen:
-            seen.add(item)
-            out.append(item)
-    return out

@@ -7,11 +7,8 @@ Exit codes: 0 finished (whatever the verdict), 1 a gate or --fail-on-invalid tri
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never fetch a price list
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -79,17 +79,14 @@ def expected_outcome(site: str, kind: str) -> Expected:
         failure = _WIRE_CLASS[kind]
         if failure is None:
             return Expected(success=True)  # a slow but correct reply changes nothing
-        if site == "lm.reconcile":
-            return Expected(success=False, agent_error_code="RECONCILE_FAILED",
-                            reconcile_error_code=_RECONCILE_CODE[failure])
-        return Expected(success=False, error_code=_EXTRACT_CODE[failure])
-    if kind not in kinds_for(site):
+    elif kind not in kinds_for(site):
         raise ValueError(f"fault {kind!r} does not apply at {site!r}")
-    if site in ("lm.extract", "lm.extract_working"):
-        return Expected(success=False, error_code=_EXTRACT_CODE[_LM_CLASS[kind]])
+    else:
+        failure = _LM_CLASS.get(kind)
     if site == "lm.reconcile":
-        return Expected(success=False, agent_error_code="RECONCILE_FAILED",
-                        reconcile_error_code=_RECONCILE_CODE[_LM_CLASS[kind]])
+        return Expected(success=False, agent_error_code="RECONCILE_FAILED", reconcile_error_code=_RECONCILE_CODE[failure])
+    if site in LM_SITES:
+        return Expected(success=False, error_code=_EXTRACT_CODE[failure])
     if site == EMBED_SITE:
         return Expected(success=False, error_code="EMBEDDING_FAILED")
     if site == "store.commit":

@@ -123,10 +123,6 @@ def load_rules(path: Path | None = None) -> RuleSet:
 # ---- evaluation (pure) ------------------------------------------------------------------------------------
 
 
-def _nan(x: Any) -> bool:
-    return x is None or (isinstance(x, float) and math.isnan(x))
-
-
 def _bound(rule: Rule, provider: str, current: dict[str, Any]) -> Check:
     value, kind, limit = float(current["value"]), rule.kind, rule.threshold
     base = {"provider": provider, "current": value, "n": int(current["n"])}

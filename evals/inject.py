@@ -70,9 +70,13 @@ class Injector:
 
 
 def site_of(request: Any) -> str:
-    """Which chain call a request is, from the input fields of its last user message."""
+    """Which chain call a request (the engine's lm15 request) is, from its last user message."""
     texts = [m.text or "" for m in request.messages if m.role == "user"]
-    last = texts[-1] if texts else ""
+    return site_of_text(texts[-1] if texts else "")
+
+
+def site_of_text(last: str) -> str:
+    """Which chain call a prompt is, from the input fields in the text of its last user message."""
     if "[[ ## new_facts ## ]]" in last:
         return "lm.reconcile"
     if "[[ ## trajectory ## ]]" in last:

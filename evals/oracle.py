@@ -69,10 +69,6 @@ class Perturbation(BaseModel):
     after: str | None = None  # flip_owner: the emitted owner; swap_subject: the emitted subject
 
 
-def is_oracle_spec(spec: str) -> bool:
-    return spec == "oracle" or spec.startswith("oracle:")
-
-
 def parse_oracle_spec(spec: str) -> OracleSpec:
     """`oracle` or `oracle:flip_owner=0.2,swap_subject=0.1,drop=0.1,seed=7`; ValueError says what is wrong."""
     if spec == "oracle":
@@ -342,7 +338,6 @@ __all__ = [
     "OracleError",
     "OracleSpec",
     "Perturbation",
-    "is_oracle_spec",
     "oracle_factory",
     "oracle_lm",
     "oracle_plan",

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from evals.accounting import AttemptLog
-from evals.checker import StoreState, canonical, check_faulted_write
+from evals.checker import StoreState, check_faulted_write
 from evals.dataset import Case
 from evals.faults import Fault, FaultPlan
 from evals.systems.base import DEFAULT_SYSTEM, MemorySystem
@@ -200,7 +200,7 @@ class CaseReplayer:
                 retry = system.write(path, payload, self.case.user_id, rid + "/retry")
                 system.close()
                 record.retry_success = retry.success
-            retry_after = system.snapshot(work)
+            retry_after = system.snapshot(work) if retry is not None else after  # no retry: the store is unchanged
             repeat_rid = rid + "/retry" if not expected.success else rid
             system.open(work)
             self.log.context = {"write": index, "unit": "repeat"}
@@ -228,4 +228,4 @@ def _snapshot(store: Path, dest: Path) -> Path:
     return dest
 
 
-__all__ = ["CaseReplayer", "CaseRun", "FaultRecord", "WriteRecord", "canonical", "case_writes"]
+__all__ = ["CaseReplayer", "CaseRun", "FaultRecord", "WriteRecord", "case_writes"]

@@ -154,10 +154,8 @@ def anomalies_frame(runs: list[CaseRun], seed: int) -> pd.DataFrame:
             for kind, witness in f.anomalies:
                 anomaly = Anomaly(kind=kind, case_id=r.case_id, provider=r.provider, write=f.write, path=f.path,
                                   site=f.site, fault=f.kind, seed=seed, expected=_json(f.expected),
-                                  actual=_json(f.actual), diff=witness)
-                row = anomaly.model_dump()
-                row["witness"] = row.pop("diff")
-                rows.append({**row, "system": r.system, "dataset": r.dataset, "outcome": f.outcome})
+                                  actual=_json(f.actual), witness=witness)
+                rows.append({**anomaly.model_dump(), "system": r.system, "dataset": r.dataset, "outcome": f.outcome})
     return _frame(rows, ANOMALIES_SCHEMA)
 
 

@@ -149,8 +149,8 @@ def _load(specs: list[str], config: RunConfig) -> list[Case]:
     return cases
 
 
-def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], tuple[str, Any], Manifest, Path]:
-    """Validate everything before any work: datasets, plan, providers, embedder, run directory."""
+def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], tuple[str, Any], Manifest, Path, Any]:
+    """Validate everything before any work: datasets, plan, providers, embedder, run directory, tuned program."""
     try:
         plan = FaultPlan.parse(config.faults)
     except ValueError as exc:
@@ -202,7 +202,7 @@ def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], t
     manifest.matcher = _matcher_card()
     run_dir = _run_dir(config, manifest)
     manifest.run_id = run_dir.name
-    return cases, plan, factories, embedder, manifest, run_dir
+    return cases, plan, factories, embedder, manifest, run_dir, program
 
 
 def _systems(config: RunConfig) -> list[str]:
@@ -252,8 +252,7 @@ def _done_units(run_dir: Path) -> dict[tuple[str, str], CaseRun]:
 
 def run_eval(config: RunConfig) -> RunOutcome:
     """Run (or resume) an eval and write its report. KeyboardInterrupt propagates after saving finished units."""
-    cases, plan, factories, (embedder_spec, embedder), manifest, run_dir = prepare(config)
-    program = load_tuned_program(config.program)
+    cases, plan, factories, (embedder_spec, embedder), manifest, run_dir, program = prepare(config)
     arms = []
     try:  # what each system needs for the whole run (mem0: the local server); closed when the run ends
         for system in _systems(config):
@@ -329,22 +328,20 @@ def run_eval(config: RunConfig) -> RunOutcome:
 
 def report_run(run_dir: Path, manifest: Manifest, cases: list[Case], runs: list[CaseRun]) -> str:
     """Score every unit against its case's gold and write the report; returns the verdict."""
+    from evals.audit import flagged_label_metrics
     from evals.report import write_report
     from evals.scoring import attribution_metrics, case_rows, facts_frame, ops_frame
+    from evals.usage import attempts_frame, usage_metrics
 
     by_id = {c.id: c for c in cases}
     pairs = [(by_id[r.case_id], r) for r in runs if r.case_id in by_id]
     # The report counts infra errors per unit (cases and faulted runs); the scorers' per-case twin is dropped.
-    from evals.usage import attempts_frame, usage_metrics
-
     scored = [row for row in attribution_metrics(pairs, manifest.seed) if row["metric"] != "infra_error_rate"]
-    from evals.audit import flagged_label_metrics
-
     labels = flagged_label_metrics(cases, list(dict.fromkeys(r.provider for r in runs)))
-    return write_report(run_dir, manifest, runs, extra_metrics=scored + usage_metrics(runs) + labels,
+    attempts = attempts_frame(runs)
+    return write_report(run_dir, manifest, runs, extra_metrics=scored + usage_metrics(runs, attempts) + labels,
                         extra_case_rows=case_rows(pairs),
-                        extra_tables={"facts": facts_frame(pairs), "ops": ops_frame(pairs),
-                                      "attempts": attempts_frame(runs)})
+                        extra_tables={"facts": facts_frame(pairs), "ops": ops_frame(pairs), "attempts": attempts})
 
 
 def _progress(total: int, enabled: bool, total_done: int = 0):

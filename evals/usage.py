@@ -35,9 +35,12 @@ def attempts_frame(runs: list[Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS).astype({"latency_s": "float64", "cache_hit": "bool"})
 
 
-def usage_metrics(runs: list[Any]) -> list[dict]:
-    """latency_p50/p95, tokens_total, cost_total and call counts per provider × dataset and "all"."""
-    frame = attempts_frame(runs)
+def usage_metrics(runs: list[Any], frame: pd.DataFrame | None = None) -> list[dict]:
+    """latency_p50/p95, tokens_total, cost_total and call counts per provider × dataset and "all".
+
+    `frame`: `attempts_frame(runs)` when the caller already built it (it is also written as a table).
+    """
+    frame = attempts_frame(runs) if frame is None else frame
     out: list[dict] = []
     for provider in dict.fromkeys(r.provider for r in runs):
         mine = frame[frame["provider"] == provider]

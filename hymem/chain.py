@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dspy
+import numpy as np
 
 from hymem.llm import FailureKind, StrictJSONAdapter, classify_failure, raise_if_programming_error
 
@@ -23,7 +24,6 @@ class ChainError(RuntimeError):
         super().__init__(f"{stage}: {kind}: {message}")
         self.stage = stage
         self.kind = kind
-        self.detail = message
 
 
 @dataclass
@@ -57,3 +57,16 @@ def run_round(stage: str, predictor: dspy.Predict, lm: dspy.BaseLM, **inputs: An
 def _short(exc: BaseException, limit: int = 300) -> str:
     text = " ".join(str(exc).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def jsonable(value: Any) -> Any:
+    """Plain JSON data from model outputs and demos: pydantic models dumped, tuples as lists, arrays as lists."""
+    if hasattr(value, "model_dump"):
+        return jsonable(value.model_dump())
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return value

@@ -16,12 +16,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from hymem.chain import ChainError, Round, run_round
+from hymem.chain import ChainError, Round, jsonable, run_round
 from hymem.embedder import EmbeddingError, embed_checked, embedder_dim, make_embedder
 from hymem.failpoints import failpoint
-from hymem.llm import make_lm
+from hymem.llm import make_lm, raise_if_programming_error
 from hymem.messages import normalize_messages
 from hymem.models import AppliedOp, ChatMessage, ErrorCode, Memory, WriteResult
 from hymem.program import MemoryProgram
@@ -185,9 +183,8 @@ class HyMemoryClient:
                 raise _WriteFailed(self._failure(
                     rid, agent_error_code=ErrorCode.RECONCILE_FAILED,
                     reconcile_error_code=_RECONCILE_CODES[exc.kind], message=str(exc))) from exc
-            except AssertionError:  # a bug (e.g. a scripted test model out of replies), never a model failure
-                raise
             except Exception as exc:  # anything else raised before storing
+                raise_if_programming_error(exc)  # a bug (e.g. a scripted model out of replies), never a model failure
                 raise _WriteFailed(self._failure(
                     rid, agent_error_code=ErrorCode.RECONCILE_FAILED,
                     reconcile_error_code=ErrorCode.RECONCILE_EXCEPTION,
@@ -251,7 +248,7 @@ class HyMemoryClient:
                 })
                 for number, round_ in enumerate(work["rounds"], start=1):
                     tx.add_chain_round(user_id, rid, number, round_.stage,
-                                       {"outputs": _jsonable(round_.outputs), "seconds": round_.seconds})
+                                       {"outputs": jsonable(round_.outputs), "seconds": round_.seconds})
                 tx.record_request(rid, user_id, result.model_dump())
         except Exception as exc:  # the transaction rolled back: nothing was stored
             return self._failure(rid, error_code=ErrorCode.STORE_FAILED, message=f"{type(exc).__name__}: {exc}")
@@ -324,19 +321,7 @@ def _profile_updates(profile: Any, msgs: list[ChatMessage]) -> dict:
 
 
 def _fact_json(fact: NewFact) -> dict:
+    subject = canonical_subject(fact.subject)
     return {"text": fact.text, "subject": fact.subject, "owner": fact.owner, "kind": fact.kind,
-            "subject_class": canonical_subject(fact.subject) if canonical_subject(fact.subject) in ("user", "assistant")
-            else "named"}
-
-
-def _jsonable(value: Any) -> Any:
-    if hasattr(value, "model_dump"):
-        return value.model_dump()
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    return value
+            "subject_class": subject if subject in ("user", "assistant") else "named"}
 

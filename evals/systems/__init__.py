@@ -5,7 +5,7 @@ wire). `--system hymem|mem0` picks one per arm; several give a side-by-side tabl
 """
 
 from evals.systems.arms import SYSTEMS, check_system, open_arm, site_kinds, validate_arm
-from evals.systems.base import DEFAULT_SYSTEM, Arm, MemorySystem, WriteOutcome, arm_label, plan_faults
+from evals.systems.base import DEFAULT_SYSTEM, Arm, MemorySystem, WriteOutcome, arm_label
 
 __all__ = ["DEFAULT_SYSTEM", "SYSTEMS", "Arm", "MemorySystem", "WriteOutcome", "arm_label", "check_system",
-           "open_arm", "plan_faults", "site_kinds", "validate_arm"]
+           "open_arm", "site_kinds", "validate_arm"]

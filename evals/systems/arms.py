@@ -60,18 +60,18 @@ def validate_arm(system: str, config: Any) -> None:
     _llm_endpoint(config)
 
 
-def _embed_endpoint(spec: str, server_url: str | None) -> tuple[str, str, str, int]:
-    """(url, model, key, dim) for the run's `--embedder`: the local server for hash/minilm, else its URL."""
+def _embed_endpoint(spec: str) -> tuple[Any, int]:
+    """(endpoint, dim) for an `--embedder openai[/MODEL][@URL]` (hash and minilm are the local server's)."""
+    from evals.systems.mem0_wire import Endpoint
     from hymem.embedder import embedder_dim, make_embedder
 
-    if spec in ("hash", "minilm"):
-        return server_url, spec, "hymem-local", int(make_embedder(spec).dim)
     if spec == "openai" or spec.startswith(("openai/", "openai@")):
         model, _, url = spec[len("openai"):].lstrip("/").partition("@")
         key = os.environ.get("OPENAI_API_KEY") or ("hymem-local" if url.startswith("http://127.") else "")
         if not key:
             raise ValueError("--embedder openai: set OPENAI_API_KEY in the environment")
-        return url or _DEFAULT_URLS["openai"], model or "text-embedding-3-small", key, embedder_dim(make_embedder(spec))
+        endpoint = Endpoint(url or _DEFAULT_URLS["openai"], model or "text-embedding-3-small", key)
+        return endpoint, embedder_dim(make_embedder(spec))
     raise ValueError(f"--system mem0 --embedder {spec}: use hash, minilm or openai[/MODEL][@URL]")
 
 
@@ -85,21 +85,24 @@ def open_arm(system: str, provider: Any, embedder_spec: str) -> Arm:
     if system == DEFAULT_SYSTEM:
         return Arm(system=system, provider=provider.name, label=label, make=None)
     from evals.systems.mem0_offline import start_offline_server
-    from evals.systems.mem0_system import Endpoint, Mem0System
+    from evals.systems.mem0_system import Endpoint, Mem0System, local_endpoints
 
     config = provider.config
     validate_arm(system, config)
-    needs_server = config.model == "offline" or embedder_spec in ("hash", "minilm")
-    server = start_offline_server(embedder_spec if embedder_spec in ("hash", "minilm") else "hash") \
-        if needs_server else None
+    local_embedder = embedder_spec in ("hash", "minilm")
+    server = start_offline_server(embedder_spec if local_embedder else "hash") \
+        if config.model == "offline" or local_embedder else None
     try:
+        local = local_endpoints(server.url, embedder_spec if local_embedder else "hash") if server else None
         if config.model == "offline":
-            llm, timeout = Endpoint(server.url, "offline", "hymem-local"), OFFLINE_TIMEOUT
+            llm, timeout = local[0], OFFLINE_TIMEOUT
         else:
             url, model, key = _llm_endpoint(config)
             llm, timeout = Endpoint(url, model, key), float(config.timeout)
-        url, model, key, dim = _embed_endpoint(embedder_spec, server.url if server else None)
-        embed = Endpoint(url, model, key)
+        if local_embedder:
+            _, embed, dim = local
+        else:
+            embed, dim = _embed_endpoint(embedder_spec)
     except Exception:
         if server is not None:
             server.close()

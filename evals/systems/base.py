@@ -7,7 +7,7 @@ is, where faults can be injected and what each fault must make a write return.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -65,12 +65,6 @@ class MemorySystem(Protocol):
     def shutdown(self) -> None: ...  # release what the unit started (fault proxies); the store is closed
 
 
-def plan_faults(plan: FaultPlan, sites: Iterable[str], kinds_for: Callable[[str], tuple[str, ...]],
-                reached: dict[str, int], seed: int, unit_key: str) -> list[Fault]:
-    """`FaultPlan.faults_for_write` over another engine's sites and kinds (the same seeded draws)."""
-    return plan.faults_for_write(reached, seed, unit_key, sites=tuple(sites), kinds=kinds_for)
-
-
 def arm_label(system: str, provider: str) -> str:
     """The report's `provider` column for one (system, provider) arm: the provider for hymem, else SYSTEM/PROVIDER.
 
@@ -91,4 +85,4 @@ class Arm:
     close: Callable[[], None] = lambda: None
 
 
-__all__ = ["DEFAULT_SYSTEM", "Arm", "MemorySystem", "WriteOutcome", "arm_label", "plan_faults"]
+__all__ = ["DEFAULT_SYSTEM", "Arm", "MemorySystem", "WriteOutcome", "arm_label"]

@@ -38,13 +38,12 @@ import numpy as np
 
 from evals.checker import StoreState
 from evals.faults import Expected, Fault, FaultPlan
-from evals.systems.base import WriteOutcome, plan_faults
+from evals.proxy import KINDS
+from evals.systems.base import WriteOutcome
 from evals.systems.mem0_wire import Calls, Endpoint, Wire
 
 EXTRA_ERROR = "mem0 needs the extra: pip install 'hymem[mem0]'"
 SITES = ("embed.query", "lm.extract", "embed.facts", "embed.entities", "embed.memory")
-KINDS = ("http_500", "http_502", "http_503", "http_429", "empty_body", "non_json_body", "empty_content",
-         "null_content", "truncated_json", "wrong_schema", "drop_connection", "latency")
 LATENCY_SECONDS = 0.05  # what a `latency` fault adds: slow, well inside the client timeout
 COLLECTION = "mem0"
 _TABLES = {COLLECTION: "memories", f"{COLLECTION}_entities": "entities"}
@@ -273,7 +272,7 @@ class Mem0System:
         return read_mem0_state(store)
 
     def faults_for_write(self, plan: FaultPlan, reached: dict[str, int], seed: int, unit_key: str) -> list[Fault]:
-        return plan_faults(plan, SITES, kinds_for, reached, seed, unit_key)
+        return plan.faults_for_write(reached, seed, unit_key, sites=SITES, kinds=kinds_for)
 
     def expected_outcome(self, site: str, kind: str) -> Expected:
         return expected_outcome(site, kind)
@@ -326,11 +325,16 @@ def read_mem0_state(store: Path) -> StoreState:
 
 
 def local_endpoints(url: str, embedder: str) -> tuple[Endpoint, Endpoint, int]:
-    """The LLM and embedding endpoints of the local offline server, and its vector size."""
-    from hymem.embedder import make_embedder
+    """The LLM and embedding endpoints of the local offline server, and its vector size.
 
-    dim = int(make_embedder(embedder).dim)
-    return Endpoint(url, "offline", "hymem-local"), Endpoint(url, embedder, "hymem-local"), dim
+    The size is the embedder class's, so the minilm model (loaded by the server) is not loaded a second time here.
+    """
+    from hymem.embedder import HashEmbedder, MiniLMEmbedder
+
+    if embedder not in ("hash", "minilm"):
+        raise ValueError(f"embedder {embedder!r}: the local server offers hash or minilm")
+    dim = MiniLMEmbedder.dim if embedder == "minilm" else HashEmbedder().dim
+    return Endpoint(url, "offline", "hymem-local"), Endpoint(url, embedder, "hymem-local"), int(dim)
 
 
 __all__ = ["COLLECTION", "EXTRA_ERROR", "KINDS", "SITES", "Endpoint", "Mem0Missing", "Mem0System", "expected_outcome",

@@ -32,21 +32,6 @@ def two_fact_turns(writes: int) -> list[list[dict[str, str]]]:
     return [[{"role": "user", "content": f"I live in {_CITIES[i]}. I work at {_COMPANIES[i]}."}] for i in range(writes)]
 
 
-class _Timed:
-    """An embedder whose `embed` time is added up."""
-
-    def __init__(self, inner: Any):
-        self.inner, self.seconds = inner, 0.0
-        self.dim, self.name = getattr(inner, "dim", None), getattr(inner, "name", "embedder")
-
-    def embed(self, texts: list[str]) -> Any:
-        start = time.perf_counter()
-        try:
-            return self.inner.embed(texts)
-        finally:
-            self.seconds += time.perf_counter() - start
-
-
 def _lm_timer() -> Any:
     from dspy.utils.callback import BaseCallback
 
@@ -70,17 +55,18 @@ def hymem_writes(url: str, turns: list, store: Path) -> list[tuple[float, float]
     """(wall, inside calls) seconds per write of hymem over HTTP."""
     import dspy
 
+    from evals.bench import TimedEmbedder
     from hymem.client import HyMemoryClient
     from hymem.embedder import make_embedder
 
     timer = _lm_timer()
     lm = dspy.LM("openai/offline", api_base=url, api_key="hymem-local", cache=False, num_retries=0, timeout=10,
                  callbacks=[timer])
-    embedder = _Timed(make_embedder(f"openai/hash@{url}"))
+    embedder = TimedEmbedder(make_embedder(f"openai/hash@{url}"))
     out = []
     with HyMemoryClient(path=store, lm=lm, embedder=embedder) as client:
         assert client.add(turns[0], user_id="warmup").success  # first-call costs are not a write's
-        for i, turn in enumerate(turns):
+        for i, turn in enumerate(turns[1:], start=1):  # turns[0] was the warm-up
             before = timer.seconds + embedder.seconds
             start = time.perf_counter()
             assert client.add(turn, user_id="tim", request_id=f"w{i}").success
@@ -98,7 +84,7 @@ def mem0_writes(url: str, turns: list, store: Path) -> list[tuple[float, float]]
     out = []
     try:
         system.memory.add(turns[0], user_id="warmup")
-        for i, turn in enumerate(turns):
+        for i, turn in enumerate(turns[1:], start=1):  # turns[0] was the warm-up
             system.calls.reset(None, infer=True)
             start = time.perf_counter()
             system.memory.add(turn, user_id="tim", metadata={"request_id": f"w{i}"})

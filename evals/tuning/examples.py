@@ -12,7 +12,7 @@ import json
 import random
 from collections import Counter
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, get_args
 
 import dspy
 from pydantic import BaseModel, Field
@@ -23,7 +23,7 @@ from hymem.messages import normalize_messages
 from hymem.render import conversation_language, render_conversation, render_working
 
 ProgramKind = Literal["extractor", "reconciler"]
-PROGRAM_KINDS: tuple[str, ...] = ("extractor", "reconciler")
+PROGRAM_KINDS: tuple[str, ...] = get_args(ProgramKind)
 
 
 class Split(BaseModel):

@@ -30,8 +30,7 @@ from evals.dataset import Case
 from evals.replay import CaseRun, WriteRecord
 from evals.scoring import facts_frame, score_case
 from evals.scoring.matcher import same_subject, subject_text_mismatch
-
-MERGES = ("UPDATE", "SUPERSEDE", "DELETE")
+from evals.scoring.merges import MERGE_OPS
 
 
 class ErrorSummary(BaseModel):
@@ -200,7 +199,7 @@ def judge_reconcile(gold: dspy.Example, pred: Any) -> Judgement:
     cross = stray = 0
     for op in proposed:
         name, target = op.get("op"), existing.get(op.get("id"))
-        if name not in MERGES or target is None:
+        if name not in MERGE_OPS or target is None:
             continue
         index = op.get("fact")
         subjects = [facts[index]["subject"]] if isinstance(index, int) and 0 <= index < len(facts) else \

@@ -9,12 +9,12 @@ settings are returned for the tuning manifest.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import dspy
 
 OptimizerName = Literal["bootstrap", "mipro", "gepa"]
-OPTIMIZERS: tuple[str, ...] = ("bootstrap", "mipro", "gepa")
+OPTIMIZERS: tuple[str, ...] = get_args(OptimizerName)
 
 # Defaults; every key may be overridden with --setting KEY=VALUE.
 DEFAULTS: dict[str, dict[str, Any]] = {

@@ -69,7 +69,7 @@ class Store:
             self._generation = self._init_meta()
             self._needs_rebuild = False
             self._commits_since_persist = 0
-            self._index, self._persisted_generation = self._open_index()
+            self._open_index()
         except BaseException:
             if hasattr(self, "_conn"):
                 self._conn.close()
@@ -136,17 +136,17 @@ class Store:
 
     # the FAISS index: which one is current, and when it is rebuilt or persisted
 
-    def _open_index(self) -> tuple[faiss.IndexIDMap2, int]:
+    def _open_index(self) -> None:
+        """Load the persisted index if it matches SQLite; else rebuild it from SQLite and persist it."""
         index, reason = load_index(self.path, self._conn, self.dim, self._generation)
         if index is not None:
-            return index, self._generation
+            self._index, self._persisted_generation = index, self._generation
+            return
         if self._generation > 0 or (self.path / INDEX_FILE).exists():  # not merely a new store
             _log.warning("rebuilding FAISS index of %s from SQLite: %s", self.path, reason)
             self.index_rebuild_reason = reason
-        self._index = build_index(self._conn, self.dim)
-        self._persisted_generation = -1
+        self._index, self._persisted_generation = build_index(self._conn, self.dim), -1
         self._persist_if_changed()
-        return self._index, self._persisted_generation
 
     def _rebuild_after_failure(self) -> None:
         try:
@@ -233,16 +233,12 @@ class Store:
     def live_memories(self, user_id: str, kind: str | None = None) -> list[Memory]:
         """The user's live (neither superseded nor deleted) memories, oldest first."""
         sql, args = self._live_query(user_id, kind, MEMORY_COLUMNS)
-        with self._lock:
-            self._check_open()
-            return [_memory(row) for row in self._conn.execute(sql + " ORDER BY id", args)]
+        return [_memory(row) for row in self._read(sql + " ORDER BY id", args)]
 
     def get_memory(self, memory_id: int) -> Memory | None:
         """Any memory by id, live or not; None only when no such row exists."""
-        with self._lock:
-            self._check_open()
-            row = self._conn.execute(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ?", (memory_id,)).fetchone()
-        return _memory(row) if row else None
+        rows = self._read(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ?", (memory_id,))
+        return _memory(rows[0]) if rows else None
 
     def search(self, user_id: str, vector: np.ndarray, k: int = 5, kind: str | None = None) -> list[Memory]:
         """The user's k live memories most similar (inner product) to vector, best first, with score set."""
