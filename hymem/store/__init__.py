@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from hymem.store._index import INDEX_FILE, SIDECAR_FILE
 from hymem.store._schema import DB_FILE, MIGRATIONS, m001_initial
-from hymem.store._store import LOCK_FILE, DimensionMismatchError, Store, StoreLockedError
+from hymem.store._store import LOCK_FILE, DimensionMismatchError, Store, StoreForkedError, StoreLockedError
 from hymem.store._tx import WriteTx
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "SIDECAR_FILE",
     "DimensionMismatchError",
     "Store",
+    "StoreForkedError",
     "StoreLockedError",
     "WriteTx",
     "m001_initial",

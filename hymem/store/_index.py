@@ -3,6 +3,11 @@
 The index file is persisted together with a sidecar holding the SQLite `generation` it reflects and a
 checksum. The sidecar is removed before the index file is replaced and written after it, so a crash
 anywhere in between leaves no valid sidecar and the next open rebuilds from SQLite.
+
+On open the file is trusted only if its (id, vector) pairs also hash to the checksum of the live vectors
+that SQLite keeps (`meta.vectors_checksum`, moved inside every write transaction): a file written by
+another process (a forked child, a copied directory) with the right generation and a valid sidecar but
+other vectors is rebuilt.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import numpy as np
 
 from hymem.failpoints import failpoint
 from hymem.store._schema import LIVE
-from hymem.store._vectors import from_blob
+from hymem.store._vectors import checksum_of, from_blob
 
 INDEX_FILE = "hymem.faiss"
 SIDECAR_FILE = "hymem.faiss.json"  # generation, dim, size and crc32 of INDEX_FILE
@@ -73,7 +78,12 @@ def load_index(directory: Path, conn: sqlite3.Connection, dim: int,
         return None, f"index file unreadable ({e})"
     if not isinstance(index, faiss.IndexIDMap2) or index.d != dim:
         return None, f"index file holds a {type(index).__name__} of dim {index.d}"
-    file_ids = np.sort(faiss.vector_to_array(index.id_map))
+    ids = faiss.vector_to_array(index.id_map)
+    vectors = index.index.reconstruct_n(0, index.ntotal) if index.ntotal else np.zeros((0, dim), np.float32)
+    recorded = conn.execute("SELECT value FROM meta WHERE key = 'vectors_checksum'").fetchone()
+    if recorded is None or checksum_of(zip(ids.tolist(), map(bytes, vectors), strict=True)) != recorded[0]:
+        return None, "index vectors do not match the checksum of the live vectors recorded in SQLite"
+    file_ids = np.sort(ids)
     live_ids = np.fromiter(
         (r[0] for r in conn.execute(f"SELECT id FROM memories WHERE {LIVE} ORDER BY id")), dtype=np.int64)
     if not np.array_equal(file_ids, live_ids):

@@ -24,7 +24,7 @@ from hymem.models import Memory
 from hymem.store._index import INDEX_FILE, apply_changes, build_index, load_index, persist_index
 from hymem.store._schema import DB_FILE, KINDS, LIVE, MEMORY_COLUMNS, migrate
 from hymem.store._tx import WriteTx
-from hymem.store._vectors import query_vector
+from hymem.store._vectors import add_to_checksum, checksum_of, query_vector
 
 _log = logging.getLogger("hymem.store")  # one name for the whole package: harnesses silence it by that name
 
@@ -37,6 +37,10 @@ class DimensionMismatchError(ValueError):
 
 class StoreLockedError(RuntimeError):
     """Another Store (this process or another) has the directory open."""
+
+
+class StoreForkedError(RuntimeError):
+    """The Store was opened in another process: a forked child must open its own (and close none of the parent's)."""
 
 
 def _memory(row: tuple, score: float | None = None) -> Memory:
@@ -55,6 +59,7 @@ class Store:
         self.path = Path(path)
         self.persist_every = max(1, persist_every)
         self.index_rebuild_reason: str | None = None  # why the index was rebuilt on open; None when loaded
+        self._pid = os.getpid()  # the process that owns the connection, the index and the directory lock
         self._lock = threading.RLock()
         self._in_tx = False
         self._closed = True
@@ -100,6 +105,9 @@ class Store:
         try:
             conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('generation', '0')")
             conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('dim', ?)", (str(self.dim),))
+            if conn.execute("SELECT 1 FROM meta WHERE key = 'vectors_checksum'").fetchone() is None:  # new or older store
+                checksum = checksum_of(conn.execute(f"SELECT id, vector FROM memories WHERE {LIVE}"))
+                conn.execute("INSERT INTO meta (key, value) VALUES ('vectors_checksum', ?)", (checksum,))
             meta = dict(conn.execute("SELECT key, value FROM meta"))
             conn.execute("COMMIT")
         except BaseException:
@@ -111,7 +119,14 @@ class Store:
         return int(meta["generation"])
 
     def close(self) -> None:
-        """Persist the FAISS index if it changed, then close. Safe to call twice."""
+        """Persist the FAISS index if it changed, then close. Safe to call twice.
+
+        In a forked child this only marks the child's copy closed: the SQLite connection, the index and the
+        directory lock (an flock shared with the parent across fork) stay the parent's, untouched.
+        """
+        if os.getpid() != self._pid:
+            self._closed = True
+            return
         with self._lock:
             if self._closed:
                 return
@@ -130,7 +145,15 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _check_process(self) -> None:
+        """Refuse use from a forked child before touching the lock, the connection or the index."""
+        if os.getpid() != self._pid:
+            raise StoreForkedError(
+                f"store {self.path} was opened by process {self._pid} and cannot be used in process {os.getpid()}"
+                " (a fork): open the store (or HyMemoryClient) again in the child, after the parent closed it")
+
     def _check_open(self) -> None:
+        self._check_process()
         if self._closed:
             raise RuntimeError(f"store {self.path} is closed")
 
@@ -180,6 +203,7 @@ class Store:
         return WriteTx(self)
 
     def _begin(self) -> None:
+        self._check_process()  # before the lock: a child forked while a thread held it would wait forever
         self._lock.acquire()
         try:
             self._check_open()
@@ -199,10 +223,16 @@ class Store:
             self._in_tx = False
             self._lock.release()
 
-    def _commit(self, changes: dict[int, np.ndarray | None]) -> None:
+    def _commit(self, changes: dict[int, np.ndarray | None], checksum_delta: int) -> None:
         try:
-            generation = self._generation + 1
-            self._conn.execute("UPDATE meta SET value = ? WHERE key = 'generation'", (str(generation),))
+            if checksum_delta:
+                (checksum,) = self._conn.execute("SELECT value FROM meta WHERE key = 'vectors_checksum'").fetchone()
+                self._conn.execute("UPDATE meta SET value = ? WHERE key = 'vectors_checksum'",
+                                   (add_to_checksum(checksum, checksum_delta),))
+            # the generation is counted in the transaction itself: no process can reuse a number
+            generation = int(self._conn.execute(
+                "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation' RETURNING value"
+            ).fetchone()[0])
             failpoint("store.before_commit")
             self._conn.execute("COMMIT")
         except BaseException:
@@ -244,6 +274,7 @@ class Store:
         """The user's k live memories most similar (inner product) to vector, best first, with score set."""
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
+        self._check_process()
         query = query_vector(vector, self.dim)
         sql, args = self._live_query(user_id, kind, "id")
         with self._lock:
@@ -299,6 +330,7 @@ class Store:
                 for i, r, n, st, pl, t in self._read(sql + " ORDER BY id", args)]
 
     def _read(self, sql: str, args: tuple) -> list[tuple]:
+        self._check_process()
         with self._lock:
             self._check_open()
             return self._conn.execute(sql, args).fetchall()
@@ -321,6 +353,7 @@ class Store:
         id may lack a live row.
         """
         problems: list[str] = []
+        self._check_process()
         with self._lock:
             self._check_open()
             check = self._conn.execute("PRAGMA quick_check").fetchone()[0]

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hymem.store._schema import KINDS, LIVE, OWNERS
-from hymem.store._vectors import checked_vector
+from hymem.store._vectors import checked_vector, vector_digest
 
 if TYPE_CHECKING:
     from hymem.store._store import Store
@@ -22,6 +22,7 @@ class WriteTx:
     def __init__(self, store: Store):
         self._store = store
         self._changes: dict[int, np.ndarray | None] = {}  # memory id -> vector when live after commit, else None
+        self._checksum_delta = 0  # digests of the live vectors added minus those of the vectors removed
         self._open = False
 
     def __enter__(self) -> WriteTx:
@@ -34,7 +35,7 @@ class WriteTx:
         if exc_type is not None:
             self._store._rollback()
             return False
-        self._store._commit(self._changes)
+        self._store._commit(self._changes, self._checksum_delta)
         return False
 
     def _conn(self) -> sqlite3.Connection:
@@ -42,8 +43,10 @@ class WriteTx:
             raise RuntimeError("write transaction is not open (use `with store.write() as tx:`)")
         return self._store._conn
 
-    def _live_row(self, memory_id: int) -> tuple[str]:
-        row = self._conn().execute(f"SELECT user_id FROM memories WHERE id = ? AND {LIVE}", (memory_id,)).fetchone()
+    def _live_row(self, memory_id: int) -> tuple[str, bytes]:
+        """(user_id, vector BLOB) of a live memory; raises when there is none."""
+        row = self._conn().execute(f"SELECT user_id, vector FROM memories WHERE id = ? AND {LIVE}",
+                                   (memory_id,)).fetchone()
         if row is None:
             raise ValueError(f"memory {memory_id} does not exist or is not live")
         return row
@@ -63,6 +66,7 @@ class WriteTx:
             (user_id, text, subject, owner, kind, vec.tobytes(), now, now, request_id))
         memory_id = int(cur.lastrowid)
         self._changes[memory_id] = vec.copy()
+        self._checksum_delta += vector_digest(memory_id, vec.tobytes())
         return memory_id
 
     def update_memory(self, memory_id: int, text: str, subject: str, owner: str, vector: np.ndarray,
@@ -71,28 +75,31 @@ class WriteTx:
         if owner not in OWNERS:
             raise ValueError(f"owner must be one of {OWNERS}, got {owner!r}")
         vec = checked_vector(vector, self._store.dim)
-        self._live_row(memory_id)
+        _, old = self._live_row(memory_id)
         self._conn().execute(
             "UPDATE memories SET text = ?, subject = ?, owner = ?, vector = ?, request_id = ?, updated_at = ?"
             " WHERE id = ?", (text, subject, owner, vec.tobytes(), request_id, time.time(), memory_id))
         self._changes[memory_id] = vec.copy()
+        self._checksum_delta += vector_digest(memory_id, vec.tobytes()) - vector_digest(memory_id, old)
 
     def supersede(self, old_id: int, new_id: int) -> None:
         """Mark a live memory as replaced by another live memory of the same user."""
         if old_id == new_id:
             raise ValueError(f"memory {old_id} cannot supersede itself")
-        (old_user,), (new_user,) = self._live_row(old_id), self._live_row(new_id)
+        (old_user, old_vector), (new_user, _) = self._live_row(old_id), self._live_row(new_id)
         if old_user != new_user:
             raise ValueError(f"memory {new_id} belongs to another user than memory {old_id}")
         self._conn().execute("UPDATE memories SET superseded_by = ?, updated_at = ? WHERE id = ?",
                              (new_id, time.time(), old_id))
         self._changes[old_id] = None
+        self._checksum_delta -= vector_digest(old_id, old_vector)
 
     def delete(self, memory_id: int) -> None:
         """Soft-delete a live memory (the row stays for history; its vector leaves FAISS)."""
-        self._live_row(memory_id)
+        _, old = self._live_row(memory_id)
         self._conn().execute("UPDATE memories SET deleted_at = ? WHERE id = ?", (time.time(), memory_id))
         self._changes[memory_id] = None
+        self._checksum_delta -= vector_digest(memory_id, old)
 
     def append_l1_raw(self, user_id: str, request_id: str | None, content: str) -> None:
         """Append one rendered conversation to the user's L1 history."""
