@@ -6,6 +6,7 @@ import nox
 
 nox.options.sessions = ["tests", "lint"]
 nox.options.default_venv_backend = "venv"
+nox.options.reuse_existing_virtualenvs = True  # a rerun reuses each session's venv instead of reinstalling (-N: fresh)
 
 ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
