@@ -8,6 +8,8 @@ before the transaction, so a failed write stores nothing and is safe to retry.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import threading
 import uuid
@@ -109,31 +111,45 @@ class HyMemoryClient:
     def add(self, messages: list, user_id: str, request_id: str | None = None) -> WriteResult:
         """Chat path: L1 raw → extract → reconcile → store."""
         msgs = normalize_messages(messages)
-        return self._write(user_id, request_id, "chat", lambda rid: self._chat_chain(msgs, user_id, rid))
+        return self._write(user_id, request_id, "chat", _messages_payload(msgs),
+                           lambda rid: self._chat_chain(msgs, user_id, rid))
 
     def add_extracted(self, memories: list[dict], user_id: str, request_id: str | None = None) -> WriteResult:
         """Already-extracted memories (`text`, `owner`[, `subject`, `kind`]): reconcile → store."""
         facts = [_fact_from_dict(i, m) for i, m in enumerate(memories)]
-        return self._write(user_id, request_id, "extracted", lambda rid: self._facts_chain(facts, user_id, rid))
+        return self._write(user_id, request_id, "extracted", [_fact_json(f) for f in facts],
+                           lambda rid: self._facts_chain(facts, user_id, rid))
 
     def add_working(self, messages: list, user_id: str, request_id: str | None = None) -> WriteResult:
         """Working/coding path: experiences and facts from a trajectory."""
         msgs = normalize_messages(messages)
-        return self._write(user_id, request_id, "working", lambda rid: self._working_chain(msgs, user_id, rid))
+        return self._write(user_id, request_id, "working", _messages_payload(msgs),
+                           lambda rid: self._working_chain(msgs, user_id, rid))
 
-    def _write(self, user_id: str, request_id: str | None, path: str, chain: Any) -> WriteResult:
+    def _write(self, user_id: str, request_id: str | None, path: str, payload: Any, chain: Any) -> WriteResult:
+        """Idempotency per (user_id, request_id), then the chain, then the commit.
+
+        A request_id this user already wrote answers that write's result (`duplicate=true`) when the
+        payload and path are the same, and REQUEST_ID_REUSED otherwise; nothing is written either way.
+        """
         if not isinstance(user_id, str) or not user_id:
             raise ValueError("user_id must be a non-empty string")
         rid = request_id or uuid.uuid4().hex
+        fingerprint = _fingerprint(path, payload)
         with self._user_lock(user_id):
-            prior = self.store.request_result(rid)
+            prior = self.store.recorded_request(user_id, rid)
             if prior is not None:
-                return WriteResult.model_validate({**prior, "duplicate": True})
+                prior_fingerprint, prior_result = prior
+                if prior_fingerprint is not None and prior_fingerprint != fingerprint:
+                    return self._failure(rid, error_code=ErrorCode.REQUEST_ID_REUSED, message=(
+                        f"request_id {rid!r} was already used by user {user_id!r} for another payload;"
+                        " nothing was written (send a new request_id)"))
+                return WriteResult.model_validate({**prior_result, "duplicate": True})
             try:
                 work = chain(rid)
             except _WriteFailed as failed:
                 return failed.result
-            return self._commit(user_id, rid, path, work)
+            return self._commit(user_id, rid, path, work, fingerprint)
 
     # ------------------------------------------------------------------ chains
     def _chat_chain(self, msgs: list[ChatMessage], user_id: str, rid: str) -> dict:
@@ -222,7 +238,7 @@ class HyMemoryClient:
         return WriteResult(success=False, request_id=rid, retry_safe=True, **fields)
 
     # ------------------------------------------------------------------ commit
-    def _commit(self, user_id: str, rid: str, path: str, work: dict) -> WriteResult:
+    def _commit(self, user_id: str, rid: str, path: str, work: dict, fingerprint: str) -> WriteResult:
         facts: list[NewFact] = work["facts"]
         plan: ReconcilePlan = work["plan"]
         applied: list[AppliedOp] = []
@@ -249,7 +265,7 @@ class HyMemoryClient:
                 for number, round_ in enumerate(work["rounds"], start=1):
                     tx.add_chain_round(user_id, rid, number, round_.stage,
                                        {"outputs": jsonable(round_.outputs), "seconds": round_.seconds})
-                tx.record_request(rid, user_id, result.model_dump())
+                tx.record_request(rid, user_id, result.model_dump(), fingerprint)
         except Exception as exc:  # the transaction rolled back: nothing was stored
             return self._failure(rid, error_code=ErrorCode.STORE_FAILED, message=f"{type(exc).__name__}: {exc}")
         return result
@@ -277,6 +293,16 @@ class HyMemoryClient:
 
 
 # ---------------------------------------------------------------------- helpers
+def _messages_payload(msgs: list[ChatMessage]) -> list[dict]:
+    return [m.model_dump() for m in msgs]
+
+
+def _fingerprint(path: str, payload: Any) -> str:
+    """A digest of what a write was asked to store: its path and normalised payload."""
+    canonical = json.dumps({"path": path, "payload": payload}, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
 def _fact_from_model(fact: Any, kind: str = "fact") -> NewFact:
     text = " ".join(str(fact.text).split())
     if not text:

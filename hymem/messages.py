@@ -16,7 +16,8 @@ Mapping rules (multi-speaker.md section 1):
 - Anthropic ``tool_result`` blocks become role=tool messages, split out in order from the text around
   them (a message of only tool results is only tool messages); ``is_error`` results read ``error: ...``;
 - tool messages may have empty content (a tool can return nothing); every other message needs text or
-  a tool call.
+  a tool call;
+- role=user is one person, the current user: two different role=user names in one list are refused.
 """
 
 from __future__ import annotations
@@ -73,8 +74,18 @@ def normalize_messages(messages: list) -> list[ChatMessage]:
         raise MessageValidationError(None, None, "empty list: there is nothing to remember")
     tool_names: dict[str, str] = {}  # tool call id -> tool name, filled as calls are seen
     out: list[ChatMessage] = []
+    user_name: tuple[int, str] | None = None  # (index, name) of the first named role=user message
     for index, raw in enumerate(messages):
-        out.extend(_normalize_one(index, _message_dict(index, raw), tool_names))
+        for message in _normalize_one(index, _message_dict(index, raw), tool_names):
+            if message.role == "user" and message.name is not None:
+                if user_name is None:
+                    user_name = (index, message.name)
+                elif message.name != user_name[1]:
+                    raise MessageValidationError(index, "name", (
+                        f"role=user is the one current user, named {user_name[1]!r} at messages[{user_name[0]}];"
+                        f" another user name {message.name!r} is ambiguous (send another speaker as"
+                        " role=assistant with a name)"))
+            out.append(message)
     return out
 
 

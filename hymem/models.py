@@ -43,7 +43,7 @@ class Memory(BaseModel):
 
 
 class ErrorCode(StrEnum):
-    """The spec's error codes, exactly as written there."""
+    """The spec's error codes, exactly as written there, and the engine's own REQUEST_ID_REUSED."""
 
     RECONCILE_FAILED = "RECONCILE_FAILED"  # agent_error_code
     LLM_UNAVAILABLE = "LLM_UNAVAILABLE"  # reconcile_error_code ...
@@ -53,6 +53,7 @@ class ErrorCode(StrEnum):
     LLM_ERROR = "LLM_ERROR"  # error_code (extraction / working path) ...
     EMBEDDING_FAILED = "EMBEDDING_FAILED"
     STORE_FAILED = "STORE_FAILED"
+    REQUEST_ID_REUSED = "REQUEST_ID_REUSED"  # error_code: this user's request_id was already used for another payload
 
 
 class AppliedOp(BaseModel):
@@ -77,6 +78,7 @@ class WriteResult(BaseModel):
     agent_error_code: str | None = None  # RECONCILE_FAILED
     reconcile_error_code: str | None = None  # LLM_UNAVAILABLE | EMPTY_RESPONSE | JSON_PARSE_FAILED | RECONCILE_EXCEPTION
     error_code: str | None = None  # LLM_ERROR | EMPTY_RESPONSE | JSON_PARSE_FAILED | EMBEDDING_FAILED | STORE_FAILED
+    #                                 | REQUEST_ID_REUSED
     retry_safe: bool = True
     message: str = ""
-    duplicate: bool = False  # this request_id had already been written: nothing was written again
+    duplicate: bool = False  # this user had already written this request_id and payload: nothing was written again

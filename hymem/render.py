@@ -84,7 +84,10 @@ def user_name_line(name: str, language: Literal["zh", "en"]) -> str:
 def render_conversation(messages: list[ChatMessage]) -> str:
     """Render messages in the spec's speaker format (see the module docstring)."""
     lines: list[str] = []
-    user_name = next((m.name.strip() for m in messages if m.role == "user" and m.name and m.name.strip()), None)
+    user_names = list(dict.fromkeys(m.name.strip() for m in messages if m.role == "user" and m.name and m.name.strip()))
+    if len(user_names) > 1:
+        raise ValueError(f"cannot render two current-user names in one conversation: {user_names}")
+    user_name = user_names[0] if user_names else None
     if user_name is not None:
         _require_renderable("user", user_name)
         lines.append(user_name_line(user_name, conversation_language(messages)))

@@ -22,9 +22,10 @@ def test_concurrent_writes_for_two_users_all_land_once_and_stay_consistent(tmp_p
         assert client.store.episode("tim") == 16 and client.store.episode("ana") == 16
         assert len(client.store.l1_raw("tim")) == 16 and len(client.store.l1_raw("ana")) == 16
         assert client.store.check_consistency() == []
-        again = [client.add([{"role": "user", "content": "x"}], user_id="tim", request_id=f"r{i}")
-                 for i in range(0, 32, 2)]
+        again = [write(i) for i in range(0, 32, 2)]
         assert all(r.duplicate for r in again) and client.store.episode("tim") == 16
+        reused = client.add([{"role": "user", "content": "x"}], user_id="tim", request_id="r0")
+        assert reused.error_code == "REQUEST_ID_REUSED" and client.store.episode("tim") == 16
 
 
 def test_one_users_writes_never_overlap(tmp_path, monkeypatch):

@@ -173,15 +173,21 @@ def test_name_line_appears_once_at_the_top_of_the_whole_conversation():
     assert text == "The user's name is Tim\n[user]: one\n[assistant]: two\n[user]: three"
 
 
-def test_name_line_uses_the_first_named_user_message():
+def test_name_line_uses_the_named_user_message_wherever_it_is():
     text = render(
         [
             {"role": "user", "content": "one"},
             {"role": "user", "name": "Tim", "content": "two"},
-            {"role": "user", "name": "Timothy", "content": "three"},
+            {"role": "user", "name": "Tim", "content": "three"},
         ]
     )
     assert text.split("\n")[0] == "The user's name is Tim"
+
+
+def test_two_current_user_names_cannot_be_rendered():
+    with pytest.raises(ValueError, match="two current-user names"):
+        render_conversation([ChatMessage(role="user", name="Tim", content="a"),
+                             ChatMessage(role="user", name="Timothy", content="b")])
 
 
 def test_no_name_line_when_only_other_speakers_are_named():

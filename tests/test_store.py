@@ -54,7 +54,7 @@ def test_round_trip_of_every_table(store):
     assert store.l1_raw("u1") == ["[user]: I like tea."]
     assert store.profile("u1") == {"name": "Tim"}
     assert store.episode("u1") == 1
-    assert store.request_result("req-1") == {"success": True, "ops": []}
+    assert store.request_result("u1", "req-1") == {"success": True, "ops": []}
     assert [t["payload"] for t in store.traces("u1")] == [{"facts": ["The user likes tea."]}]
     assert [(c["round"], c["stage"]) for c in store.chain_rounds("u1", "req-1")] == [(1, "extract")]
     assert store.search("u1", vec(1), k=1)[0].score == pytest.approx(1.0, abs=1e-5)
@@ -66,7 +66,7 @@ def test_empty_reads_have_neutral_values(store):
     assert store.get_memory(42) is None
     assert store.search("nobody", vec(1)) == []
     assert (store.l1_raw("nobody"), store.profile("nobody"), store.episode("nobody")) == ([], {}, 0)
-    assert store.request_result("nope") is None
+    assert store.request_result("u1", "nope") is None
 
 
 def test_reopen_loads_the_same_store_without_rebuilding(tmp_path):
@@ -151,7 +151,17 @@ def test_recording_a_request_twice_fails_the_second_write(store):
     with pytest.raises(sqlite3.IntegrityError), store.write() as tx:
         tx.append_l1_raw("u1", "req-1", "dup")
         tx.record_request("req-1", "u1", {"n": 2})
-    assert store.request_result("req-1") == {"n": 1} and store.l1_raw("u1") == []
+    assert store.request_result("u1", "req-1") == {"n": 1} and store.l1_raw("u1") == []
+
+
+def test_one_request_id_of_two_users_is_two_records(store):
+    with store.write() as tx:
+        tx.record_request("req-1", "u1", {"n": 1}, "fp-1")
+    with store.write() as tx:
+        tx.record_request("req-1", "u2", {"n": 2}, "fp-2")
+    assert store.recorded_request("u1", "req-1") == ("fp-1", {"n": 1})
+    assert store.recorded_request("u2", "req-1") == ("fp-2", {"n": 2})
+    assert store.recorded_request("u3", "req-1") is None
 
 
 def test_profile_merge_ignores_none_and_episodes_count_up(store):
@@ -303,10 +313,10 @@ def test_schema_is_pinned(tmp_path):
         "profiles": ["user_id", "basic_info", "updated_at"],
         "traces": ["id", "user_id", "request_id", "path", "payload", "created_at"],
         "chain_rounds": ["id", "user_id", "request_id", "round", "stage", "payload", "created_at"],
-        "requests": ["request_id", "user_id", "result", "created_at"],
+        "requests": ["request_id", "user_id", "result", "created_at", "fingerprint"],
         "meta": ["key", "value"],
     }
-    assert [r[0] for r in conn.execute("SELECT name FROM migrations")] == ["m001_initial"]
+    assert [r[0] for r in conn.execute("SELECT name FROM migrations")] == ["m001_initial", "m002_requests_per_user"]
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     conn.close()
 
@@ -382,7 +392,7 @@ def test_sigkill_during_a_write_leaves_a_consistent_store_with_all_or_nothing(tm
     with Store(path, DIM) as s:
         assert s.check_consistency() == []
         assert (s.index_rebuild_reason is not None) == committed  # the persisted index is stale iff it committed
-        assert (s.request_result("req-crash") is not None) == committed
+        assert (s.request_result("u1", "req-crash") is not None) == committed
         live = {m.text for m in s.live_memories("u1")}
         if committed:
             assert live == {"The user lives in Paris.", "The user is a nurse."}

@@ -71,7 +71,26 @@ def m001_initial(conn: sqlite3.Connection) -> None:
         conn.execute(sql)
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [m001_initial]
+def m002_requests_per_user(conn: sqlite3.Connection) -> None:
+    """Idempotency per (user_id, request_id), with a fingerprint of the write's payload.
+
+    A request_id is the caller's, so two users may pick the same one; the fingerprint tells a true repeat
+    from another payload sent under a used id. Rows recorded before this have no fingerprint (NULL).
+    """
+    conn.execute("ALTER TABLE requests RENAME TO requests_m001")
+    conn.execute("""CREATE TABLE requests (
+        request_id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        result TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        fingerprint TEXT,
+        PRIMARY KEY (user_id, request_id))""")
+    conn.execute("INSERT INTO requests (request_id, user_id, result, created_at)"
+                 " SELECT request_id, user_id, result, created_at FROM requests_m001")
+    conn.execute("DROP TABLE requests_m001")
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [m001_initial, m002_requests_per_user]
 
 
 def migrate(conn: sqlite3.Connection) -> None:

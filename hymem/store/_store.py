@@ -308,10 +308,19 @@ class Store:
         rows = self._read("SELECT counter FROM episodes WHERE user_id = ?", (user_id,))
         return int(rows[0][0]) if rows else 0
 
-    def request_result(self, request_id: str) -> dict | None:
-        """The WriteResult JSON recorded for a successful write with this request_id, if any."""
-        rows = self._read("SELECT result FROM requests WHERE request_id = ?", (request_id,))
-        return json.loads(rows[0][0]) if rows else None
+    def request_result(self, user_id: str, request_id: str) -> dict | None:
+        """The WriteResult JSON recorded for this user's successful write with this request_id, if any."""
+        recorded = self.recorded_request(user_id, request_id)
+        return recorded[1] if recorded else None
+
+    def recorded_request(self, user_id: str, request_id: str) -> tuple[str | None, dict] | None:
+        """(payload fingerprint, WriteResult JSON) of this user's successful write with this request_id, if any.
+
+        The fingerprint is None for a request recorded before fingerprints were kept.
+        """
+        rows = self._read("SELECT fingerprint, result FROM requests WHERE user_id = ? AND request_id = ?",
+                          (user_id, request_id))
+        return (rows[0][0], json.loads(rows[0][1])) if rows else None
 
     def traces(self, user_id: str) -> list[dict]:
         """The user's write traces, oldest first: {id, request_id, path, payload, created_at}."""

@@ -139,7 +139,9 @@ class WriteTx:
             " VALUES (?, ?, ?, ?, ?, ?)",
             (user_id, request_id, round, stage, json.dumps(payload, ensure_ascii=False), time.time()))
 
-    def record_request(self, request_id: str, user_id: str, result: dict) -> None:
-        """Record a successful write's result; a second record of one request_id fails the transaction."""
-        self._conn().execute("INSERT INTO requests (request_id, user_id, result, created_at) VALUES (?, ?, ?, ?)",
-                             (request_id, user_id, json.dumps(result, ensure_ascii=False), time.time()))
+    def record_request(self, request_id: str, user_id: str, result: dict, fingerprint: str | None = None) -> None:
+        """Record a successful write's result and payload fingerprint; a second record of one
+        (user_id, request_id) fails the transaction."""
+        self._conn().execute(
+            "INSERT INTO requests (request_id, user_id, result, created_at, fingerprint) VALUES (?, ?, ?, ?, ?)",
+            (request_id, user_id, json.dumps(result, ensure_ascii=False), time.time(), fingerprint))
