@@ -51,7 +51,7 @@ def test_a_forked_child_refuses_every_call_and_its_close_keeps_the_parents_lock(
         def child() -> int:
             refused = 0
             for call in (lambda: s.search("u1", vec(1)), lambda: s.live_memories("u1"),
-                         lambda: add(s, "u1", "from the child", 2), lambda: s.request_result("r"),
+                         lambda: add(s, "u1", "from the child", 2), lambda: s.request_result("u1", "r"),
                          s.check_consistency):
                 try:
                     call()
