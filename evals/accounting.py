@@ -19,31 +19,11 @@ from typing import Any
 
 import dspy
 from dspy.utils.exceptions import LMRateLimitError
-from pydantic import BaseModel
 
 from evals.inject import Injector, site_of_text
+from evals.record import Attempt
 
 _PRICES_FILE = Path(__file__).with_name("prices.toml")
-
-
-class Attempt(BaseModel):
-    """One model or embedding attempt."""
-
-    provider: str
-    model: str
-    case_id: str
-    write: int | None = None  # index of the write within the case
-    unit: str = "control"  # control | fault | retry | repeat
-    site: str  # lm.extract | lm.extract_working | lm.reconcile | embed
-    attempt: int = 1  # 1 for the first try of a call, 2.. for retries
-    status: str = "ok"  # ok, or the exception's class name
-    error: str | None = None  # first line of the exception
-    latency_s: float = 0.0
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    cost_usd: float | None = None  # when a price is known
-    cache_hit: bool = False
-    injected: str | None = None  # the fault kind injected into this attempt
 
 
 class AttemptLog:

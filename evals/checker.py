@@ -14,36 +14,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel
 
 from evals.faults import Expected
+from evals.record import Anomaly, AnomalyKind
 from hymem.store import DB_FILE, INDEX_FILE, SIDECAR_FILE
 
 # Which anomaly a leftover change in each table is.
-_TABLE_ANOMALY = {"memories": "PARTIAL_WRITE", "profiles": "PARTIAL_WRITE", "requests": "PARTIAL_WRITE",
-                  "l1_raw": "L1_NOT_ROLLED_BACK", "episodes": "EPISODE_ADVANCED", "traces": "TRACE_APPENDED",
-                  "chain_rounds": "TRACE_APPENDED", "faiss": "PARTIAL_WRITE",
+_K = AnomalyKind
+_TABLE_ANOMALY = {"memories": _K.PARTIAL_WRITE, "profiles": _K.PARTIAL_WRITE, "requests": _K.PARTIAL_WRITE,
+                  "l1_raw": _K.L1_NOT_ROLLED_BACK, "episodes": _K.EPISODE_ADVANCED, "traces": _K.TRACE_APPENDED,
+                  "chain_rounds": _K.TRACE_APPENDED, "faiss": _K.PARTIAL_WRITE,
                   # mem0's logical state (evals.systems.mem0_system): saved messages are its raw log
-                  "messages": "L1_NOT_ROLLED_BACK", "history": "TRACE_APPENDED", "entities": "PARTIAL_WRITE"}
+                  "messages": _K.L1_NOT_ROLLED_BACK, "history": _K.TRACE_APPENDED, "entities": _K.PARTIAL_WRITE}
 _IGNORED_TABLES = {"meta", "migrations", "sqlite_sequence"}
 _VOLATILE = {"id", "created_at", "updated_at", "request_id", "deleted_at", "superseded_by", "result", "payload",
              "memory_id"}  # memory_id: a row's reference to a memory's (random) id, in mem0's history
-
-class Anomaly(BaseModel):
-    """One named anomaly and its witness."""
-
-    kind: str
-    case_id: str
-    provider: str
-    write: int  # index of the write within the case (seeds first, then turns)
-    path: str  # chat | working | extracted
-    site: str | None = None
-    fault: str | None = None
-    seed: int = 0
-    expected: str = ""  # expected codes, JSON
-    actual: str = ""  # actual codes, JSON
-    witness: str = ""  # what shows the anomaly: a short state diff or the codes
-
 
 @dataclass
 class StoreState:
@@ -146,19 +131,21 @@ def canonical(state: StoreState) -> dict[str, list[str]]:
     return out
 
 
-def consistency_anomalies(state: StoreState, dim: int) -> list[tuple[str, str]]:
-    """(kind, witness) for every live row without exactly one good vector and every orphan vector."""
-    found = []
+def consistency_anomalies(state: StoreState, dim: int) -> list[Anomaly]:
+    """An anomaly for every live row without exactly one good vector and every orphan vector."""
+    found: list[Anomaly] = []
     live = {row["id"]: row for row in state.tables.get("memories", []) if _live(row)}
     for mid, row in sorted(live.items()):
         blob = row.get("vector") or b""
         if len(blob) != 4 * dim or not np.isfinite(np.frombuffer(blob, dtype=np.float32)).all():
-            found.append(("VECTORLESS_NODE", f"memory {mid} ({row.get('text')!r}) has no usable vector BLOB"))
+            found.append(Anomaly(kind=_K.VECTORLESS_NODE,
+                                 witness=f"memory {mid} ({row.get('text')!r}) has no usable vector BLOB"))
         elif mid not in state.faiss:
-            found.append(("VECTORLESS_NODE", f"memory {mid} ({row.get('text')!r}) has no FAISS vector"))
+            found.append(Anomaly(kind=_K.VECTORLESS_NODE,
+                                 witness=f"memory {mid} ({row.get('text')!r}) has no FAISS vector"))
     for mid in sorted(state.faiss):
         if mid not in live:
-            found.append(("ORPHAN_VECTOR", f"FAISS id {mid} has no live row"))
+            found.append(Anomaly(kind=_K.ORPHAN_VECTOR, witness=f"FAISS id {mid} has no live row"))
     return found
 
 
@@ -182,39 +169,43 @@ def codes_of(result: Any) -> dict[str, Any]:
 
 def check_faulted_write(expected: Expected, result: Any, before: StoreState, after: StoreState,
                         control_after: StoreState, retry_result: Any, retry_after: StoreState,
-                        repeat_after: StoreState, dim: int) -> list[tuple[str, str]]:
-    """Anomalies of one faulted write and its retry, as (kind, witness) pairs. Pure: no I/O."""
-    found: list[tuple[str, str]] = []
+                        repeat_after: StoreState, dim: int) -> list[Anomaly]:
+    """Anomalies of one faulted write and its retry, each with its witness. Pure: no I/O."""
+    found: list[Anomaly] = []
     actual = codes_of(result)
     want = expected.model_dump()
     if expected.success:
         if not result.success:
-            found.append(("WRONG_ERROR_CODE", f"write failed under a fault that must not fail it: {actual}"))
+            found.append(Anomaly(kind=_K.WRONG_ERROR_CODE,
+                                 witness=f"write failed under a fault that must not fail it: {actual}"))
         elif canonical(after) != canonical(control_after):
-            found.append(("RETRY_DIVERGED", "state after the write differs from the fault-free run: "
-                          + short_diff(diff_states(control_after, after))))
+            found.append(Anomaly(kind=_K.RETRY_DIVERGED,
+                                 witness="state after the write differs from the fault-free run: "
+                                 + short_diff(diff_states(control_after, after))))
     else:
         diff = diff_states(before, after)
         if result.success:
-            found.append(("DEGRADED_SUCCESS", f"success=true under a fault that must fail; ops={len(result.ops)}"
-                          + (f"; state diff: {short_diff(diff)}" if diff else "")))
+            found.append(Anomaly(kind=_K.DEGRADED_SUCCESS,
+                                 witness=f"success=true under a fault that must fail; ops={len(result.ops)}"
+                                 + (f"; state diff: {short_diff(diff)}" if diff else "")))
         elif {k: actual.get(k) for k in want} != want:  # a system may report more fields (e.g. what it raised)
-            found.append(("WRONG_ERROR_CODE", f"expected {want}, got {actual}"))
-        for kind in sorted({_TABLE_ANOMALY.get(t, "PARTIAL_WRITE") for t in diff}):
-            tables = [t for t in diff if _TABLE_ANOMALY.get(t, "PARTIAL_WRITE") == kind]
-            found.append((kind, short_diff({t: diff[t] for t in tables})))
+            found.append(Anomaly(kind=_K.WRONG_ERROR_CODE, witness=f"expected {want}, got {actual}"))
+        for kind in sorted({_TABLE_ANOMALY.get(t, _K.PARTIAL_WRITE) for t in diff}):
+            tables = [t for t in diff if _TABLE_ANOMALY.get(t, _K.PARTIAL_WRITE) == kind]
+            found.append(Anomaly(kind=kind, witness=short_diff({t: diff[t] for t in tables})))
     found += consistency_anomalies(after, dim)
     if not expected.success:
         if retry_result is None or not retry_result.success:
-            found.append(("RETRY_DIVERGED", f"the retry without fault failed: {codes_of(retry_result) if retry_result else None}"))
+            codes = codes_of(retry_result) if retry_result else None
+            found.append(Anomaly(kind=_K.RETRY_DIVERGED, witness=f"the retry without fault failed: {codes}"))
         elif canonical(retry_after) != canonical(control_after):
             extra = _extra_rows(control_after, retry_after)
-            kind = "DOUBLE_WRITE" if extra else "RETRY_DIVERGED"
-            found.append((kind, short_diff(diff_states(control_after, retry_after))))
-        found += [(k, "after retry: " + w) for k, w in consistency_anomalies(retry_after, dim)]
+            kind = _K.DOUBLE_WRITE if extra else _K.RETRY_DIVERGED
+            found.append(Anomaly(kind=kind, witness=short_diff(diff_states(control_after, retry_after))))
+        found += [Anomaly(kind=a.kind, witness="after retry: " + a.witness) for a in consistency_anomalies(retry_after, dim)]
     if canonical(repeat_after) != canonical(retry_after if not expected.success else after):
-        found.append(("DOUBLE_WRITE", "re-sending the same request_id changed the store: "
-                      + short_diff(diff_states(retry_after if not expected.success else after, repeat_after))))
+        found.append(Anomaly(kind=_K.DOUBLE_WRITE, witness="re-sending the same request_id changed the store: "
+                             + short_diff(diff_states(retry_after if not expected.success else after, repeat_after))))
     return list(dict.fromkeys(found))  # each (kind, witness) once, in the order found
 
 

@@ -10,38 +10,24 @@ same projection for one run: its headline table.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pydantic import ValidationError
 
-from evals.manifest import SCHEMA_VERSION, Manifest
+from evals.record import Manifest, RunDirError, columns, read_manifest, read_table
+from evals.record.catalogue import HEADLINE, find, format_value
 from evals.stats import paired_bootstrap_delta
 
-# The columns read here, as evals.report declares them (tests pin that they agree; report imports dspy).
-METRICS_COLUMNS = ["provider", "dataset", "metric", "value", "ci_low", "ci_high", "n", "note"]
-CASE_METRICS_COLUMNS = ["provider", "dataset", "case_id", "metric", "num", "den"]
-# Metrics where a case is right at 0 (a share of mistakes); every other metric is right at 1.
-_LOWER_IS_BETTER = re.compile(r"infra_error|_to_user_|mismatch|violation|leak|cross_subject_merge|anomal|degraded|"
-                              r"indeterminate")
-_CONFUSION = re.compile(r"subject_confusion_(\w+?)_to_(\w+)$")
-# The headline of `show`, in this order, when present; everything else stays in metrics.parquet.
-HEADLINE = ("rollback_correct_rate", "error_code_accuracy", "retry_equivalence_rate", "infra_error_rate",
-            "anomaly_count", "degraded_success_count", "faulted_units", "indeterminate_units",
-            "fact_f1", "fact_precision", "fact_recall", "subject_accuracy", "owner_accuracy",
-            "third_party_to_user_rate", "ai_to_user_rate", "subject_text_mismatch_rate",
-            "cross_subject_merge_proposed_rate", "cross_subject_merge_applied_rate", "separate_kept_rate",
-            "same_subject_update_recall", "absent_violation_rate", "profile_leak_rate", "profile_name_accuracy")
+METRICS_COLUMNS = columns("metrics")
+CASE_METRICS_COLUMNS = columns("case_metrics")
 RIGHT_TO_WRONG, WRONG_TO_RIGHT, ONLY_A, ONLY_B = "right_to_wrong", "wrong_to_right", "only_a", "only_b"
 MD_FLIP_LIMIT = 200  # flips listed in compare.md per pair; all of them are in compare_cases.parquet
 
 
-class RunInputError(ValueError):
-    """A run directory that cannot be read: missing, unfinished, or written with another schema."""
+RunInputError = RunDirError  # a run directory that cannot be read: missing, unfinished, or of another schema
 
 
 @dataclass(frozen=True, eq=False)
@@ -56,8 +42,10 @@ class Run:
 
     def table(self, name: str) -> pd.DataFrame | None:
         """Another table of the run (cases, faults, facts, ...), or None when the run has none."""
-        if name not in self.tables and self.path is not None and (self.path / f"{name}.parquet").is_file():
-            self.tables[name] = _read_parquet(self.path / f"{name}.parquet", None)
+        if name not in self.tables and self.path is not None:
+            table = read_table(self.path, name, required=False)
+            if table is not None:
+                self.tables[name] = table
         return self.tables.get(name)
 
     @property
@@ -90,36 +78,15 @@ class Run:
         return index
 
 
-def _read_parquet(path: Path, columns: list[str] | None) -> pd.DataFrame:
-    try:
-        frame = pd.read_parquet(path)
-    except Exception as exc:  # pyarrow raises several types for a torn or foreign file
-        raise RunInputError(f"{path}: not a readable Parquet file ({exc})") from exc
-    if columns is not None and (missing := [c for c in columns if c not in frame.columns]):
-        raise RunInputError(f"{path}: schema mismatch, missing columns {missing}")
-    return frame
-
-
 def load_run(path: Path) -> Run:
-    """Read a finished run directory; raise RunInputError on anything a comparison cannot trust."""
+    """Read a finished run directory (migrating an older schema); RunInputError on anything a comparison
+    cannot trust."""
     path = Path(path)
     if not path.is_dir():
         raise RunInputError(f"{path}: no such run directory")
-    manifest_file = path / "manifest.json"
-    if not manifest_file.is_file():
-        raise RunInputError(f"{path}: no manifest.json, not a run directory")
-    try:
-        manifest = Manifest.model_validate_json(manifest_file.read_text(encoding="utf-8"))
-    except ValidationError as exc:
-        raise RunInputError(f"{manifest_file}: not a run manifest ({exc.error_count()} errors)") from exc
-    if manifest.schema_version > SCHEMA_VERSION:
-        raise RunInputError(f"{manifest_file}: schema_version {manifest.schema_version} is newer than this "
-                            f"hymem-eval reads ({SCHEMA_VERSION})")
-    for name in ("metrics", "case_metrics"):
-        if not (path / f"{name}.parquet").is_file():
-            raise RunInputError(f"{path}: no {name}.parquet; the run has not finished (continue it with --resume)")
-    metrics = _read_parquet(path / "metrics.parquet", METRICS_COLUMNS)
-    case_metrics = _read_parquet(path / "case_metrics.parquet", CASE_METRICS_COLUMNS)
+    manifest = read_manifest(path)
+    metrics, case_metrics = read_table(path, "metrics"), read_table(path, "case_metrics")
+    assert metrics is not None and case_metrics is not None  # required tables: read_table raised otherwise
     return Run(metrics=metrics, case_metrics=case_metrics, manifest=manifest, path=path)
 
 
@@ -138,16 +105,18 @@ def case_values(run: Run, provider: str, dataset: str, metric: str) -> dict[tupl
 
 
 def lower_is_better(metric: str) -> bool:
-    """Whether a case is right at 0 rather than 1 (a share of mistakes: merges, leaks, misattributions)."""
-    base = metric.removeprefix("proposed_").removesuffix("_with_errors")
-    confusion = _CONFUSION.search(base)
-    if confusion:
-        return confusion.group(1) != confusion.group(2)
-    return bool(_LOWER_IS_BETTER.search(base))
+    """Whether lower is better (a share of mistakes is right at 0), as the catalogue declares it.
+
+    A metric the catalogue does not declare (a hand-built table) is taken as higher-is-better.
+    """
+    entry = find(metric)
+    return entry is not None and entry.lower_is_better
 
 
 def is_count(metric: str) -> bool:
-    return metric.endswith(("_count", "_units"))
+    """Not a rate: a count, a duration, tokens or a cost, which has no CI (the catalogue's kind)."""
+    entry = find(metric)
+    return entry is not None and not entry.is_rate
 
 
 def fmt(value: Any, count: bool = False) -> str:
@@ -157,11 +126,11 @@ def fmt(value: Any, count: bool = False) -> str:
 
 
 def fmt_ci(row: dict[str, Any] | None, count: bool = False) -> str:
-    """`value [low, high] n=N`, or just the value for a count (its CI is the value)."""
+    """`value [low, high] n=N`, or just the value for a count, duration, tokens or cost (its CI is the value)."""
     if row is None:
         return "—"
     if count:
-        return fmt(row["value"], True)
+        return format_value(row["metric"], row["value"]) if "metric" in row else fmt(row["value"], True)
     return f"{fmt(row['value'])} [{fmt(row['ci_low'])}, {fmt(row['ci_high'])}] n={row['n']}"
 
 

@@ -1,54 +1,19 @@
-"""The run manifest: what was run, with what, so a result can be reproduced or resumed.
+"""Filling in a run manifest: the package versions and git state a run was made with.
 
-`manifest_hash` covers exactly what changes results (datasets, engine version,
-prompts, fault plan, seed, providers, embedder); `--resume` refuses a run whose
-hash differs.
+The `Manifest` record itself is declared in `evals.record` (re-exported here).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import subprocess
-import time
 from importlib import metadata
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from evals.record import SCHEMA_VERSION, Manifest
 
-SCHEMA_VERSION = 1
+__all__ = ["SCHEMA_VERSION", "Manifest", "git_state", "package_versions"]
+
 _PACKAGES = ("hymem", "dspy", "pydantic", "numpy", "faiss-cpu", "pandas", "pyarrow", "sentence-transformers", "mem0ai")
-
-
-class Manifest(BaseModel):
-    """Written first as `manifest.json` in the run directory, completed when the run ends."""
-
-    schema_version: int = SCHEMA_VERSION
-    run_id: str  # directory name of the run
-    created: float = Field(default_factory=time.time)  # unix time the run started
-    finished: float | None = None  # unix time the report was written; None while running
-    datasets: list[str]  # dataset specs as given
-    dataset_hash: str  # sha256 over the cases' canonical JSON
-    n_cases: int
-    providers: list[str]  # provider specs as given (never keys)
-    embedder: str
-    faults: str  # fault plan
-    seed: int
-    concurrency: int
-    engine_version: str
-    prompt_hash: str  # fingerprint of every instruction and demo the engine sends
-    program: str | None = None  # tuned program directory (run --program); None: the built-in prompts
-    matcher: dict | None = None  # the fact matcher: threshold, agreement on its labelled pairs, pairs
-    git_commit: str | None = None
-    git_dirty: bool | None = None
-    packages: dict[str, str] = Field(default_factory=dict)
-    verdict: str | None = None  # valid | invalid | unknown, once finished
-    manifest_hash: str = ""
-
-    def compute_hash(self) -> str:
-        keys = {"datasets": self.dataset_hash, "engine": self.engine_version, "prompts": self.prompt_hash,
-                "faults": self.faults, "seed": self.seed, "providers": self.providers, "embedder": self.embedder}
-        return hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def package_versions() -> dict[str, str]:

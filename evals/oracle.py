@@ -27,8 +27,8 @@ from pydantic import BaseModel, ConfigDict
 
 from evals.dataset import Case, ExpectedFact
 from hymem.messages import normalize_messages
-from hymem.reconciler import canonical_subject
 from hymem.render import render_conversation, render_working
+from hymem.subjects import canonical_subject
 
 ErrorKind = Literal["flip_owner", "swap_subject", "drop"]
 ERROR_KINDS: tuple[ErrorKind, ...] = ("flip_owner", "swap_subject", "drop")

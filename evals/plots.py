@@ -12,8 +12,9 @@ from typing import Any
 
 import pandas as pd
 
-from evals.compare import HEADLINE, Run, is_count, load_run, lower_is_better, metric_row
+from evals.compare import Run, load_run, metric_row
 from evals.faults import SITES, WIRE_KINDS, wire_kinds_for
+from evals.record.catalogue import HEADLINE, Kind, find, format_value, metric
 
 CLASSES = ("user", "named", "assistant")  # subject classes of facts.parquet, in matrix order
 STAGES = ("stored", "proposed")
@@ -36,26 +37,56 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
-def _rate_metrics(metrics: pd.DataFrame) -> list[str]:
-    """Headline rates first, then any other rate, that have a value for some provider."""
+def _panel_metrics(metrics: pd.DataFrame) -> dict[Kind, list[str]]:
+    """The metrics to draw, by kind, that have a value for some provider: every rate (headline first; no
+    `_with_errors`, `proposed_` or confusion cells), and the headline counts, durations, tokens and costs."""
     rows = metrics[(metrics["dataset"] == "all") & metrics["value"].notna()]
-    present = [m for m in dict.fromkeys(rows["metric"]) if not is_count(m) and not m.endswith("_with_errors")
-               and "subject_confusion_" not in m and not m.startswith("proposed_")]
-    return [m for m in HEADLINE if m in present] + [m for m in present if m not in HEADLINE]
+    present = [m for m in dict.fromkeys(rows["metric"]) if find(m) is not None]
+    panels: dict[Kind, list[str]] = {}
+    for name in [m for m in HEADLINE if m in present] + [m for m in present if m not in HEADLINE]:
+        entry = metric(name)
+        if entry.kind is Kind.RATE:
+            if name.endswith("_with_errors") or "subject_confusion_" in name or name.startswith("proposed_"):
+                continue
+        elif entry.headline is None:
+            continue
+        panels.setdefault(entry.kind, []).append(name)
+    return {kind: panels[kind] for kind in Kind if kind in panels}  # rates first, in the catalogue's kind order
+
+
+_AXIS = {Kind.RATE: ("share, with its 95% CI over cases", 1.0), Kind.COUNT: ("count", 1.0),
+         Kind.DURATION: ("milliseconds", 1000.0), Kind.TOKENS: ("tokens", 1.0), Kind.COST: ("USD", 1.0)}
 
 
 def providers_plot(run: Run, path: Path) -> Path | None:
-    """Horizontal bars per metric, one per provider, with 95% CI whiskers and the value written out (a 0 bar
-    is invisible otherwise); None when no rate was measured. (↓) marks metrics where lower is better."""
-    names = _rate_metrics(run.metrics)
-    if not names:
+    """Horizontal bars per metric, one per provider, with the value written out (a 0 bar is invisible
+    otherwise); None when nothing was measured. Rates share one axis (with 95% CI whiskers); counts,
+    durations, tokens and costs each get their own panel and scale, from the catalogue's kinds, so a
+    7.9 M token total never flattens the rates. (↓) marks metrics where lower is better."""
+    panels = _panel_metrics(run.metrics)
+    if not panels:
         return None
     providers = run.providers
-    fig = _figure(9.0, 1.4 + 0.3 * len(names) * max(1, len(providers)) ** 0.6)
-    ax = fig.add_subplot()
+    spread = max(1, len(providers)) ** 0.6
+    heights = [0.6 + 0.3 * len(names) * spread for names in panels.values()]
+    fig = _figure(9.0, 0.8 + sum(heights))
+    axes = fig.subplots(len(panels), 1, squeeze=False, height_ratios=heights)
+    for ax, (kind, names) in zip((row[0] for row in axes), panels.items(), strict=True):
+        _bars(ax, run, providers, kind, names)
+    fig.suptitle(f"{run.label}: metrics per provider (all datasets)")
+    if len(providers) > 1:
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(len(providers), 3), fontsize="small")
+    return _save(fig, path)
+
+
+def _bars(ax: Any, run: Run, providers: list[str], kind: Kind, names: list[str]) -> None:
+    """One panel: the metrics of one kind on a shared scale (durations drawn in ms)."""
+    label, scale = _AXIS[kind]
     height = 0.8 / len(providers)
-    tops = [v for v in run.metrics.loc[run.metrics["metric"].isin(names), "ci_high"] if not math.isnan(v)]
-    right = max([1.0, *tops])
+    rows = run.metrics[run.metrics["metric"].isin(names) & (run.metrics["dataset"] == "all")]
+    tops = [v * scale for v in [*rows["ci_high"], *rows["value"]] if not math.isnan(v)]
+    right = max([1.0 if kind is Kind.RATE else 0.0, *tops]) or 1.0
     for i, provider in enumerate(providers):
         ys, values, lows, highs = [], [], [], []
         for j, name in enumerate(names):
@@ -64,25 +95,21 @@ def providers_plot(run: Run, path: Path) -> Path | None:
             if row is None or math.isnan(row["value"]):
                 ax.text(0.005 * right, y, "n/a", va="center", fontsize=6, color="#666666")
                 continue
-            value = row["value"]
-            low = row["ci_low"] if not math.isnan(row["ci_low"]) else value
-            high = row["ci_high"] if not math.isnan(row["ci_high"]) else value
+            value = row["value"] * scale
+            low = row["ci_low"] * scale if not math.isnan(row["ci_low"]) else value
+            high = row["ci_high"] * scale if not math.isnan(row["ci_high"]) else value
             ys.append(y)
             values.append(value)
             lows.append(max(value - low, 0.0))
             highs.append(max(high - value, 0.0))
-            ax.text(max(high, value) + 0.01 * right, y, f"{value:.3f}", va="center", fontsize=6)
-        ax.barh(ys, values, height=height * 0.9, xerr=[lows, highs], capsize=2, label=provider,
-                error_kw={"elinewidth": 1})
-    ax.set_yticks(range(len(names)), [f"{n} (↓)" if lower_is_better(n) else n for n in names], fontsize=8)
+            ax.text(max(high, value) + 0.01 * right, y, format_value(name, row["value"]), va="center", fontsize=6)
+        ax.barh(ys, values, height=height * 0.9, xerr=[lows, highs] if kind is Kind.RATE else None, capsize=2,
+                label=provider, error_kw={"elinewidth": 1})
+    ax.set_yticks(range(len(names)), [f"{n} (↓)" if metric(n).lower_is_better else n for n in names], fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlim(0, right * 1.12)
-    ax.set_xlabel("value, with its 95% CI over cases")
+    ax.set_xlim(0, right * 1.15)
+    ax.set_xlabel(f"{kind}: {label}", fontsize=8)
     ax.grid(axis="x", alpha=0.3)
-    ax.set_title(f"{run.label}: metrics per provider (all datasets)")
-    if len(providers) > 1:
-        fig.legend(loc="outside lower center", ncols=min(len(providers), 3), fontsize="small")
-    return _save(fig, path)
 
 
 def _ordered(present: list[str], known: tuple[str, ...]) -> list[str]:

@@ -15,67 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
-
 from evals.accounting import AttemptLog
 from evals.checker import StoreState, check_faulted_write
 from evals.dataset import Case
 from evals.faults import Fault, FaultPlan
-from evals.systems.base import DEFAULT_SYSTEM, MemorySystem
+from evals.record import Anomaly, AnomalyKind, CaseRun, Codes, FaultRecord, WriteRecord
+from evals.systems.base import MemorySystem
 from evals.systems.hymem_system import HymemSystem
-
-
-class WriteRecord(BaseModel):
-    """One write of the fault-free control run, as the engine reported it and as the trace recorded it."""
-
-    index: int
-    path: str  # extracted (seeds) | chat | working
-    request_id: str
-    success: bool
-    codes: dict[str, Any]
-    message: str = ""
-    ops: list[dict[str, Any]] = Field(default_factory=list)  # applied ops (WriteResult.ops)
-    proposed_facts: list[dict[str, Any]] = Field(default_factory=list)  # what the extractor proposed
-    proposed_ops: list[dict[str, Any]] = Field(default_factory=list)  # what the reconcile model proposed
-    reached: dict[str, int] = Field(default_factory=dict)  # call site -> calls made in this write
-    seconds: float = 0.0
-
-
-class FaultRecord(BaseModel):
-    """One faulted run of one write, with its checked outcome."""
-
-    write: int
-    path: str
-    site: str
-    kind: str
-    occurrence: int = 0
-    fired: bool
-    expected: dict[str, Any]
-    actual: dict[str, Any]
-    retry_success: bool | None = None
-    outcome: str  # ok | wrong | indeterminate | infra_error
-    anomalies: list[tuple[str, str]] = Field(default_factory=list)  # (kind, witness)
-    wire: list[dict[str, Any]] = Field(default_factory=list)  # the fault proxy's log lines (request id, kind, time)
-    seconds: float = 0.0
-
-
-class CaseRun(BaseModel):
-    """Everything the harness learned from one (provider, case) unit; the report is a projection of it."""
-
-    case_id: str
-    dataset: str
-    provider: str  # the arm label: the provider name, prefixed `SYSTEM/` for an engine other than hymem
-    system: str = DEFAULT_SYSTEM  # the engine under test: hymem | mem0
-    lang: str
-    tags: list[str]
-    status: str  # ok | infra_error
-    error: str | None = None
-    writes: list[WriteRecord] = Field(default_factory=list)
-    memories: list[dict[str, Any]] = Field(default_factory=list)  # live memories after the control run
-    profile: dict[str, Any] = Field(default_factory=dict)
-    faults: list[FaultRecord] = Field(default_factory=list)
-    attempts: list[dict[str, Any]] = Field(default_factory=list)  # every LM and embedding attempt (Attempt)
-    seconds: float = 0.0
 
 
 def case_writes(case: Case) -> list[tuple[str, Any]]:
@@ -121,7 +67,7 @@ class CaseReplayer:
                 result.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=6)}"
             finally:
                 self.system.shutdown()
-        result.attempts = [a.model_dump() for a in self.log.rows]
+        result.attempts = list(self.log.rows)
         result.seconds = time.perf_counter() - start
         return result
 
@@ -166,7 +112,7 @@ class CaseReplayer:
         t0 = time.perf_counter()
         outcome = self.system.write(path, payload, self.case.user_id, f"{self.case.id}/w{index}", control=True)
         record = WriteRecord(index=index, path=path, request_id=outcome.request_id, success=outcome.success,
-                             codes=outcome.codes, message=outcome.message, ops=outcome.ops, reached=outcome.reached,
+                             codes=Codes.model_validate(outcome.codes), message=outcome.message, ops=outcome.ops, reached=outcome.reached,
                              seconds=time.perf_counter() - t0)
         record.proposed_facts, record.proposed_ops = self.system.proposals(self.case.user_id, outcome.request_id)
         if not outcome.success:
@@ -183,13 +129,14 @@ class CaseReplayer:
         shutil.copytree(snapshot, work)
         rid = f"{self.case.id}/w{index}/{fault.site}/{fault.kind}"
         record = FaultRecord(write=index, path=path, site=fault.site, kind=fault.kind, occurrence=fault.occurrence,
-                             fired=False, expected=expected.model_dump(), actual={}, outcome="infra_error")
+                             fired=False, expected=Codes.model_validate(expected.model_dump()), actual=Codes(),
+                             outcome="infra_error")
         try:
             system.open(work)
             self.log.context = {"write": index, "unit": "fault"}
             faulted = system.write(path, payload, self.case.user_id, rid, fault)
             record.fired = faulted.fired
-            record.actual = faulted.codes
+            record.actual = Codes.model_validate(faulted.codes)
             record.wire = faulted.wire_log
             system.close()
             after = system.snapshot(work)
@@ -210,14 +157,15 @@ class CaseReplayer:
             record.anomalies = check_faulted_write(expected, faulted, before, after, control_after, retry,
                                                    retry_after, repeat_after, system.dim)
             if not record.fired:
-                record.anomalies.append(("FAULT_NOT_REACHED", f"{fault.site} was not called under this fault"))
+                record.anomalies.append(Anomaly(kind=AnomalyKind.FAULT_NOT_REACHED,
+                                                witness=f"{fault.site} was not called under this fault"))
                 record.outcome = "indeterminate"
             else:
                 record.outcome = "wrong" if record.anomalies else "ok"
         except Exception as exc:
             record.outcome = "infra_error"
             record.anomalies = []
-            record.actual = {"exception": f"{type(exc).__name__}: {exc}"}
+            record.actual = Codes(exception=f"{type(exc).__name__}: {exc}")
         record.seconds = time.perf_counter() - t0
         return record
 
@@ -228,4 +176,4 @@ def _snapshot(store: Path, dest: Path) -> Path:
     return dest
 
 
-__all__ = ["CaseReplayer", "CaseRun", "FaultRecord", "WriteRecord", "case_writes"]
+__all__ = ["CaseReplayer", "case_writes"]

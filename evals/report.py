@@ -9,115 +9,56 @@ findings are listed but are not evidence either way.
 from __future__ import annotations
 
 import json
-import math
-import os
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
-from pydantic import BaseModel, ValidationError
 
-from evals.checker import Anomaly
 from evals.faults import SITES, WIRE_KINDS, kinds_for, wire_kinds_for
-from evals.manifest import Manifest
-from evals.replay import CaseRun, FaultRecord
+from evals.record import (
+    CODE_KINDS,
+    RETRY_KINDS,
+    STATE_KINDS,
+    UNITS_FILE,
+    AnomalyKind,
+    CaseMetricRow,
+    CaseRun,
+    Codes,
+    FaultRecord,
+    Manifest,
+    MetricRow,
+    atomic_write_text,
+    frame,
+    read_units,
+    write_table,
+)
+from evals.record.catalogue import HEADLINE, format_value, metric, note
 from evals.stats import bootstrap_ci
 from evals.systems import DEFAULT_SYSTEM, SYSTEMS, site_kinds
-from evals.usage import USAGE_METRICS
 
-UNITS_FILE = "units.jsonl"
-NOT_REACHED = "FAULT_NOT_REACHED"
-# Which anomaly kinds break each property of a faulted write.
-CODE_KINDS = frozenset({"WRONG_ERROR_CODE", "DEGRADED_SUCCESS"})
-STATE_KINDS = frozenset({"PARTIAL_WRITE", "L1_NOT_ROLLED_BACK", "EPISODE_ADVANCED", "TRACE_APPENDED",
-                         "VECTORLESS_NODE", "ORPHAN_VECTOR", "DEGRADED_SUCCESS"})
-RETRY_KINDS = frozenset({"RETRY_DIVERGED", "DOUBLE_WRITE"})
-CHECKED = ("ok", "wrong")  # fault outcomes of a unit whose fault fired and whose state was checked
-
-_S, _I, _F, _B = pa.string(), pa.int64(), pa.float64(), pa.bool_()
-CASES_SCHEMA = pa.schema([
-    ("provider", _S),  # the arm: the provider name, prefixed SYSTEM/ for an engine other than hymem
-    ("system", _S),  # the engine under test: hymem | mem0
-    ("dataset", _S), ("case_id", _S), ("lang", _S), ("tags", pa.list_(_S)),
-    ("status", _S),  # ok | infra_error
-    ("error", _S),  # the infra error with its traceback, else null
-    ("n_writes", _I), ("n_memories", _I), ("n_faults", _I), ("n_anomalies", _I), ("seconds", _F),
-])
-FAULTS_SCHEMA = pa.schema([
-    ("provider", _S), ("system", _S), ("dataset", _S), ("case_id", _S), ("write", _I), ("path", _S), ("site", _S),
-    ("kind", _S),
-    ("occurrence", _I), ("fired", _B), ("seed", _I),
-    ("expected_success", _B), ("expected_error_code", _S), ("expected_agent_error_code", _S),
-    ("expected_reconcile_error_code", _S),
-    ("actual_success", _B), ("actual_error_code", _S), ("actual_agent_error_code", _S),
-    ("actual_reconcile_error_code", _S),
-    ("retry_success", _B),
-    ("outcome", _S),  # ok | wrong | indeterminate | infra_error
-    ("code_ok", _B), ("rollback_ok", _B), ("retry_ok", _B),  # null unless the unit was checked (ok | wrong)
-    ("n_anomalies", _I),
-    ("error", _S),  # the harness exception of an infra_error unit
-    ("wire_log", _S),  # JSON: the fault proxy's log lines for this unit (HTTP providers), else null
-    ("seconds", _F),
-])
-ANOMALIES_SCHEMA = pa.schema([
-    ("kind", _S), ("provider", _S), ("system", _S), ("dataset", _S), ("case_id", _S), ("write", _I), ("path", _S),
-    ("site", _S),
-    ("fault", _S), ("seed", _I), ("expected", _S), ("actual", _S), ("witness", _S),
-    ("outcome", _S),  # the unit's outcome: wrong (counted) | indeterminate (fault did not fire; not counted)
-])
-COVERAGE_SCHEMA = pa.schema([
-    ("provider", _S), ("system", _S), ("site", _S), ("kind", _S),
-    ("faulted_units", _I),  # the fault fired and the unit was checked
-    ("ok_units", _I), ("wrong_units", _I), ("indeterminate_units", _I), ("infra_error_units", _I),
-    ("reached", _B),  # faulted_units > 0; an unreached pair is listed, never a pass
-])
-METRICS_SCHEMA = pa.schema([
-    ("provider", _S), ("dataset", _S), ("metric", _S), ("value", _F), ("ci_low", _F), ("ci_high", _F), ("n", _I),
-    ("note", _S),
-])
-
-
-class MetricRow(BaseModel):
-    """One row of metrics.parquet; extra metrics from other scorers are validated against it."""
-
-    provider: str
-    dataset: str  # a dataset name, or "all"
-    metric: str
-    value: float  # NaN when nothing was measured
-    ci_low: float
-    ci_high: float
-    n: int  # cases or units, as `note` says
-    note: str | None = None
-
+NOT_REACHED = AnomalyKind.FAULT_NOT_REACHED
 
 # ---- tables -----------------------------------------------------------------------------------------------
 
 
-def _frame(rows: list[dict[str, Any]], schema: pa.Schema) -> pd.DataFrame:
-    return pa.Table.from_pylist(rows, schema=schema).to_pandas()
-
-
 def _checked(record: FaultRecord) -> bool:
-    return record.outcome in CHECKED
+    return record.checked
 
 
-def _kinds(record: FaultRecord) -> set[str]:
-    return {kind for kind, _ in record.anomalies}
+def _kinds(record: FaultRecord) -> set[AnomalyKind]:
+    return record.kinds
 
 
 def cases_frame(runs: list[CaseRun]) -> pd.DataFrame:
     """One row per (provider, case) unit."""
-    return _frame([{
+    return frame("cases", [{
         "provider": r.provider, "system": r.system, "dataset": r.dataset, "case_id": r.case_id, "lang": r.lang,
         "tags": list(r.tags),
         "status": r.status, "error": r.error, "n_writes": len(r.writes), "n_memories": len(r.memories),
         "n_faults": len(r.faults), "n_anomalies": sum(len(f.anomalies) for f in r.faults), "seconds": r.seconds,
-    } for r in runs], CASES_SCHEMA)
+    } for r in runs])
 
 
 def faults_frame(runs: list[CaseRun], seed: int) -> pd.DataFrame:
@@ -130,20 +71,18 @@ def faults_frame(runs: list[CaseRun], seed: int) -> pd.DataFrame:
                 "provider": r.provider, "system": r.system, "dataset": r.dataset, "case_id": r.case_id,
                 "write": f.write, "path": f.path,
                 "site": f.site, "kind": f.kind, "occurrence": f.occurrence, "fired": f.fired, "seed": seed,
-                **{f"expected_{k}": f.expected.get(k) for k in ("success", "error_code", "agent_error_code",
-                                                                  "reconcile_error_code")},
-                **{f"actual_{k}": f.actual.get(k) for k in ("success", "error_code", "agent_error_code",
-                                                              "reconcile_error_code")},
+                **{f"expected_{k}": getattr(f.expected, k) for k in _CODE_FIELDS},
+                **{f"actual_{k}": getattr(f.actual, k) for k in _CODE_FIELDS},
                 "retry_success": f.retry_success, "outcome": f.outcome,
                 "code_ok": not (kinds & CODE_KINDS) if checked else None,
                 "rollback_ok": not (kinds & STATE_KINDS) if checked else None,
                 "retry_ok": not (kinds & RETRY_KINDS) if checked else None,
                 "n_anomalies": len(f.anomalies),
-                "error": f.actual.get("exception") if f.outcome == "infra_error" else None,
+                "error": f.actual.exception if f.outcome == "infra_error" else None,
                 "wire_log": json.dumps(f.wire, ensure_ascii=False) if f.wire else None,
                 "seconds": f.seconds,
             })
-    return _frame(rows, FAULTS_SCHEMA)
+    return frame("faults", rows)
 
 
 def anomalies_frame(runs: list[CaseRun], seed: int) -> pd.DataFrame:
@@ -151,16 +90,19 @@ def anomalies_frame(runs: list[CaseRun], seed: int) -> pd.DataFrame:
     rows = []
     for r in runs:
         for f in r.faults:
-            for kind, witness in f.anomalies:
-                anomaly = Anomaly(kind=kind, case_id=r.case_id, provider=r.provider, write=f.write, path=f.path,
-                                  site=f.site, fault=f.kind, seed=seed, expected=_json(f.expected),
-                                  actual=_json(f.actual), witness=witness)
-                rows.append({**anomaly.model_dump(), "system": r.system, "dataset": r.dataset, "outcome": f.outcome})
-    return _frame(rows, ANOMALIES_SCHEMA)
+            for a in f.anomalies:
+                rows.append({"kind": str(a.kind), "provider": r.provider, "system": r.system, "dataset": r.dataset,
+                             "case_id": r.case_id, "write": f.write, "path": f.path, "site": f.site, "fault": f.kind,
+                             "seed": seed, "expected": _json(f.expected), "actual": _json(f.actual),
+                             "witness": a.witness, "outcome": f.outcome})
+    return frame("anomalies", rows)
 
 
-def _json(codes: dict[str, Any]) -> str:
-    return json.dumps(codes, sort_keys=True, ensure_ascii=False, default=str)
+_CODE_FIELDS = ("success", "error_code", "agent_error_code", "reconcile_error_code")
+
+
+def _json(codes: Codes) -> str:
+    return json.dumps(codes.model_dump(), sort_keys=True, ensure_ascii=False, default=str)
 
 
 def coverage_frame(runs: list[CaseRun], providers: list[str]) -> pd.DataFrame:
@@ -185,60 +127,59 @@ def coverage_frame(runs: list[CaseRun], providers: list[str]) -> pd.DataFrame:
             rows.append({"provider": provider, "system": system, "site": site, "kind": kind, "faulted_units": faulted,
                          "ok_units": c["ok"], "wrong_units": c["wrong"], "indeterminate_units": c["indeterminate"],
                          "infra_error_units": c["infra_error"], "reached": faulted > 0})
-    return _frame(rows, COVERAGE_SCHEMA)
+    return frame("coverage", rows)
 
 
 # ---- metrics ----------------------------------------------------------------------------------------------
 
-_UNIT_NOTE = "n = fired faulted units; 95% CI resamples cases"
-
-
-def _rate(metric: str, ok: Callable[[FaultRecord], bool]):
+def _rate(name: str, ok: Callable[[FaultRecord], bool]) -> tuple[str, Callable[[CaseRun], tuple[float, float]]]:
     """A share of checked (fired, not infra_error) faulted units; numerator and denominator per case."""
     def per_case(run: CaseRun) -> tuple[float, float]:
         checked = [f for f in run.faults if _checked(f)]
         return sum(1 for f in checked if ok(f)), len(checked)
-    return metric, per_case, _UNIT_NOTE
+    return name, per_case
 
 
-def _infra(run: CaseRun) -> tuple[float, float]:
+def infra_errors(run: CaseRun) -> tuple[float, float]:
+    """infra_error_rate's per-case (numerator, denominator): the case itself and each faulted run are units.
+
+    The one computation of infra_error_rate; scorers leave infra-error cases out of their plain metrics.
+    """
     return (run.status == "infra_error") + sum(f.outcome == "infra_error" for f in run.faults), 1 + len(run.faults)
 
 
-RATES = [
+RATES: list[tuple[str, Callable[[CaseRun], tuple[float, float]]]] = [
     _rate("rollback_correct_rate", lambda f: not (_kinds(f) & STATE_KINDS)),
     _rate("error_code_accuracy", lambda f: not (_kinds(f) & CODE_KINDS)),
     _rate("retry_equivalence_rate", lambda f: not (_kinds(f) & RETRY_KINDS)),
-    ("infra_error_rate", _infra, "n = units (cases + faulted runs); 95% CI resamples cases"),
+    ("infra_error_rate", infra_errors),
 ]
-COUNTS = [
-    ("degraded_success_count", lambda r: sum(_checked(f) and "DEGRADED_SUCCESS" in _kinds(f) for f in r.faults),
-     "fired faulted units that reported success under a fault that must fail; n = cases"),
-    ("anomaly_count", lambda r: sum(len(f.anomalies) for f in r.faults if _checked(f)),
-     f"anomalies on fired faulted units ({NOT_REACHED} is counted in indeterminate_units); n = cases"),
-    ("faulted_units", lambda r: sum(_checked(f) for f in r.faults), "faulted runs that fired and were checked; n = cases"),
-    ("indeterminate_units", lambda r: sum(f.outcome == "indeterminate" for f in r.faults),
-     "faulted runs whose fault did not fire (unknown, not a pass); n = cases"),
+COUNTS: list[tuple[str, Callable[[CaseRun], int]]] = [
+    ("degraded_success_count",
+     lambda r: sum(_checked(f) and AnomalyKind.DEGRADED_SUCCESS in _kinds(f) for f in r.faults)),
+    ("anomaly_count", lambda r: sum(len(f.anomalies) for f in r.faults if _checked(f))),
+    ("faulted_units", lambda r: sum(_checked(f) for f in r.faults)),
+    ("indeterminate_units", lambda r: sum(f.outcome == "indeterminate" for f in r.faults)),
 ]
-COUNT_METRICS = frozenset(name for name, _, _ in COUNTS)
 
 
 def _group_metrics(provider: str, dataset: str, runs: list[CaseRun], seed: int) -> list[MetricRow]:
     rows = []
-    for metric, per_case, note in RATES:
+    for name, per_case in RATES:
         pairs = [per_case(r) for r in runs]
         num, den = [p[0] for p in pairs], [p[1] for p in pairs]
         value, low, high = bootstrap_ci(num, den, seed=seed)
-        rows.append(MetricRow(provider=provider, dataset=dataset, metric=metric, value=value, ci_low=low,
-                              ci_high=high, n=int(sum(den)), note=note))
-    for metric, count, note in COUNTS:
+        rows.append(MetricRow(provider=provider, dataset=dataset, metric=name, value=value, ci_low=low,
+                              ci_high=high, n=int(sum(den)), note=note(name)))
+    for name, count in COUNTS:
         value = float(sum(count(r) for r in runs))
-        rows.append(MetricRow(provider=provider, dataset=dataset, metric=metric, value=value, ci_low=value,
-                              ci_high=value, n=len(runs), note=note))
+        rows.append(MetricRow(provider=provider, dataset=dataset, metric=name, value=value, ci_low=value,
+                              ci_high=value, n=len(runs), note=note(name)))
     return rows
 
 
-def metrics_frame(runs: list[CaseRun], seed: int, extra_metrics: list[dict] | None = None) -> pd.DataFrame:
+def metrics_frame(runs: list[CaseRun], seed: int,
+                  extra_metrics: Iterable[MetricRow | dict[str, Any]] | None = None) -> pd.DataFrame:
     """Long-form metrics per provider × dataset and per provider over all datasets ("all"), then `extra_metrics`."""
     rows: list[MetricRow] = []
     for provider in _ordered(r.provider for r in runs):
@@ -247,25 +188,20 @@ def metrics_frame(runs: list[CaseRun], seed: int, extra_metrics: list[dict] | No
         for dataset in sorted({r.dataset for r in mine}):
             rows += _group_metrics(provider, dataset, [r for r in mine if r.dataset == dataset], seed)
     rows += [MetricRow.model_validate(extra) for extra in extra_metrics or []]
-    return _frame([row.model_dump() for row in rows], METRICS_SCHEMA)
+    return frame("metrics", [row.model_dump() for row in rows])
 
 
-CASE_METRICS_SCHEMA = pa.schema([
-    ("provider", pa.string()), ("dataset", pa.string()), ("case_id", pa.string()), ("metric", pa.string()),
-    ("num", pa.float64()), ("den", pa.float64()),
-])
-
-
-def case_metrics_frame(runs: list[CaseRun], extra_case_rows: list[dict] | None = None) -> pd.DataFrame:
+def case_metrics_frame(runs: list[CaseRun],
+                       extra_case_rows: Iterable[CaseMetricRow | dict[str, Any]] | None = None) -> pd.DataFrame:
     """Per-case numerator and denominator of every rate, so `compare` and `gate` can pair runs by case."""
     rows = []
     for run in runs:
-        for metric, per_case, _ in RATES:
+        for name, per_case in RATES:
             num, den = per_case(run)
-            rows.append({"provider": run.provider, "dataset": run.dataset, "case_id": run.case_id,
-                         "metric": metric, "num": float(num), "den": float(den)})
-    rows += list(extra_case_rows or [])
-    return _frame(rows, CASE_METRICS_SCHEMA)
+            rows.append(CaseMetricRow(provider=run.provider, dataset=run.dataset, case_id=run.case_id,
+                                      metric=name, num=float(num), den=float(den)))
+    rows += [CaseMetricRow.model_validate(extra) for extra in extra_case_rows or []]
+    return frame("case_metrics", [row.model_dump() for row in rows])
 
 
 def _ordered(items: Iterable[str]) -> list[str]:
@@ -295,7 +231,7 @@ def verdict_of(runs: list[CaseRun]) -> tuple[str, list[str]]:
     any fault that did not fire, or nothing checked at all. valid: every unit checked clean.
     """
     faults = [f for r in runs for f in r.faults]
-    wrong = Counter(kind for f in faults if _checked(f) for kind, _ in f.anomalies if kind != NOT_REACHED)
+    wrong = Counter(str(a.kind) for f in faults if _checked(f) for a in f.anomalies if a.kind != NOT_REACHED)
     checked = sum(_checked(f) for f in faults)
     reasons = []
     if wrong:
@@ -334,37 +270,11 @@ def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-def _num(x: float, count: bool) -> str:
-    if x is None or math.isnan(x):
-        return "n/a"
-    return f"{x:.0f}" if count else f"{x:.3f}"
-
-
-def _usage(metric: str, value: float) -> str | None:
-    """Units for the usage metrics: latency in ms, cost in USD."""
-    if value is None or math.isnan(value):
-        return None
-    if metric.startswith("latency_"):
-        return f"{value * 1000:.1f} ms"
-    if metric == "cost_total":
-        return f"${value:.4f}"
-    return None
-
-
 def _one_line(text: Any, limit: int = 300) -> str:
     if not isinstance(text, str) or not text.strip():
         return ""
     line = text.strip().splitlines()[0]
     return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-HEADLINE = ["fact_f1", "fact_precision", "fact_recall", "subject_accuracy", "owner_accuracy",
-            "third_party_to_user_rate", "ai_to_user_rate", "profile_leak_rate", "profile_name_accuracy",
-            "cross_subject_merge_proposed_rate", "cross_subject_merge_applied_rate", "separate_kept_rate",
-            "same_subject_update_recall", "no_memory_accuracy", "rollback_correct_rate", "error_code_accuracy",
-            "retry_equivalence_rate", "infra_error_rate", "degraded_success_count", "anomaly_count", "faulted_units",
-            "indeterminate_units", "latency_p50", "latency_p95", "tokens_total", "cost_total", "lm_attempts",
-            "lm_retries", "gold_labels_flagged", "gold_labels_misattributed", "gold_labels_left_out"]
 
 
 def _worst_cases(facts: pd.DataFrame, limit: int = 8) -> list[str]:
@@ -404,11 +314,11 @@ def summary_markdown(manifest: Manifest, verdict: str, reasons: list[str], cases
         out += [f"## {provider}", ""]
         table = []
         for m in rows.itertuples():
-            count = m.metric in COUNT_METRICS or m.metric in USAGE_METRICS or m.metric.startswith("gold_labels_")
-            ci = "" if count else f"[{_num(m.ci_low, False)}, {_num(m.ci_high, False)}]"
-            table.append([m.metric, _usage(m.metric, m.value) or _num(m.value, count), ci, m.n])
+            rate = metric(m.metric).is_rate
+            ci = f"[{format_value(m.metric, m.ci_low)}, {format_value(m.metric, m.ci_high)}]" if rate else ""
+            table.append([m.metric, format_value(m.metric, m.value), ci, m.n])
         out += [markdown_table(["metric", "value", "95% CI", "n"], table), "",
-                "n is units for a rate (its CI resamples cases) and cases for a count; see metrics.parquet `note`.", ""]
+                "What each n counts is in metrics.parquet `note` and the README's metric table.", ""]
     out += ["Every metric (per dataset, proposed vs stored stage, `_with_errors` twins that count infra errors "
             "as wrong, the subject confusion) is in `metrics.parquet`.", ""]
     if facts is not None and len(facts):
@@ -450,71 +360,35 @@ def _anomaly_section(anomalies: pd.DataFrame, title: str) -> list[str]:
 # ---- files ------------------------------------------------------------------------------------------------
 
 
-def _atomic(run_dir: Path, name: str, write: Callable[[Path], None]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=f".{name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report is for reading
-        os.replace(tmp, run_dir / name)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _write_parquet(run_dir: Path, name: str, frame: pd.DataFrame, schema: pa.Schema) -> None:
-    table = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
-    _atomic(run_dir, name, lambda tmp: pq.write_table(table, tmp))
-
-
 def write_report(run_dir: Path, manifest: Manifest, runs: list[CaseRun], *,
-                 extra_metrics: list[dict] | None = None, extra_case_rows: list[dict] | None = None,
+                 extra_metrics: Iterable[MetricRow | dict[str, Any]] | None = None,
+                 extra_case_rows: Iterable[CaseMetricRow | dict[str, Any]] | None = None,
                  extra_tables: dict[str, pd.DataFrame] | None = None) -> str:
-    """Write cases/faults/anomalies/coverage/metrics.parquet and summary.md into `run_dir`; return the verdict."""
+    """Write cases/faults/anomalies/coverage/metrics.parquet and summary.md into `run_dir`; return the verdict.
+
+    `extra_tables`: other declared tables (facts, ops, attempts) already built by their projections.
+    """
     run_dir = Path(run_dir)
     providers = _ordered(r.provider for r in runs) or list(manifest.providers)
     cases, faults = cases_frame(runs), faults_frame(runs, manifest.seed)
     anomalies, coverage = anomalies_frame(runs, manifest.seed), coverage_frame(runs, providers)
     metrics = metrics_frame(runs, manifest.seed, extra_metrics)
     verdict, reasons = verdict_of(runs)
-    for name, frame, schema in (("cases", cases, CASES_SCHEMA), ("faults", faults, FAULTS_SCHEMA),
-                                ("anomalies", anomalies, ANOMALIES_SCHEMA), ("coverage", coverage, COVERAGE_SCHEMA),
-                                ("metrics", metrics, METRICS_SCHEMA),
-                                ("case_metrics", case_metrics_frame(runs, extra_case_rows), CASE_METRICS_SCHEMA)):
-        _write_parquet(run_dir, f"{name}.parquet", frame, schema)
-    for name, frame in (extra_tables or {}).items():  # e.g. facts / ops from the scorers
-        _write_parquet(run_dir, f"{name}.parquet", frame, pa.Schema.from_pandas(frame, preserve_index=False))
+    tables = {"cases": cases, "faults": faults, "anomalies": anomalies, "coverage": coverage, "metrics": metrics,
+              "case_metrics": case_metrics_frame(runs, extra_case_rows), **(extra_tables or {})}
+    for name, data in tables.items():
+        write_table(run_dir, name, data)
     text = summary_markdown(manifest, verdict, reasons, cases, faults, anomalies, coverage, metrics,
                             (extra_tables or {}).get("facts"))
-    _atomic(run_dir, "summary.md", lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    atomic_write_text(run_dir / "summary.md", text)
     return verdict
 
 
 def load_runs(run_dir: Path) -> list[CaseRun]:
-    """The units of a run, last record per (provider, case_id).
-
-    A record cut short by a crash (the last line, or a line a resumed run started after)
-    is skipped: its unit never finished and is redone. Any other bad line raises.
-    """
-    lines = (Path(run_dir) / UNITS_FILE).read_text(encoding="utf-8").splitlines()
-    while lines and not lines[-1].strip():
-        lines.pop()
-    runs: dict[tuple[str, str], CaseRun] = {}
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            run = CaseRun.model_validate_json(line)
-        except ValidationError as exc:
-            if lineno == len(lines) or "EOF while parsing" in str(exc):
-                continue
-            raise ValueError(f"{UNITS_FILE}:{lineno}: not a CaseRun record: {exc}") from exc
-        runs[(run.provider, run.case_id)] = run
-    return list(runs.values())
+    """The units of a run (see `evals.record.read_units`)."""
+    return read_units(run_dir)
 
 
-__all__ = ["ANOMALIES_SCHEMA", "CASES_SCHEMA", "COVERAGE_SCHEMA", "FAULTS_SCHEMA", "METRICS_SCHEMA", "MetricRow",
-           "anomalies_frame", "cases_frame", "coverage_frame", "faults_frame", "load_runs", "markdown_table",
+__all__ = ["COUNTS", "RATES", "UNITS_FILE", "anomalies_frame", "case_metrics_frame", "cases_frame", "coverage_frame",
+           "faults_frame", "infra_errors", "load_runs", "markdown_table",
            "metrics_frame", "summary_markdown", "verdict_of", "write_report"]

@@ -8,7 +8,6 @@ nothing and `--resume` redoes only what did not finish.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 import time
@@ -24,7 +23,8 @@ from evals.dataset import Case, bundled_dataset_dir, dataset_hash, load_cases
 from evals.faults import FaultPlan
 from evals.manifest import Manifest, git_state, package_versions
 from evals.providers import Provider, resolve_providers
-from evals.replay import CaseReplayer, CaseRun
+from evals.record import UNITS_FILE, CaseRun, RunDirError, UnitsWriter, read_manifest, read_units, write_manifest
+from evals.replay import CaseReplayer
 from evals.systems import DEFAULT_SYSTEM, arm_label, check_system, open_arm, validate_arm
 
 log = logging.getLogger("hymem.eval")
@@ -224,7 +224,10 @@ def _run_dir(config: RunConfig, manifest: Manifest) -> Path:
         path = config.out / "manifest.json"
         if not path.exists():
             raise UsageError(f"--resume: {path} does not exist")
-        old = Manifest.model_validate_json(path.read_text())
+        try:
+            old = read_manifest(config.out)
+        except RunDirError as exc:
+            raise UsageError(f"--resume: {exc}") from exc
         if old.manifest_hash != manifest.manifest_hash:
             raise UsageError(f"--resume: {config.out} was run with different inputs (manifest hash "
                              f"{old.manifest_hash} != {manifest.manifest_hash}); start a new run instead")
@@ -238,16 +241,8 @@ def _run_dir(config: RunConfig, manifest: Manifest) -> Path:
     return Path.cwd() / "reports" / f"{stamp}-{manifest.manifest_hash[:6]}"  # where the user runs it
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _done_units(run_dir: Path) -> dict[tuple[str, str], CaseRun]:
-    from evals.report import load_runs
-
-    return {(r.provider, r.case_id): r for r in load_runs(run_dir)} if (run_dir / "units.jsonl").exists() else {}
+    return {(r.provider, r.case_id): r for r in read_units(run_dir)} if (run_dir / UNITS_FILE).exists() else {}
 
 
 def run_eval(config: RunConfig) -> RunOutcome:
@@ -263,19 +258,14 @@ def run_eval(config: RunConfig) -> RunOutcome:
         raise UsageError(str(exc)) from exc
     logging.getLogger("hymem.store").setLevel(logging.CRITICAL)  # injected FAISS faults are logged by design
     run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run_dir / "manifest.json", manifest.model_dump_json(indent=2))
+    write_manifest(run_dir, manifest)
     done = _done_units(run_dir) if config.resume else {}
     names = [arm.label for arm in arms]
     todo = [(a, c) for a in arms for c in cases if (a.label, c.id) not in done]
     cache = ResponseCache(config.cache_dir or run_dir.parent / ".cache" / "responses.sqlite") \
         if config.cache and any(p.config.is_http for p in factories.values()) else None
     runs = list(done.values())
-    units_path = run_dir / "units.jsonl"
-    if units_path.exists() and units_path.stat().st_size and not units_path.read_bytes().endswith(b"\n"):
-        with units_path.open("a", encoding="utf-8") as torn:  # a crash cut the last record: end its line
-            torn.write("\n")
-    units_file = units_path.open("a", encoding="utf-8")
-    lock = threading.Lock()
+    units_file = UnitsWriter(run_dir)
 
     def one(arm: Any, case: Case) -> CaseRun:
         provider = factories[arm.provider]
@@ -292,12 +282,9 @@ def run_eval(config: RunConfig) -> RunOutcome:
             finished, futures = wait(futures, timeout=0.5, return_when=FIRST_COMPLETED)
             for future in finished:
                 result = future.result()
-                with lock:
-                    units_file.write(result.model_dump_json() + "\n")
-                    units_file.flush()
-                    os.fsync(units_file.fileno())
+                units_file.append(result)
                 runs.append(result)
-                calls += sum(1 for a in result.attempts if a["site"] != "embed" and not a["cache_hit"])
+                calls += sum(1 for a in result.attempts if a.site != "embed" and not a.cache_hit)
                 bar.update(1)
                 rate = calls / max(1e-9, time.monotonic() - started)
                 bar.set_postfix_str(f"faults {sum(len(r.faults) for r in runs)} · LM calls {calls} ({rate:.1f}/s)",
@@ -321,7 +308,7 @@ def run_eval(config: RunConfig) -> RunOutcome:
     write_plots(run_dir)
     manifest.finished = time.time()
     manifest.verdict = verdict
-    atomic_write_text(run_dir / "manifest.json", manifest.model_dump_json(indent=2))
+    write_manifest(run_dir, manifest)
     return RunOutcome(run_dir=run_dir, verdict=verdict, units=len(runs), manifest=manifest,
                       units_seconds=units_seconds)
 
@@ -335,11 +322,10 @@ def report_run(run_dir: Path, manifest: Manifest, cases: list[Case], runs: list[
 
     by_id = {c.id: c for c in cases}
     pairs = [(by_id[r.case_id], r) for r in runs if r.case_id in by_id]
-    # The report counts infra errors per unit (cases and faulted runs); the scorers' per-case twin is dropped.
-    scored = [row for row in attribution_metrics(pairs, manifest.seed) if row["metric"] != "infra_error_rate"]
+    scored = attribution_metrics(pairs, manifest.seed)
     labels = flagged_label_metrics(cases, list(dict.fromkeys(r.provider for r in runs)))
     attempts = attempts_frame(runs)
-    return write_report(run_dir, manifest, runs, extra_metrics=scored + usage_metrics(runs, attempts) + labels,
+    return write_report(run_dir, manifest, runs, extra_metrics=[*scored, *usage_metrics(runs, attempts), *labels],
                         extra_case_rows=case_rows(pairs),
                         extra_tables={"facts": facts_frame(pairs), "ops": ops_frame(pairs), "attempts": attempts})
 
@@ -351,4 +337,4 @@ def _progress(total: int, enabled: bool, total_done: int = 0):
                 disable=not enabled, file=sys.stderr, dynamic_ncols=True)
 
 
-__all__ = ["RunConfig", "RunOutcome", "UsageError", "atomic_write_text", "prepare", "run_eval"]
+__all__ = ["RunConfig", "RunOutcome", "UsageError", "prepare", "run_eval"]

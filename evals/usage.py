@@ -7,41 +7,28 @@ traced to the calls that made it.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
 
-from evals.accounting import Attempt
+from evals.record import CaseRun, MetricRow, columns
+from evals.record.catalogue import note
 
-USAGE_METRICS = ("latency_p50", "latency_p95", "tokens_total", "cost_total", "lm_attempts", "lm_retries",
-                 "lm_cache_hits", "embed_attempts")
-_NOTES = {
-    "latency_p50": "seconds per LM attempt that reached the model (cache hits excluded); n = attempts",
-    "latency_p95": "seconds per LM attempt that reached the model (cache hits excluded); n = attempts",
-    "tokens_total": "prompt + completion tokens over all LM attempts; n = attempts",
-    "cost_total": "USD over LM attempts with a known price (local price table); NaN when none is known",
-    "lm_attempts": "LM attempts that reached the model, retries included; n = cases",
-    "lm_retries": "LM attempts after the first of a call (none under fault injection); n = cases",
-    "lm_cache_hits": "LM calls answered from the response cache; n = cases",
-    "embed_attempts": "embedding calls, cache hits included; n = cases",
-}
-COLUMNS = ["dataset", *Attempt.model_fields]
+COLUMNS = columns("attempts")
 
 
-def attempts_frame(runs: list[Any]) -> pd.DataFrame:
+def attempts_frame(runs: list[CaseRun]) -> pd.DataFrame:
     """One row per attempt of every unit, with its dataset."""
-    rows = [{"dataset": r.dataset, **a} for r in runs for a in r.attempts]
+    rows = [{"dataset": r.dataset, **a.model_dump(exclude={"schema_version"})} for r in runs for a in r.attempts]
     return pd.DataFrame(rows, columns=COLUMNS).astype({"latency_s": "float64", "cache_hit": "bool"})
 
 
-def usage_metrics(runs: list[Any], frame: pd.DataFrame | None = None) -> list[dict]:
+def usage_metrics(runs: list[CaseRun], frame: pd.DataFrame | None = None) -> list[MetricRow]:
     """latency_p50/p95, tokens_total, cost_total and call counts per provider × dataset and "all".
 
     `frame`: `attempts_frame(runs)` when the caller already built it (it is also written as a table).
     """
     frame = attempts_frame(runs) if frame is None else frame
-    out: list[dict] = []
+    out: list[MetricRow] = []
     for provider in dict.fromkeys(r.provider for r in runs):
         mine = frame[frame["provider"] == provider]
         cases = [r for r in runs if r.provider == provider]
@@ -52,7 +39,7 @@ def usage_metrics(runs: list[Any], frame: pd.DataFrame | None = None) -> list[di
     return out
 
 
-def _group(provider: str, dataset: str, frame: pd.DataFrame, n_cases: int) -> list[dict]:
+def _group(provider: str, dataset: str, frame: pd.DataFrame, n_cases: int) -> list[MetricRow]:
     lm = frame[frame["site"] != "embed"]
     called = lm[~lm["cache_hit"]]
     latency = called["latency_s"].to_numpy(dtype=float)
@@ -68,5 +55,5 @@ def _group(provider: str, dataset: str, frame: pd.DataFrame, n_cases: int) -> li
         "lm_cache_hits": (float(lm["cache_hit"].sum()), n_cases),
         "embed_attempts": (float((frame["site"] == "embed").sum()), n_cases),
     }
-    return [{"provider": provider, "dataset": dataset, "metric": name, "value": value, "ci_low": value,
-             "ci_high": value, "n": int(n), "note": _NOTES[name]} for name, (value, n) in values.items()]
+    return [MetricRow(provider=provider, dataset=dataset, metric=name, value=value, ci_low=value, ci_high=value,
+                      n=int(n), note=note(name)) for name, (value, n) in values.items()]

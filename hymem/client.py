@@ -25,9 +25,10 @@ from hymem.llm import make_lm, raise_if_programming_error
 from hymem.messages import normalize_messages
 from hymem.models import AppliedOp, ChatMessage, ErrorCode, Memory, WriteResult
 from hymem.program import MemoryProgram
-from hymem.reconciler import NewFact, ReconcilePlan, canonical_subject, direct_plan, reconcile
+from hymem.reconciler import NewFact, ReconcilePlan, direct_plan, reconcile
 from hymem.render import conversation_language, parse_history, render_conversation, render_working
 from hymem.store import Store
+from hymem.subjects import canonical_subject
 
 _EXTRACT_CODES = {"unavailable": ErrorCode.LLM_ERROR, "empty": ErrorCode.EMPTY_RESPONSE,
                   "parse": ErrorCode.JSON_PARSE_FAILED, "other": ErrorCode.LLM_ERROR}

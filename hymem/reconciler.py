@@ -9,7 +9,6 @@ Both the proposal and what was applied are returned for the trace.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,23 +16,7 @@ import dspy
 
 from hymem.chain import ChainError, Round, run_round
 from hymem.models import Memory
-
-_USER = {"user", "the user", "current user", "用户", "当前用户"}
-_ASSISTANT = {"assistant", "the assistant", "ai", "agent", "助手", "ai助手"}
-
-
-def canonical_subject(subject: str | None) -> str:
-    """`user`, `assistant`, or the person's name folded for comparison."""
-    text = re.sub(r"\s+", " ", (subject or "").strip()).casefold()
-    if text in _USER:
-        return "user"
-    if text in _ASSISTANT:
-        return "assistant"
-    return text
-
-
-def same_subject(a: str | None, b: str | None) -> bool:
-    return canonical_subject(a) == canonical_subject(b)
+from hymem.subjects import same_subject
 
 
 @dataclass

@@ -87,15 +87,8 @@ def test_one_run_with_two_providers_pairs_its_providers():
     assert comparison.cases[["case_id", "change"]].values.tolist() == [["c2", "right_to_wrong"]]
 
 
-def test_the_columns_read_are_the_ones_the_report_writes():
-    from evals.compare import CASE_METRICS_COLUMNS, METRICS_COLUMNS
-    from evals.report import CASE_METRICS_SCHEMA, METRICS_SCHEMA
-
-    assert (METRICS_COLUMNS, CASE_METRICS_COLUMNS) == (METRICS_SCHEMA.names, CASE_METRICS_SCHEMA.names)
-
-
-def test_lower_is_better_covers_error_shares_and_off_diagonal_confusion():
-    assert [lower_is_better(m) for m in ("third_party_to_user_rate", "proposed_cross_subject_merge_applied_rate",
+def test_lower_is_better_is_the_catalogues_direction_for_error_shares_and_off_diagonal_confusion():
+    assert [lower_is_better(m) for m in ("third_party_to_user_rate", "cross_subject_merge_applied_rate_with_errors",
                                          "owner_accuracy_with_errors", "error_code_accuracy", "infra_error_rate",
                                          "subject_confusion_named_to_user", "subject_confusion_user_to_user")] == [
         True, True, False, False, True, True, False]

@@ -74,7 +74,7 @@ def replay_hymem(case: dict):
 
 
 def kinds(record) -> dict[str, str]:
-    return dict(record.anomalies)
+    return {a.kind: a.witness for a in record.anomalies}
 
 
 def test_without_mem0ai_the_run_stops_with_one_line_naming_the_extra(tmp_path, monkeypatch, capsys):

@@ -13,7 +13,8 @@ from evals.dataset import Case, bundled_dataset_dir, load_cases
 from evals.faults import FaultPlan
 from evals.oracle import ERROR_KINDS, oracle_lm, oracle_plan, parse_oracle_spec
 from evals.providers import provider_factory
-from evals.replay import CaseReplayer, CaseRun
+from evals.record import CaseRun
+from evals.replay import CaseReplayer
 from evals.runner import RunConfig, UsageError, run_eval
 from hymem.client import HyMemoryClient
 from hymem.embedder import HashEmbedder

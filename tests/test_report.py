@@ -11,7 +11,7 @@ import pytest
 
 from evals.faults import SITES, expected_outcome, kinds_for
 from evals.manifest import Manifest
-from evals.replay import CaseRun, FaultRecord, WriteRecord
+from evals.record import Anomaly, CaseRun, FaultRecord, WriteRecord
 from evals.report import load_runs, metrics_frame, verdict_of, write_report
 from evals.stats import bootstrap_ci, paired_bootstrap_delta
 
@@ -29,7 +29,8 @@ def fault(site: str = "lm.reconcile", kind: str = "garbage", *, write: int = 0, 
     expected = expected_outcome(site, kind).model_dump()
     return FaultRecord(write=write, path="chat", site=site, kind=kind, fired=outcome in ("ok", "wrong"),
                        expected=expected, actual=dict(expected) if actual is None else actual,
-                       retry_success=True, outcome=outcome, anomalies=anomalies or [])
+                       retry_success=True, outcome=outcome,
+                       anomalies=[Anomaly(kind=k, witness=w) for k, w in anomalies or []])
 
 
 def case(case_id: str, faults: list[FaultRecord] = (), *, dataset: str = "d1", provider: str = "p",
@@ -248,7 +249,7 @@ def test_load_runs_skips_a_torn_last_line_and_keeps_the_last_record(tmp_path: Pa
 
 
 def test_load_runs_refuses_a_corrupt_line_in_the_middle(tmp_path: Path):
-    record = case("c1").model_dump_json()
-    (tmp_path / "units.jsonl").write_text(record[:30] + record + "\n" + case("c2").model_dump_json() + "\n")
+    corrupt = case("c1").model_dump_json().replace('"case_id":"c1"', '"case_id":42')  # whole, but not a CaseRun
+    (tmp_path / "units.jsonl").write_text(corrupt + "\n" + case("c2").model_dump_json() + "\n")
     with pytest.raises(ValueError, match="units.jsonl:1"):
         load_runs(tmp_path)

@@ -13,7 +13,7 @@ from evals.cli import main
 from evals.dataset import Case
 from evals.faults import Expected, FaultPlan, expected_outcome
 from evals.manifest import Manifest
-from evals.replay import CaseRun, FaultRecord, WriteRecord
+from evals.record import CaseRun, FaultRecord, WriteRecord
 from evals.report import write_report
 from evals.runner import RunConfig, UsageError, prepare, run_eval
 from evals.systems import MemorySystem, WriteOutcome, arm_label, site_kinds

@@ -15,7 +15,8 @@ import pandas as pd
 from pydantic import BaseModel, Field
 
 from evals.dataset import Case
-from evals.replay import CaseRun
+from evals.record import CaseMetricRow, CaseRun, MetricRow, columns, pandas_dtypes
+from evals.record.catalogue import note as catalogue_note
 from evals.scoring.matcher import (
     DEFAULT_MATCHER,
     TextMatcher,
@@ -29,29 +30,8 @@ from evals.stats import bootstrap_ci
 
 CLASSES = ("user", "named", "assistant")
 STAGES = {"stored": "", "proposed": "proposed_"}  # stage -> metric-name prefix
-_TEXT = "string"
-FACTS_SCHEMA = {  # facts.parquet, one row per gold fact and per unmatched prediction, per stage
-    "provider": _TEXT, "dataset": _TEXT, "case_id": _TEXT, "stage": _TEXT,  # stage: proposed | stored
-    "gold_text": _TEXT, "gold_subject": _TEXT, "gold_owner": _TEXT,  # null for an unmatched prediction
-    "pred_text": _TEXT, "pred_subject": _TEXT, "pred_owner": _TEXT,  # null for a missed gold fact
-    "match_score": "float64", "matched": "boolean",  # text similarity of a matched pair
-    "subject_ok": "boolean", "owner_ok": "boolean",  # null unless matched
-    "gold_class": _TEXT, "pred_class": _TEXT,  # user | named | assistant
-    "note": _TEXT,  # why a prediction is left out of precision, or infra_error
-}
-FACTS_COLUMNS = list(FACTS_SCHEMA)
-_NOTES = {
-    "subject_accuracy": "over matched pairs",
-    "owner_accuracy": "over matched pairs",
-    "third_party_to_user_rate": "matched pairs whose gold subject is a named person",
-    "ai_to_user_rate": "matched pairs whose gold subject is the assistant",
-    "subject_text_mismatch_rate": "over predicted facts",
-    "absent_violation_rate": "over expect.absent statements, against all live memories",
-    "separate_kept_rate": "over expect.separate pairs",
-    "same_subject_update_recall": "over expect.updates",
-}
-
-
+FACTS_SCHEMA = pandas_dtypes("facts")  # facts.parquet: columns declared in evals.record
+FACTS_COLUMNS = columns("facts")
 class CaseScores(BaseModel):
     """One (provider, case): per-metric (numerator, denominator); an infra-error case holds all-wrong units."""
 
@@ -233,12 +213,9 @@ def _is_confusion(metric: str) -> bool:
     return "subject_confusion_" in metric
 
 
-def _rows_for(provider: str, dataset: str, scores: list[CaseScores], seed: int) -> list[dict[str, Any]]:
+def _rows_for(provider: str, dataset: str, scores: list[CaseScores], seed: int) -> list[MetricRow]:
+    """The group's metric rows; infra errors are counted once, by the report (`infra_error_rate`)."""
     rows = []
-    errors = [float(s.infra_error) for s in scores]
-    value, low, high = bootstrap_ci(errors, seed=seed)
-    rows.append({"provider": provider, "dataset": dataset, "metric": "infra_error_rate", "value": value,
-                 "ci_low": low, "ci_high": high, "n": len(errors), "note": None})
     metrics = list(dict.fromkeys(m for s in scores for m in s.tallies))
     for metric in metrics:
         variants = [(metric, [s for s in scores if not s.infra_error])]
@@ -250,15 +227,13 @@ def _rows_for(provider: str, dataset: str, scores: list[CaseScores], seed: int) 
                 continue
             value, low, high = bootstrap_ci([c[0] for c in counted], [c[1] for c in counted], seed=seed)
             skipped = sum(s.notes.get(metric, 0) for s in group)
-            note = _NOTES.get(metric.removeprefix(STAGES["proposed"]))
-            if skipped:
-                note = f"{skipped} op(s) skipped: target subject unknown"
-            rows.append({"provider": provider, "dataset": dataset, "metric": name, "value": value, "ci_low": low,
-                         "ci_high": high, "n": len(counted), "note": note})
+            note = f"{skipped} op(s) skipped: target subject unknown" if skipped else catalogue_note(name)
+            rows.append(MetricRow(provider=provider, dataset=dataset, metric=name, value=value, ci_low=low,
+                                  ci_high=high, n=len(counted), note=note))
     return rows
 
 
-def case_rows(pairs: list[tuple[Case, CaseRun]], matcher: TextMatcher = DEFAULT_MATCHER) -> list[dict[str, Any]]:
+def case_rows(pairs: list[tuple[Case, CaseRun]], matcher: TextMatcher = DEFAULT_MATCHER) -> list[CaseMetricRow]:
     """Per-case numerator and denominator of every metric ({provider, dataset, case_id, metric, num, den}),
     for the report's case_metrics table; an infra-error case appears only under `*_with_errors`."""
     rows = []
@@ -267,13 +242,13 @@ def case_rows(pairs: list[tuple[Case, CaseRun]], matcher: TextMatcher = DEFAULT_
         for metric, (num, den) in scores.tallies.items():
             names = [] if scores.infra_error else [metric]
             names += [] if _is_confusion(metric) else [f"{metric}_with_errors"]
-            rows += [{"provider": scores.provider, "dataset": scores.dataset, "case_id": scores.case_id,
-                      "metric": name, "num": float(num), "den": float(den)} for name in names if den > 0]
+            rows += [CaseMetricRow(provider=scores.provider, dataset=scores.dataset, case_id=scores.case_id,
+                                   metric=name, num=float(num), den=float(den)) for name in names if den > 0]
     return rows
 
 
 def attribution_metrics(pairs: list[tuple[Case, CaseRun]], seed: int,
-                        matcher: TextMatcher = DEFAULT_MATCHER) -> list[dict[str, Any]]:
+                        matcher: TextMatcher = DEFAULT_MATCHER) -> list[MetricRow]:
     """Metric rows per provider x dataset and per provider over all datasets (dataset="all"); a
     metric no case of a group contributes to has no row."""
     scores = [score_case(case, run, matcher) for case, run in pairs]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from hymem.reconciler import canonical_subject, same_subject
+from hymem.subjects import canonical_subject, same_subject
 
 SubjectClass = str  # "user" | "assistant" | "named"
 

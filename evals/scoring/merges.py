@@ -14,21 +14,13 @@ from typing import Any
 import pandas as pd
 
 from evals.dataset import Case
-from evals.replay import CaseRun, WriteRecord
+from evals.record import CaseRun, WriteRecord, columns, pandas_dtypes
 from evals.scoring.matcher import DEFAULT_MATCHER, TextMatcher, implied_subject, same_subject
 
 Tally = tuple[float, float]  # (numerator, denominator) of one case
 MERGE_OPS = ("UPDATE", "SUPERSEDE", "DELETE")
-_TEXT = "string"
-OPS_SCHEMA = {  # ops.parquet, one row per proposed or applied op
-    "provider": _TEXT, "dataset": _TEXT, "case_id": _TEXT, "write": "Int64",  # write index, 0 = seeds
-    "source": _TEXT, "op": _TEXT,  # source: proposed | applied
-    "fact_text": _TEXT, "fact_subject": _TEXT,  # the new fact the op carries, if any
-    "target_id": "Int64", "target_text": _TEXT, "target_subject": _TEXT,  # the existing memory it names
-    "cross_subject": "boolean",  # null when no merge or the target is unknown
-    "refused": _TEXT,  # the engine's reason, for an op it refused and rewrote
-}
-OPS_COLUMNS = list(OPS_SCHEMA)
+OPS_SCHEMA = pandas_dtypes("ops")  # ops.parquet: columns declared in evals.record
+OPS_COLUMNS = columns("ops")
 
 
 def seed_request_id(run: CaseRun) -> str | None:

@@ -27,7 +27,7 @@ import dspy
 from pydantic import BaseModel, Field
 
 from evals.dataset import Case
-from evals.replay import CaseRun, WriteRecord
+from evals.record import CaseRun, WriteRecord
 from evals.scoring import facts_frame, score_case
 from evals.scoring.matcher import same_subject, subject_text_mismatch
 from evals.scoring.merges import MERGE_OPS

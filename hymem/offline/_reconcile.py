@@ -15,7 +15,7 @@ from hymem.offline._chinese import REL_ZH
 from hymem.offline._conversation import CJK
 from hymem.offline._english import s_form
 from hymem.offline._occupations import is_job_en, is_job_zh
-from hymem.reconciler import canonical_subject, same_subject
+from hymem.subjects import canonical_subject, same_subject
 
 _NORM_DROP = re.compile(r"\b(?:too|also|as well|now)\b|[也]|现在")
 _ADV_EN = r"(?:(?:still|now|currently|also|usually|really|originally)\s+)*"

@@ -1,0 +1,188 @@
+"""The run record: what the harness learned from each (provider, case) unit, typed and versioned.
+
+Every persisted record is one of these models and carries `schema_version`; the report, scorers,
+compare, gate and tuning read them, never the executor's internals (this module imports neither
+dspy nor `evals.replay`). A unit is one line of `units.jsonl`; the Parquet tables are projections.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+
+from evals.record._version import SCHEMA_VERSION
+
+Outcome = Literal["ok", "wrong", "indeterminate", "infra_error"]  # of one faulted run
+Status = Literal["ok", "infra_error"]  # of one unit
+Unit = Literal["control", "fault", "retry", "repeat"]  # which run of a write an attempt belongs to
+
+
+class AnomalyKind(StrEnum):
+    """What the checker can find about one faulted write; each breaks one property (sets below)."""
+
+    DEGRADED_SUCCESS = "DEGRADED_SUCCESS"  # success under a fault that must fail the write
+    PARTIAL_WRITE = "PARTIAL_WRITE"  # a failed write left memories, profile or request rows behind
+    L1_NOT_ROLLED_BACK = "L1_NOT_ROLLED_BACK"  # a failed write left its raw messages in L1 history
+    EPISODE_ADVANCED = "EPISODE_ADVANCED"  # a failed write advanced the user's episode counter
+    TRACE_APPENDED = "TRACE_APPENDED"  # a failed write left a trace or chain-round row
+    VECTORLESS_NODE = "VECTORLESS_NODE"  # a live memory without exactly one usable vector
+    ORPHAN_VECTOR = "ORPHAN_VECTOR"  # a FAISS vector whose memory is not live
+    WRONG_ERROR_CODE = "WRONG_ERROR_CODE"  # the codes differ from the failure table's
+    RETRY_DIVERGED = "RETRY_DIVERGED"  # the retry without the fault did not reach the fault-free state
+    DOUBLE_WRITE = "DOUBLE_WRITE"  # a retry or a re-sent request_id wrote again
+    FAULT_NOT_REACHED = "FAULT_NOT_REACHED"  # the planned fault never fired: the unit is indeterminate
+
+
+# Which anomaly kinds break each property of a faulted write.
+CODE_KINDS = frozenset({AnomalyKind.WRONG_ERROR_CODE, AnomalyKind.DEGRADED_SUCCESS})
+STATE_KINDS = frozenset({AnomalyKind.PARTIAL_WRITE, AnomalyKind.L1_NOT_ROLLED_BACK, AnomalyKind.EPISODE_ADVANCED,
+                         AnomalyKind.TRACE_APPENDED, AnomalyKind.VECTORLESS_NODE, AnomalyKind.ORPHAN_VECTOR,
+                         AnomalyKind.DEGRADED_SUCCESS})
+RETRY_KINDS = frozenset({AnomalyKind.RETRY_DIVERGED, AnomalyKind.DOUBLE_WRITE})
+
+
+class Record(BaseModel):
+    """Base of every persisted record: its schema version travels with it."""
+
+    schema_version: int = SCHEMA_VERSION
+
+
+class Anomaly(BaseModel):
+    """One named anomaly and the evidence for it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: AnomalyKind
+    witness: str = ""  # what shows it: a short state diff, or the codes
+
+
+class Codes(BaseModel):
+    """A write's outcome fields as compared with the failure table; only the fields the writer set are kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+    success: bool | None = None
+    error_code: str | None = None  # LLM_ERROR | EMPTY_RESPONSE | JSON_PARSE_FAILED | EMBEDDING_FAILED | STORE_FAILED
+    agent_error_code: str | None = None  # RECONCILE_FAILED
+    reconcile_error_code: str | None = None  # LLM_UNAVAILABLE | EMPTY_RESPONSE | JSON_PARSE_FAILED | RECONCILE_EXCEPTION
+    retry_safe: bool | None = None
+    exception: str | None = None  # the harness exception of an infra_error unit
+
+    @model_serializer(mode="wrap")
+    def _set_fields_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Dump what was set (so a round trip through units.jsonl keeps the same keys), extras included."""
+        data = handler(self)
+        keep = self.model_fields_set | set(self.model_extra or {})
+        return {k: v for k, v in data.items() if k in keep}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A field or extra by name, as for the plain codes of a `WriteOutcome`."""
+        return self.model_dump().get(key, default)
+
+
+class Attempt(Record):
+    """One model or embedding attempt (a row of attempts.parquet)."""
+
+    provider: str
+    model: str
+    case_id: str
+    write: int | None = None  # index of the write within the case
+    unit: Unit = "control"
+    site: str  # lm.extract | lm.extract_working | lm.reconcile | embed
+    attempt: int = 1  # 1 for the first try of a call, 2.. for retries
+    status: str = "ok"  # ok, or the exception's class name
+    error: str | None = None  # first line of the exception
+    latency_s: float = 0.0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost_usd: float | None = None  # when a price is known
+    cache_hit: bool = False
+    injected: str | None = None  # the fault kind injected into this attempt
+
+
+class WriteRecord(Record):
+    """One write of the fault-free control run, as the engine reported it."""
+
+    index: int  # 0.., seeds first (one extracted write), then one per turn
+    path: str  # extracted (seeds) | chat | working
+    request_id: str
+    success: bool
+    codes: Codes
+    message: str = ""
+    ops: list[dict[str, Any]] = Field(default_factory=list)  # applied ops, AppliedOp-shaped
+    proposed_facts: list[dict[str, Any]] = Field(default_factory=list)  # what the extractor proposed
+    proposed_ops: list[dict[str, Any]] = Field(default_factory=list)  # what the reconcile model proposed
+    reached: dict[str, int] = Field(default_factory=dict)  # call site -> calls made in this write
+    seconds: float = 0.0
+
+
+class FaultRecord(Record):
+    """One faulted run of one write, with its checked outcome."""
+
+    write: int
+    path: str
+    site: str
+    kind: str  # the fault kind (evals.faults)
+    occurrence: int = 0  # which call at the site was faulted
+    fired: bool
+    expected: Codes  # the failure table's outcome for (site, kind)
+    actual: Codes  # what the write returned (or `exception` for an infra_error unit)
+    retry_success: bool | None = None
+    outcome: Outcome
+    anomalies: list[Anomaly] = Field(default_factory=list)
+    wire: list[dict[str, Any]] = Field(default_factory=list)  # the fault proxy's log lines (request id, kind, time)
+    seconds: float = 0.0
+
+    @property
+    def checked(self) -> bool:
+        """The fault fired and the store was checked: the unit is evidence either way."""
+        return self.outcome in ("ok", "wrong")
+
+    @property
+    def kinds(self) -> set[AnomalyKind]:
+        return {a.kind for a in self.anomalies}
+
+
+class CaseRun(Record):
+    """Everything the harness learned from one (provider, case) unit: one line of units.jsonl."""
+
+    case_id: str
+    dataset: str
+    provider: str  # the arm label: the provider name, prefixed `SYSTEM/` for an engine other than hymem
+    system: str = "hymem"  # the engine under test: hymem | mem0
+    lang: str
+    tags: list[str]
+    status: Status
+    error: str | None = None  # the infra error with its traceback
+    writes: list[WriteRecord] = Field(default_factory=list)
+    memories: list[dict[str, Any]] = Field(default_factory=list)  # live memories after the control run
+    profile: dict[str, Any] = Field(default_factory=dict)
+    faults: list[FaultRecord] = Field(default_factory=list)
+    attempts: list[Attempt] = Field(default_factory=list)  # every LM and embedding attempt
+    seconds: float = 0.0
+
+
+class MetricRow(Record):
+    """One row of metrics.parquet; every metric name is declared in `evals.record.catalogue`."""
+
+    provider: str
+    dataset: str  # a dataset name, or "all"
+    metric: str
+    value: float  # NaN when nothing was measured
+    ci_low: float
+    ci_high: float
+    n: int  # what n counts is the catalogue's `n` for the metric
+    note: str | None = None
+
+
+class CaseMetricRow(Record):
+    """One row of case_metrics.parquet: a rate's numerator and denominator in one case, for pairing runs."""
+
+    provider: str
+    dataset: str
+    case_id: str
+    metric: str
+    num: float
+    den: float

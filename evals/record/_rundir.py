@@ -1,0 +1,189 @@
+"""Reading and writing a run directory: manifest.json, units.jsonl and the Parquet tables.
+
+Every file is written whole-or-not (a temporary file, then a rename), except units.jsonl, which
+is appended one finished unit per line and fsynced, so a crash loses at most the unit in flight.
+Readers migrate an older schema_version or refuse it in one line naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from pydantic import ValidationError
+from pydantic_core import from_json
+
+from evals.record._manifest import Manifest
+from evals.record._records import CaseRun
+from evals.record._tables import TABLES, arrow_schema, columns
+from evals.record._version import MANIFEST_MIGRATIONS, SCHEMA_VERSION, UNIT_MIGRATIONS, SchemaError, migrate
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+MANIFEST_FILE = "manifest.json"
+UNITS_FILE = "units.jsonl"
+_VERSION_KEY = b"hymem.schema_version"  # Parquet file metadata
+
+
+class RunDirError(ValueError):
+    """A run directory (or one of its files) that cannot be read: missing, torn, foreign or too new."""
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Write `path` through a temporary file in the same directory and a rename: never a half file."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report is for reading
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+# ---- manifest ---------------------------------------------------------------------------------------------
+
+
+def read_manifest(run_dir: Path) -> Manifest:
+    """The run's manifest, migrated to this schema_version; RunDirError when missing or unreadable."""
+    path = Path(run_dir) / MANIFEST_FILE
+    if not path.is_file():
+        raise RunDirError(f"{run_dir}: no {MANIFEST_FILE}, not a run directory")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return Manifest.model_validate(migrate(data, MANIFEST_MIGRATIONS, str(path)))
+    except SchemaError as exc:
+        raise RunDirError(str(exc)) from exc
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError and ValidationError are ValueErrors
+        count = exc.error_count() if isinstance(exc, ValidationError) else None
+        raise RunDirError(f"{path}: not a run manifest ({f'{count} errors' if count else exc})") from exc
+
+
+def write_manifest(run_dir: Path, manifest: Manifest) -> None:
+    atomic_write_text(Path(run_dir) / MANIFEST_FILE, manifest.model_dump_json(indent=2))
+
+
+# ---- units ------------------------------------------------------------------------------------------------
+
+
+def parse_unit(line: str, where: str = UNITS_FILE) -> CaseRun:
+    """One units.jsonl line as a CaseRun, migrated from its schema_version; SchemaError or ValueError else."""
+    try:
+        run = CaseRun.model_validate_json(line)  # the common case: a record of this version
+        if run.schema_version == SCHEMA_VERSION:
+            return run
+    except ValidationError as exc:
+        try:
+            data = from_json(line)
+        except ValueError:
+            raise exc from None  # not JSON (e.g. torn): pydantic's message says where ("EOF while parsing")
+        if not isinstance(data, dict) or data.get("schema_version", 1) == SCHEMA_VERSION:
+            raise
+    return CaseRun.model_validate(migrate(from_json(line), UNIT_MIGRATIONS, where))
+
+
+def read_units(run_dir: Path) -> list[CaseRun]:
+    """The units of a run, last record per (provider, case_id).
+
+    A record cut short by a crash (the last line, or a line a resumed run started after) is
+    skipped: its unit never finished and is redone. Any other bad line raises RunDirError with
+    its line number.
+    """
+    # errors="replace": a record torn inside a multi-byte character is still just a torn record
+    lines = (Path(run_dir) / UNITS_FILE).read_bytes().decode("utf-8", errors="replace").splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    runs: dict[tuple[str, str], CaseRun] = {}
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{UNITS_FILE}:{lineno}"
+        try:
+            run = parse_unit(line, where)
+        except SchemaError as exc:
+            raise RunDirError(str(exc)) from exc
+        except ValueError as exc:
+            if lineno == len(lines) or "EOF while parsing" in str(exc):
+                continue
+            raise RunDirError(f"{where}: not a CaseRun record: {exc}") from exc
+        runs[(run.provider, run.case_id)] = run
+    return list(runs.values())
+
+
+class UnitsWriter:
+    """Appends finished units to units.jsonl, one fsynced line each; safe across threads."""
+
+    def __init__(self, run_dir: Path):
+        path = Path(run_dir) / UNITS_FILE
+        if path.exists() and path.stat().st_size and not path.read_bytes().endswith(b"\n"):
+            with path.open("a", encoding="utf-8") as torn:  # a crash cut the last record: end its line
+                torn.write("\n")
+        self._file: TextIO = path.open("a", encoding="utf-8")
+        self._lock = threading.Lock()
+
+    def append(self, run: CaseRun) -> None:
+        line = run.model_dump_json() + "\n"
+        with self._lock:
+            self._file.write(line)
+            self._file.flush()
+            os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+
+# ---- tables -----------------------------------------------------------------------------------------------
+
+
+def frame(table: str, rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Rows as a DataFrame with the table's declared columns and types (an empty table keeps them)."""
+    import pyarrow as pa
+
+    return pa.Table.from_pylist(rows, schema=arrow_schema(table)).to_pandas()
+
+
+def write_table(run_dir: Path, table: str, data: pd.DataFrame) -> None:
+    """Write `<table>.parquet` with its declared schema and this schema_version in the file metadata."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = arrow_schema(table).with_metadata({_VERSION_KEY: str(SCHEMA_VERSION).encode()})
+    arrow = pa.Table.from_pandas(data[columns(table)], schema=schema, preserve_index=False)
+    atomic_write(Path(run_dir) / f"{table}.parquet", lambda tmp: pq.write_table(arrow, tmp))
+
+
+def read_table(run_dir: Path, table: str, required: bool = True) -> pd.DataFrame | None:
+    """`<table>.parquet` of a run; RunDirError when torn, foreign, too new or missing declared columns."""
+    import pyarrow.parquet as pq
+
+    path = Path(run_dir) / f"{table}.parquet"
+    if not path.is_file():
+        if required:
+            raise RunDirError(f"{run_dir}: no {path.name}; the run has not finished (continue it with --resume)")
+        return None
+    try:
+        arrow = pq.read_table(path)
+    except Exception as exc:  # pyarrow raises several types for a torn or foreign file
+        raise RunDirError(f"{path}: not a readable Parquet file ({exc})") from exc
+    version = int((arrow.schema.metadata or {}).get(_VERSION_KEY, b"1"))
+    if version > SCHEMA_VERSION:
+        raise RunDirError(f"{path}: schema_version {version} was written by a newer hymem-eval "
+                          f"(this one reads up to {SCHEMA_VERSION}); upgrade to read it")
+    data: pd.DataFrame = arrow.to_pandas()
+    if table in TABLES and (missing := [c for c in columns(table) if c not in data.columns]):
+        raise RunDirError(f"{path}: schema mismatch, missing columns {missing}")
+    return data
