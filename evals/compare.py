@@ -43,7 +43,7 @@ class Run:
     def table(self, name: str) -> pd.DataFrame | None:
         """Another table of the run (cases, faults, facts, ...), or None when the run has none."""
         if name not in self.tables and self.path is not None:
-            table = read_table(self.path, name, required=False)
+            table = read_table(self.path, name, required=False, check_columns=False)  # readers use what is there
             if table is not None:
                 self.tables[name] = table
         return self.tables.get(name)

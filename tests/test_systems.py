@@ -95,7 +95,7 @@ def test_degraded_success_carries_the_leftover_state_as_its_witness():
     after = _state(messages=[{"id": "m1", "role": "user", "content": "I like tea."}])
     found = check_faulted_write(Expected(success=False), _outcome(True), before, after, before, _outcome(True),
                                 before, before, dim=4)
-    witness = dict(found)
+    witness = {a.kind: a.witness for a in found}
     assert witness["DEGRADED_SUCCESS"] == ('success=true under a fault that must fail; ops=0; state diff: messages: '
                                           '+1 -0 e.g. {"content": "I like tea.", "id": "m1", "role": "user"}')
     assert witness["L1_NOT_ROLLED_BACK"] == 'messages: +1 -0 e.g. {"content": "I like tea.", "id": "m1", "role": "user"}'
@@ -108,7 +108,7 @@ def test_a_failure_is_judged_on_the_expected_fields_only_so_a_system_may_say_wha
     assert found == []
     wrong = check_faulted_write(expected_outcome("lm.extract", "garbage"), failed, state, state, state,
                                 _outcome(True), state, state, 4)
-    assert [kind for kind, _ in wrong] == ["WRONG_ERROR_CODE"]
+    assert [a.kind for a in wrong] == ["WRONG_ERROR_CODE"]
 
 
 def _unit(provider: str, system: str, site: str, kind: str) -> CaseRun:

@@ -166,8 +166,9 @@ def write_table(run_dir: Path, table: str, data: pd.DataFrame) -> None:
     atomic_write(Path(run_dir) / f"{table}.parquet", lambda tmp: pq.write_table(arrow, tmp))
 
 
-def read_table(run_dir: Path, table: str, required: bool = True) -> pd.DataFrame | None:
-    """`<table>.parquet` of a run; RunDirError when torn, foreign, too new or missing declared columns."""
+def read_table(run_dir: Path, table: str, required: bool = True, check_columns: bool = True) -> pd.DataFrame | None:
+    """`<table>.parquet` of a run; RunDirError when torn, foreign, too new or (`check_columns`) missing
+    declared columns. A missing optional table (`required=False`) is None."""
     import pyarrow.parquet as pq
 
     path = Path(run_dir) / f"{table}.parquet"
@@ -184,6 +185,6 @@ def read_table(run_dir: Path, table: str, required: bool = True) -> pd.DataFrame
         raise RunDirError(f"{path}: schema_version {version} was written by a newer hymem-eval "
                           f"(this one reads up to {SCHEMA_VERSION}); upgrade to read it")
     data: pd.DataFrame = arrow.to_pandas()
-    if table in TABLES and (missing := [c for c in columns(table) if c not in data.columns]):
+    if check_columns and table in TABLES and (missing := [c for c in columns(table) if c not in data.columns]):
         raise RunDirError(f"{path}: schema mismatch, missing columns {missing}")
     return data
