@@ -16,6 +16,7 @@ import dspy
 
 from hymem.chain import ChainError, Round, run_round
 from hymem.models import Memory
+from hymem.subjects import canonical_subject as canonical_subject  # re-exported: the rule lives in hymem.subjects
 from hymem.subjects import same_subject
 
 
