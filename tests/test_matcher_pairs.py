@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hymem.reconciler import canonical_subject
+from hymem.reconciler import canonical_subject, same_subject
 
 HERE = Path(__file__).resolve().parents[1] / "datasets" / "matcher"
 PAIRS = HERE / "pairs.jsonl"
@@ -23,6 +23,7 @@ README = HERE / "README.md"
 TRUE_CATEGORIES = {
     "exact", "format_noise", "paraphrase_synonym", "paraphrase_nominal", "paraphrase_number",
     "paraphrase_abbrev", "paraphrase_passive", "paraphrase_reorder", "paraphrase_detail", "paraphrase_qualifier",
+    "subject_alias",
 }  # fmt: skip
 NEAR_MISS_CATEGORIES = {
     "modality", "time", "relation_shift", "negation", "number_sub", "entity_sub", "role", "subject_swap",
@@ -74,13 +75,25 @@ def test_ids_and_pairs_are_unique(pairs):
     assert [t for t, n in texts.items() if n > 1] == []
 
 
-def test_each_text_names_its_subject_and_golds_use_the_suites_vocabulary(pairs):
+def _in_vocabulary(subject: str) -> bool:
+    """The suites' spelling: "user", "assistant", or a name as written (not lower-case, not an alias)."""
+    if subject in ("user", "assistant"):
+        return True
+    return canonical_subject(subject) not in ("user", "assistant") and not subject[0].islower()
+
+
+def test_each_text_names_its_subject_in_the_suites_vocabulary(pairs):
     words = {"user": ("user", "用户"), "assistant": ("assistant", "助手")}
     for row in pairs:
         for side in ("gold", "pred"):
             subject, text = canonical_subject(row[side]["subject"]), row[side]["text"].casefold()
             assert any(w in text for w in words.get(subject, (subject,))), (row["id"], side)
-        assert row["gold"]["subject"] not in ("User", "用户", "system", "tool"), row["id"]
+        assert _in_vocabulary(row["gold"]["subject"]), row["id"]
+        if row["category"] == "subject_alias":  # another spelling of the same subject, never the same string
+            assert row["pred"]["subject"] != row["gold"]["subject"], row["id"]
+            assert same_subject(row["pred"]["subject"], row["gold"]["subject"]), row["id"]
+        else:
+            assert _in_vocabulary(row["pred"]["subject"]), row["id"]
 
 
 def test_counts_and_balance_per_language(pairs):
