@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hymem.reconciler import canonical_subject, same_subject
+from hymem.subjects import canonical_subject, same_subject
 
 HERE = Path(__file__).resolve().parents[1] / "datasets" / "matcher"
 PAIRS = HERE / "pairs.jsonl"
