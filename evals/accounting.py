@@ -58,7 +58,8 @@ class ResponseCache:
 
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self.path = path
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, outputs TEXT NOT NULL)")
         self._lock = threading.Lock()
@@ -143,6 +144,8 @@ class AccountingLM(dspy.LM):
                         error=(str(exc).splitlines() or [""])[0][:300], latency_s=time.perf_counter() - start,
                         injected=injected)
                 wait = _retry_wait(exc, attempt)
+                if wait is not None and isinstance(exc, LMRateLimitError) and hasattr(provider.connections, "pause"):
+                    provider.connections.pause(wait)  # every caller of this provider waits, not only this one
                 if attempt < attempts and wait is not None:
                     time.sleep(wait)
                     continue

@@ -19,7 +19,8 @@ def _run(args: argparse.Namespace) -> int:
                        resume=args.resume, progress=not args.no_progress, gold=args.gold, limit=args.limit,
                        sample=args.sample, program=args.program, providers_file=args.providers,
                        cache=not args.no_cache, max_connections=args.max_connections,
-                       systems=args.system or ["hymem"])
+                       systems=args.system or ["hymem"], executor=args.executor, ray_address=args.ray_address,
+                       workers=args.workers)
     try:
         outcome = run_eval(config)
     except UsageError as exc:
@@ -164,6 +165,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--faults", default="sweep", help="none | sweep | random:RATE (default: sweep)")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--concurrency", type=int, default=2)
+    run.add_argument("--executor", choices=["local", "ray"], default="local",
+                     help="local: units on a thread pool here; ray: one Ray task per unit (pip install 'hymem[ray]')")
+    run.add_argument("--ray-address", default=None, metavar="ADDR",
+                     help="--executor ray: join this Ray cluster (default: start a local Ray instance)")
+    run.add_argument("--workers", type=int, default=None, metavar="N",
+                     help="--executor ray: units in flight, and a local instance's CPUs (default: --concurrency)")
     run.add_argument("--out", type=Path, default=None, help="run directory (default: reports/<run_id>/)")
     run.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
     run.add_argument("--fail-on-invalid", action="store_true", help="exit 1 when the verdict is invalid")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import threading
 import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,6 +19,7 @@ import dspy
 from pydantic import BaseModel, ConfigDict, Field
 
 from evals.dataset import Case
+from evals.slots import ConnectionSlots
 
 LMFactory = Callable[[Case], dspy.BaseLM]
 
@@ -114,7 +114,7 @@ class Provider:
     def __init__(self, config: ProviderConfig, cases: Sequence[Case] = ()):
         self.config = config
         self.name = config.name
-        self.connections = threading.BoundedSemaphore(config.max_connections)
+        self.connections = ConnectionSlots(config.max_connections)  # a Ray run swaps in cluster-wide slots
         if config.model == "offline":
             from hymem.offline import offline_lm
 

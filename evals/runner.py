@@ -11,7 +11,6 @@ import logging
 import sys
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from pydantic import BaseModel, Field
 from evals.accounting import ResponseCache
 from evals.adapters import dataset_name
 from evals.dataset import Case, bundled_dataset_dir, dataset_hash, load_cases
+from evals.executors import EXECUTORS, UnitTask, run_local
 from evals.faults import FaultPlan
 from evals.manifest import Manifest, git_state, package_versions
 from evals.providers import Provider, resolve_providers
@@ -56,6 +56,9 @@ class RunConfig(BaseModel):
     limit: int | None = None  # per dataset spec: at most this many cases
     sample: int | None = None  # per dataset spec: a seeded sample of this many cases (seed = --seed)
     program: Path | None = None  # a tuned program (`hymem-eval tune --out DIR`); None: the built-in prompts
+    executor: str = "local"  # local: a thread pool here | ray: one Ray task per unit
+    ray_address: str | None = None  # --executor ray: join this cluster; None starts a local Ray instance
+    workers: int | None = None  # --executor ray: tasks in flight (and a local instance's CPUs); None: --concurrency
 
 
 class RunOutcome(BaseModel):
@@ -157,6 +160,19 @@ def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], t
         raise UsageError(str(exc)) from exc
     if config.concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
+    if config.workers is not None and config.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    if config.executor not in EXECUTORS:
+        raise UsageError(f"--executor must be one of {', '.join(EXECUTORS)}")
+    if config.executor != "ray" and (config.ray_address or config.workers is not None):
+        raise UsageError("--ray-address and --workers go with --executor ray")
+    if config.executor == "ray":
+        from evals.executors.ray_executor import RayUnavailable, _ray
+
+        try:
+            _ray()
+        except RayUnavailable as exc:
+            raise UsageError(str(exc)) from exc
     specs = config.datasets or [str(bundled_dataset_dir())]
     try:
         cases = _load(specs, config)
@@ -267,7 +283,8 @@ def run_eval(config: RunConfig) -> RunOutcome:
     runs = list(done.values())
     units_file = UnitsWriter(run_dir)
 
-    def one(arm: Any, case: Case) -> CaseRun:
+    def one(unit: tuple[Any, Case]) -> CaseRun:
+        arm, case = unit
         provider = factories[arm.provider]
         return CaseReplayer(case, dataset_name(case), arm.label, provider.lm, embedder, plan, config.seed,
                             program=program, accounting=provider,
@@ -275,31 +292,29 @@ def run_eval(config: RunConfig) -> RunOutcome:
 
     bar = _progress(len(todo), config.progress, total_done=len(done))
     calls, started = 0, time.monotonic()
-    pool = ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="hymem-unit")
+    results = None
     try:
-        futures = {pool.submit(one, p, c) for p, c in todo}
-        while futures:
-            finished, futures = wait(futures, timeout=0.5, return_when=FIRST_COMPLETED)
-            for future in finished:
-                result = future.result()
-                units_file.append(result)
-                runs.append(result)
-                calls += sum(1 for a in result.attempts if a.site != "embed" and not a.cache_hit)
-                bar.update(1)
-                rate = calls / max(1e-9, time.monotonic() - started)
-                bar.set_postfix_str(f"faults {sum(len(r.faults) for r in runs)} · LM calls {calls} ({rate:.1f}/s)",
-                                    refresh=False)
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
+        if config.executor == "ray":
+            results = _ray_results(todo, config, factories, embedder_spec, plan, cases, cache, program, manifest)
+        else:
+            results = run_local(todo, one, config.concurrency)
+        for result in results:
+            units_file.append(result)
+            runs.append(result)
+            calls += sum(1 for a in result.attempts if a.site != "embed" and not a.cache_hit)
+            bar.update(1)
+            rate = calls / max(1e-9, time.monotonic() - started)
+            bar.set_postfix_str(f"faults {sum(len(r.faults) for r in runs)} · LM calls {calls} ({rate:.1f}/s)",
+                                refresh=False)
     finally:
+        if results is not None:
+            results.close()  # an interrupt cancels the units still running (threads not started, Ray tasks)
         units_file.close()
         bar.close()
         if cache is not None:
             cache.close()
         for arm in arms:
             arm.close()
-    pool.shutdown(wait=True)
     units_seconds = time.monotonic() - started
     runs.sort(key=lambda r: (names.index(r.provider) if r.provider in names else 99, r.case_id))
     verdict = report_run(run_dir, manifest, cases, runs)
@@ -311,6 +326,20 @@ def run_eval(config: RunConfig) -> RunOutcome:
     write_manifest(run_dir, manifest)
     return RunOutcome(run_dir=run_dir, verdict=verdict, units=len(runs), manifest=manifest,
                       units_seconds=units_seconds)
+
+
+def _ray_results(todo: list[tuple[Any, Case]], config: RunConfig, factories: dict[str, Any], embedder_spec: str,
+                 plan: FaultPlan, cases: list[Case], cache: Any, program: Any, manifest: Manifest):
+    """The units as Ray tasks: each carries its case; the driver keeps writing `units.jsonl` itself."""
+    from evals.executors.ray_executor import run_ray
+
+    tasks = [UnitTask(case=case, dataset=dataset_name(case), label=arm.label, system=arm.system,
+                      provider=factories[arm.provider].config, embedder=embedder_spec, plan=str(plan),
+                      seed=config.seed, cache_path=str(cache.path) if cache is not None else None, program=program)
+             for arm, case in todo]
+    limits = {name: p.config.max_connections for name, p in factories.items()}
+    return run_ray(tasks, workers=config.workers or config.concurrency, address=config.ray_address,
+                   limits=limits, cases=cases, run_token=manifest.manifest_hash + str(manifest.created))
 
 
 def report_run(run_dir: Path, manifest: Manifest, cases: list[Case], runs: list[CaseRun]) -> str:

@@ -1,0 +1,205 @@
+"""The Ray executor: each unit is a Ray task, on a local Ray instance or an existing cluster.
+
+Why Ray and not a home-made pool of processes: scheduling, worker restarts (`max_retries`), object
+transfer and joining a cluster are Ray's job. What stays ours:
+- a task carries its case's content (`UnitTask`); the run's full case list (which a noisy oracle plans
+  its errors over) goes to the object store once and is read by a worker only when it needs it;
+- a worker process keeps what is costly to build (the embedding model, providers, the response cache,
+  an engine's local server) across the tasks it runs;
+- one `ProviderSlots` actor holds every provider's connection limit and its rate-limit pause for the
+  whole cluster, so `max_connections` and a 429's Retry-After hold across all workers;
+- a task lost with its worker is retried by Ray; if it still fails, the unit is an infra error with the
+  reason, never silently missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from evals.executors._unit import UnitTask, failed_unit
+
+MAX_RETRIES = 2  # Ray re-runs a task whose worker died this many times before it is an infra error
+
+
+class RayUnavailable(RuntimeError):
+    """`--executor ray` without the extra installed."""
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise RayUnavailable("--executor ray needs Ray: pip install 'hymem[ray]'") from exc
+    return ray
+
+
+class _Slots:
+    """The actor behind cluster-wide connection slots (an async actor: waiting callers cost no thread)."""
+
+    def __init__(self, limits: dict[str, int]):
+        self._limits = limits
+        self._semaphores: dict[str, asyncio.Semaphore] = {}
+        self._resume_at: dict[str, float] = {}
+
+    def _semaphore(self, provider: str) -> asyncio.Semaphore:
+        if provider not in self._semaphores:
+            self._semaphores[provider] = asyncio.Semaphore(self._limits.get(provider, 1))
+        return self._semaphores[provider]
+
+    async def acquire(self, provider: str) -> None:
+        await self._semaphore(provider).acquire()
+        wait = self._resume_at.get(provider, 0.0) - time.time()
+        if wait > 0:
+            await asyncio.sleep(wait)
+
+    async def release(self, provider: str) -> None:
+        self._semaphore(provider).release()
+
+    async def pause(self, provider: str, seconds: float) -> None:
+        self._resume_at[provider] = max(self._resume_at.get(provider, 0.0), time.time() + max(0.0, seconds))
+
+
+class ClusterSlots:
+    """`ConnectionSlots` for a worker: the limit and the pause live in the run's `_Slots` actor."""
+
+    def __init__(self, actor: Any, provider: str):
+        self.actor, self.provider = actor, provider
+
+    def pause(self, seconds: float) -> None:
+        self.actor.pause.remote(self.provider, seconds)
+
+    def __enter__(self) -> ClusterSlots:
+        _ray().get(self.actor.acquire.remote(self.provider))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.actor.release.remote(self.provider)
+
+
+class _WorkerState:
+    """What one worker process keeps across the tasks it runs (built on first use)."""
+
+    embedders: dict[str, Any] = {}
+    providers: dict[tuple[str, str], Any] = {}
+    caches: dict[str, Any] = {}
+    arms: dict[tuple[str, str, str], Any] = {}
+
+
+def _embedder(spec: str) -> Any:
+    if spec not in _WorkerState.embedders:
+        from evals.runner import resolve_embedder
+
+        _WorkerState.embedders[spec] = resolve_embedder(spec)[1]
+    return _WorkerState.embedders[spec]
+
+
+def _provider(task: UnitTask, run_token: str, cases_ref: list, slots: Any) -> Any:
+    key = (run_token, task.provider.model_dump_json())
+    if key not in _WorkerState.providers:
+        from evals.providers import Provider
+
+        ray = _ray()
+        cases = ray.get(cases_ref[0]) if task.provider.model.startswith("oracle") else [task.case]
+        provider = Provider(task.provider, cases)
+        if task.provider.is_http:
+            provider.connections = ClusterSlots(slots, task.provider.name)
+        _WorkerState.providers[key] = provider
+    return _WorkerState.providers[key]
+
+
+def _cache(path: str | None) -> Any:
+    if path is None:
+        return None
+    if path not in _WorkerState.caches:
+        from pathlib import Path
+
+        from evals.accounting import ResponseCache
+
+        _WorkerState.caches[path] = ResponseCache(Path(path))
+    return _WorkerState.caches[path]
+
+
+def _arm(task: UnitTask, provider: Any) -> Any:
+    key = (task.system, task.provider.model_dump_json(), task.embedder)
+    if key not in _WorkerState.arms:
+        from evals.systems import open_arm
+
+        _WorkerState.arms[key] = open_arm(task.system, provider, task.embedder)
+    return _WorkerState.arms[key]
+
+
+def run_unit(task: UnitTask, run_token: str, cases_ref: list, slots: Any) -> Any:
+    """A worker runs one unit exactly as the local executor would, and returns its `CaseRun`."""
+    from evals.faults import FaultPlan
+    from evals.replay import CaseReplayer
+
+    logging.getLogger("hymem.store").setLevel(logging.CRITICAL)  # injected FAISS faults are logged by design
+    provider = _provider(task, run_token, cases_ref, slots)
+    arm = _arm(task, provider)
+    cache = _cache(task.cache_path) if task.provider.is_http else None
+    return CaseReplayer(task.case, task.dataset, task.label, provider.lm, _embedder(task.embedder),
+                        FaultPlan.parse(task.plan), task.seed, program=task.program, accounting=provider,
+                        cache=cache, system=arm.make).run()
+
+
+def connect(address: str | None, workers: int) -> bool:
+    """Join the cluster at `address`, or start a local Ray instance with `workers` CPUs.
+    Returns True when this call started Ray (so the run shuts it down again)."""
+    ray = _ray()
+    if ray.is_initialized():
+        return False
+    options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                               "logging_level": logging.ERROR, "configure_logging": True}
+    if address:
+        ray.init(address=address, **options)
+    else:
+        ray.init(num_cpus=workers, **options)
+    return True
+
+
+def run_ray(tasks: Sequence[UnitTask], *, workers: int, address: str | None, limits: dict[str, int],
+            cases: Sequence[Any], run_token: str, max_retries: int = MAX_RETRIES) -> Iterator[Any]:
+    """Yield each unit's `CaseRun` as it finishes, in any order. At most `workers` tasks are in flight.
+
+    An interrupt (or the consumer closing the generator) cancels every task still running; what was
+    yielded before is the caller's to keep, so the run can be resumed.
+    """
+    ray = _ray()
+    started = connect(address, workers)
+    try:
+        slots = ray.remote(_Slots).options(max_concurrency=10_000).remote(limits)
+        remote = ray.remote(run_unit).options(num_cpus=1, max_retries=max_retries)
+        cases_ref = [ray.put(list(cases))]  # nested in a list: a worker resolves it only when it needs it
+        queue = list(reversed(tasks))
+        pending: dict[Any, UnitTask] = {}
+        try:
+            while queue or pending:
+                while queue and len(pending) < workers:
+                    task = queue.pop()
+                    pending[remote.remote(task, run_token, cases_ref, slots)] = task
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
+                for ref in ready:
+                    task = pending.pop(ref)
+                    try:
+                        yield ray.get(ref)
+                    except ray.exceptions.RayError as exc:  # the worker died max_retries + 1 times, or the task raised
+                        yield failed_unit(task, f"ray: {type(exc).__name__}: {_last_line(exc)}")
+        except BaseException:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            raise
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _last_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[-1][:300] if text else type(exc).__name__
+
+
+__all__ = ["MAX_RETRIES", "ClusterSlots", "RayUnavailable", "connect", "run_ray", "run_unit"]

@@ -1,0 +1,144 @@
+"""`--executor ray`: the same tables as the local executor, units streamed to units.jsonl, failures kept.
+
+CI starts a local Ray instance with 2 CPUs here (`--workers 2`); the tests skip without the `ray` extra.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from evals.cli import main
+
+pytest.importorskip("ray")
+
+REPO = Path(__file__).resolve().parents[1]
+class _KillsItsWorker:
+    """Unpickling it ends the process: a worker lost while it holds the task, every time it is retried."""
+
+    def __reduce__(self):
+        return (os._exit, (3,))
+
+
+TIMING = {"seconds", "latency_s"}  # wall-clock columns differ between any two runs
+
+
+def _run(out: Path, *extra: str, dataset: str = "datasets/working.jsonl", faults: str = "sweep") -> int:
+    return main(["run", "--dataset", str(REPO / dataset), "--embedder", "hash", "--faults", faults,
+                 "--out", str(out), "--no-progress", *extra])
+
+
+def _table(path: Path) -> pd.DataFrame:
+    frame = pd.read_parquet(path)
+    if path.name == "metrics.parquet":  # latency percentiles are timings too
+        frame = frame[~frame["metric"].str.startswith("latency")]
+    frame = frame.drop(columns=[c for c in frame.columns if c in TIMING])
+    if frame.empty:
+        return frame.reset_index(drop=True)
+    order = frame.apply(lambda row: "|".join(map(repr, row)), axis=1).sort_values(kind="stable").index  # any order
+    return frame.loc[order].reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def local_and_ray(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    base = tmp_path_factory.mktemp("executors")
+    assert _run(base / "local") == 0
+    assert _run(base / "ray", "--executor", "ray", "--workers", "2") == 0
+    return base / "local", base / "ray"
+
+
+def test_ray_and_local_executors_write_the_same_tables(local_and_ray: tuple[Path, Path]) -> None:
+    local, ray = local_and_ray
+    names = sorted(p.name for p in local.glob("*.parquet"))
+    assert names == sorted(p.name for p in ray.glob("*.parquet")) and "faults.parquet" in names
+    for name in names:
+        pd.testing.assert_frame_equal(_table(local / name), _table(ray / name), check_dtype=False, obj=name)
+    assert json.loads((ray / "manifest.json").read_text())["verdict"] == "valid"
+
+
+def test_the_driver_alone_appends_every_unit_once(local_and_ray: tuple[Path, Path]) -> None:
+    _, ray = local_and_ray
+    records = [json.loads(line) for line in (ray / "units.jsonl").read_text().splitlines()]
+    ids = [(r["provider"], r["case_id"]) for r in records]
+    assert len(ids) == len(set(ids)) == 23 and all(r["status"] == "ok" for r in records)
+
+
+def test_a_ray_run_resumes_with_the_local_executor(local_and_ray: tuple[Path, Path], tmp_path: Path) -> None:
+    """units.jsonl is the same record whoever wrote it: drop units, and a local --resume redoes only those."""
+    _, ray = local_and_ray
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text((ray / "manifest.json").read_text())
+    kept = (ray / "units.jsonl").read_text().splitlines()[:10]
+    (run / "units.jsonl").write_text("\n".join(kept) + "\n")
+    assert _run(run, "--resume") == 0
+    assert len((run / "units.jsonl").read_text().splitlines()) == 23
+    pd.testing.assert_frame_equal(_table(run / "faults.parquet"), _table(ray / "faults.parquet"), check_dtype=False)
+
+
+def test_a_unit_whose_worker_keeps_dying_is_an_infra_error_with_the_reason(tmp_path: Path) -> None:
+    """A task lost with its worker is retried; when every retry dies too, the unit is reported, not missing."""
+    import ray
+
+    from evals.dataset import load_cases
+    from evals.executors.ray_executor import run_ray
+    from evals.executors import UnitTask
+    from evals.providers import parse_lm_spec
+
+    cases = load_cases([str(REPO / "datasets/working.jsonl")])[:2]
+    tasks = [UnitTask(case=c, dataset="working", label="offline", system="hymem", provider=parse_lm_spec("offline"),
+                      embedder="hash", plan="none", seed=0) for c in cases]
+    tasks[1].program = _KillsItsWorker()
+    runs = list(run_ray(tasks, workers=2, address=None, limits={"offline": 1}, cases=cases, run_token="t",
+                        max_retries=1))
+    assert not ray.is_initialized()  # the run started Ray, so it shut it down
+    by_case = {r.case_id: r for r in runs}
+    assert set(by_case) == {c.id for c in cases}
+    assert by_case[cases[0].id].status == "ok"
+    dead = by_case[cases[1].id]
+    assert dead.status == "infra_error" and dead.error.startswith("ray: ") and "died" in dead.error.lower()
+
+
+def test_ray_options_are_refused_without_the_ray_executor(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert _run(tmp_path / "x", "--workers", "2", faults="none") == 2
+    assert "--executor ray" in capsys.readouterr().err
+
+
+def test_ctrl_c_stops_the_tasks_and_leaves_a_resumable_run(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "evals.cli", "run", "--dataset", str(REPO / "datasets/working.jsonl"),
+           "--embedder", "hash", "--out", str(run), "--no-progress", "--executor", "ray", "--workers", "2"]
+    child = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    units = run / "units.jsonl"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not (units.exists() and units.read_text().count("\n") >= 2):
+        time.sleep(0.2)
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 130, err
+    saved = units.read_text().splitlines()
+    assert 2 <= len(saved) < 23
+    assert _run(run, "--resume") == 0
+    records = [json.loads(line) for line in units.read_text().splitlines() if line.strip()]
+    assert sorted(r["case_id"] for r in records) == sorted({r["case_id"] for r in records})
+    assert len(records) == 23
+
+
+@pytest.mark.slow
+def test_ray_and_local_executors_agree_on_every_bundled_suite(tmp_path: Path) -> None:
+    """The issue's full check: the bundled suites with the default sweep, both executors."""
+    assert main(["run", "--embedder", "hash", "--out", str(tmp_path / "local"), "--no-progress"]) == 0
+    assert main(["run", "--embedder", "hash", "--out", str(tmp_path / "ray"), "--no-progress",
+                 "--executor", "ray", "--workers", "2"]) == 0
+    for path in sorted((tmp_path / "local").glob("*.parquet")):
+        pd.testing.assert_frame_equal(_table(path), _table(tmp_path / "ray" / path.name), check_dtype=False,
+                                      obj=path.name)
