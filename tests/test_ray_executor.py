@@ -85,8 +85,8 @@ def test_a_unit_whose_worker_keeps_dying_is_an_infra_error_with_the_reason(tmp_p
     import ray
 
     from evals.dataset import load_cases
-    from evals.executors.ray_executor import run_ray
     from evals.executors import UnitTask
+    from evals.executors.ray_executor import run_ray
     from evals.providers import parse_lm_spec
 
     cases = load_cases([str(REPO / "datasets/working.jsonl")])[:2]
