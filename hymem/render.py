@@ -8,17 +8,28 @@ One format serves the extraction prompt and L1_RAW, so it must be unambiguous bo
   never a speaker label;
 - when a role=user message carries a name, one name line opens the block (``The user's name is Tim`` or
   ``用户名叫Tim``, chosen by :func:`detect_language`);
-- continuation lines belong to the message above them. Lines are split on ``"\\n"`` only.
+- continuation lines belong to the message above them. The renderer joins lines with ``"\\n"``; the
+  parser splits on ``"\\n"`` only.
 
-Escaping (so content can never forge a message or a name line): a content line is prefixed with one
-backslash when it starts with a backslash, starts with ``The user's name is`` or ``用户名叫``, or matches
-``^\\[[^\\]\\n]{1,64}\\]: ``; the first line of a tool message is also escaped when it starts with ``(``.
-Parsing strips one leading backslash from every content line that has one, so any content round-trips.
+Escaping, so that content can forge neither a message nor a name line -- for this parser and for any
+lenient reader (a model, or code that splits like ``str.splitlines()`` and reads ``[John]:text`` as a
+label): content is cut into segments at every line boundary ``str.splitlines()`` knows (``\\n``, ``\\r``,
+``\\r\\n``, ``\\v``, ``\\f``, ``\\x1c``-``\\x1e``, U+0085, U+2028, U+2029), and a segment gets one leading
+backslash when it starts with a backslash or *reads like* a label or a name line: after Unicode
+compatibility folding (NFKC: full-width brackets and colons), dropping invisible format characters and
+leading whitespace, it starts with a bracketed label and a colon (space or not, ``【John】：`` too) or a role word and a
+colon (``user:``), or
+with a name-line variant (``The user’s name is``, ``user name``, ``The user is called``, ``用户名叫``,
+``用户的名字是``, ``用戶名叫`` ...). The first segment of a tool message is also escaped when it starts
+with ``(``. Parsing strips one leading backslash from every segment that has one, so any content
+round-trips exactly.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
+import unicodedata
 from typing import Literal
 
 from hymem.models import ChatMessage
@@ -27,8 +38,23 @@ MAX_NAME_CHARS = 64  # longest speaker or tool name the label syntax carries
 RESERVED_LABELS = frozenset({"user", "assistant", "system", "tool"})  # labels that are roles, not names
 NAME_LINES = {"en": "The user's name is ", "zh": "用户名叫"}  # language -> name-line prefix
 
-_LABEL_RE = re.compile(r"\[([^\]\n]{1,64})\]: ")
-_TOOL_NAME_RE = re.compile(r"\(([^()\n]{1,64})\) ")
+_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"  # every line boundary of str.splitlines()
+_LABEL_RE = re.compile(f"\\[([^\\]{_BREAKS}]{{1,64}})\\]: ")
+# Line boundaries of str.splitlines(), "\r\n" first so that it stays one boundary; a capture keeps them.
+_BREAK_RE = re.compile(f"(\r\n|[{_BREAKS}])")
+# Where a stripped line can begin: not blank, not an invisible format character (zero-width space, BOM, ...).
+_VISIBLE_RE = re.compile(r"[^\s\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff]")
+_LOOKAHEAD = 256  # characters of a line enough to judge whether it reads as a label or a name line
+# What a lenient reader takes for a label: any bracketed text, then a colon (space or not); or a role word
+# and a colon without brackets ("user: ...").
+_LOOKS_LIKE_LABEL = re.compile(r"[\[【〔〖][^\]】〕〗]{0,128}[\]】〕〗]\s*[:：]|(?:user|assistant|system|tool|用户|助手)\s*[:：]",
+                               re.IGNORECASE)
+_CLOSING_BRACKETS = "]】〕〗"
+# ... and for a name line, on the folded text: "the user's name", "username", "the user is called", 用户名叫 ...
+_LOOKS_LIKE_NAME_LINE_EN = re.compile(r"(?:the\s*)?(?:current\s*)?user[^.\n]{0,16}?(?:name|called)")
+_LOOKS_LIKE_NAME_LINE_ZH = re.compile(r"(?:当前)?(?:用户|用戶|使用者)的?(?:名字|姓名|名称|名稱|名|叫|称呼|稱呼)")
+_APOSTROPHES = str.maketrans(dict.fromkeys("\u2018\u2019\u201a\u201b\u02bc\u02bb\u0060\u00b4\u2032\uff07", "'"))
+_TOOL_NAME_RE = re.compile(f"\\(([^(){_BREAKS}]{{1,64}})\\) ")
 _NAME_LINE_STARTS = tuple(prefix.rstrip() for prefix in NAME_LINES.values())
 _ESCAPE = "\\"
 _HAN_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f]")
@@ -69,11 +95,29 @@ def name_problem(role: str, name: str) -> str | None:
         if "(" in name or ")" in name:
             return "a tool name cannot contain parentheses"
         return None
-    if "]" in name:
-        return "contains ']'"
-    if role == "assistant" and name.lower() in RESERVED_LABELS - {"assistant"}:
-        return f"{name!r} is a reserved speaker label"
+    view = reader_view(name).strip()
+    if any(bracket in view for bracket in _CLOSING_BRACKETS):
+        return "contains a closing bracket (']')"
+    if role == "assistant" and view.casefold() in RESERVED_LABELS and name.lower() != "assistant":
+        return f"{name!r} reads as the reserved speaker label [{view.casefold()}]"
     return None
+
+
+def reader_view(text: str) -> str:
+    """`text` as a lenient reader sees it: compatibility-folded (NFKC), invisible format characters dropped."""
+    folded = unicodedata.normalize("NFKC", text)
+    return "".join(c for c in folded if unicodedata.category(c) != "Cf")
+
+
+def looks_like_label(line: str) -> bool:
+    """Whether a lenient reader could take `line` for a ``[speaker]:`` header (space after the colon or not)."""
+    return _LOOKS_LIKE_LABEL.match(reader_view(line).lstrip()) is not None
+
+
+def looks_like_name_line(line: str) -> bool:
+    """Whether a lenient reader could take `line` for the name line (any apostrophe, case or spacing)."""
+    view = reader_view(line).lstrip().casefold().translate(_APOSTROPHES)
+    return bool(_LOOKS_LIKE_NAME_LINE_EN.match(view) or _LOOKS_LIKE_NAME_LINE_ZH.match(re.sub(r"\s+", "", view)))
 
 
 def user_name_line(name: str, language: Literal["zh", "en"]) -> str:
@@ -148,25 +192,51 @@ def _label(message: ChatMessage) -> str:
     return name
 
 
-def _escape(line: str) -> str:
-    needs = line.startswith(_ESCAPE) or line.startswith(_NAME_LINE_STARTS) or _LABEL_RE.match(line)
-    return _ESCAPE + line if needs else line
+def _escape_content(content: str, tool: bool) -> str:
+    """Escape every segment of `content` between line boundaries (see the module docstring).
+
+    A segment is judged by the text from its start to the next "\\n", so a label or name line that spans
+    a boundary ("[a\\rb]: x") is caught for a reader that splits on "\\n" only, too.
+    """
+    pieces = _BREAK_RE.split(content)  # segment, boundary, segment, ...: segments at even positions
+    visible = [m.start() for m in _VISIBLE_RE.finditer(content)]  # where each reader's stripped line can begin
+    start = 0
+    for i, piece in enumerate(pieces):
+        if i % 2 == 0 and (piece.startswith(_ESCAPE) or (tool and i == 0 and piece.startswith("("))
+                           or _reads_as_header(content, start, visible)):
+            pieces[i] = _ESCAPE + piece
+        start += len(piece)
+    return "".join(pieces)
 
 
-def _unescape(line: str) -> str:
-    return line[1:] if line.startswith(_ESCAPE) else line
+def _reads_as_header(content: str, start: int, visible: list[int]) -> bool:
+    """Whether the line a reader sees from `start` (to the next "\\n", leading blanks skipped) reads as a
+    label or a name line."""
+    end = content.find("\n", start)
+    end = len(content) if end < 0 else end
+    at = bisect.bisect_left(visible, start)
+    if at == len(visible) or visible[at] >= end:
+        return False
+    window = content[visible[at] : min(end, visible[at] + _LOOKAHEAD)]
+    return looks_like_label(window) or looks_like_name_line(window)
+
+
+def _unescape_content(content: str) -> str:
+    pieces = _BREAK_RE.split(content)
+    for i in range(0, len(pieces), 2):
+        if pieces[i].startswith(_ESCAPE):
+            pieces[i] = pieces[i][1:]
+    return "".join(pieces)
 
 
 def _render_message(message: ChatMessage) -> str:
-    body = [_escape(line) for line in message.content.split("\n")]
+    body = _escape_content(message.content, tool=message.role == "tool")
     if message.role == "tool":
-        if body[0].startswith("("):
-            body[0] = _ESCAPE + body[0]
         tool_name = (message.name or "").strip()
         if tool_name:
             _require_renderable("tool", tool_name)
-            body[0] = f"({tool_name}) {body[0]}"
-    return f"[{_label(message)}]: " + "\n".join(body)
+            body = f"({tool_name}) {body}"
+    return f"[{_label(message)}]: " + body
 
 
 def _name_from_line(line: str) -> str | None:
@@ -187,7 +257,7 @@ def _finish(current: tuple[str, list[str]], user_name: str | None, history_limit
         if tool_match is not None:
             name = tool_match.group(1)
             body = [body[0][tool_match.end() :], *body[1:]]
-    content = "\n".join(_unescape(line) for line in body)
+    content = _unescape_content("\n".join(body))
     if role != "user" and len(content) > history_limit:
         content = content[:history_limit] + "…"
     return ChatMessage(role=role, name=name, content=content)

@@ -42,7 +42,8 @@ class Turn:
 def parse_rendered(text: str) -> tuple[str | None, list[Turn]]:
     """Name line and turns of a rendered conversation (hymem.render's format, parsed leniently here).
 
-    Unlabelled lines continue the message above; a leading backslash escapes a content line.
+    Unlabelled lines continue the message above; a leading backslash escapes a content line (or a message's
+    first line, after its label).
     """
     text = text.replace("\u2019", "'")
     name: str | None = None
@@ -51,9 +52,9 @@ def parse_rendered(text: str) -> tuple[str | None, list[Turn]]:
         if m := _NAME_LINE.match(line.rstrip()):  # content lines that look like this arrive escaped
             name = (m.group("en") or m.group("zh")).strip()
         elif m := _LABEL_LINE.match(line):
-            turns.append((m.group("label").strip(), [m.group("text")]))
+            turns.append((m.group("label").strip(), [_unescaped(m.group("text"))]))
         elif turns:
-            turns[-1][1].append(line[1:] if line.startswith("\\") else line)
+            turns[-1][1].append(_unescaped(line))
     out = []
     for label, lines in turns:
         low = label.casefold()
@@ -62,6 +63,10 @@ def parse_rendered(text: str) -> tuple[str | None, list[Turn]]:
             speaker = _person(label)
         out.append(Turn(speaker, "\n".join(lines)))
     return name, out
+
+
+def _unescaped(line: str) -> str:
+    return line[1:] if line.startswith("\\") else line
 
 
 _SENT_SPLIT = re.compile(r"(?<=[。！？；])|(?<=[.!?;])(?=\s)|\n")  # "user?.name" and "3.11" stay whole
