@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from hymem.messages import MessageValidationError, normalize_messages
     from hymem.models import AppliedOp, ChatMessage, ErrorCode, Memory, WriteResult
     from hymem.program import MemoryProgram
+    from hymem.validation import InputValidationError
 
 __version__ = "0.1.0"
 
@@ -26,6 +27,7 @@ __all__ = [
     "ErrorCode",
     "HashEmbedder",
     "HyMemoryClient",
+    "InputValidationError",
     "Memory",
     "MemoryProgram",
     "MessageValidationError",
@@ -48,6 +50,7 @@ _SOURCES = {  # public name -> the submodule that defines it
     "Memory": "hymem.models",
     "WriteResult": "hymem.models",
     "MemoryProgram": "hymem.program",
+    "InputValidationError": "hymem.validation",
 }
 
 

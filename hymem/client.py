@@ -13,7 +13,7 @@ import json
 import os
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -26,9 +26,19 @@ from hymem.messages import normalize_messages
 from hymem.models import AppliedOp, ChatMessage, ErrorCode, Memory, WriteResult
 from hymem.program import MemoryProgram
 from hymem.reconciler import NewFact, ReconcilePlan, direct_plan, reconcile
-from hymem.render import conversation_language, parse_history, render_conversation, render_working
+from hymem.render import MAX_NAME_CHARS, conversation_language, parse_history, render_conversation, render_working
 from hymem.store import Store
 from hymem.subjects import canonical_subject
+from hymem.validation import (
+    DEFAULT_MAX_MESSAGE_CHARS,
+    DEFAULT_MAX_WRITE_CHARS,
+    InputValidationError,
+    check_positive_int,
+    check_request_id,
+    check_user_id,
+    size_problem,
+    text_problem,
+)
 
 _EXTRACT_CODES = {"unavailable": ErrorCode.LLM_ERROR, "empty": ErrorCode.EMPTY_RESPONSE,
                   "parse": ErrorCode.JSON_PARSE_FAILED, "other": ErrorCode.LLM_ERROR}
@@ -57,11 +67,18 @@ class HyMemoryClient:
     `lm`: a `dspy.LM` or a model string (`"offline"` for the reference model).
     `embedder`: an object with `embed(texts)`, or `hash` / `minilm` / `openai[/MODEL][@URL]`.
     `reconcile_enabled=None` reads RECONCILE_ENABLED (default true).
+    `max_message_chars` / `max_write_chars`: the most characters of text one message (or extracted memory,
+    or search query) and one write may carry; larger input is refused before any model call (None: no limit).
+    Every argument is checked before any model call; a bad one raises `InputValidationError`.
     """
 
     def __init__(self, path: str | os.PathLike = "hymem-store", lm: Any = "offline", embedder: Any = "hash",
                  mode: str = "pro", reconcile_enabled: bool | None = None, program: MemoryProgram | None = None,
-                 candidates_per_fact: int = 5, history_limit: int = 2000):
+                 candidates_per_fact: int = 5, history_limit: int = 2000,
+                 max_message_chars: int | None = DEFAULT_MAX_MESSAGE_CHARS,
+                 max_write_chars: int | None = DEFAULT_MAX_WRITE_CHARS):
+        self.max_message_chars = check_positive_int("max_message_chars", max_message_chars, allow_none=True)
+        self.max_write_chars = check_positive_int("max_write_chars", max_write_chars, allow_none=True)
         self.path = Path(path)
         self.mode = mode
         self.lm = make_lm(lm)
@@ -95,35 +112,43 @@ class HyMemoryClient:
 
     # ------------------------------------------------------------------ reads
     def search(self, query: str, user_id: str, k: int = 5) -> list[Memory]:
+        problem = text_problem(query, max_chars=self.max_message_chars, limit="max_message_chars")
+        if problem is not None:
+            raise InputValidationError("query", problem)
+        user_id, k = check_user_id(user_id), check_positive_int("k", k)
         vector = embed_checked(self.embedder, [query], self.dim)[0]
         return self.store.search(user_id, vector, k=k)
 
     def get_all(self, user_id: str) -> list[Memory]:
-        return self.store.live_memories(user_id)
+        return self.store.live_memories(check_user_id(user_id))
 
     def profile(self, user_id: str) -> dict:
-        return self.store.profile(user_id)
+        return self.store.profile(check_user_id(user_id))
 
     def history(self, user_id: str) -> list[ChatMessage]:
         # Each write's L1 raw is parsed on its own, so one write's name line never names another's user.
-        return [m for raw in self.store.l1_raw(user_id) for m in parse_history(raw, history_limit=self.history_limit)]
+        return [m for raw in self.store.l1_raw(check_user_id(user_id))
+                for m in parse_history(raw, history_limit=self.history_limit)]
 
     # ------------------------------------------------------------------ writes
     def add(self, messages: list, user_id: str, request_id: str | None = None) -> WriteResult:
         """Chat path: L1 raw → extract → reconcile → store."""
-        msgs = normalize_messages(messages)
+        user_id, request_id = check_user_id(user_id), check_request_id(request_id)
+        msgs = self._messages(messages)
         return self._write(user_id, request_id, "chat", _messages_payload(msgs),
                            lambda rid: self._chat_chain(msgs, user_id, rid))
 
     def add_extracted(self, memories: list[dict], user_id: str, request_id: str | None = None) -> WriteResult:
         """Already-extracted memories (`text`, `owner`[, `subject`, `kind`]): reconcile → store."""
-        facts = [_fact_from_dict(i, m) for i, m in enumerate(memories)]
+        user_id, request_id = check_user_id(user_id), check_request_id(request_id)
+        facts = self._memories(memories)
         return self._write(user_id, request_id, "extracted", [_fact_json(f) for f in facts],
                            lambda rid: self._facts_chain(facts, user_id, rid))
 
     def add_working(self, messages: list, user_id: str, request_id: str | None = None) -> WriteResult:
         """Working/coding path: experiences and facts from a trajectory."""
-        msgs = normalize_messages(messages)
+        user_id, request_id = check_user_id(user_id), check_request_id(request_id)
+        msgs = self._messages(messages)
         return self._write(user_id, request_id, "working", _messages_payload(msgs),
                            lambda rid: self._working_chain(msgs, user_id, rid))
 
@@ -133,9 +158,7 @@ class HyMemoryClient:
         A request_id this user already wrote answers that write's result (`duplicate=true`) when the
         payload and path are the same, and REQUEST_ID_REUSED otherwise; nothing is written either way.
         """
-        if not isinstance(user_id, str) or not user_id:
-            raise ValueError("user_id must be a non-empty string")
-        rid = request_id or uuid.uuid4().hex
+        rid = request_id if request_id is not None else uuid.uuid4().hex
         fingerprint = _fingerprint(path, payload)
         with self._user_lock(user_id):
             prior = self.store.recorded_request(user_id, rid)
@@ -151,6 +174,20 @@ class HyMemoryClient:
             except _WriteFailed as failed:
                 return failed.result
             return self._commit(user_id, rid, path, work, fingerprint)
+
+    def _messages(self, messages: Any) -> list[ChatMessage]:
+        return normalize_messages(messages, max_message_chars=self.max_message_chars,
+                                  max_write_chars=self.max_write_chars)
+
+    def _memories(self, memories: Any) -> list[NewFact]:
+        """Checked already-extracted memories, within the size limits."""
+        if not isinstance(memories, list):
+            raise InputValidationError("memories", f"must be a list of dicts, got {type(memories).__name__}")
+        facts = [_fact_from_dict(i, m, self.max_message_chars) for i, m in enumerate(memories)]
+        total = sum(len(f.text) for f in facts)
+        if self.max_write_chars is not None and total > self.max_write_chars:
+            raise InputValidationError("memories", size_problem(total, self.max_write_chars, "max_write_chars"))
+        return facts
 
     # ------------------------------------------------------------------ chains
     def _chat_chain(self, msgs: list[ChatMessage], user_id: str, rid: str) -> dict:
@@ -311,17 +348,37 @@ def _fact_from_model(fact: Any, kind: str = "fact") -> NewFact:
     return NewFact(text=text, subject=str(fact.subject).strip() or "user", owner=fact.owner, kind=kind)
 
 
-def _fact_from_dict(index: int, memory: dict) -> NewFact:
-    if not isinstance(memory, dict) or not str(memory.get("text", "")).strip():
-        raise ValueError(f"memories[{index}].text: a non-empty string is required")
+_MEMORY_FIELDS = ("text", "owner", "subject", "kind")
+
+
+def _fact_from_dict(index: int, memory: Any, max_chars: int | None) -> NewFact:
+    """One already-extracted memory, checked field by field; a bad one names `memories[index].field`."""
+    def refuse(field: str | None, problem: str) -> InputValidationError:
+        return InputValidationError("memories", problem, index=index, field=field)
+
+    if not isinstance(memory, Mapping):
+        raise refuse(None, f"must be a dict with {', '.join(_MEMORY_FIELDS)}, got {type(memory).__name__}")
+    for key in memory:
+        if key not in _MEMORY_FIELDS:
+            raise refuse(str(key), f"unknown field (a memory has {', '.join(_MEMORY_FIELDS)})")
+    text = memory.get("text")
+    if (problem := text_problem(text, max_chars=max_chars, limit="max_message_chars")) is not None:
+        raise refuse("text", problem)
     owner = memory.get("owner", "user")
-    if owner not in ("user", "agent"):
-        raise ValueError(f"memories[{index}].owner: must be 'user' or 'agent', got {owner!r}")
+    if not isinstance(owner, str) or owner not in ("user", "agent"):
+        raise refuse("owner", f"must be 'user' or 'agent', got {owner!r}")
     kind = memory.get("kind", "fact")
-    if kind not in ("fact", "experience"):
-        raise ValueError(f"memories[{index}].kind: must be 'fact' or 'experience', got {kind!r}")
-    subject = memory.get("subject") or _guess_subject(memory["text"], owner)
-    return NewFact(text=" ".join(str(memory["text"]).split()), subject=subject, owner=owner, kind=kind)
+    if not isinstance(kind, str) or kind not in ("fact", "experience"):
+        raise refuse("kind", f"must be 'fact' or 'experience', got {kind!r}")
+    subject = memory.get("subject")
+    if subject is not None:
+        if (problem := text_problem(subject, allow_blank=True)) is not None:
+            raise refuse("subject", problem)
+        subject = subject.strip()
+        if len(subject) > MAX_NAME_CHARS or len(subject.splitlines()) > 1:
+            raise refuse("subject", f"must be one line of at most {MAX_NAME_CHARS} characters")
+    return NewFact(text=" ".join(text.split()), subject=subject or _guess_subject(text, owner), owner=owner,
+                   kind=kind)
 
 
 def _guess_subject(text: str, owner: str) -> str:

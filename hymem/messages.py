@@ -17,7 +17,9 @@ Mapping rules (multi-speaker.md section 1):
   them (a message of only tool results is only tool messages); ``is_error`` results read ``error: ...``;
 - tool messages may have empty content (a tool can return nothing); every other message needs text or
   a tool call;
-- role=user is one person, the current user: two different role=user names in one list are refused.
+- role=user is one person, the current user: two different role=user names in one list are refused;
+- text must be valid Unicode (a lone surrogate is refused), and sizes may be capped (`max_message_chars`,
+  `max_write_chars`). Every refusal is a `MessageValidationError` (an `InputValidationError`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pydantic import BaseModel
 
 from hymem.models import ChatMessage
 from hymem.render import name_problem
+from hymem.validation import InputValidationError, size_problem, surrogate_problem
 
 _ROLES = {
     "user": "user",
@@ -55,19 +58,22 @@ _PLACEHOLDERS = {
 _MESSAGE_ATTRS = ("role", "content", "name", "tool_calls", "tool_call_id", "function_call")
 
 
-class MessageValidationError(ValueError):
-    """Input the engine cannot read; `index` and `field` point at the offending element."""
+class MessageValidationError(InputValidationError):
+    """Messages the engine cannot read; `index` and `field` point at the offending element (argument "messages")."""
 
     def __init__(self, index: int | None, field: str | None, problem: str) -> None:
-        self.index = index  # position in the messages list; None when the list itself is wrong
-        self.field = field  # e.g. "role", "content[2].text"; None when the whole element is wrong
-        self.problem = problem
-        where = "messages" if index is None else f"messages[{index}]"
-        super().__init__(f"{where}{'.' + field if field else ''}: {problem}")
+        # index: position in the messages list, None when the list itself is wrong;
+        # field: e.g. "role", "content[2].text", None when the whole element is wrong
+        super().__init__("messages", problem, index=index, field=field)
 
 
-def normalize_messages(messages: list) -> list[ChatMessage]:
-    """Map a list of OpenAI/Anthropic-style messages (dicts, models or objects) to ChatMessages, in order."""
+def normalize_messages(messages: list, *, max_message_chars: int | None = None,
+                       max_write_chars: int | None = None) -> list[ChatMessage]:
+    """Map a list of OpenAI/Anthropic-style messages (dicts, models or objects) to ChatMessages, in order.
+
+    A message's size is the characters of the text it maps to (tool results and calls included); over
+    `max_message_chars`, or all messages over `max_write_chars`, the list is refused (None: no limit).
+    """
     if not isinstance(messages, list):
         raise MessageValidationError(None, None, f"expected a list of messages, got {type(messages).__name__}")
     if not messages:
@@ -75,8 +81,18 @@ def normalize_messages(messages: list) -> list[ChatMessage]:
     tool_names: dict[str, str] = {}  # tool call id -> tool name, filled as calls are seen
     out: list[ChatMessage] = []
     user_name: tuple[int, str] | None = None  # (index, name) of the first named role=user message
+    total = 0
     for index, raw in enumerate(messages):
-        for message in _normalize_one(index, _message_dict(index, raw), tool_names):
+        produced = _normalize_one(index, _message_dict(index, raw), tool_names)
+        size = sum(len(m.content) for m in produced)
+        if max_message_chars is not None and size > max_message_chars:
+            raise MessageValidationError(index, "content", size_problem(size, max_message_chars, "max_message_chars"))
+        total += size
+        if max_write_chars is not None and total > max_write_chars:
+            raise MessageValidationError(None, None, f"{size_problem(total, max_write_chars, 'max_write_chars')}"
+                                                     f" by messages[{index}]")
+        for message in produced:
+            _check_unicode(index, message)
             if message.role == "user" and message.name is not None:
                 if user_name is None:
                     user_name = (index, message.name)
@@ -87,6 +103,21 @@ def normalize_messages(messages: list) -> list[ChatMessage]:
                         " role=assistant with a name)"))
             out.append(message)
     return out
+
+
+def _check_unicode(index: int, message: ChatMessage) -> None:
+    """The last net under the field-precise checks: nothing that is not valid Unicode reaches the model."""
+    for field, text in (("name", message.name), ("content", message.content)):
+        problem = surrogate_problem(text) if text else None
+        if problem is not None:
+            raise MessageValidationError(index, field, problem)
+
+
+def _text(index: int, field: str, text: str) -> str:
+    problem = surrogate_problem(text)
+    if problem is not None:
+        raise MessageValidationError(index, field, problem)
+    return text
 
 
 def _message_dict(index: int, raw: Any) -> dict[str, Any]:
@@ -137,7 +168,7 @@ def _normalize_one(index: int, msg: dict[str, Any], tool_names: dict[str, str]) 
     if content is None:
         items = []
     elif isinstance(content, str):
-        items = [content]
+        items = [_text(index, "content", content)]
     elif isinstance(content, list):
         items = _content_items(index, "content", content, tool_names)
     else:
@@ -170,7 +201,7 @@ def _speaker_name(index: int, role: str, raw: Any) -> str | None:
         return None
     if not isinstance(raw, str):
         raise MessageValidationError(index, "name", f"must be a string, got {type(raw).__name__}")
-    name = raw.strip()
+    name = _text(index, "name", raw).strip()
     if not name or name.lower() == role:
         return None
     problem = name_problem(role, name)
@@ -186,7 +217,7 @@ def _tool_name(index: int, field: str, raw: Any, required: bool) -> str | None:
         return None
     if not isinstance(raw, str):
         raise MessageValidationError(index, field, f"must be a string, got {type(raw).__name__}")
-    name = raw.strip()
+    name = _text(index, field, raw).strip()
     problem = name_problem("tool", name)
     if problem is not None:
         raise MessageValidationError(index, field, problem)
@@ -226,14 +257,15 @@ def _call_lines(index: int, msg: dict[str, Any], tool_names: dict[str, str]) -> 
             if call_id is not None:
                 tool_names[call_id] = name
             if kind == "custom":  # free-text input, not JSON: keep it verbatim
-                lines.append(f"called {name}({spec.get('input') or ''})")
+                line = f"called {name}({spec.get('input') or ''})"
             else:
-                lines.append(_call_text(name, spec.get("arguments")))
+                line = _call_text(name, spec.get("arguments"))
+            lines.append(_text(index, f"tool_calls[{k}].{kind}", line))
     function_call = msg.get("function_call")
     if function_call is not None:
         spec = _part_dict(index, "function_call", function_call)
         name = _tool_name(index, "function_call.name", spec.get("name"), required=True)
-        lines.append(_call_text(name, spec.get("arguments")))
+        lines.append(_text(index, "function_call", _call_text(name, spec.get("arguments"))))
     return lines
 
 
@@ -243,7 +275,7 @@ def _content_items(index: int, field: str, parts: list, tool_names: dict[str, st
     for j, raw_part in enumerate(parts):
         where = f"{field}[{j}]"
         if isinstance(raw_part, str):
-            items.append(raw_part)
+            items.append(_text(index, where, raw_part))
             continue
         part = _part_dict(index, where, raw_part)
         kind = part.get("type")
@@ -255,7 +287,7 @@ def _content_items(index: int, field: str, parts: list, tool_names: dict[str, st
             text = part.get(key)
             if not isinstance(text, str):
                 raise MessageValidationError(index, f"{where}.{key}", f"must be a string, got {type(text).__name__}")
-            items.append(text)
+            items.append(_text(index, f"{where}.{key}", text))
         elif kind in _SKIPPED_TYPES:
             continue
         elif kind == "tool_use":
@@ -263,7 +295,7 @@ def _content_items(index: int, field: str, parts: list, tool_names: dict[str, st
             call_id = _call_id(index, f"{where}.id", part.get("id"))
             if call_id is not None:
                 tool_names[call_id] = name
-            items.append(_call_text(name, part.get("input")))
+            items.append(_text(index, f"{where}.input", _call_text(name, part.get("input"))))
         elif kind == "tool_result":
             items.append(_tool_result(index, where, part, tool_names))
         else:
@@ -286,7 +318,7 @@ def _plain_text(index: int, field: str, content: Any, tool_names: dict[str, str]
             return ""
         raise MessageValidationError(index, field, "missing")
     if isinstance(content, str):
-        return content
+        return _text(index, field, content)
     if not isinstance(content, list):
         raise MessageValidationError(
             index, field, f"must be a string or a list of content parts, got {type(content).__name__}"
