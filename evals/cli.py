@@ -36,7 +36,7 @@ def _run(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from evals.serve import run_server
 
-    return run_server(port=args.port, latency=args.latency, embedder=args.embedder)
+    return run_server(port=args.port, latency=args.latency, embedder=args.embedder, max_body=args.max_body)
 
 
 def _proxy(args: argparse.Namespace) -> int:
@@ -44,7 +44,7 @@ def _proxy(args: argparse.Namespace) -> int:
 
     try:
         return run_proxy(args.upstream, args.faults, seed=args.seed, port=args.port, log_path=args.log,
-                         fault_delay=args.fault_delay)
+                         fault_delay=args.fault_delay, max_body=args.max_body)
     except ValueError as exc:
         print(f"hymem-eval proxy: {exc}", file=sys.stderr)
         return 2
@@ -136,6 +136,20 @@ def _datasets_audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _body_limit_option(parser: argparse.ArgumentParser) -> None:
+    from evals.serve import DEFAULT_MAX_BODY, parse_size
+
+    def size(text: str) -> int:
+        try:
+            return parse_size(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parser.add_argument("--max-body", type=size, default=DEFAULT_MAX_BODY, metavar="BYTES",
+                        help=f"largest request body accepted, e.g. 1048576, 64K, 32M (default: "
+                        f"{DEFAULT_MAX_BODY // 2**20}M); a larger one gets 413")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hymem-eval", description="Evaluate LLM memory writes: attribution, "
                                      "cross-subject merges and rollback under injected faults.")
@@ -193,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
     serve.add_argument("--latency", type=float, default=0.0, help="seconds slept per request")
     serve.add_argument("--embedder", default="hash", choices=["hash", "minilm"])
+    _body_limit_option(serve)
     serve.set_defaults(func=_serve)
 
     proxy = sub.add_parser("proxy", help="a fault-injecting reverse proxy in front of an OpenAI-compatible URL")
@@ -203,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     proxy.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
     proxy.add_argument("--log", type=Path, default=None, metavar="PATH", help="JSON-lines log of injected faults")
     proxy.add_argument("--fault-delay", type=float, default=1.0, help="seconds a `latency` fault adds")
+    _body_limit_option(proxy)
     proxy.set_defaults(func=_proxy)
 
     show = sub.add_parser("show", help="the headline table of a finished run")

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evals.serve import JSONHandler, ServerHandle, bind, wait_forever
+from evals.serve import DEFAULT_MAX_BODY, JSONHandler, ServerHandle, bind, wait_forever
 
 KINDS = ("http_500", "http_502", "http_503", "http_429", "empty_body", "non_json_body", "empty_content",
          "null_content", "truncated_json", "wrong_schema", "latency", "drop_connection")
@@ -126,13 +126,16 @@ class _State:
     """What the handler threads share: the plan, the request counter and the fault log."""
 
     def __init__(self, upstream: str, plan: ProxyPlan, seed: int, log_path: Path | None, fault_delay: float,
-                 timeout: float):
+                 timeout: float, max_body: int = DEFAULT_MAX_BODY):
         parts = urllib.parse.urlsplit(upstream)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"upstream {upstream!r} must be an http(s) URL")
         self.upstream = parts
         self.plan, self.seed, self.fault_delay, self.timeout = plan, seed, fault_delay, timeout
         self.log_path = log_path
+        if max_body < 1:
+            raise ValueError("the body limit must be at least 1 byte")
+        self.max_body = int(max_body)
         self.lock = threading.Lock()
         self.count = 0
         self.records: list[dict] = []
@@ -206,15 +209,16 @@ def _truncate(body: bytes, embeddings: bool) -> bytes | None:
 
 def _handler(state: _State) -> type[JSONHandler]:
     class FaultProxyHandler(JSONHandler):
-        def do_GET(self) -> None:
+        max_body = state.max_body
+
+        def get(self) -> None:
             self._tagged_id()
             self._forward(b"")
 
         def do_DELETE(self) -> None:
-            self._tagged_id()
-            self._forward(b"")
+            self._guarded(self.get)
 
-        def do_POST(self) -> None:
+        def post(self) -> None:
             body = self.read_body()
             path_id = self._tagged_id()
             route = self.path.split("?", 1)[0].rstrip("/")
@@ -255,7 +259,10 @@ def _handler(state: _State) -> type[JSONHandler]:
                 self.send_bytes(200, b"<html><body>502 Bad Gateway (injected)</body></html>", "text/html")
             elif kind == "drop_connection":
                 self.close_connection = True
-                self.connection.shutdown(socket.SHUT_RDWR)
+                try:
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                except OSError:  # the client went first
+                    pass
             elif kind == "latency":
                 time.sleep(state.fault_delay)
                 self._forward(body)
@@ -300,30 +307,32 @@ def _handler(state: _State) -> type[JSONHandler]:
 def _json_or_empty(body: bytes) -> dict:
     try:
         value = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deep to parse: fault it as an empty request
         return {}
     return value if isinstance(value, dict) else {}
 
 
 def start_proxy(upstream: str, plan: str | ProxyPlan, seed: int = 0, port: int = 0,
-                log_path: str | Path | None = None, fault_delay: float = 1.0, timeout: float = 600.0) -> ProxyHandle:
+                log_path: str | Path | None = None, fault_delay: float = 1.0, timeout: float = 600.0,
+                max_body: int = DEFAULT_MAX_BODY) -> ProxyHandle:
     """Start the fault proxy on 127.0.0.1 in a background thread, in front of `upstream` (e.g. `.../v1`).
 
     `log_path` gets one JSON line per injected fault (`request_id`, `seq`, `kind`, `path`, `time`, `applied`); headers,
-    and so Authorization values, are never logged. `fault_delay` is the seconds a `latency` fault adds.
+    and so Authorization values, are never logged. `fault_delay` is the seconds a `latency` fault adds. A request
+    body over `max_body` bytes is refused with 413 and never forwarded.
     """
     plan = ProxyPlan.parse(plan) if isinstance(plan, str) else plan
     log = Path(log_path) if log_path is not None else None
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
-    state = _State(upstream, plan, seed, log, fault_delay, timeout)
+    state = _State(upstream, plan, seed, log, fault_delay, timeout, max_body)
     return ProxyHandle(bind(_handler(state), port), state)
 
 
 def run_proxy(upstream: str, plan: str, seed: int = 0, port: int = 0, log_path: str | Path | None = None,
-              fault_delay: float = 1.0) -> int:
+              fault_delay: float = 1.0, max_body: int = DEFAULT_MAX_BODY) -> int:
     """`hymem-eval proxy`: run the proxy in the foreground until Ctrl-C."""
-    handle = start_proxy(upstream, plan, seed, port, log_path, fault_delay)
+    handle = start_proxy(upstream, plan, seed, port, log_path, fault_delay, max_body=max_body)
     return wait_forever(handle, f"fault proxy -> {upstream} (faults {plan}, seed {seed})")
 
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import re
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -24,6 +26,28 @@ from typing import Any
 import numpy as np
 
 MODEL_ID = "offline"
+DEFAULT_MAX_BODY = 32 * 1024 * 1024  # bytes of a request body; a larger one is refused with 413 before it is read
+LISTEN_BACKLOG = 1024  # pending connections the kernel queues (it caps this at net.core.somaxconn)
+_DRAIN_CAP = 256 * 1024 * 1024  # a refused body up to this size is read and discarded, so the client sees the 413
+_DIGITS = re.compile(r"[0-9]+")
+# What a client hanging up looks like from the server's side: not an error of the server.
+_HANGUPS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError)
+
+
+class RequestError(Exception):
+    """A request the server answers with a JSON error (`status`, `message`) instead of handling it."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def parse_size(text: str) -> int:
+    """`1048576`, `64K`, `32M` or `1G` as bytes (at least 1); ValueError otherwise."""
+    match = re.fullmatch(r"\s*([0-9]+)\s*([KMG]?)i?B?\s*", text, re.IGNORECASE)
+    if match is None or int(match.group(1)) < 1:
+        raise ValueError(f"body limit {text!r}: use a positive number of bytes, e.g. 1048576, 64K, 32M or 1G")
+    return int(match.group(1)) * 1024 ** " KMG".index(match.group(2).upper() or " ")
 
 
 class ServerHandle:
@@ -53,11 +77,27 @@ class ServerHandle:
         self.close()
 
 
+class QuietServer(ThreadingHTTPServer):
+    """A threaded server with a deep listen backlog that treats a client hanging up as normal.
+
+    Why: the standard library queues 5 pending connections (a burst of 200 clients saw 173 resets) and
+    prints a traceback for every client that disconnects before its reply is written.
+    """
+
+    request_queue_size = LISTEN_BACKLOG
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, _HANGUPS):
+            return
+        print(f"hymem-eval: request from {client_address[0]}:{client_address[1]} failed: "
+              f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+
+
 def bind(handler: type[BaseHTTPRequestHandler], port: int) -> ThreadingHTTPServer:
     """A threaded HTTP server on 127.0.0.1 only (port 0 picks a free port)."""
-    httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
-    httpd.daemon_threads = True
-    return httpd
+    return QuietServer(("127.0.0.1", port), handler)
 
 
 _PRINT = functools.partial(print, flush=True)  # a parent process reads the URL line through a pipe
@@ -78,10 +118,16 @@ def wait_forever(handle: ServerHandle, what: str, out: Callable[[str], Any] = _P
 
 
 class JSONHandler(BaseHTTPRequestHandler):
-    """HTTP/1.1 keep-alive handler with JSON helpers; quiet (no per-request stderr line)."""
+    """HTTP/1.1 keep-alive handler with JSON helpers; quiet (no per-request stderr line).
+
+    Subclasses implement `post()` and `get()`. A bad request (a malformed Content-Length, a body over
+    `max_body`, JSON nested too deep, a wrong shape) raises RequestError and is answered with a JSON
+    error; so is any unexpected exception (500), so a client never sees a dropped connection.
+    """
 
     protocol_version = "HTTP/1.1"
     timeout = 60  # an idle keep-alive connection frees its thread after this
+    max_body = DEFAULT_MAX_BODY
 
     def setup(self) -> None:
         super().setup()
@@ -91,9 +137,75 @@ class JSONHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
         pass
 
+    def post(self) -> None:
+        self.send_error_json(404, f"no route POST {self.path}")
+
+    def get(self) -> None:
+        self.send_error_json(404, f"no route GET {self.path}")
+
+    def do_POST(self) -> None:
+        self._guarded(self.post)
+
+    def do_GET(self) -> None:
+        self._guarded(self.get)
+
+    def _guarded(self, handle: Callable[[], None]) -> None:
+        try:
+            handle()
+        except RequestError as exc:
+            self.send_error_json(exc.status, str(exc))
+        except _HANGUPS:
+            raise  # the client is gone; QuietServer drops it without a word
+        except Exception as exc:  # a bug must still answer, and say so once on stderr
+            print(f"hymem-eval: {self.command} {self.path}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            self.close_connection = True
+            self.send_error_json(500, f"internal error: {type(exc).__name__}", "server_error")
+
+    def body_length(self, drain: bool = True) -> int:
+        """The declared Content-Length; RequestError (400, 411, 413) when it is malformed, missing or too big.
+
+        A body over the limit is never kept: with `drain` it is read and dropped (up to a cap) so that the
+        client, still sending, gets to read the 413 instead of a reset.
+        """
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            self.close_connection = True  # the chunked body is still on the wire, unread
+            raise RequestError(411, "chunked request bodies are not supported: send a Content-Length")
+        values = self.headers.get_all("Content-Length") or []
+        if not values:
+            return 0
+        text = values[0].strip()
+        if len(values) > 1 or not _DIGITS.fullmatch(text):
+            self.close_connection = True  # where this request's body ends is unknown
+            raise RequestError(400, f"malformed Content-Length header {', '.join(values)!r}: want one "
+                                    "non-negative integer")
+        length = int(text)
+        if length > self.max_body:
+            self.close_connection = True
+            remaining = length if drain and length <= _DRAIN_CAP else 0
+            while remaining > 0 and (chunk := self.rfile.read(min(65536, remaining))):
+                remaining -= len(chunk)
+            raise RequestError(413, f"request body of {length} bytes is over the limit of {self.max_body} bytes")
+        return length
+
     def read_body(self) -> bytes:
-        length = int(self.headers.get("Content-Length") or 0)
+        length = self.body_length()
         return self.rfile.read(length) if length > 0 else b""
+
+    def handle_expect_100(self) -> bool:
+        """Refuse a bad or oversized body before the client sends it (`Expect: 100-continue`)."""
+        try:
+            self.body_length(drain=False)
+        except RequestError as exc:
+            self.close_connection = True
+            self.send_error_json(exc.status, str(exc))
+            return False
+        return super().handle_expect_100()
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The standard library's protocol errors (bad request line, 501 unknown method), as JSON."""
+        self.close_connection = True
+        text = message or self.responses.get(code, ("error",))[0]
+        self.send_error_json(code, text + (f": {explain}" if explain else ""))
 
     def send_bytes(self, status: int, body: bytes, content_type: str = "application/json",
                    headers: dict[str, str] | None = None) -> None:
@@ -102,6 +214,8 @@ class JSONHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         for name, value in (headers or {}).items():
             self.send_header(name, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(body)
 
@@ -114,17 +228,33 @@ class JSONHandler(BaseHTTPRequestHandler):
         self.send_json(status, {"error": {"message": message, "type": kind, "code": None}}, headers=headers)
 
 
+def parse_json_body(raw: bytes) -> Any:
+    """The request body as JSON; RequestError(400) when it is not JSON or is nested too deep to parse."""
+    try:
+        return json.loads(raw or b"null")
+    except RecursionError:
+        raise RequestError(400, "the request body is JSON nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        raise RequestError(400, f"the request body is not JSON: {exc}") from None
+
+
 # --------------------------------------------------------------------------- OpenAI JSON <-> offline model
 
-def _text_of(content: Any) -> str:
+def _text_of(content: Any, where: str) -> str:
     """The text of an OpenAI message content: a string or a list of {"type": "text", "text"} parts."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-    raise ValueError(f"message content must be a string or a list of parts, got {type(content).__name__}")
+        texts = []
+        for i, part in enumerate(content):
+            if isinstance(part, dict) and part.get("type") == "text":
+                if not isinstance(part.get("text"), str):
+                    raise ValueError(f"{where}[{i}].text must be a string, got {type(part.get('text')).__name__}")
+                texts.append(part["text"])
+        return "".join(texts)
+    raise ValueError(f"{where} must be a string or a list of parts, got {type(content).__name__}")
 
 
 def lm15_request(body: dict) -> Any:
@@ -142,7 +272,7 @@ def lm15_request(body: dict) -> Any:
     for index, message in enumerate(messages):
         if not isinstance(message, dict):
             raise ValueError(f"messages[{index}] must be an object")
-        role, text = message.get("role"), _text_of(message.get("content"))
+        role, text = message.get("role"), _text_of(message.get("content"), f"messages[{index}].content")
         if role in ("system", "developer"):
             system.append(text)
         elif role == "user":
@@ -196,28 +326,30 @@ def models_reply() -> dict:
 
 # --------------------------------------------------------------------------- the server
 
-def _handler(latency: float, embed: Callable[[list[str]], np.ndarray]) -> type[JSONHandler]:
+def _handler(latency: float, embed: Callable[[list[str]], np.ndarray], body_limit: int) -> type[JSONHandler]:
     from evals.systems.mem0_offline import Mem0AwareEngine
 
     engine = Mem0AwareEngine()  # the offline model; it also answers mem0's extraction prompt
 
     class OfflineHandler(JSONHandler):
-        def do_GET(self) -> None:
+        max_body = body_limit
+
+        def get(self) -> None:
             time.sleep(latency)
             if self.path.rstrip("/") in ("/v1/models", "/models"):
                 self.send_json(200, models_reply())
             else:
                 self.send_error_json(404, f"no route GET {self.path}")
 
-        def do_POST(self) -> None:
+        def post(self) -> None:
             raw = self.read_body()
             time.sleep(latency)
             route = self.path.split("?", 1)[0].rstrip("/")
             if not route.endswith(("/chat/completions", "/embeddings")):
                 self.send_error_json(404, f"no route POST {self.path}")
                 return
+            body = parse_json_body(raw)
             try:
-                body = json.loads(raw or b"null")
                 if not isinstance(body, dict):
                     raise ValueError("the request body must be a JSON object")
                 if route.endswith("/embeddings"):
@@ -226,9 +358,8 @@ def _handler(latency: float, embed: Callable[[list[str]], np.ndarray]) -> type[J
                     raise ValueError("streaming is not supported by the offline server")
                 else:
                     reply = chat_completion(body, engine)
-            except ValueError as exc:  # bad JSON, bad shape, or a prompt the offline model cannot read
-                self.send_error_json(400, str(exc))
-                return
+            except ValueError as exc:  # a bad shape, or a prompt the offline model cannot read
+                raise RequestError(400, str(exc)) from None
             self.send_json(200, reply)
 
     return OfflineHandler
@@ -249,20 +380,25 @@ def _embed_function(embedder: str) -> Callable[[list[str]], np.ndarray]:
     return embed
 
 
-def start_server(port: int = 0, latency: float = 0.0, embedder: str = "hash") -> ServerHandle:
+def start_server(port: int = 0, latency: float = 0.0, embedder: str = "hash",
+                 max_body: int = DEFAULT_MAX_BODY) -> ServerHandle:
     """Start the offline OpenAI-compatible server on 127.0.0.1 in a background thread.
 
-    `latency` seconds are slept per request; `embedder` is `hash` (default) or `minilm`.
+    `latency` seconds are slept per request; `embedder` is `hash` (default) or `minilm`; a request body
+    over `max_body` bytes is refused with 413.
     """
     if latency < 0:
         raise ValueError("latency must be >= 0")
-    return ServerHandle(bind(_handler(float(latency), _embed_function(embedder)), port))
+    if max_body < 1:
+        raise ValueError("the body limit must be at least 1 byte")
+    return ServerHandle(bind(_handler(float(latency), _embed_function(embedder), int(max_body)), port))
 
 
-def run_server(port: int = 0, latency: float = 0.0, embedder: str = "hash") -> int:
+def run_server(port: int = 0, latency: float = 0.0, embedder: str = "hash", max_body: int = DEFAULT_MAX_BODY) -> int:
     """`hymem-eval serve`: run the server in the foreground until Ctrl-C."""
-    return wait_forever(start_server(port, latency, embedder), f"offline OpenAI-compatible server (model {MODEL_ID!r})")
+    return wait_forever(start_server(port, latency, embedder, max_body),
+                        f"offline OpenAI-compatible server (model {MODEL_ID!r})")
 
 
-__all__ = ["MODEL_ID", "ServerHandle", "chat_completion", "embeddings_reply", "lm15_request", "run_server",
-           "start_server"]
+__all__ = ["DEFAULT_MAX_BODY", "MODEL_ID", "JSONHandler", "RequestError", "ServerHandle", "chat_completion",
+           "embeddings_reply", "lm15_request", "parse_json_body", "parse_size", "run_server", "start_server"]
