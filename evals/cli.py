@@ -78,7 +78,8 @@ def _gate(args: argparse.Namespace) -> int:
     from evals.gate import GateInputError, run_gate
 
     try:
-        outcome = run_gate(args.baseline, args.current, rules=args.rules, junit=args.junit, summary=args.summary)
+        outcome = run_gate(args.baseline, args.current, rules=args.rules, junit=args.junit, summary=args.summary,
+                           pairs=args.pair, allow_different_inputs=args.allow_different_inputs)
     except GateInputError as exc:
         print(f"hymem-eval gate: {exc}", file=sys.stderr)
         return 2
@@ -238,6 +239,12 @@ def build_parser() -> argparse.ArgumentParser:
     gate.add_argument("--rules", type=Path, default=None, metavar="TOML", help="default: the bundled gates.toml")
     gate.add_argument("--junit", type=Path, default=None, metavar="PATH", help="default: CURRENT/gate.xml")
     gate.add_argument("--summary", type=Path, default=None, metavar="PATH", help="default: CURRENT/gate.md")
+    gate.add_argument("--pair", action="append", metavar="BASELINE=CURRENT",
+                      help="gate the baseline's provider BASELINE against the current run's CURRENT (repeatable; "
+                      "default: providers of the same name, or the only provider of each run)")
+    gate.add_argument("--allow-different-inputs", action="store_true",
+                      help="gate runs of different datasets or fault plans over the cases they share "
+                      "(default: refuse, exit 2)")
     gate.set_defaults(func=_gate)
 
     plots = sub.add_parser("plots", help="write PNG plots of a finished run into RUN/plots/")

@@ -340,6 +340,11 @@ def dataset_hash(cases: Iterable[Case]) -> str:
     return digest.hexdigest()
 
 
+def case_hash(case: Case) -> str:
+    """sha256 (hex, 16) of one case's canonical JSON: whether two runs saw the same case."""
+    return hashlib.sha256(canonical_json(case).encode("utf-8")).hexdigest()[:16]
+
+
 __all__ = [
     "Case",
     "DatasetError",
@@ -349,6 +354,7 @@ __all__ = [
     "Update",
     "bundled_dataset_dir",
     "canonical_json",
+    "case_hash",
     "dataset_hash",
     "derive_subject",
     "gold_problems",

@@ -1,11 +1,18 @@
 """The regression gate: rules over a baseline run and a current run, for CI.
 
 A floor, ceiling or exact value (`min`, `max`, `equals`) is checked on the current run's
-pooled value. A drop rule (`max_drop`) fails only when the whole paired 95% CI of
-current − baseline lies below −tolerance, so noise alone does not fail a build; `max_rise`
-is its mirror for error rates. A metric absent from both runs is skipped; one the baseline
-has and the current run lacks fails, since a metric that vanished is not a pass. An
-unmeasured value (NaN) fails too. `evaluate_rules` is pure; `run_gate` does the files.
+value. A drop rule (`max_drop`) fails only when the whole paired 95% CI of current − baseline
+lies below −tolerance, so noise alone does not fail a build; `max_rise` is its mirror for
+error rates; `max_increase` fails on any rise of the value itself beyond the tolerance (for
+infra errors, which are never noise to be averaged away). A rule applies pooled ("all") and
+per dataset unless it names one. A rule whose metric neither run measured is skipped; one the
+baseline measured and the current run did not fails. Beyond the rules, every metric the
+baseline measured must be measured again, with an n no smaller (cases must not drop out).
+
+Runs are paired provider by provider: by name, by `--pair BASELINE=CURRENT`, or automatically
+when each run has one provider. Runs of different inputs (datasets, fault plans) are refused
+unless the caller allows it; then only the shared cases are gated. `evaluate_rules` is pure;
+`run_gate` does the files.
 """
 
 from __future__ import annotations
@@ -21,11 +28,15 @@ from xml.etree import ElementTree as ET
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from evals.compare import Run, RunInputError, case_values, fmt, is_count, load_run, metric_row
+from evals.gate_inputs import InputDiff, compare_inputs, restrict
 from evals.stats import paired_bootstrap_delta
 
 Status = Literal["pass", "fail", "skipped"]
-CONSTRAINTS = ("min", "max", "equals", "max_drop", "max_rise")
-_SYMBOL = {"min": ">=", "max": "<=", "equals": "==", "max_drop": "may drop at most", "max_rise": "may rise at most"}
+CONSTRAINTS = ("min", "max", "equals", "max_drop", "max_rise", "max_increase")
+_SYMBOL = {"min": ">=", "max": "<=", "equals": "==", "max_drop": "may drop at most", "max_rise": "may rise at most",
+           "max_increase": "may increase at most"}
+_SHIFTS = ("max_drop", "max_rise", "max_increase")  # rules that compare with the baseline
+ALL = "all"  # the dataset label of pooled rows in metrics.parquet
 _EQUAL_TOL = 1e-9
 
 
@@ -44,8 +55,9 @@ class Rule(BaseModel):
     equals: float | None = None  # exact current value (counts, must-be-zero rates)
     max_drop: float | None = Field(default=None, ge=0)  # tolerance on current − baseline (paired CI)
     max_rise: float | None = Field(default=None, ge=0)  # the same for metrics where lower is better
-    provider: str | None = None  # default: every provider present in both runs
-    dataset: str = "all"  # a dataset name, or "all"
+    max_increase: float | None = Field(default=None, ge=0)  # tolerance on current − baseline values, no CI
+    provider: str | None = None  # default: every provider pair; else pairs with this name on either side
+    dataset: str | None = None  # default: pooled and each dataset; "all": pooled only; else that dataset
     name: str | None = None  # the JUnit testcase name; default: derived from the rule
 
     @model_validator(mode="after")
@@ -68,7 +80,7 @@ class Rule(BaseModel):
     def label(self) -> str:
         if self.name:
             return self.name
-        scope = "" if self.dataset == "all" else f" on {self.dataset}"
+        scope = "" if self.dataset in (None, ALL) else f" on {self.dataset}"
         scope += f" for {self.provider}" if self.provider else ""
         return f"{self.metric} {_SYMBOL[self.kind]} {self.threshold:g}{scope}"
 
@@ -79,16 +91,19 @@ class RuleSet(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     confidence: float = Field(default=0.95, gt=0, lt=1)  # of the paired bootstrap CI of drop rules
+    require_baseline_metrics: bool = True  # every metric the baseline measured is measured by the current run
+    require_baseline_n: bool = True  # and its n is no smaller (no case silently dropped out of it)
     rule: list[Rule] = Field(min_length=1)
 
 
 class Check(BaseModel):
-    """A rule applied to one provider."""
+    """A rule applied to one provider pair on one dataset (or pooled)."""
 
-    provider: str
+    provider: str  # the provider, or "baseline → current" for a pair of different names
+    dataset: str = ALL
     status: Status
-    baseline: float | None = None  # pooled baseline value, when present
-    current: float | None = None  # pooled current value, when present
+    baseline: float | None = None  # the baseline's value on this dataset (or pooled), when measured
+    current: float | None = None  # the current run's value, when measured
     delta: float | None = None  # paired mean of current − baseline (drop rules)
     ci_low: float | None = None
     ci_high: float | None = None
@@ -97,9 +112,22 @@ class Check(BaseModel):
 
 
 class RuleResult(BaseModel):
-    rule: Rule
+    label: str  # the rule's name, or what a built-in check checks
+    metric: str  # the rule's metric; "*" for the built-in checks over every metric
     status: Status  # fail if any check fails, skipped if every check skipped, else pass
     checks: list[Check]
+    rule: Rule | None = None  # None for a built-in check
+
+
+class Pair(BaseModel):
+    """A baseline provider gated against a current provider."""
+
+    baseline: str
+    current: str
+
+    @property
+    def label(self) -> str:
+        return self.current if self.baseline == self.current else f"{self.baseline} → {self.current}"
 
 
 def load_rules(path: Path | None = None) -> RuleSet:
@@ -123,35 +151,41 @@ def load_rules(path: Path | None = None) -> RuleSet:
 # ---- evaluation (pure) ------------------------------------------------------------------------------------
 
 
-def _bound(rule: Rule, provider: str, current: dict[str, Any]) -> Check:
-    value, kind, limit = float(current["value"]), rule.kind, rule.threshold
-    base = {"provider": provider, "current": value, "n": int(current["n"])}
-    if math.isnan(value):
-        return Check(**base, status="fail", detail="not measured in the current run (NaN)")
+def _measured(row: dict[str, Any] | None) -> float | None:
+    """The row's value, or None when the run has no such row or did not measure it (NaN)."""
+    if row is None or row["value"] is None or math.isnan(float(row["value"])):
+        return None
+    return float(row["value"])
+
+
+def _bound(rule: Rule, base: dict[str, Any], value: float, n: int) -> Check:
+    kind, limit = rule.kind, rule.threshold
     ok = {"min": value >= limit, "max": value <= limit,
           "equals": math.isclose(value, limit, rel_tol=0, abs_tol=_EQUAL_TOL)}[kind]
     shown = fmt(value, is_count(rule.metric))
-    return Check(**base, status="pass" if ok else "fail", detail=f"{shown} {_SYMBOL[kind]} {limit:g}" if ok else
-                 f"{shown} violates {_SYMBOL[kind]} {limit:g}")
+    return Check(**base, n=n, status="pass" if ok else "fail",
+                 detail=f"{shown} {_SYMBOL[kind]} {limit:g}" if ok else f"{shown} violates {_SYMBOL[kind]} {limit:g}")
 
 
-def _shift(rule: Rule, provider: str, baseline: Run, current: Run, b_row: dict, c_row: dict, seed: int,
-           confidence: float) -> Check:
+def _shift(rule: Rule, pair: Pair, dataset: str, baseline: Run, current: Run, base: dict[str, Any],
+           seed: int, confidence: float) -> Check:
     tol = rule.threshold
-    base = {"provider": provider, "baseline": float(b_row["value"]), "current": float(c_row["value"])}
-    va = case_values(baseline, provider, rule.dataset, rule.metric)
-    vb = case_values(current, provider, rule.dataset, rule.metric)
+    delta = base["current"] - base["baseline"]
+    if rule.kind == "max_increase":
+        failed = delta > tol + _EQUAL_TOL
+        verdict = f"increases by more than {tol:g}" if failed else f"within +{tol:g}"
+        return Check(**base, status="fail" if failed else "pass", delta=delta,
+                     detail=f"Δ {delta:+.4g} (current − baseline): {verdict}")
+    va = case_values(baseline, pair.baseline, dataset, rule.metric)
+    vb = case_values(current, pair.current, dataset, rule.metric)
+    n: int | None = None
     if va or vb:
         delta, low, high, n = paired_bootstrap_delta(va, vb, seed=seed, confidence=confidence)
         if n == 0:
             return Check(**base, status="fail", n=0, detail="no case scored in both runs: cannot compare")
         how = f"paired Δ {delta:+.3f}, {confidence:.0%} CI [{low:+.3f}, {high:+.3f}], n={n} cases"
     else:  # no per-case values (a count): the two values themselves
-        delta = base["current"] - base["baseline"]
         low = high = delta
-        n = None
-        if math.isnan(delta):
-            return Check(**base, status="fail", detail="not measured in one of the runs (NaN)")
         how = f"Δ {delta:+g} (no per-case values)"
     if rule.kind == "max_drop":
         failed, verdict = high < -tol, f"drops by more than {tol:g}" if high < -tol else f"within −{tol:g}"
@@ -161,39 +195,93 @@ def _shift(rule: Rule, provider: str, baseline: Run, current: Run, b_row: dict, 
                  detail=f"{how}: {verdict}")
 
 
-def _check(rule: Rule, provider: str, baseline: Run, current: Run, seed: int, confidence: float) -> Check:
-    b_row = metric_row(baseline, provider, rule.dataset, rule.metric)
-    c_row = metric_row(current, provider, rule.dataset, rule.metric)
-    if c_row is None:
-        if b_row is None:
-            return Check(provider=provider, status="skipped", detail="absent from both runs")
-        return Check(provider=provider, status="fail", baseline=float(b_row["value"]),
-                     detail="in the baseline but absent from the current run")
-    if rule.kind in ("max_drop", "max_rise"):
-        if b_row is None:
-            return Check(provider=provider, status="skipped", current=float(c_row["value"]),
-                         detail="absent from the baseline: nothing to compare with")
-        return _shift(rule, provider, baseline, current, b_row, c_row, seed, confidence)
-    check = _bound(rule, provider, c_row)
-    return check.model_copy(update={"baseline": None if b_row is None else float(b_row["value"])})
+def _check(rule: Rule, pair: Pair, dataset: str, baseline: Run, current: Run, seed: int, confidence: float) -> Check:
+    b_row = metric_row(baseline, pair.baseline, dataset, rule.metric)
+    c_row = metric_row(current, pair.current, dataset, rule.metric)
+    b_value, c_value = _measured(b_row), _measured(c_row)
+    base = {"provider": pair.label, "dataset": dataset, "baseline": b_value, "current": c_value}
+    if c_value is None:
+        if b_value is None:
+            return Check(**base, status="skipped", detail="measured in neither run")
+        return Check(**base, status="fail", detail="measured in the baseline but not in the current run")
+    if rule.kind in _SHIFTS:
+        if b_value is None:
+            return Check(**base, status="skipped", detail="not measured in the baseline: nothing to compare with")
+        return _shift(rule, pair, dataset, baseline, current, base, seed, confidence)
+    return _bound(rule, base, c_value, int(c_row["n"]))
+
+
+def datasets_of(baseline: Run, current: Run, pair: Pair) -> list[str]:
+    """The dataset scopes of a pair: pooled first, then every dataset either run reports on its own."""
+    names = set()
+    for run, provider in ((baseline, pair.baseline), (current, pair.current)):
+        names |= set(run.metrics.loc[run.metrics["provider"] == provider, "dataset"])
+    return [ALL, *sorted(names - {ALL})]
+
+
+def _applies(rule: Rule, pair: Pair) -> bool:
+    return rule.provider is None or rule.provider in (pair.baseline, pair.current)
+
+
+def _baseline_metrics(baseline: Run, current: Run, pair: Pair) -> tuple[Check | None, list[Check], list[Check]]:
+    """Every (dataset, metric) the baseline measured, against the current run: the ones that vanished and the
+    ones whose n fell. n is compared for scored metrics (per-case values) and counts, whose n are cases; the
+    usage figures' n are attempts, which retries and the cache move."""
+    b = baseline.metrics[baseline.metrics["provider"] == pair.baseline]
+    scored = {m for (p, m) in baseline.case_index if p == pair.baseline}
+    vanished, fell, measured = [], [], 0
+    for row in b.to_dict("records"):
+        if _measured(row) is None:
+            continue
+        measured += 1
+        dataset, metric = row["dataset"], row["metric"]
+        c_row = metric_row(current, pair.current, dataset, metric)
+        base = {"provider": pair.label, "dataset": dataset, "baseline": float(row["value"])}
+        if _measured(c_row) is None:
+            vanished.append(Check(**base, status="fail", detail=f"{metric}: measured in the baseline (n={row['n']}) "
+                                  "but not in the current run"))
+        elif (metric in scored or is_count(metric)) and int(c_row["n"]) < int(row["n"]):
+            fell.append(Check(**base, current=float(c_row["value"]), n=int(c_row["n"]), status="fail",
+                              detail=f"{metric}: n {int(c_row['n'])} < baseline n {int(row['n'])}"))
+    if not measured:
+        return Check(provider=pair.label, status="skipped", detail="the baseline measured no metric"), [], []
+    return (Check(provider=pair.label, status="pass", detail=f"{measured} (dataset, metric) values checked"),
+            vanished, fell)
+
+
+def _result(label: str, metric: str, checks: list[Check], rule: Rule | None = None) -> RuleResult:
+    statuses = {c.status for c in checks}
+    status: Status = "fail" if "fail" in statuses else "pass" if "pass" in statuses else "skipped"
+    return RuleResult(label=label, metric=metric, status=status, checks=checks, rule=rule)
 
 
 def shared_providers(baseline: Run, current: Run) -> list[str]:
     return [p for p in current.providers if p in baseline.providers]
 
 
-def evaluate_rules(rules: RuleSet, baseline: Run, current: Run, *, seed: int = 0) -> list[RuleResult]:
-    """Pure: every rule against every provider it covers (its own, or each present in both runs)."""
-    shared = shared_providers(baseline, current)
+def evaluate_rules(rules: RuleSet, baseline: Run, current: Run, *, seed: int = 0,
+                   pairs: list[Pair] | None = None) -> list[RuleResult]:
+    """Pure: every rule against every provider pair it covers, pooled and per dataset, then the built-in
+    checks that no metric of the baseline vanished or lost cases. `pairs` default to the shared providers."""
+    if pairs is None:
+        pairs = [Pair(baseline=p, current=p) for p in shared_providers(baseline, current)]
+    scopes = {pair.label: datasets_of(baseline, current, pair) for pair in pairs}
     results = []
     for rule in rules.rule:
-        providers = [rule.provider] if rule.provider else shared
-        checks = [_check(rule, p, baseline, current, seed, rules.confidence) for p in providers]
+        checks = [_check(rule, pair, dataset, baseline, current, seed, rules.confidence)
+                  for pair in pairs if _applies(rule, pair)
+                  for dataset in ([rule.dataset] if rule.dataset else scopes[pair.label])]
         if not checks:
-            checks = [Check(provider="-", status="skipped", detail="no provider in both runs")]
-        statuses = {c.status for c in checks}
-        status: Status = "fail" if "fail" in statuses else "pass" if "pass" in statuses else "skipped"
-        results.append(RuleResult(rule=rule, status=status, checks=checks))
+            checks = [Check(provider="-", status="skipped", detail="no provider pair to gate")]
+        results.append(_result(rule.label, rule.metric, checks, rule))
+    if rules.require_baseline_metrics or rules.require_baseline_n:
+        found = [_baseline_metrics(baseline, current, pair) for pair in pairs]
+        if rules.require_baseline_metrics:
+            checks = [c for summary, vanished, _ in found for c in (vanished or [summary])]
+            results.append(_result("every metric the baseline measured is measured", "*", checks))
+        if rules.require_baseline_n:
+            checks = [c for summary, _, fell in found for c in (fell or [summary])]
+            results.append(_result("no metric's n falls below the baseline's", "*", checks))
     return results
 
 
@@ -202,6 +290,10 @@ def passed(results: list[RuleResult]) -> bool:
 
 
 # ---- outputs ----------------------------------------------------------------------------------------------
+
+
+def _where(check: Check) -> str:
+    return check.provider if check.dataset == ALL else f"{check.provider} on {check.dataset}"
 
 
 def junit_xml(results: list[RuleResult], *, baseline: str, current: str) -> str:
@@ -215,14 +307,13 @@ def junit_xml(results: list[RuleResult], *, baseline: str, current: str) -> str:
     for key, value in (("baseline", baseline), ("current", current)):
         ET.SubElement(props, "property", name=key, value=value)
     for result in results:
-        case = ET.SubElement(suite, "testcase", classname=f"gate.{result.rule.metric}", name=result.rule.label,
-                             time="0")
-        lines = "\n".join(f"{c.provider}: {c.status}: {c.detail}" for c in result.checks)
+        case = ET.SubElement(suite, "testcase", classname=f"gate.{result.metric}", name=result.label, time="0")
+        lines = "\n".join(f"{_where(c)}: {c.status}: {c.detail}" for c in result.checks)
         if result.status == "fail":
-            failing = "; ".join(f"{c.provider}: {c.detail}" for c in result.checks if c.status == "fail")
+            failing = "; ".join(f"{_where(c)}: {c.detail}" for c in result.checks if c.status == "fail")
             ET.SubElement(case, "failure", message=failing, type="regression").text = lines
         elif result.status == "skipped":
-            ET.SubElement(case, "skipped", message="; ".join(c.detail for c in result.checks))
+            ET.SubElement(case, "skipped", message="; ".join(dict.fromkeys(c.detail for c in result.checks)))
         else:
             ET.SubElement(case, "system-out").text = lines
     ET.indent(suites)
@@ -230,31 +321,30 @@ def junit_xml(results: list[RuleResult], *, baseline: str, current: str) -> str:
 
 
 def _value(x: float | None, count: bool) -> str:
-    return "—" if x is None else fmt(x, count)  # absent, as against n/a for not measured
+    return "—" if x is None else fmt(x, count)  # absent or not measured
 
 
 _ICON = {"pass": "✅ pass", "fail": "❌ fail", "skipped": "⏭ skipped"}
 
 
-def summary_markdown(results: list[RuleResult], *, baseline: str, current: str, note: str = "") -> str:
-    """A CI job summary: the outcome, then one line per rule and provider."""
+def summary_markdown(results: list[RuleResult], *, baseline: str, current: str, notes: list[str] | None = None) -> str:
+    """A CI job summary: the outcome, what was compared with what, then one line per rule, pair and dataset."""
     failed = sum(r.status == "fail" for r in results)
     skipped = sum(r.status == "skipped" for r in results)
     head = "FAIL" if failed else "PASS"
-    out = [f"## Regression gate: {head}", "",
-           f"{len(results)} rules: {len(results) - failed - skipped} passed, {failed} failed, {skipped} skipped. "
-           f"Baseline `{baseline}`, current `{current}`.", ""]
-    if note:
-        out += [note, ""]
+    out = [f"## Regression gate: {head}", ""]
+    out += [line for note in notes or [] for line in (note, "")]
+    out += [f"{len(results)} rules: {len(results) - failed - skipped} passed, {failed} failed, {skipped} skipped. "
+            f"Baseline `{baseline}`, current `{current}`. Each rule is checked pooled (`all`) and per dataset.", ""]
     from evals.report import markdown_table
 
     rows = []
     for result in results:
-        count = is_count(result.rule.metric)
+        count = is_count(result.metric)
         for c in result.checks:
-            rows.append([_ICON[c.status], result.rule.label, c.provider, _value(c.baseline, count),
+            rows.append([_ICON[c.status], result.label, c.provider, c.dataset, _value(c.baseline, count),
                          _value(c.current, count), c.detail])
-    out += [markdown_table(["status", "rule", "provider", "baseline", "current", "detail"], rows), ""]
+    out += [markdown_table(["status", "rule", "provider", "dataset", "baseline", "current", "detail"], rows), ""]
     return "\n".join(out) + "\n"
 
 
@@ -266,8 +356,65 @@ class GateOutcome(BaseModel):
     summary_path: Path
 
 
+def resolve_pairs(baseline: Run, current: Run, pairs: list[str] | None = None) -> tuple[list[Pair], list[str]]:
+    """Which baseline provider is gated against which current provider, and what the report says about it.
+
+    `--pair B=C` (repeatable) decides; without it, providers pair by name, and when no name is shared
+    and each run has exactly one provider, those two pair automatically."""
+    notes: list[str] = []
+    if pairs:
+        chosen = []
+        for text in pairs:
+            b, sep, c = text.partition("=")
+            b, c = b.strip(), c.strip()
+            if not sep or not b or not c:
+                raise GateInputError(f"--pair {text!r}: use BASELINE_PROVIDER=CURRENT_PROVIDER")
+            for name, run, side in ((b, baseline, "baseline"), (c, current, "current run")):
+                if name not in run.providers:
+                    raise GateInputError(f"--pair {text!r}: the {side} has no provider {name!r} (it has "
+                                         f"{', '.join(run.providers)})")
+            chosen.append(Pair(baseline=b, current=c))
+        notes.append("Paired as asked: " + ", ".join(f"`{p.baseline}` (baseline) with `{p.current}` (current)"
+                                                     for p in chosen) + ".")
+    else:
+        chosen = [Pair(baseline=p, current=p) for p in shared_providers(baseline, current)]
+        if not chosen:
+            if len(baseline.providers) == 1 and len(current.providers) == 1:
+                chosen = [Pair(baseline=baseline.providers[0], current=current.providers[0])]
+                notes.append(f"Paired automatically (each run has one provider): `{chosen[0].baseline}` (baseline) "
+                             f"with `{chosen[0].current}` (current).")
+            else:
+                raise GateInputError(f"baseline providers {baseline.providers} and current providers "
+                                     f"{current.providers} share none: pair them with --pair BASELINE=CURRENT")
+    gated_b, gated_c = {p.baseline for p in chosen}, {p.current for p in chosen}
+    left_out = [f"{p} (baseline)" for p in baseline.providers if p not in gated_b]
+    left_out += [f"{p} (current)" for p in current.providers if p not in gated_c]
+    if left_out:
+        notes.append(f"Providers not gated: {', '.join(left_out)}.")
+    return chosen, notes
+
+
+def check_inputs(baseline: Run, current: Run, allow_different: bool) -> tuple[Run, Run, list[str]]:
+    """Refuse runs of different inputs unless allowed; then cut both down to their shared cases."""
+    diff: InputDiff = compare_inputs(baseline, current)
+    if not diff.differ:
+        return baseline, current, []
+    if not allow_different:
+        raise GateInputError(f"{diff.describe()}: a gate compares runs of the same inputs; pass "
+                             f"--allow-different-inputs to gate only the {len(diff.shared)} shared cases")
+    if not diff.shared:
+        raise GateInputError(f"{diff.describe()}: no case is in both runs, nothing to gate")
+    note = f"**Different inputs: {diff.describe()}. Only the {len(diff.shared)} cases in both runs are gated**"
+    if diff.datasets_differ:
+        note += ("; every value below is recomputed over those cases (rates as pooled num/den, n = cases scoring "
+                 "the metric; usage figures are left out)")
+        baseline, current = restrict(baseline, diff.shared), restrict(current, diff.shared)
+    return baseline, current, [note + "."]
+
+
 def run_gate(baseline: Path, current: Path, *, rules: Path | None = None, junit: Path | None = None,
-             summary: Path | None = None) -> GateOutcome:
+             summary: Path | None = None, pairs: list[str] | None = None,
+             allow_different_inputs: bool = False) -> GateOutcome:
     """Gate `current` against `baseline`; write JUnit XML and markdown (default: into the current run
     directory) and append the markdown to $GITHUB_STEP_SUMMARY when it is set."""
     rule_set = load_rules(rules)
@@ -275,16 +422,12 @@ def run_gate(baseline: Path, current: Path, *, rules: Path | None = None, junit:
         base_run, cur_run = load_run(baseline), load_run(current)
     except RunInputError as exc:
         raise GateInputError(str(exc)) from exc
-    shared = shared_providers(base_run, cur_run)
-    if not shared:
-        raise GateInputError(f"baseline providers {base_run.providers} and current providers {cur_run.providers} "
-                             "share none: nothing to gate")
-    seed = cur_run.manifest.seed if cur_run.manifest is not None else 0
-    results = evaluate_rules(rule_set, base_run, cur_run, seed=seed)
-    left_out = [p for p in cur_run.providers + base_run.providers if p not in shared]
-    note = f"Providers not in both runs, not gated: {', '.join(dict.fromkeys(left_out))}." if left_out else ""
     names = {"baseline": base_run.label, "current": cur_run.label}
-    markdown = summary_markdown(results, note=note, **names)
+    chosen, pair_notes = resolve_pairs(base_run, cur_run, pairs)
+    base_run, cur_run, input_notes = check_inputs(base_run, cur_run, allow_different_inputs)
+    seed = cur_run.manifest.seed if cur_run.manifest is not None else 0
+    results = evaluate_rules(rule_set, base_run, cur_run, seed=seed, pairs=chosen)
+    markdown = summary_markdown(results, notes=input_notes + pair_notes, **names)
     junit_path = Path(junit) if junit is not None else Path(current) / "gate.xml"
     summary_path = Path(summary) if summary is not None else Path(current) / "gate.md"
     for path, text in ((junit_path, junit_xml(results, **names)), (summary_path, markdown)):
@@ -297,5 +440,5 @@ def run_gate(baseline: Path, current: Path, *, rules: Path | None = None, junit:
                        summary_path=summary_path)
 
 
-__all__ = ["Check", "GateInputError", "GateOutcome", "Rule", "RuleResult", "RuleSet", "evaluate_rules", "junit_xml",
-           "load_rules", "passed", "run_gate", "summary_markdown"]
+__all__ = ["Check", "GateInputError", "GateOutcome", "Pair", "Rule", "RuleResult", "RuleSet", "evaluate_rules",
+           "junit_xml", "load_rules", "passed", "resolve_pairs", "run_gate", "summary_markdown"]

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from evals.accounting import ResponseCache
 from evals.adapters import dataset_name
-from evals.dataset import Case, bundled_dataset_dir, dataset_hash, load_cases
+from evals.dataset import Case, bundled_dataset_dir, case_hash, dataset_hash, load_cases
 from evals.executors import EXECUTORS, UnitTask, run_local
 from evals.faults import FaultPlan
 from evals.manifest import Manifest, git_state, package_versions
@@ -209,6 +209,7 @@ def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], t
     commit, dirty = git_state(REPO_ROOT)
     program = load_tuned_program(config.program)
     manifest = Manifest(run_id="", datasets=specs, dataset_hash=dataset_hash(cases), n_cases=len(cases),
+                        case_hashes={f"{dataset_name(c)}/{c.id}": case_hash(c) for c in cases},
                         providers=[arm_label(s, name) for s in systems for name in factories], embedder=embedder[0],
                         faults=str(plan), seed=config.seed,
                         concurrency=config.concurrency, engine_version=__version__, prompt_hash=_prompt_hash(program),

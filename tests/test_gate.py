@@ -16,12 +16,14 @@ from evals.manifest import Manifest
 N_CASES = 20
 
 
-def write_run(path: Path, metrics: list[tuple], cases: list[tuple], providers: tuple[str, ...] = ("p",)) -> Path:
+def write_run(path: Path, metrics: list[tuple], cases: list[tuple], providers: tuple[str, ...] = ("p",),
+              **manifest_fields) -> Path:
     """A run directory as write_report leaves it, reduced to what the gate reads."""
     path.mkdir(parents=True)
-    manifest = Manifest(run_id=path.name, datasets=["d"], dataset_hash="h", n_cases=N_CASES, providers=list(providers),
-                        embedder="hash", faults="sweep", seed=3, concurrency=1, engine_version="0.1.0",
-                        prompt_hash="x", verdict="valid")
+    fields = {"dataset_hash": "h", "faults": "sweep", "seed": 3} | manifest_fields
+    manifest = Manifest(run_id=path.name, datasets=["d"], n_cases=N_CASES, providers=list(providers),
+                        embedder="hash", concurrency=1, engine_version="0.1.0", prompt_hash="x", verdict="valid",
+                        **fields)
     (path / "manifest.json").write_text(manifest.model_dump_json())
     pd.DataFrame(metrics, columns=["provider", "dataset", "metric", "value", "ci_low", "ci_high", "n", "note"]
                  ).to_parquet(path / "metrics.parquet")
@@ -31,10 +33,11 @@ def write_run(path: Path, metrics: list[tuple], cases: list[tuple], providers: t
 
 
 def run_frames(owner_nums: list[int], *, rollback: float = 1.0, anomalies: float = 0.0, provider: str = "p",
-               extra: tuple[str, ...] = ()) -> tuple[list[tuple], list[tuple]]:
+               extra: tuple[str, ...] = (), ids: list[str] | None = None) -> tuple[list[tuple], list[tuple]]:
     """Metric and case rows: owner_accuracy from per-case numerators over 5 facts, plus fault metrics."""
-    cases = [(provider, "d", f"c{i:02d}", "owner_accuracy", float(num), 5.0) for i, num in enumerate(owner_nums)]
-    cases += [(provider, "d", f"c{i:02d}", "rollback_correct_rate", rollback * 4, 4.0) for i in range(len(owner_nums))]
+    ids = ids or [f"c{i:02d}" for i in range(len(owner_nums))]
+    cases = [(provider, "d", ids[i], "owner_accuracy", float(num), 5.0) for i, num in enumerate(owner_nums)]
+    cases += [(provider, "d", ids[i], "rollback_correct_rate", rollback * 4, 4.0) for i in range(len(owner_nums))]
     owner = sum(owner_nums) / (5 * len(owner_nums))
     metrics = [(provider, "all", "owner_accuracy", owner, owner - 0.05, owner + 0.05, len(owner_nums), None),
                (provider, "all", "rollback_correct_rate", rollback, rollback, rollback, 4 * len(owner_nums), None),
@@ -50,8 +53,10 @@ def as_run(owner_nums: list[int], **kw) -> Run:
                case_metrics=pd.DataFrame(cases, columns=["provider", "dataset", "case_id", "metric", "num", "den"]))
 
 
-def rules(*rows: dict) -> RuleSet:
-    return RuleSet.model_validate({"rule": list(rows)})
+def rules(*rows: dict, builtin: bool = False) -> RuleSet:
+    """These rules alone, or (builtin) with the checks on vanished metrics and falling n."""
+    return RuleSet.model_validate({"rule": list(rows), "require_baseline_metrics": builtin,
+                                   "require_baseline_n": builtin})
 
 
 def gate(tmp_path: Path, baseline: Path, current: Path, *extra: str) -> int:
@@ -115,16 +120,22 @@ def test_absent_metrics_are_skipped_or_fail_by_which_run_lacks_them():
                                    {"metric": "fact_f1", "max_drop": 0.02},
                                    {"metric": "fact_f1", "min": 0.1}), baseline, current)
     assert [r.status for r in results] == ["skipped", "fail", "fail"]
-    assert results[0].checks[0].detail == "absent from both runs"
-    assert "absent from the current run" in results[1].checks[0].detail
+    assert results[0].checks[0].detail == "measured in neither run"
+    assert "measured in the baseline but not in the current run" in results[1].checks[0].detail
     [new] = evaluate_rules(rules({"metric": "fact_f1", "max_drop": 0.02}), current, baseline)
     assert new.status == "skipped"  # nothing to compare a new metric with
 
 
-def test_an_unmeasured_value_fails_a_floor():
-    run = as_run(PERFECT, rollback=float("nan"))
-    [result] = evaluate_rules(rules({"metric": "rollback_correct_rate", "min": 1.0}), run, run)
-    assert result.status == "fail" and "NaN" in result.checks[0].detail
+def test_a_value_neither_run_measured_is_skipped_and_one_only_the_baseline_measured_fails(tmp_path: Path, capsys):
+    """A `--faults none` run measures no rollback rate (NaN): gated against itself it passes, the rule skipped."""
+    unmeasured = write_run(tmp_path / "none", *run_frames(PERFECT, rollback=float("nan")))
+    assert gate(tmp_path, unmeasured, unmeasured) == 0
+    out = capsys.readouterr().out
+    assert "⏭ skipped | rollback_correct_rate >= 1 | p | all | — | — | measured in neither run" in out
+    measured = write_run(tmp_path / "sweep", *run_frames(PERFECT))
+    assert gate(tmp_path, measured, unmeasured) == 1
+    assert "❌ fail | rollback_correct_rate >= 1 | p | all | 1.000 | — | measured in the baseline but not in the " \
+        "current run" in capsys.readouterr().out
 
 
 def test_max_rise_fails_when_the_whole_ci_is_above_tolerance():
@@ -154,6 +165,7 @@ def test_junit_has_one_testcase_per_rule_with_failures_and_skips_marked():
     suite = root.find("testsuite")
     cases = suite.findall("testcase")
     assert [c.get("name") for c in cases] == ["rollback_correct_rate >= 1", "owner <stable>", "missing_metric >= 0"]
+    assert cases[0].get("classname") == "gate.rollback_correct_rate"
     assert [c.find("failure") is not None for c in cases] == [False, True, False]
     assert cases[2].find("skipped") is not None
     assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("3", "1", "1")
@@ -176,8 +188,8 @@ def test_a_missing_or_foreign_run_is_a_usage_error(tmp_path: Path):
     foreign = write_run(tmp_path / "foreign", *run_frames(PERFECT))
     pd.DataFrame({"provider": ["p"], "metric": ["x"]}).to_parquet(foreign / "metrics.parquet")
     assert gate(tmp_path, run, foreign) == 2
-    other = write_run(tmp_path / "other", *run_frames(PERFECT, provider="q"))
-    assert gate(tmp_path, run, other) == 2  # no provider in both runs
+    two = write_run(tmp_path / "two", *_providers(("q", PERFECT), ("r", PERFECT)), providers=("q", "r"))
+    assert gate(tmp_path, run, two) == 2  # no provider in both runs, and no single one on each side
 
 
 def test_outputs_go_where_asked_and_to_the_ci_step_summary(tmp_path: Path, monkeypatch):
@@ -196,3 +208,166 @@ def test_the_shipped_rules_parse():
     shipped = load_rules()
     assert {"rollback_correct_rate", "anomaly_count", "owner_accuracy", "cross_subject_merge_applied_rate"} <= {
         r.metric for r in shipped.rule}
+
+
+# ---- pairing providers (issue 13.8) ----------------------------------------------------------------------
+
+
+def _providers(*arms: tuple[str, list[int]]) -> tuple[list[tuple], list[tuple]]:
+    """The frames of one run with several providers: (name, owner numerators) each."""
+    metrics, cases = [], []
+    for name, nums in arms:
+        m, c = run_frames(nums, provider=name)
+        metrics, cases = metrics + m, cases + c
+    return metrics, cases
+
+
+WORSE = [3, 4] * (N_CASES // 2)  # every case lost 1 or 2 of 5 facts
+
+
+def test_a_model_switch_pairs_the_only_provider_of_each_run_and_says_so(tmp_path: Path, capsys):
+    base = write_run(tmp_path / "base", *run_frames(PERFECT, provider="offline"), providers=("offline",))
+    same = write_run(tmp_path / "same", *run_frames(PERFECT, provider="gpt"), providers=("gpt",))
+    worse = write_run(tmp_path / "worse", *run_frames(WORSE, provider="gpt"), providers=("gpt",))
+    assert gate(tmp_path, base, same) == 0
+    out = capsys.readouterr().out
+    assert "Paired automatically (each run has one provider): `offline` (baseline) with `gpt` (current)." in out
+    assert gate(tmp_path, base, worse) == 1
+    assert "| ❌ fail | owner_accuracy may drop at most 0.02 | offline → gpt | all |" in capsys.readouterr().out
+
+
+def test_pair_chooses_which_provider_is_gated_against_which(tmp_path: Path, capsys):
+    base = write_run(tmp_path / "base", *_providers(("p", PERFECT), ("q", WORSE)), providers=("p", "q"))
+    cur = write_run(tmp_path / "cur", *_providers(("r", PERFECT), ("s", WORSE)), providers=("r", "s"))
+    assert gate(tmp_path, base, cur) == 2
+    assert "share none: pair them with --pair BASELINE=CURRENT" in capsys.readouterr().err
+    assert gate(tmp_path, base, cur, "--pair", "p=r", "--pair", "q=s") == 0
+    out = capsys.readouterr().out
+    assert "Paired as asked: `p` (baseline) with `r` (current), `q` (baseline) with `s` (current)." in out
+    assert "| p → r | all |" in out and "| q → s | all |" in out
+    assert gate(tmp_path, base, cur, "--pair", "p=s") == 1
+    out = capsys.readouterr().out
+    assert "| ❌ fail | owner_accuracy may drop at most 0.02 | p → s | all |" in out
+    assert "Providers not gated: q (baseline), r (current)." in out
+    for bad, message in (("p=nope", "the current run has no provider 'nope' (it has r, s)"),
+                         ("x=r", "the baseline has no provider 'x'"), ("p", "use BASELINE_PROVIDER=CURRENT_PROVIDER")):
+        assert gate(tmp_path, base, cur, "--pair", bad) == 2
+        assert message in capsys.readouterr().err
+
+
+# ---- runs of different inputs (issue 13.10) ----------------------------------------------------------------
+
+
+def test_runs_of_different_datasets_are_refused_unless_allowed_then_only_shared_cases_are_gated(tmp_path: Path,
+                                                                                                 capsys):
+    base = write_run(tmp_path / "base", *run_frames(PERFECT), dataset_hash="aaaa")
+    ids = [f"c{i:02d}" for i in range(10)] + [f"x{i:02d}" for i in range(10)]  # 10 shared, 10 new and all wrong
+    cur = write_run(tmp_path / "cur", *run_frames([5] * 10 + [0] * 10, ids=ids), dataset_hash="bbbb")
+    assert gate(tmp_path, base, cur) == 2
+    err = capsys.readouterr().err
+    assert "the datasets differ (hash aaaa vs bbbb; cases: 10 shared; 10 only in the baseline (e.g. d/c10" in err
+    assert "10 only in the current run (e.g. d/x00" in err and "--allow-different-inputs" in err
+    assert gate(tmp_path, base, cur, "--allow-different-inputs") == 0
+    report = (cur / "gate.md").read_text().splitlines()
+    assert report[2].startswith("**Different inputs: the datasets differ") and "Only the 10 cases in both runs" in \
+        report[2]
+    assert "| ✅ pass | owner_accuracy may drop at most 0.02 | p | all | 1.000 | 1.000 |" in "\n".join(report)
+    shared_wrong = write_run(tmp_path / "wrong", *run_frames([0] * 10 + [5] * 10, ids=ids), dataset_hash="bbbb")
+    assert gate(tmp_path, base, shared_wrong, "--allow-different-inputs") == 1
+
+
+def test_a_case_whose_content_changed_is_not_shared(tmp_path: Path, capsys):
+    hashes = {f"d/c{i:02d}": f"h{i}" for i in range(N_CASES)}
+    base = write_run(tmp_path / "base", *run_frames(PERFECT), case_hashes=hashes)
+    cur = write_run(tmp_path / "cur", *run_frames([0] + [5] * (N_CASES - 1)), dataset_hash="h2",
+                    case_hashes=hashes | {"d/c00": "edited"})
+    assert gate(tmp_path, base, cur) == 2
+    assert "1 changed (e.g. d/c00)" in capsys.readouterr().err
+    assert gate(tmp_path, base, cur, "--allow-different-inputs") == 0  # the edited case, now wrong, is left out
+    assert "Only the 19 cases in both runs are gated" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("a", "b", "code"), [(("sweep", 3), ("random:0.2", 3), 2), (("random:0.2", 3), ("random:0.2", 4), 2),
+                                              (("sweep", 3), ("sweep", 4), 0), (("none", 1), ("none", 2), 0)])
+def test_runs_of_different_fault_plans_are_refused(tmp_path: Path, capsys, a, b, code):
+    base = write_run(tmp_path / "base", *run_frames(PERFECT), faults=a[0], seed=a[1])
+    cur = write_run(tmp_path / "cur", *run_frames(PERFECT), faults=b[0], seed=b[1])
+    assert gate(tmp_path, base, cur) == code
+    if code == 2:
+        assert "the fault plans differ" in capsys.readouterr().err
+        assert gate(tmp_path, base, cur, "--allow-different-inputs") == 0
+        assert "**Different inputs: the fault plans differ" in (cur / "gate.md").read_text()
+
+
+# ---- errors never flatter (issue 17.7) ---------------------------------------------------------------------
+
+
+def _with(frames: tuple[list[tuple], list[tuple]], metric: str, per_case: list[tuple[float, float]],
+          n: int | None = None) -> tuple[list[tuple], list[tuple]]:
+    """Frames plus one more metric, from per-case (num, den); n defaults to the cases that scored it."""
+    metrics, cases = frames
+    cases = cases + [("p", "d", f"c{i:02d}", metric, num, den) for i, (num, den) in enumerate(per_case)]
+    value = sum(x for x, _ in per_case) / sum(d for _, d in per_case)
+    metrics = metrics + [("p", "all", metric, value, value, value, n or sum(d > 0 for _, d in per_case), None)]
+    return metrics, cases
+
+
+def test_any_rise_of_the_infra_error_rate_fails(tmp_path: Path, capsys):
+    clean = [(0.0, 5.0)] * N_CASES
+    base = write_run(tmp_path / "base", *_with(run_frames(PERFECT), "infra_error_rate", clean))
+    one = write_run(tmp_path / "one", *_with(run_frames(PERFECT), "infra_error_rate", [(1.0, 5.0)] + clean[1:]))
+    assert gate(tmp_path, base, base) == 0
+    assert gate(tmp_path, base, one) == 1  # one unit of 100: a paired CI would call it noise
+    assert "| ❌ fail | infra_error_rate may increase at most 0 | p | all | 0.000 | 0.010 | Δ +0.01" in \
+        capsys.readouterr().out
+
+
+def test_a_metric_that_vanished_or_lost_cases_fails_even_without_a_rule(tmp_path: Path, capsys):
+    kept = [(1.0, 1.0)] * N_CASES
+    base = write_run(tmp_path / "base", *_with(run_frames(PERFECT), "separate_kept_rate", kept))
+    vanished = write_run(tmp_path / "vanished", *run_frames(PERFECT))
+    assert gate(tmp_path, base, vanished) == 1
+    assert ("| ❌ fail | every metric the baseline measured is measured | p | all | 1.000 | — | separate_kept_rate: "
+            f"measured in the baseline (n={N_CASES}) but not in the current run |") in capsys.readouterr().out
+    dropped = [(1.0, 1.0)] * (N_CASES - 3) + [(0.0, 0.0)] * 3  # three cases fell out (an engine error, say)
+    fewer = write_run(tmp_path / "fewer", *_with(run_frames(PERFECT), "separate_kept_rate", dropped))
+    assert gate(tmp_path, base, fewer) == 1
+    out = capsys.readouterr().out
+    assert f"separate_kept_rate: n {N_CASES - 3} < baseline n {N_CASES}" in out
+    assert "| ✅ pass | every metric the baseline measured is measured |" in out
+    relaxed = tmp_path / "relaxed.toml"
+    relaxed.write_text("require_baseline_n = false\n[[rule]]\nmetric = 'owner_accuracy'\nmax_drop = 0.02\n")
+    assert gate(tmp_path, base, fewer, "--rules", str(relaxed)) == 0
+
+
+def _two_datasets(d2_nums: list[int]) -> tuple[list[tuple], list[tuple]]:
+    """owner_accuracy over 100 cases of d1 (all right) and 10 of d2; metrics pooled and per dataset."""
+    cases = [("p", "d1", f"a{i:03d}", "owner_accuracy", 5.0, 5.0) for i in range(100)]
+    cases += [("p", "d2", f"b{i:03d}", "owner_accuracy", float(x), 5.0) for i, x in enumerate(d2_nums)]
+    metrics = []
+    for scope in ("all", "d1", "d2"):
+        mine = [c for c in cases if scope in ("all", c[1])]
+        value = sum(c[4] for c in mine) / sum(c[5] for c in mine)
+        metrics.append(("p", scope, "owner_accuracy", value, value, value, len(mine), None))
+    return metrics, cases
+
+
+def test_rules_apply_per_dataset_as_well_as_pooled(tmp_path: Path, capsys):
+    """A regression confined to a small dataset hides in the pooled value (Δ −0.018) but not in its own."""
+    base = write_run(tmp_path / "base", *_two_datasets([5] * 10))
+    cur = write_run(tmp_path / "cur", *_two_datasets([4] * 10))
+    assert gate(tmp_path, base, cur) == 1
+    out = capsys.readouterr().out
+    assert "| ✅ pass | owner_accuracy may drop at most 0.02 | p | all |" in out
+    assert "| ✅ pass | owner_accuracy may drop at most 0.02 | p | d1 |" in out
+    assert "| ❌ fail | owner_accuracy may drop at most 0.02 | p | d2 | 1.000 | 0.800 | paired Δ -0.200" in out
+    pooled_only = tmp_path / "pooled.toml"
+    pooled_only.write_text("[[rule]]\nmetric = 'owner_accuracy'\nmax_drop = 0.02\ndataset = 'all'\n")
+    assert gate(tmp_path, base, cur, "--rules", str(pooled_only)) == 0
+
+
+def test_the_shipped_rules_cover_infra_errors_and_the_profile():
+    by_metric = {r.metric: r for r in load_rules().rule}
+    assert by_metric["infra_error_rate"].kind == "max_increase"
+    assert {"profile_leak_rate", "profile_name_accuracy", "no_memory_accuracy"} <= by_metric.keys()
+    assert all(r.dataset is None for r in by_metric.values())  # pooled and per dataset

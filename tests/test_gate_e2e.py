@@ -1,13 +1,18 @@
-"""The regression gate on real runs: the baseline passes against itself, planted attribution errors fail."""
+"""The regression gate on real runs: the baseline passes against itself, planted attribution errors and engine
+errors that take cases out of the metrics fail, a fault-free run gates cleanly against itself."""
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 from xml.etree import ElementTree
 
+import pandas as pd
 import pytest
 
 from evals.cli import main
+from evals.compare import load_run
+from evals.gate_inputs import case_hashes, restrict
 from evals.runner import RunConfig, run_eval
 
 DATASET = "datasets/chat_en.jsonl"
@@ -52,3 +57,49 @@ def test_planted_attribution_errors_fail_the_gate(baseline, tmp_path, monkeypatc
               if case.find("failure") is not None}
     assert any("subject_accuracy" in name for name in failed)
     assert not any("rollback_correct_rate" in name for name in failed)  # writes are still all-or-nothing
+
+
+def _failed(run: Path) -> set[str]:
+    return {case.get("name") for case in ElementTree.parse(run / "gate.xml").getroot().iter("testcase")
+            if case.find("failure") is not None}
+
+
+def test_engine_errors_that_take_cases_out_of_the_metrics_fail_the_gate(baseline, tmp_path, monkeypatch, capsys):
+    """A write that raises (instead of returning a failure) makes its case an infra error: its facts leave every
+    rate, which can even rise. The gate fails on the infra errors and on the cases that dropped out."""
+    import hymem.client as client_module
+
+    real = client_module.HyMemoryClient.add
+
+    def raises_for_some_users(self, messages, user_id, request_id=None):
+        if zlib.crc32(user_id.encode()) % 4 == 0:
+            raise RuntimeError("planted: nothing to remember raised as an error")
+        return real(self, messages, user_id, request_id)
+
+    monkeypatch.setattr(client_module.HyMemoryClient, "add", raises_for_some_users)
+    current = _run(tmp_path / "current")
+    capsys.readouterr()
+    assert main(["gate", "--baseline", str(baseline), "--current", str(current)]) == 1
+    failed = _failed(current)
+    assert "no metric's n falls below the baseline's" in failed
+    assert any(name.startswith("infra_error_rate") for name in failed) or any("anomaly" in n for n in failed)
+
+
+def test_a_fault_free_run_passes_its_own_gate_with_the_fault_rules_skipped(tmp_path, capsys):
+    run = run_eval(RunConfig(datasets=[DATASET], embedder="hash", faults="none", limit=6, out=tmp_path / "none",
+                             progress=False)).run_dir
+    assert main(["gate", "--baseline", str(run), "--current", str(run)]) == 0
+    report = (run / "gate.md").read_text()
+    assert "| ⏭ skipped | rollback_correct_rate >= 1 | offline | all | — | — | measured in neither run |" in report
+    assert not _failed(run)
+
+
+def test_gating_only_shared_cases_reproduces_the_reports_values_over_all_cases(baseline):
+    """restrict() recomputes values from the per-case tables; over every case it must agree with metrics.parquet
+    (rates and counts, pooled and per dataset), or a gate with --allow-different-inputs would read other numbers."""
+    run = load_run(baseline)
+    again = restrict(run, set(case_hashes(run)))
+    merged = again.metrics.merge(run.metrics, on=["provider", "dataset", "metric"], suffixes=("", "_report"))
+    assert len(merged) == len(again.metrics) and {"faulted_units", "anomaly_count", "fact_f1"} <= set(merged["metric"])
+    pd.testing.assert_series_equal(merged["value"], merged["value_report"], check_names=False)
+    assert set(merged["dataset"]) == {"all", "chat_en"}

@@ -25,6 +25,7 @@ class Manifest(BaseModel):
     finished: float | None = None  # unix time the report was written; None while running
     datasets: list[str]  # dataset specs as given
     dataset_hash: str  # sha256 over the cases' canonical JSON
+    case_hashes: dict[str, str] = Field(default_factory=dict)  # "dataset/case_id" -> its content hash (the gate)
     n_cases: int
     providers: list[str]  # provider specs as given (never keys)
     embedder: str
