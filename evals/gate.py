@@ -27,8 +27,9 @@ from xml.etree import ElementTree as ET
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from evals.compare import Run, RunInputError, case_values, fmt, is_count, load_run, metric_row
+from evals.compare import Run, RunInputError, case_values, load_run, metric_row
 from evals.gate_inputs import InputDiff, compare_inputs, restrict
+from evals.record.catalogue import Direction, Kind, find, format_value
 from evals.stats import paired_bootstrap_delta
 
 Status = Literal["pass", "fail", "skipped"]
@@ -36,6 +37,8 @@ CONSTRAINTS = ("min", "max", "equals", "max_drop", "max_rise", "max_increase")
 _SYMBOL = {"min": ">=", "max": "<=", "equals": "==", "max_drop": "may drop at most", "max_rise": "may rise at most",
            "max_increase": "may increase at most"}
 _SHIFTS = ("max_drop", "max_rise", "max_increase")  # rules that compare with the baseline
+# The direction each shift constraint assumes: a drop is a regression only where higher is better.
+_DIRECTION = {"max_drop": Direction.HIGHER, "max_rise": Direction.LOWER, "max_increase": Direction.LOWER}
 ALL = "all"  # the dataset label of pooled rows in metrics.parquet
 _EQUAL_TOL = 1e-9
 
@@ -66,6 +69,11 @@ class Rule(BaseModel):
         if len(given) != 1:
             raise ValueError(f"rule for {self.metric!r} needs exactly one of {', '.join(CONSTRAINTS)}; got "
                              f"{given or 'none'}")
+        declared = find(self.metric)  # the catalogue says which way is better; a rule must agree
+        want = _DIRECTION.get(given[0])
+        if declared is not None and want is not None and declared.direction is not want:
+            raise ValueError(f"rule for {self.metric!r}: {given[0]} assumes {want.value} is better, but the metric "
+                             f"catalogue declares {declared.direction.value}")
         return self
 
     @property
@@ -101,6 +109,7 @@ class Check(BaseModel):
 
     provider: str  # the provider, or "baseline → current" for a pair of different names
     dataset: str = ALL
+    metric: str | None = None  # the metric a built-in check found at fault (a rule's is the rule's)
     status: Status
     baseline: float | None = None  # the baseline's value on this dataset (or pooled), when measured
     current: float | None = None  # the current run's value, when measured
@@ -162,7 +171,7 @@ def _bound(rule: Rule, base: dict[str, Any], value: float, n: int) -> Check:
     kind, limit = rule.kind, rule.threshold
     ok = {"min": value >= limit, "max": value <= limit,
           "equals": math.isclose(value, limit, rel_tol=0, abs_tol=_EQUAL_TOL)}[kind]
-    shown = fmt(value, is_count(rule.metric))
+    shown = format_value(rule.metric, value)
     return Check(**base, n=n, status="pass" if ok else "fail",
                  detail=f"{shown} {_SYMBOL[kind]} {limit:g}" if ok else f"{shown} violates {_SYMBOL[kind]} {limit:g}")
 
@@ -225,8 +234,9 @@ def _applies(rule: Rule, pair: Pair) -> bool:
 
 def _baseline_metrics(baseline: Run, current: Run, pair: Pair) -> tuple[Check | None, list[Check], list[Check]]:
     """Every (dataset, metric) the baseline measured, against the current run: the ones that vanished and the
-    ones whose n fell. n is compared for scored metrics (per-case values) and counts, whose n are cases; the
-    usage figures' n are attempts, which retries and the cache move."""
+    ones whose n fell. n is compared for rates and counts (the catalogue's kinds; their n are cases or
+    units), not for durations, tokens or costs, whose n are LM attempts that retries and the cache move.
+    A metric the catalogue does not declare is compared when it has per-case values."""
     b = baseline.metrics[baseline.metrics["provider"] == pair.baseline]
     scored = {m for (p, m) in baseline.case_index if p == pair.baseline}
     vanished, fell, measured = [], [], 0
@@ -236,17 +246,22 @@ def _baseline_metrics(baseline: Run, current: Run, pair: Pair) -> tuple[Check | 
         measured += 1
         dataset, metric = row["dataset"], row["metric"]
         c_row = metric_row(current, pair.current, dataset, metric)
-        base = {"provider": pair.label, "dataset": dataset, "baseline": float(row["value"])}
+        base = {"provider": pair.label, "dataset": dataset, "metric": metric, "baseline": float(row["value"])}
         if _measured(c_row) is None:
             vanished.append(Check(**base, status="fail", detail=f"{metric}: measured in the baseline (n={row['n']}) "
                                   "but not in the current run"))
-        elif (metric in scored or is_count(metric)) and int(c_row["n"]) < int(row["n"]):
+        elif _counts_cases(metric, scored) and int(c_row["n"]) < int(row["n"]):
             fell.append(Check(**base, current=float(c_row["value"]), n=int(c_row["n"]), status="fail",
                               detail=f"{metric}: n {int(c_row['n'])} < baseline n {int(row['n'])}"))
     if not measured:
         return Check(provider=pair.label, status="skipped", detail="the baseline measured no metric"), [], []
     return (Check(provider=pair.label, status="pass", detail=f"{measured} (dataset, metric) values checked"),
             vanished, fell)
+
+
+def _counts_cases(metric: str, scored: set[str]) -> bool:
+    declared = find(metric)
+    return declared.kind in (Kind.RATE, Kind.COUNT) if declared is not None else metric in scored
 
 
 def _result(label: str, metric: str, checks: list[Check], rule: Rule | None = None) -> RuleResult:
@@ -320,8 +335,8 @@ def junit_xml(results: list[RuleResult], *, baseline: str, current: str) -> str:
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def _value(x: float | None, count: bool) -> str:
-    return "—" if x is None else fmt(x, count)  # absent or not measured
+def _value(x: float | None, metric: str) -> str:
+    return "—" if x is None else format_value(metric, x)  # absent or not measured
 
 
 _ICON = {"pass": "✅ pass", "fail": "❌ fail", "skipped": "⏭ skipped"}
@@ -340,10 +355,10 @@ def summary_markdown(results: list[RuleResult], *, baseline: str, current: str, 
 
     rows = []
     for result in results:
-        count = is_count(result.metric)
         for c in result.checks:
-            rows.append([_ICON[c.status], result.label, c.provider, c.dataset, _value(c.baseline, count),
-                         _value(c.current, count), c.detail])
+            metric = c.metric or result.metric
+            rows.append([_ICON[c.status], result.label, c.provider, c.dataset, _value(c.baseline, metric),
+                         _value(c.current, metric), c.detail])
     out += [markdown_table(["status", "rule", "provider", "dataset", "baseline", "current", "detail"], rows), ""]
     return "\n".join(out) + "\n"
 

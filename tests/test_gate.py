@@ -109,7 +109,7 @@ def test_an_exact_count_rule_uses_the_value():
                                as_run(PERFECT), as_run(PERFECT, anomalies=3.0))
     assert (ok.status, bad.status) == ("fail", "fail")
     assert ok.checks[0].current == 3.0
-    [same] = evaluate_rules(rules({"metric": "anomaly_count", "max_drop": 0}), as_run(PERFECT), as_run(PERFECT))
+    [same] = evaluate_rules(rules({"metric": "anomaly_count", "max_rise": 0}), as_run(PERFECT), as_run(PERFECT))
     assert same.status == "pass" and "no per-case values" in same.checks[0].detail
 
 
@@ -138,11 +138,28 @@ def test_a_value_neither_run_measured_is_skipped_and_one_only_the_baseline_measu
         "current run" in capsys.readouterr().out
 
 
+def _as_error_rate(run: Run) -> Run:
+    """The same numbers read as a lower-is-better metric."""
+    rename = {"owner_accuracy": "third_party_to_user_rate"}
+    return Run(metrics=run.metrics.replace({"metric": rename}), case_metrics=run.case_metrics.replace({"metric": rename}))
+
+
 def test_max_rise_fails_when_the_whole_ci_is_above_tolerance():
-    low, high = as_run([0] * N_CASES), as_run([2, 3] * (N_CASES // 2))
-    rule = {"metric": "owner_accuracy", "max_rise": 0.02}  # read here as an error rate
+    low, high = _as_error_rate(as_run([0] * N_CASES)), _as_error_rate(as_run([2, 3] * (N_CASES // 2)))
+    rule = {"metric": "third_party_to_user_rate", "max_rise": 0.02}
     assert evaluate_rules(rules(rule), low, high)[0].status == "fail"
     assert evaluate_rules(rules(rule), high, low)[0].status == "pass"
+
+
+@pytest.mark.parametrize("rule", ["metric = 'third_party_to_user_rate'\nmax_drop = 0.02",
+                                  "metric = 'owner_accuracy'\nmax_rise = 0.02",
+                                  "metric = 'fact_f1'\nmax_increase = 0"])
+def test_a_tolerance_against_the_metrics_declared_direction_is_refused(tmp_path: Path, rule: str, capsys):
+    """A drop rule on an error rate would pass every regression; the catalogue says which way is better."""
+    run = write_run(tmp_path / "run", *run_frames(PERFECT))
+    (tmp_path / "rules.toml").write_text(f"[[rule]]\n{rule}\n")
+    assert gate(tmp_path, run, run, "--rules", str(tmp_path / "rules.toml")) == 2
+    assert "the metric catalogue declares" in capsys.readouterr().err
 
 
 def test_a_rule_covers_each_shared_provider_unless_it_names_one():
