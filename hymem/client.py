@@ -142,7 +142,8 @@ class HyMemoryClient:
         """Already-extracted memories (`text`, `owner`[, `subject`, `kind`]): reconcile → store."""
         user_id, request_id = check_user_id(user_id), check_request_id(request_id)
         facts = self._memories(memories)
-        return self._write(user_id, request_id, "extracted", [_fact_json(f) for f in facts],
+        payload = [{"text": f.text, "subject": f.subject, "owner": f.owner, "kind": f.kind} for f in facts]
+        return self._write(user_id, request_id, "extracted", payload,
                            lambda rid: self._facts_chain(facts, user_id, rid))
 
     def add_working(self, messages: list, user_id: str, request_id: str | None = None) -> WriteResult:
