@@ -42,9 +42,14 @@ _BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"  # every line boundary of str.s
 _LABEL_RE = re.compile(f"\\[([^\\]{_BREAKS}]{{1,64}})\\]: ")
 # Line boundaries of str.splitlines(), "\r\n" first so that it stays one boundary; a capture keeps them.
 _BREAK_RE = re.compile(f"(\r\n|[{_BREAKS}])")
-# Where a stripped line can begin: not blank, not an invisible format character (zero-width space, BOM, ...).
-_VISIBLE_RE = re.compile(r"[^\s\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff]")
-_LOOKAHEAD = 256  # characters of a line enough to judge whether it reads as a label or a name line
+# Unicode's invisible format characters (category Cf: zero-width space, BOM, bidi controls, tags, ...).
+_FORMAT_CHARS = ("\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f\u202a-\u202e"
+                 "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f"
+                 "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f")
+_FORMAT_RE = re.compile(f"[{_FORMAT_CHARS}]")
+# Where a stripped line can begin: not blank, not an invisible format character.
+_VISIBLE_RE = re.compile(f"[^\\s{_FORMAT_CHARS}]")
+_LOOKAHEAD = 200  # characters of a line enough to judge whether it reads as a label or a name line
 # What a lenient reader takes for a label: any bracketed text, then a colon (space or not); or a role word
 # and a colon without brackets ("user: ...").
 _LOOKS_LIKE_LABEL = re.compile(r"[\[【〔〖][^\]】〕〗]{0,128}[\]】〕〗]\s*[:：]|(?:user|assistant|system|tool|用户|助手)\s*[:：]",
@@ -105,8 +110,9 @@ def name_problem(role: str, name: str) -> str | None:
 
 def reader_view(text: str) -> str:
     """`text` as a lenient reader sees it: compatibility-folded (NFKC), invisible format characters dropped."""
-    folded = unicodedata.normalize("NFKC", text)
-    return "".join(c for c in folded if unicodedata.category(c) != "Cf")
+    if text.isascii():
+        return text
+    return _FORMAT_RE.sub("", unicodedata.normalize("NFKC", text))
 
 
 def looks_like_label(line: str) -> bool:
@@ -116,8 +122,12 @@ def looks_like_label(line: str) -> bool:
 
 def looks_like_name_line(line: str) -> bool:
     """Whether a lenient reader could take `line` for the name line (any apostrophe, case or spacing)."""
-    view = reader_view(line).lstrip().casefold().translate(_APOSTROPHES)
-    return bool(_LOOKS_LIKE_NAME_LINE_EN.match(view) or _LOOKS_LIKE_NAME_LINE_ZH.match(re.sub(r"\s+", "", view)))
+    return _view_is_name_line(reader_view(line).lstrip())
+
+
+def _view_is_name_line(view: str) -> bool:
+    low = view.casefold().translate(_APOSTROPHES)
+    return bool(_LOOKS_LIKE_NAME_LINE_EN.match(low) or _LOOKS_LIKE_NAME_LINE_ZH.match(re.sub(r"\s+", "", low[:64])))
 
 
 def user_name_line(name: str, language: Literal["zh", "en"]) -> str:
@@ -200,10 +210,13 @@ def _escape_content(content: str, tool: bool) -> str:
     """
     pieces = _BREAK_RE.split(content)  # segment, boundary, segment, ...: segments at even positions
     visible = [m.start() for m in _VISIBLE_RE.finditer(content)]  # where each reader's stripped line can begin
+    folded = reader_view(content).casefold()
+    # No colon and no name word anywhere: no segment can read as a header (a cheap pass over long content).
+    judge = any(mark in folded for mark in (":", "：", "name", "called", "用"))
     start = 0
     for i, piece in enumerate(pieces):
         if i % 2 == 0 and (piece.startswith(_ESCAPE) or (tool and i == 0 and piece.startswith("("))
-                           or _reads_as_header(content, start, visible)):
+                           or (judge and _reads_as_header(content, start, visible))):
             pieces[i] = _ESCAPE + piece
         start += len(piece)
     return "".join(pieces)
@@ -217,8 +230,8 @@ def _reads_as_header(content: str, start: int, visible: list[int]) -> bool:
     at = bisect.bisect_left(visible, start)
     if at == len(visible) or visible[at] >= end:
         return False
-    window = content[visible[at] : min(end, visible[at] + _LOOKAHEAD)]
-    return looks_like_label(window) or looks_like_name_line(window)
+    view = reader_view(content[visible[at] : min(end, visible[at] + _LOOKAHEAD)]).lstrip()
+    return _LOOKS_LIKE_LABEL.match(view) is not None or _view_is_name_line(view)
 
 
 def _unescape_content(content: str) -> str:
