@@ -4,6 +4,7 @@
 - engine overhead per write: wall time of a write minus the time inside model and embedding calls,
   as a share of the write, and against an ideal write (the same rows and vectors stored directly).
 - runner wall time / ideal against `serve` with a fixed latency L at concurrency C = 1, 4, 16.
+- write growth: time of a write into a store already holding N memories / into a fresh store (flat → 1.0).
 Run with `nox -s bench` or `python -m evals.bench [--writes N] [--repeat R]`.
 """
 
@@ -150,6 +151,70 @@ def _ideal_write_seconds(rows: list, writes: int) -> float:
     return seconds
 
 
+def _seed_store(path: Path, memories: int, users: int, dim: int) -> None:
+    """A store holding `memories` live memories spread evenly over `users` users (user u0 is the writer)."""
+    from hymem.store import Store
+
+    rng = np.random.default_rng(0)
+    with Store(path, dim=dim) as store:
+        for start in range(0, memories, 5000):
+            count = min(5000, memories - start)
+            vectors = rng.standard_normal((count, dim)).astype(np.float32)
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+            with store.write() as tx:
+                for i in range(count):
+                    n = start + i
+                    tx.add_memory(f"u{n % users}", f"Seeded memory number {n}.", "user", "user", "fact",
+                                  vectors[i], f"seed{start}")
+
+
+def _write_seconds(store_dir: Path, writes: int) -> list[float]:
+    """Wall seconds of each of `writes` chat writes by user u0 (offline model, hash embedder)."""
+    from hymem.client import HyMemoryClient
+
+    case = synthetic_case(writes)
+    with HyMemoryClient(path=store_dir, lm="offline", embedder="hash") as client:
+        client.add(case.turns[0], user_id="warmup")
+        seconds = []
+        for i, turn in enumerate(case.turns):
+            start = time.perf_counter()
+            assert client.add(turn, user_id="u0", request_id=f"g{i}").success
+            seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def write_growth(sizes: list[int], writes: int, repeat: int) -> list[dict[str, Any]]:
+    """Median write time into a store of N memories over a fresh store's, measured alternately in one run.
+
+    Two layouts per N: spread over 100 users (the writer holds N/100), and all N the writer's own (the
+    worst case: its candidates are searched among all N). Each repeat writes into a fresh copy.
+    """
+    import shutil
+
+    dim = HashEmbedder().dim
+    layouts = [(n, users) for n in sizes for users in (100, 1)]
+    ratios: dict[tuple[int, int], list[float]] = {key: [] for key in layouts}
+    with tempfile.TemporaryDirectory() as tmp:
+        seeded = {}
+        for n, users in layouts:
+            seeded[(n, users)] = Path(tmp) / f"seed-{n}-{users}"
+            _seed_store(seeded[(n, users)], n, users, dim)
+        for r in range(repeat):
+            fresh = statistics.median(_write_seconds(Path(tmp) / f"fresh-{r}", writes))
+            for key in layouts:
+                copy = Path(tmp) / f"run-{key[0]}-{key[1]}-{r}"
+                shutil.copytree(seeded[key], copy)
+                ratios[key].append(statistics.median(_write_seconds(copy, writes)) / fresh)
+                shutil.rmtree(copy)
+            fresh_again = statistics.median(_write_seconds(Path(tmp) / f"fresh-b{r}", writes))
+            for key in layouts:  # the fresh write of the pair is the mean of the two around the seeded ones
+                ratios[key][-1] *= fresh / ((fresh + fresh_again) / 2)
+    return [{"memories": n, "users": users, "writer_memories": n // users, "writes": writes, "repeats": repeat,
+             "write_over_fresh_min": min(ratios[(n, users)]), "write_over_fresh_max": max(ratios[(n, users)]),
+             "write_over_fresh_median": statistics.median(ratios[(n, users)]), "goal_at_10000": 1.2}
+            for n, users in layouts]
+
+
 @contextlib.contextmanager
 def _server_process(latency: float):
     """`hymem-eval serve` in its own process, as a provider would be (its CPU never holds our GIL); yields its URL."""
@@ -205,15 +270,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency", type=float, default=0.25, help="serve's fixed latency L for runner_vs_ideal")
     parser.add_argument("--concurrency", type=int, action="append", default=None,
                         help="C for runner_vs_ideal (repeatable; default 1, 4, 16)")
+    parser.add_argument("--growth-sizes", type=int, nargs="*", default=[10_000, 100_000],
+                        help="store sizes N for write_growth (memories already stored); none skips it")
+    parser.add_argument("--only", choices=["sweep", "overhead", "runner", "growth"], action="append", default=None,
+                        help="run only these benchmarks (repeatable)")
     parser.add_argument("--model", default="offline",
                         help="the model name the runner asks `serve` for (it answers any name); DSPy scans its "
                         "metadata table for a name it does not know, e.g. offline, on every call")
     args = parser.parse_args(argv)
     logging.getLogger("hymem.store").setLevel(logging.CRITICAL)
-    results = {"sweep_growth": sweep_growth(args.writes, args.repeat),
-               "engine_overhead": engine_overhead(4 * args.writes),
-               "runner_vs_ideal": [runner_vs_ideal(args.latency, c, model=args.model)
-                                   for c in args.concurrency or [1, 4, 16]]}
+    only = set(args.only or ["sweep", "overhead", "runner", "growth"])
+    results: dict[str, Any] = {}
+    if "sweep" in only:
+        results["sweep_growth"] = sweep_growth(args.writes, args.repeat)
+    if "overhead" in only:
+        results["engine_overhead"] = engine_overhead(4 * args.writes)
+    if "runner" in only:
+        results["runner_vs_ideal"] = [runner_vs_ideal(args.latency, c, model=args.model)
+                                      for c in args.concurrency or [1, 4, 16]]
+    if "growth" in only and args.growth_sizes:
+        results["write_growth"] = write_growth(args.growth_sizes, 4 * args.writes, args.repeat)
     print(json.dumps(results, indent=2))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

@@ -400,3 +400,47 @@ def test_sigkill_during_a_write_leaves_a_consistent_store_with_all_or_nothing(tm
         else:
             assert live == {"seed 0", "seed 1", "seed 2"}
         assert [m.text for m in s.search("u2", vec(100), k=5)] == ["other user"]
+
+
+def test_search_matches_a_brute_force_ranking_after_many_mixed_writes_and_a_reopen(tmp_path):
+    """The per-user index (rows moved on removal, groups per user and kind) against a ranking computed
+    from SQLite's live rows, after adds, updates, supersedes and deletes across users and kinds."""
+    rng = np.random.default_rng(5)
+    path = tmp_path / "s"
+
+    def expected(s: Store, user: str, q: np.ndarray, k: int, kind: str | None) -> list[int]:
+        rows = [m for m in s.live_memories(user) if kind is None or m.kind == kind]
+        scored = sorted((-float(vec(int(m.text.split()[1])) @ q), m.id) for m in rows)
+        return [mid for _, mid in scored[:k]]
+
+    with Store(path, DIM, persist_every=7) as s:
+        live: dict[str, list[int]] = {"u1": [], "u2": [], "u3": []}
+        for step in range(300):
+            user = ["u1", "u2", "u3"][int(rng.integers(3))]
+            seed = int(rng.integers(10_000))
+            action = rng.random()
+            with s.write() as tx:
+                if action < 0.55 or len(live[user]) < 2:
+                    kind = "fact" if rng.random() < 0.7 else "experience"
+                    live[user].append(tx.add_memory(user, f"seed {seed}", "user", "user", kind, vec(seed), f"r{step}"))
+                elif action < 0.7:
+                    tx.update_memory(live[user][int(rng.integers(len(live[user])))], f"seed {seed}", "user", "user",
+                                     vec(seed), f"r{step}")
+                elif action < 0.85:
+                    old = live[user].pop(int(rng.integers(len(live[user]))))
+                    new = tx.add_memory(user, f"seed {seed}", "user", "user", "fact", vec(seed), f"r{step}")
+                    tx.supersede(old, new)
+                    live[user].append(new)
+                else:
+                    tx.delete(live[user].pop(int(rng.integers(len(live[user])))))
+        assert s.check_consistency() == []
+        queries = [vec(int(rng.integers(10_000))) for _ in range(20)]
+        for q in queries:
+            for user in live:
+                for kind in (None, "fact", "experience"):
+                    assert [m.id for m in s.search(user, q, k=4, kind=kind)] == expected(s, user, q, 4, kind)
+        before = {(u, i): [m.id for m in s.search(u, q, k=6)] for u in live for i, q in enumerate(queries)}
+    with Store(path, DIM) as s:
+        assert s.index_rebuild_reason is None
+        assert s.check_consistency() == []
+        assert {(u, i): [m.id for m in s.search(u, q, k=6)] for u in live for i, q in enumerate(queries)} == before

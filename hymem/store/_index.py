@@ -1,4 +1,9 @@
-"""The FAISS index, derived from SQLite: built from the live rows, loaded only if it matches them, persisted.
+"""The vector index, derived from SQLite: built from the live rows, loaded only if it matches them, persisted.
+
+In memory the live vectors are grouped by (user, kind), each group a dense float32 matrix with an
+id → row map. A search scores only the searched user's rows, and a write touches only the rows it changes
+(a removal moves the group's last row into the hole), so neither depends on how many memories the store
+holds. On disk the index is one FAISS `IndexIDMap2(IndexFlatIP)` of every live vector, keyed by memory id.
 
 The index file is persisted together with a sidecar holding the SQLite `generation` it reflects and a
 checksum. The sidecar is removed before the index file is replaced and written after it, so a crash
@@ -16,7 +21,7 @@ import json
 import os
 import sqlite3
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,31 +36,142 @@ INDEX_FILE = "hymem.faiss"
 SIDECAR_FILE = "hymem.faiss.json"  # generation, dim, size and crc32 of INDEX_FILE
 
 
-def _live_vectors(conn: sqlite3.Connection, dim: int) -> Iterator[tuple[int, np.ndarray]]:
-    cur = conn.execute(f"SELECT id, vector FROM memories WHERE {LIVE} ORDER BY id")
+class _Group:
+    """One user's live vectors of one kind: a dense matrix (grown by doubling) and an id → row map."""
+
+    __slots__ = ("ids", "n", "rows", "vectors")
+
+    def __init__(self, dim: int, capacity: int = 4):
+        self.vectors = np.empty((capacity, dim), dtype=np.float32)
+        self.ids = np.empty(capacity, dtype=np.int64)
+        self.rows: dict[int, int] = {}
+        self.n = 0
+
+    def add(self, memory_id: int, vector: np.ndarray) -> None:
+        if self.n == len(self.ids):
+            self.vectors = np.concatenate([self.vectors, np.empty_like(self.vectors)])
+            self.ids = np.concatenate([self.ids, np.empty_like(self.ids)])
+        self.vectors[self.n], self.ids[self.n] = vector, memory_id
+        self.rows[memory_id] = self.n
+        self.n += 1
+
+    def remove(self, memory_id: int) -> None:
+        row, last = self.rows.pop(memory_id), self.n - 1
+        if row != last:
+            moved = int(self.ids[last])
+            self.vectors[row], self.ids[row] = self.vectors[last], moved
+            self.rows[moved] = row
+        self.n = last
+
+    def top(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, scores) of the k best rows by inner product, unordered."""
+        # einsum, not `@`: BLAS's threaded matrix-vector product spins its threads and costs 10-50x more
+        # on a loaded 2-core machine; one thread at memory speed is the steady choice for one query.
+        scores = np.einsum("ij,j->i", self.vectors[: self.n], query)
+        if self.n > k:
+            best = np.argpartition(-scores, k - 1)[:k]
+            return self.ids[best], scores[best]
+        return self.ids[: self.n].copy(), scores
+
+
+class VectorIndex:
+    """Every live memory's vector, grouped by (user, kind)."""
+
+    def __init__(self, dim: int):
+        self.d = dim
+        self._groups: dict[tuple[str, str], _Group] = {}
+        self._where: dict[int, tuple[str, str]] = {}  # memory id -> its group's key
+
+    @property
+    def ntotal(self) -> int:
+        return len(self._where)
+
+    def __contains__(self, memory_id: int) -> bool:
+        return memory_id in self._where
+
+    def add(self, memory_id: int, user_id: str, kind: str, vector: np.ndarray) -> None:
+        if memory_id in self._where:
+            raise ValueError(f"memory {memory_id} is already in the index")
+        key = (user_id, kind)
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = _Group(self.d)
+        group.add(memory_id, vector)
+        self._where[memory_id] = key
+
+    def remove(self, memory_id: int) -> None:
+        key = self._where.pop(memory_id)
+        group = self._groups[key]
+        group.remove(memory_id)
+        if group.n == 0:
+            del self._groups[key]
+
+    def search(self, user_id: str, query: np.ndarray, k: int, kinds: Iterable[str]) -> list[tuple[int, float]]:
+        """The user's k best (id, score) among the given kinds, best first; ties go to the lower id."""
+        found = [self._groups[(user_id, kind)].top(query, k) for kind in kinds if (user_id, kind) in self._groups]
+        if not found:
+            return []
+        ids = np.concatenate([f[0] for f in found])
+        scores = np.concatenate([f[1] for f in found])
+        order = np.lexsort((ids, -scores))[:k]
+        return [(int(ids[i]), float(scores[i])) for i in order]
+
+    def vector(self, memory_id: int) -> np.ndarray | None:
+        key = self._where.get(memory_id)
+        if key is None:
+            return None
+        group = self._groups[key]
+        return group.vectors[group.rows[memory_id]]
+
+    def ids(self) -> list[int]:
+        return list(self._where)
+
+    def placement(self, memory_id: int) -> tuple[str, str] | None:
+        """(user_id, kind) the memory's vector is filed under, or None."""
+        return self._where.get(memory_id)
+
+    def to_faiss(self) -> faiss.IndexIDMap2:
+        """One FAISS index of every vector, in id order (the on-disk form)."""
+        index = faiss.IndexIDMap2(faiss.IndexFlatIP(self.d))
+        if self._where:
+            ids = np.concatenate([g.ids[: g.n] for g in self._groups.values()])
+            vectors = np.concatenate([g.vectors[: g.n] for g in self._groups.values()])
+            order = np.argsort(ids, kind="stable")
+            index.add_with_ids(np.ascontiguousarray(vectors[order]), ids[order])
+        return index
+
+    @classmethod
+    def from_rows(cls, dim: int, rows: Iterable[tuple[int, str, str, np.ndarray]]) -> VectorIndex:
+        """An index of (id, user_id, kind, vector) rows, each group sized to fit."""
+        by_key: dict[tuple[str, str], list[tuple[int, np.ndarray]]] = {}
+        for mid, user_id, kind, vector in rows:
+            by_key.setdefault((user_id, kind), []).append((mid, vector))
+        index = cls(dim)
+        for key, members in by_key.items():
+            group = _Group(dim, capacity=max(4, len(members)))
+            group.vectors[: len(members)] = np.stack([v for _, v in members])
+            group.ids[: len(members)] = [m for m, _ in members]
+            group.rows = {m: row for row, (m, _) in enumerate(members)}
+            group.n = len(members)
+            index._groups[key] = group
+            index._where.update(dict.fromkeys(group.rows, key))
+        return index
+
+
+def _live_rows(conn: sqlite3.Connection, dim: int) -> Iterator[tuple[int, str, str, np.ndarray]]:
+    cur = conn.execute(f"SELECT id, user_id, kind, vector FROM memories WHERE {LIVE} ORDER BY id")
     while rows := cur.fetchmany(4096):
-        for mid, blob in rows:
-            yield mid, from_blob(blob, dim, mid)
+        for mid, user_id, kind, blob in rows:
+            yield mid, user_id, kind, from_blob(blob, dim, mid)
 
 
-def build_index(conn: sqlite3.Connection, dim: int) -> faiss.IndexIDMap2:
-    """A fresh index of every live memory's vector, keyed by memory id."""
-    index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
-    ids: list[int] = []
-    vecs: list[np.ndarray] = []
-    for mid, vec in _live_vectors(conn, dim):
-        ids.append(mid)
-        vecs.append(vec)
-        if len(ids) >= 4096:
-            index.add_with_ids(np.stack(vecs), np.asarray(ids, dtype=np.int64))
-            ids, vecs = [], []
-    if ids:
-        index.add_with_ids(np.stack(vecs), np.asarray(ids, dtype=np.int64))
-    return index
+def build_index(conn: sqlite3.Connection, dim: int) -> VectorIndex:
+    """A fresh index of every live memory's vector."""
+    return VectorIndex.from_rows(dim, _live_rows(conn, dim))
 
 
 def load_index(directory: Path, conn: sqlite3.Connection, dim: int,
-               generation: int) -> tuple[faiss.IndexIDMap2 | None, str | None]:
+               generation: int) -> tuple[VectorIndex | None, str | None]:
     """The persisted index if it is exactly the one SQLite implies, else (None, why not)."""
     index_path, sidecar_path = directory / INDEX_FILE, directory / SIDECAR_FILE
     if not index_path.exists():
@@ -78,22 +194,21 @@ def load_index(directory: Path, conn: sqlite3.Connection, dim: int,
         return None, f"index file unreadable ({e})"
     if not isinstance(index, faiss.IndexIDMap2) or index.d != dim:
         return None, f"index file holds a {type(index).__name__} of dim {index.d}"
-    ids = faiss.vector_to_array(index.id_map)
+    ids = faiss.vector_to_array(index.id_map).astype(np.int64)
     vectors = index.index.reconstruct_n(0, index.ntotal) if index.ntotal else np.zeros((0, dim), np.float32)
     recorded = conn.execute("SELECT value FROM meta WHERE key = 'vectors_checksum'").fetchone()
     if recorded is None or checksum_of(zip(ids.tolist(), map(bytes, vectors), strict=True)) != recorded[0]:
         return None, "index vectors do not match the checksum of the live vectors recorded in SQLite"
-    file_ids = np.sort(ids)
-    live_ids = np.fromiter(
-        (r[0] for r in conn.execute(f"SELECT id FROM memories WHERE {LIVE} ORDER BY id")), dtype=np.int64)
-    if not np.array_equal(file_ids, live_ids):
+    position = {int(mid): i for i, mid in enumerate(ids)}
+    live = conn.execute(f"SELECT id, user_id, kind FROM memories WHERE {LIVE} ORDER BY id").fetchall()
+    if len(live) != len(position) or any(mid not in position for mid, _, _ in live):
         return None, "index ids differ from live rows"
-    return index, None
+    return VectorIndex.from_rows(dim, ((mid, user_id, kind, vectors[position[mid]]) for mid, user_id, kind in live)), None
 
 
-def persist_index(directory: Path, index: faiss.IndexIDMap2, generation: int, dim: int) -> None:
+def persist_index(directory: Path, index: VectorIndex, generation: int, dim: int) -> None:
     """Write the index and then its sidecar; a crash in between leaves no valid sidecar, so a rebuild."""
-    data = faiss.serialize_index(index)
+    data = faiss.serialize_index(index.to_faiss())
     (directory / SIDECAR_FILE).unlink(missing_ok=True)
     _atomic_write(directory / INDEX_FILE, data)
     failpoint("store.persist")
@@ -102,15 +217,18 @@ def persist_index(directory: Path, index: faiss.IndexIDMap2, generation: int, di
     _atomic_write(directory / SIDECAR_FILE, json.dumps(sidecar).encode())
 
 
-def apply_changes(index: faiss.IndexIDMap2, changes: dict[int, np.ndarray | None]) -> None:
-    """Bring the touched ids to their committed state: removed, then re-added when live."""
+def apply_changes(index: VectorIndex, changes: dict[int, tuple[str, str, np.ndarray] | None]) -> None:
+    """Bring the touched ids to their committed state: removed, then re-added when live (O(changes))."""
     if not changes:
         return
-    index.remove_ids(np.fromiter(changes, dtype=np.int64, count=len(changes)))
+    for memory_id in changes:
+        if memory_id in index:
+            index.remove(memory_id)
     failpoint("store.faiss_update")
-    added = [(mid, vec) for mid, vec in changes.items() if vec is not None]
-    if added:
-        index.add_with_ids(np.stack([v for _, v in added]), np.asarray([m for m, _ in added], np.int64))
+    for memory_id, live in changes.items():
+        if live is not None:
+            user_id, kind, vector = live
+            index.add(memory_id, user_id, kind, vector)
 
 
 def _atomic_write(path: Path, data: Any) -> None:

@@ -13,10 +13,8 @@ import logging
 import os
 import sqlite3
 import threading
-from collections import Counter
 from pathlib import Path
 
-import faiss
 import numpy as np
 
 from hymem.failpoints import failpoint
@@ -223,7 +221,7 @@ class Store:
             self._in_tx = False
             self._lock.release()
 
-    def _commit(self, changes: dict[int, np.ndarray | None], checksum_delta: int) -> None:
+    def _commit(self, changes: dict[int, tuple[str, str, np.ndarray] | None], checksum_delta: int) -> None:
         try:
             if checksum_delta:
                 (checksum,) = self._conn.execute("SELECT value FROM meta WHERE key = 'vectors_checksum'").fetchone()
@@ -253,7 +251,8 @@ class Store:
                 _log.exception("FAISS update after commit failed; rebuilding the index from SQLite")
                 self._rebuild_after_failure()
             self._commits_since_persist += 1
-            if self._commits_since_persist >= self.persist_every:
+            # Persisting writes the whole index: spaced by at least 1% of its size, it costs O(1) per commit.
+            if self._commits_since_persist >= max(self.persist_every, self._index.ntotal // 100):
                 self._persist_if_changed()
         finally:
             self._lock.release()
@@ -271,22 +270,21 @@ class Store:
         return _memory(rows[0]) if rows else None
 
     def search(self, user_id: str, vector: np.ndarray, k: int = 5, kind: str | None = None) -> list[Memory]:
-        """The user's k live memories most similar (inner product) to vector, best first, with score set."""
+        """The user's k live memories most similar (inner product) to vector, best first, with score set.
+
+        Only the user's own vectors are scored (the index keeps them apart), and only the k hits are read
+        from SQLite: the cost does not grow with other users' memories or with rows already written.
+        """
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
+        if kind is not None and kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         self._check_process()
         query = query_vector(vector, self.dim)
-        sql, args = self._live_query(user_id, kind, "id")
         with self._lock:
             self._check_open()
             self._ensure_index()
-            ids = np.fromiter((r[0] for r in self._conn.execute(sql, args)), dtype=np.int64)
-            if ids.size == 0:
-                return []
-            selector = faiss.IDSelectorBatch(ids)
-            params = faiss.SearchParameters(sel=selector)
-            scores, found = self._index.search(query[None, :], min(k, ids.size), params=params)
-            hits = [(int(i), float(s)) for s, i in zip(scores[0], found[0], strict=True) if i >= 0]
+            hits = self._index.search(user_id, query, k, KINDS if kind is None else (kind,))
             if not hits:
                 return []
             marks = ",".join("?" * len(hits))
@@ -358,8 +356,8 @@ class Store:
     def check_consistency(self) -> list[str]:
         """Problems between SQLite and the in-memory FAISS index (empty when consistent).
 
-        Every live memory must have exactly one FAISS vector equal to its BLOB, and no FAISS
-        id may lack a live row.
+        Every live memory must have exactly one indexed vector, equal to its BLOB and filed under its
+        user and kind, and no indexed id may lack a live row.
         """
         problems: list[str] = []
         self._check_process()
@@ -372,20 +370,19 @@ class Store:
                 return [*problems, "FAISS index awaits a rebuild after a failed update"]
             index = self._index
             if index.d != self.dim:
-                problems.append(f"FAISS dim {index.d} != store dim {self.dim}")
+                problems.append(f"index dim {index.d} != store dim {self.dim}")
                 return problems
-            counts = Counter(int(i) for i in faiss.vector_to_array(index.id_map))
-            if index.ntotal != sum(counts.values()):
-                problems.append(f"FAISS ntotal {index.ntotal} != {sum(counts.values())} ids")
             live: set[int] = set()
-            for mid, blob in self._conn.execute(f"SELECT id, vector FROM memories WHERE {LIVE}"):
+            for mid, user_id, kind, blob in self._conn.execute(f"SELECT id, user_id, kind, vector FROM memories WHERE {LIVE}"):
                 live.add(mid)
-                n = counts.get(mid, 0)
+                indexed = index.vector(mid)
                 if len(blob) != 4 * self.dim:
                     problems.append(f"memory {mid}: vector BLOB has {len(blob)} bytes, expected {4 * self.dim}")
-                elif n != 1:
-                    problems.append(f"live memory {mid} has {n} vectors in FAISS")
-                elif not np.array_equal(index.reconstruct(mid), np.frombuffer(blob, dtype=np.float32)):
-                    problems.append(f"live memory {mid}: FAISS vector differs from its SQLite BLOB")
-            problems += [f"FAISS id {mid} has no live row" for mid in sorted(set(counts) - live)]
+                elif indexed is None:
+                    problems.append(f"live memory {mid} has no vector in the index")
+                elif index.placement(mid) != (user_id, kind):
+                    problems.append(f"live memory {mid} is indexed under {index.placement(mid)}, not {(user_id, kind)}")
+                elif not np.array_equal(indexed, np.frombuffer(blob, dtype=np.float32)):
+                    problems.append(f"live memory {mid}: indexed vector differs from its SQLite BLOB")
+            problems += [f"index id {mid} has no live row" for mid in sorted(set(index.ids()) - live)]
         return problems

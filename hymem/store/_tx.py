@@ -21,7 +21,8 @@ class WriteTx:
 
     def __init__(self, store: Store):
         self._store = store
-        self._changes: dict[int, np.ndarray | None] = {}  # memory id -> vector when live after commit, else None
+        # memory id -> (user_id, kind, vector) when live after commit, else None
+        self._changes: dict[int, tuple[str, str, np.ndarray] | None] = {}
         self._checksum_delta = 0  # digests of the live vectors added minus those of the vectors removed
         self._open = False
 
@@ -43,9 +44,9 @@ class WriteTx:
             raise RuntimeError("write transaction is not open (use `with store.write() as tx:`)")
         return self._store._conn
 
-    def _live_row(self, memory_id: int) -> tuple[str, bytes]:
-        """(user_id, vector BLOB) of a live memory; raises when there is none."""
-        row = self._conn().execute(f"SELECT user_id, vector FROM memories WHERE id = ? AND {LIVE}",
+    def _live_row(self, memory_id: int) -> tuple[str, str, bytes]:
+        """(user_id, kind, vector BLOB) of a live memory; raises when there is none."""
+        row = self._conn().execute(f"SELECT user_id, kind, vector FROM memories WHERE id = ? AND {LIVE}",
                                    (memory_id,)).fetchone()
         if row is None:
             raise ValueError(f"memory {memory_id} does not exist or is not live")
@@ -65,7 +66,7 @@ class WriteTx:
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (user_id, text, subject, owner, kind, vec.tobytes(), now, now, request_id))
         memory_id = int(cur.lastrowid)
-        self._changes[memory_id] = vec.copy()
+        self._changes[memory_id] = (user_id, kind, vec.copy())
         self._checksum_delta += vector_digest(memory_id, vec.tobytes())
         return memory_id
 
@@ -75,18 +76,18 @@ class WriteTx:
         if owner not in OWNERS:
             raise ValueError(f"owner must be one of {OWNERS}, got {owner!r}")
         vec = checked_vector(vector, self._store.dim)
-        _, old = self._live_row(memory_id)
+        user_id, kind, old = self._live_row(memory_id)
         self._conn().execute(
             "UPDATE memories SET text = ?, subject = ?, owner = ?, vector = ?, request_id = ?, updated_at = ?"
             " WHERE id = ?", (text, subject, owner, vec.tobytes(), request_id, time.time(), memory_id))
-        self._changes[memory_id] = vec.copy()
+        self._changes[memory_id] = (user_id, kind, vec.copy())
         self._checksum_delta += vector_digest(memory_id, vec.tobytes()) - vector_digest(memory_id, old)
 
     def supersede(self, old_id: int, new_id: int) -> None:
         """Mark a live memory as replaced by another live memory of the same user."""
         if old_id == new_id:
             raise ValueError(f"memory {old_id} cannot supersede itself")
-        (old_user, old_vector), (new_user, _) = self._live_row(old_id), self._live_row(new_id)
+        (old_user, _, old_vector), (new_user, _, _) = self._live_row(old_id), self._live_row(new_id)
         if old_user != new_user:
             raise ValueError(f"memory {new_id} belongs to another user than memory {old_id}")
         self._conn().execute("UPDATE memories SET superseded_by = ?, updated_at = ? WHERE id = ?",
@@ -96,7 +97,7 @@ class WriteTx:
 
     def delete(self, memory_id: int) -> None:
         """Soft-delete a live memory (the row stays for history; its vector leaves FAISS)."""
-        _, old = self._live_row(memory_id)
+        _, _, old = self._live_row(memory_id)
         self._conn().execute("UPDATE memories SET deleted_at = ? WHERE id = ?", (time.time(), memory_id))
         self._changes[memory_id] = None
         self._checksum_delta -= vector_digest(memory_id, old)
