@@ -19,9 +19,11 @@ from typing import Any
 
 import dspy
 from dspy.utils.exceptions import LMRateLimitError
+from pydantic import BaseModel
 
 from evals.inject import Injector, site_of_text
 from evals.record import Attempt
+from evals.redact import redact
 
 _PRICES_FILE = Path(__file__).with_name("prices.toml")
 
@@ -53,10 +55,32 @@ def cost(model: str, prompt: int | None, completion: int | None, prices: dict, o
     return (prompt * price[0] + completion * price[1]) / 1_000_000
 
 
-class ResponseCache:
-    """SQLite cache of successful LM replies, keyed by provider, model, messages and settings."""
+# Request settings that do not shape a reply: left out of the cache key (the key never holds a secret either).
+_TRANSPORT_ONLY = frozenset({"api_key", "cache", "num_retries", "timeout", "api_base", "base_url", "headers",
+                             "extra_headers"})
 
-    def __init__(self, path: Path):
+
+class CacheKey(BaseModel):
+    """Everything that shapes a reply. A reply is reused only when all of it is the same."""
+
+    api_base: str | None  # the endpoint: another server's replies are never credited to this one
+    model: str
+    params: dict[str, Any]  # every request parameter (temperature, max_tokens, response_format, ...)
+    messages: Any  # the request itself
+    prompt_hash: str  # the program's instructions and demos (manifest.prompt_hash)
+    epoch: int = 0  # the repeat of a case, once runs have epochs: each epoch asks the model afresh
+
+    def digest(self) -> str:
+        blob = json.dumps(self.model_dump(), sort_keys=True, default=str, ensure_ascii=False)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+
+class ResponseCache:
+    """SQLite cache of successful LM replies, keyed by `CacheKey` (endpoint, model, parameters, request,
+    prompt hash, epoch). Values pass through `redact` before they are stored."""
+
+    def __init__(self, path: Path, prompt_hash: str = ""):
+        self.prompt_hash = prompt_hash
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
@@ -64,10 +88,10 @@ class ResponseCache:
         self._db.execute("CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, outputs TEXT NOT NULL)")
         self._lock = threading.Lock()
 
-    @staticmethod
-    def key(provider: str, model: str, messages: Any, kwargs: dict) -> str:
-        blob = json.dumps([provider, model, messages, kwargs], sort_keys=True, default=str, ensure_ascii=False)
-        return hashlib.sha256(blob.encode()).hexdigest()
+    def key(self, *, api_base: str | None, model: str, params: dict, messages: Any, epoch: int = 0) -> str:
+        params = {k: v for k, v in params.items() if k not in _TRANSPORT_ONLY}
+        return CacheKey(api_base=api_base, model=model, params=params, messages=messages,
+                        prompt_hash=self.prompt_hash, epoch=epoch).digest()
 
     def get(self, key: str) -> list | None:
         with self._lock:
@@ -79,7 +103,7 @@ class ResponseCache:
             return
         with self._lock:
             self._db.executemany("INSERT OR REPLACE INTO replies (key, outputs) VALUES (?, ?)",
-                                 [(k, json.dumps(v, ensure_ascii=False)) for k, v in items])
+                                 [(k, json.dumps(redact(v), ensure_ascii=False)) for k, v in items])
 
     def close(self) -> None:
         with self._lock:
@@ -96,13 +120,14 @@ class AccountingLM(dspy.LM):
     @classmethod
     def wrap(cls, lm: dspy.LM, *, provider: Any, log: AttemptLog, injector: Injector | None,
              cache: ResponseCache | None, retries: bool, prices: dict,
-             wire: Callable[[str], str | None] | None = None) -> AccountingLM:
+             wire: Callable[[str], str | None] | None = None, epoch: int = 0) -> AccountingLM:
         """`wire(site)`: for an HTTP provider under a fault plan, the fault proxy URL to send this call to
-        (the call the armed fault targets), else None; it also counts the call site."""
+        (the call the armed fault targets), else None; it also counts the call site. `epoch`: the repeat
+        of the case (part of the cache key)."""
         wrapped = cls(lm.model, engine=lm.engine, async_engine=lm._async_engine_spec, cache=False, num_retries=0,
                       model_type=lm.model_type, **lm.kwargs)
         wrapped._acct = {"provider": provider, "log": log, "injector": injector, "cache": cache,
-                         "retries": retries, "prices": prices, "pending": [], "wire": wire}
+                         "retries": retries, "prices": prices, "pending": [], "wire": wire, "epoch": epoch}
         return wrapped
 
     def _via(self, url: str) -> dspy.LM:
@@ -119,9 +144,15 @@ class AccountingLM(dspy.LM):
         acct = self._acct
         provider, log, injector = acct["provider"], acct["log"], acct["injector"]
         site = site_of_text(_last_user_text(messages))
+        # Ask the fault plan first: it counts the call site, and a call a fault targets goes to the fault
+        # proxy, never to the cache (the fault sits in front of the cache, as it sits in front of the model).
+        proxy_url = acct["wire"](site) if acct["wire"] is not None else None
+        target = self._via(proxy_url) if proxy_url else None
         key = None
-        if acct["cache"] is not None:
-            key = ResponseCache.key(provider.name, self.model, messages or prompt, kwargs)
+        if acct["cache"] is not None and target is None:
+            key = acct["cache"].key(api_base=self.kwargs.get("api_base"), model=self.model,
+                                    params={**self.kwargs, **kwargs}, messages=messages or prompt,
+                                    epoch=acct["epoch"])
             hit = acct["cache"].get(key)
             if hit is not None:
                 log.add(model=self.model, site=site, cache_hit=True)
@@ -129,8 +160,6 @@ class AccountingLM(dspy.LM):
         attempts = provider.config.max_attempts if acct["retries"] else 1
         for attempt in range(1, attempts + 1):
             fired_before = len(injector.fired) if injector else 0
-            proxy_url = acct["wire"](site) if acct["wire"] is not None else None
-            target = self._via(proxy_url) if proxy_url else None
             start = time.perf_counter()
             try:
                 with provider.connections:

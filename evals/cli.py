@@ -273,6 +273,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from evals.redact import RedactingStream
+
+    saved = sys.stdout, sys.stderr
+    if not isinstance(sys.stdout, RedactingStream):  # the terminal is a write boundary too: no key is printed
+        sys.stdout, sys.stderr = RedactingStream(sys.stdout), RedactingStream(sys.stderr)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

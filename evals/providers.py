@@ -19,6 +19,7 @@ import dspy
 from pydantic import BaseModel, ConfigDict, Field
 
 from evals.dataset import Case
+from evals.redact import register_secret
 from evals.slots import ConnectionSlots
 
 LMFactory = Callable[[Case], dspy.BaseLM]
@@ -100,6 +101,7 @@ def api_key(config: ProviderConfig) -> str | None:
     env = config.api_key_env or KEY_ENV.get(config.model.split("/", 1)[0])
     value = os.environ.get(env) if env else None
     if value:
+        register_secret(value)  # redacted from every output from now on
         return value
     if _is_loopback(config.api_base):
         return "local-no-key"

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evals.redact import redact
 from evals.serve import DEFAULT_MAX_BODY, JSONHandler, ServerHandle, bind, wait_forever
 
 KINDS = ("http_500", "http_502", "http_503", "http_429", "empty_body", "non_json_body", "empty_content",
@@ -149,8 +150,8 @@ class _State:
 
     def log(self, index: int, kind: str, path: str, request_id: str | None, applied: bool = True) -> None:
         """Record one injected fault, in memory and as a JSON line (never any header value)."""
-        record = {"request_id": request_id or str(index), "seq": index, "kind": kind, "path": path,
-                  "time": time.time(), "applied": applied}
+        record = redact({"request_id": request_id or str(index), "seq": index, "kind": kind, "path": path,
+                         "time": time.time(), "applied": applied})
         with self.lock:
             self.records.append(record)
             if self.log_path is not None:

@@ -279,7 +279,8 @@ def run_eval(config: RunConfig) -> RunOutcome:
     done = _done_units(run_dir) if config.resume else {}
     names = [arm.label for arm in arms]
     todo = [(a, c) for a in arms for c in cases if (a.label, c.id) not in done]
-    cache = ResponseCache(config.cache_dir or run_dir.parent / ".cache" / "responses.sqlite") \
+    cache = ResponseCache(config.cache_dir or run_dir.parent / ".cache" / "responses.sqlite",
+                          prompt_hash=manifest.prompt_hash) \
         if config.cache and any(p.config.is_http for p in factories.values()) else None
     runs = list(done.values())
     units_file = UnitsWriter(run_dir)

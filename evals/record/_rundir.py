@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from pydantic import ValidationError
-from pydantic_core import from_json
+from pydantic_core import from_json, to_json
 
 from evals.record._manifest import Manifest
 from evals.record._records import CaseRun
 from evals.record._tables import TABLES, arrow_schema, columns
 from evals.record._version import MANIFEST_MIGRATIONS, SCHEMA_VERSION, UNIT_MIGRATIONS, SchemaError, migrate
+from evals.redact import redact, redact_frame, redact_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -52,6 +53,8 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text`, redacted (no key ever reaches a file: `evals.redact`), whole-or-not."""
+    text = redact_text(text)
     atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
@@ -136,7 +139,7 @@ class UnitsWriter:
         self._lock = threading.Lock()
 
     def append(self, run: CaseRun) -> None:
-        line = run.model_dump_json() + "\n"
+        line = to_json(redact(run.model_dump(mode="json"))).decode("utf-8") + "\n"  # every string redacted
         with self._lock:
             self._file.write(line)
             self._file.flush()
@@ -162,7 +165,7 @@ def write_table(run_dir: Path, table: str, data: pd.DataFrame) -> None:
     import pyarrow.parquet as pq
 
     schema = arrow_schema(table).with_metadata({_VERSION_KEY: str(SCHEMA_VERSION).encode()})
-    arrow = pa.Table.from_pandas(data[columns(table)], schema=schema, preserve_index=False)
+    arrow = pa.Table.from_pandas(redact_frame(data[columns(table)]), schema=schema, preserve_index=False)
     atomic_write(Path(run_dir) / f"{table}.parquet", lambda tmp: pq.write_table(arrow, tmp))
 
 
