@@ -146,6 +146,7 @@ class AccountingLM(dspy.LM):
         site = site_of_text(_last_user_text(messages))
         # Ask the fault plan first: it counts the call site, and a call a fault targets goes to the fault
         # proxy, never to the cache (the fault sits in front of the cache, as it sits in front of the model).
+        fired_before = len(injector.fired) if injector else 0
         proxy_url = acct["wire"](site) if acct["wire"] is not None else None
         target = self._via(proxy_url) if proxy_url else None
         key = None
@@ -159,7 +160,8 @@ class AccountingLM(dspy.LM):
                 return hit
         attempts = provider.config.max_attempts if acct["retries"] else 1
         for attempt in range(1, attempts + 1):
-            fired_before = len(injector.fired) if injector else 0
+            if attempt > 1:
+                fired_before = len(injector.fired) if injector else 0
             start = time.perf_counter()
             try:
                 with provider.connections:

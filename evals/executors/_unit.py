@@ -25,6 +25,7 @@ class UnitTask(BaseModel):
     plan: str  # the fault plan, as `--faults` spells it
     seed: int
     cache_path: str | None = None  # the response cache file for HTTP providers, None: no cache
+    prompt_hash: str = ""  # the run's prompt hash: part of every response-cache key
     program: Any = None  # a tuned MemoryProgram, or None for the built-in prompts
 
 

@@ -85,7 +85,7 @@ class _WorkerState:
 
     embedders: dict[str, Any] = {}
     providers: dict[tuple[str, str], Any] = {}
-    caches: dict[str, Any] = {}
+    caches: dict[tuple[str, str], Any] = {}
     arms: dict[tuple[str, str, str], Any] = {}
 
 
@@ -111,16 +111,16 @@ def _provider(task: UnitTask, run_token: str, cases_ref: list, slots: Any) -> An
     return _WorkerState.providers[key]
 
 
-def _cache(path: str | None) -> Any:
+def _cache(path: str | None, prompt_hash: str = "") -> Any:
     if path is None:
         return None
-    if path not in _WorkerState.caches:
+    if (path, prompt_hash) not in _WorkerState.caches:
         from pathlib import Path
 
         from evals.accounting import ResponseCache
 
-        _WorkerState.caches[path] = ResponseCache(Path(path))
-    return _WorkerState.caches[path]
+        _WorkerState.caches[(path, prompt_hash)] = ResponseCache(Path(path), prompt_hash=prompt_hash)
+    return _WorkerState.caches[(path, prompt_hash)]
 
 
 def _arm(task: UnitTask, provider: Any) -> Any:
@@ -140,7 +140,7 @@ def run_unit(task: UnitTask, run_token: str, cases_ref: list, slots: Any) -> Any
     logging.getLogger("hymem.store").setLevel(logging.CRITICAL)  # injected FAISS faults are logged by design
     provider = _provider(task, run_token, cases_ref, slots)
     arm = _arm(task, provider)
-    cache = _cache(task.cache_path) if task.provider.is_http else None
+    cache = _cache(task.cache_path, task.prompt_hash) if task.provider.is_http else None
     return CaseReplayer(task.case, task.dataset, task.label, provider.lm, _embedder(task.embedder),
                         FaultPlan.parse(task.plan), task.seed, program=task.program, accounting=provider,
                         cache=cache, system=arm.make).run()

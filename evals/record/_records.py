@@ -152,6 +152,7 @@ class CaseRun(Record):
     dataset: str
     provider: str  # the arm label: the provider name, prefixed `SYSTEM/` for an engine other than hymem
     system: str = "hymem"  # the engine under test: hymem | mem0
+    transport: str = "in-process"  # where its LM faults were injected: in-process | wire (an HTTP provider)
     lang: str
     tags: list[str]
     status: Status

@@ -54,6 +54,11 @@ class HymemSystem:
         self._tags: list[tuple[Any, str]] = []
 
     @property
+    def transport(self) -> str:
+        """Where LM faults are injected: `wire` (a fault proxy in front of an HTTP provider) or `in-process`."""
+        return "wire" if self.wire else "in-process"
+
+    @property
     def dim(self) -> int:
         return self._dim
 

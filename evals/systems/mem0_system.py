@@ -126,6 +126,7 @@ class Mem0System:
     """mem0 for one unit. One `Memory` for the unit; each `open` points it at that store's qdrant and history DB."""
 
     name = "mem0"
+    transport = "wire"  # its LLM and embedder are faulted through a proxy in front of the local server
 
     def __init__(self, llm: Endpoint, embed: Endpoint, dim: int, *, timeout: float = 10.0, log: Any = None):
         self.llm_endpoint, self.embed_endpoint, self._dim = llm, embed, dim
