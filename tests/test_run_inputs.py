@@ -166,7 +166,7 @@ def test_resume_with_a_truncated_manifest_is_one_line_and_exit_2(dataset, finish
     manifest = finished / "manifest.json"
     manifest.write_bytes(manifest.read_bytes()[:40])
     code = main(_run("--dataset", str(dataset), "--faults", "none", "--out", str(finished), "--resume"))
-    _one_line_error(capsys, code, 2, "manifest.json is not a readable run manifest")
+    _one_line_error(capsys, code, 2, "manifest.json: not a run manifest")
 
 
 @pytest.mark.parametrize("middle", ['{"foreign": "record", "from": "another tool"}', "garbage, not JSON"])
