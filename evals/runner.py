@@ -19,7 +19,15 @@ from pydantic import BaseModel, Field, ValidationError
 
 from evals.accounting import ResponseCache
 from evals.adapters import dataset_name
-from evals.dataset import Case, bundled_dataset_dir, case_hash, dataset_hash, load_cases
+from evals.dataset import (
+    Case,
+    DatasetError,
+    bundled_dataset_dir,
+    case_hash,
+    dataset_hash,
+    load_cases,
+    message_problems,
+)
 from evals.executors import EXECUTORS, UnitTask, run_local
 from evals.faults import FaultPlan
 from evals.manifest import Manifest, git_state, package_versions
@@ -160,6 +168,10 @@ def _load(specs: list[str], config: RunConfig) -> list[Case]:
     if len(ids) != len(set(ids)):
         dupes = sorted({i for i in ids if ids.count(i) > 1})[:5]
         raise UsageError(f"case ids repeat across datasets: {dupes}")
+    # A corpus adapter builds its messages in code: they pass the engine's own check too, before any work.
+    problems = [f"{c.source or 'dataset'}:{c.line or c.id}: {problem}" for c in cases for problem in message_problems(c)]
+    if problems:
+        raise DatasetError(problems)
     return cases
 
 
