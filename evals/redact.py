@@ -98,7 +98,14 @@ class RedactingStream(io.TextIOBase):
         self.inner.flush()
 
     def isatty(self) -> bool:
-        return self.inner.isatty()
+        try:
+            return self.inner.isatty()
+        except ValueError:  # the stream it wraps is closed (e.g. checked at interpreter exit)
+            return False
+
+    @property
+    def closed(self) -> bool:  # type: ignore[override]
+        return getattr(self.inner, "closed", False)
 
     def fileno(self) -> int:
         return self.inner.fileno()
