@@ -157,7 +157,8 @@ def test_a_full_disk_mid_run_is_one_line_and_exit_1(dataset, tmpfs, capsys):
 @pytest.fixture
 def finished(dataset, tmp_path, capsys) -> Path:
     out = tmp_path / "run"
-    assert main(_run("--dataset", str(dataset), "--faults", "none", "--out", str(out))) == 0
+    # One unit at a time: the Chinese case "b" is the last record (the torn-record test cuts inside it).
+    assert main(_run("--dataset", str(dataset), "--faults", "none", "--out", str(out), "--concurrency", "1")) == 0
     capsys.readouterr()
     return out
 
@@ -165,7 +166,7 @@ def finished(dataset, tmp_path, capsys) -> Path:
 def test_resume_with_a_truncated_manifest_is_one_line_and_exit_2(dataset, finished, capsys, no_model_load):
     manifest = finished / "manifest.json"
     manifest.write_bytes(manifest.read_bytes()[:40])
-    code = main(_run("--dataset", str(dataset), "--faults", "none", "--out", str(finished), "--resume"))
+    code = main(_run("--dataset", str(dataset), "--faults", "none", "--out", str(finished), "--resume", "--concurrency", "1"))
     _one_line_error(capsys, code, 2, "manifest.json: not a run manifest")
 
 
@@ -175,7 +176,7 @@ def test_resume_with_a_foreign_or_garbage_middle_line_is_one_line_and_exit_2(dat
     units = finished / "units.jsonl"
     first, *rest = units.read_text(encoding="utf-8").splitlines(keepends=True)
     units.write_text(first + middle + "\n" + "".join(rest), encoding="utf-8")
-    code = main(_run("--dataset", str(dataset), "--faults", "none", "--out", str(finished), "--resume"))
+    code = main(_run("--dataset", str(dataset), "--faults", "none", "--out", str(finished), "--resume", "--concurrency", "1"))
     _one_line_error(capsys, code, 2, "units.jsonl:2: not a CaseRun record")
 
 
@@ -185,7 +186,7 @@ def test_resume_skips_a_record_torn_inside_a_multibyte_character(dataset, finish
     last_start = data.rstrip(b"\n").rfind(b"\n") + 1
     cut = data.index("喜".encode(), last_start) + 1  # inside the 3-byte character
     units.write_bytes(data[:cut])
-    code = main(_run("--dataset", str(dataset), "--faults", "none", "--out", str(finished), "--resume"))
+    code = main(_run("--dataset", str(dataset), "--faults", "none", "--out", str(finished), "--resume", "--concurrency", "1"))
     assert code == 0, capsys.readouterr().err
     cases = pd.read_parquet(finished / "cases.parquet")
     assert sorted(cases.case_id) == ["a", "b"] and (cases.status == "ok").all()
@@ -194,7 +195,7 @@ def test_resume_skips_a_record_torn_inside_a_multibyte_character(dataset, finish
 def test_resume_with_other_inputs_and_out_holding_a_run_answer_before_the_model_loads(dataset, finished, capsys,
                                                                                       no_model_load):
     code = main(_run("--dataset", str(dataset), "--embedder", "minilm", "--faults", "none", "--out", str(finished),
-                     "--resume"))
+                     "--resume", "--concurrency", "1"))
     _one_line_error(capsys, code, 2, "different inputs")
     code = main(_run("--dataset", str(dataset), "--embedder", "minilm", "--faults", "none", "--out", str(finished)))
     _one_line_error(capsys, code, 2, "already holds a run")
