@@ -70,13 +70,15 @@ class HyMemoryClient:
     `max_message_chars` / `max_write_chars`: the most characters of text one message (or extracted memory,
     or search query) and one write may carry; larger input is refused before any model call (None: no limit).
     Every argument is checked before any model call; a bad one raises `InputValidationError`.
+    `synchronous="NORMAL"` drops the fsync per commit: still all-or-nothing across a process crash, but the last
+    commits can be lost on power loss (see `Store`); for scratch stores such as the harness's sweeps.
     """
 
     def __init__(self, path: str | os.PathLike = "hymem-store", lm: Any = "offline", embedder: Any = "hash",
                  mode: str = "pro", reconcile_enabled: bool | None = None, program: MemoryProgram | None = None,
                  candidates_per_fact: int = 5, history_limit: int = 2000,
                  max_message_chars: int | None = DEFAULT_MAX_MESSAGE_CHARS,
-                 max_write_chars: int | None = DEFAULT_MAX_WRITE_CHARS):
+                 max_write_chars: int | None = DEFAULT_MAX_WRITE_CHARS, synchronous: str = "FULL"):
         self.max_message_chars = check_positive_int("max_message_chars", max_message_chars, allow_none=True)
         self.max_write_chars = check_positive_int("max_write_chars", max_write_chars, allow_none=True)
         self.path = Path(path)
@@ -88,7 +90,7 @@ class HyMemoryClient:
         self.candidates_per_fact = candidates_per_fact
         self.history_limit = history_limit
         self.dim = embedder_dim(self.embedder)
-        self.store = Store(self.path, dim=self.dim)
+        self.store = Store(self.path, dim=self.dim, synchronous=synchronous)
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
 

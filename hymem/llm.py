@@ -21,6 +21,10 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import dspy  # noqa: E402
 from dspy.utils.exceptions import AdapterParseError, LMError, LMProviderError, LMUnexpectedError  # noqa: E402
 
+from hymem import dspy_caches  # noqa: E402
+
+dspy_caches.install()  # TypeAdapters and model metadata, which DSPy rebuilds on every call
+
 FailureKind = Literal["unavailable", "empty", "parse", "other"]
 
 _FENCE = re.compile(r"^\s*```(?:json|JSON)?\s*\n(.*)\n\s*```\s*$", re.DOTALL)
@@ -36,6 +40,13 @@ class StrictJSONAdapter(dspy.JSONAdapter):
     def format_field_structure(self, signature: type[dspy.Signature]) -> str:
         """Cached: the fields' JSON schemas never change, and rebuilding them cost ~1/5 of an offline-model write."""
         return _field_structure(self, signature)
+
+    def format_system_message(self, signature: type[dspy.Signature]) -> str:
+        """Cached per signature: field descriptions, structure and instructions depend on nothing else."""
+        try:
+            return _system_message_cached(signature)
+        except TypeError:  # an unhashable signature: format it every time
+            return super().format_system_message(signature)
 
     def parse(self, signature: type[dspy.Signature], completion: str) -> dict[str, Any]:
         text = completion.strip()
@@ -74,6 +85,11 @@ def _structure_cached(signature: type[dspy.Signature]) -> str:
     return dspy.JSONAdapter.format_field_structure(_PLAIN, signature)
 
 
+@functools.lru_cache(maxsize=256)
+def _system_message_cached(signature: type[dspy.Signature]) -> str:
+    return dspy.JSONAdapter.format_system_message(_STRICT, signature)
+
+
 def _field_structure(adapter: dspy.JSONAdapter, signature: type[dspy.Signature]) -> str:
     try:
         return _structure_cached(signature)
@@ -82,6 +98,7 @@ def _field_structure(adapter: dspy.JSONAdapter, signature: type[dspy.Signature])
 
 
 _PLAIN = dspy.JSONAdapter()
+_STRICT = StrictJSONAdapter()
 
 
 def classify_failure(exc: BaseException) -> FailureKind:

@@ -333,7 +333,7 @@ def vec(seed):
     return v / np.linalg.norm(v)
 
 path, seeds = sys.argv[1], json.loads(sys.argv[2])
-store = Store(path, {dim})
+store = Store(path, {dim}, synchronous="{sync}")
 with store.write() as tx:
     new = tx.add_memory("u1", "The user lives in Paris.", "user", "user", "fact", vec(100), "req-crash")
     tx.update_memory(seeds[0], "The user is a nurse.", "user", "user", vec(101), "req-crash")
@@ -374,13 +374,14 @@ ALL_ROWS = {"memories": 2, "l1_raw": 1, "traces": 1, "chain_rounds": 2, "request
     ("store.after_faiss", True),
     ("store.persist", True),
 ])
-def test_sigkill_during_a_write_leaves_a_consistent_store_with_all_or_nothing(tmp_path, point, committed):
+@pytest.mark.parametrize("sync", ["FULL", "NORMAL"])  # NORMAL (no fsync per commit): what sweeps use
+def test_sigkill_during_a_write_leaves_a_consistent_store_with_all_or_nothing(tmp_path, point, committed, sync):
     path = tmp_path / "store"
     with Store(path, DIM) as s:
         seeds = [add(s, "u1", f"seed {i}", i, request_id="seed") for i in range(3)]
         add(s, "u2", "other user", 7, request_id="seed")
     script = tmp_path / "child.py"
-    script.write_text(CHILD.format(dim=DIM))
+    script.write_text(CHILD.format(dim=DIM, sync=sync))
     env = {"HYMEM_FAILPOINT": point, "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
     child = subprocess.run([sys.executable, str(script), str(path), json.dumps(seeds)], env=env, cwd=tmp_path,
                            capture_output=True, text=True, timeout=60)
@@ -444,3 +445,12 @@ def test_search_matches_a_brute_force_ranking_after_many_mixed_writes_and_a_reop
         assert s.index_rebuild_reason is None
         assert s.check_consistency() == []
         assert {(u, i): [m.id for m in s.search(u, q, k=6)] for u in live for i, q in enumerate(queries)} == before
+
+
+@pytest.mark.parametrize("sync, level", [("FULL", 2), ("NORMAL", 1)])
+def test_the_synchronous_level_is_the_one_asked_for_and_nothing_else_is_accepted(tmp_path, sync, level):
+    with Store(tmp_path / sync, DIM, synchronous=sync) as s:
+        assert s._conn.execute("PRAGMA synchronous").fetchone()[0] == level
+        assert s._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    with pytest.raises(ValueError, match="synchronous"):
+        Store(tmp_path / "off", DIM, synchronous="OFF")

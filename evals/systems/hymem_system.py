@@ -71,7 +71,8 @@ class HymemSystem:
                                    wire=self._route if self.wire else None)
         self._lm = lm
         self.client = HyMemoryClient(path=store, lm=lm, embedder=FaultyEmbedder(self.embedder, self.injector, self.log),
-                                     reconcile_enabled=True, program=self.program)
+                                     reconcile_enabled=True, program=self.program,
+                                     synchronous="NORMAL")  # scratch stores: a kill -9 still leaves all-or-nothing
         self._dim = self.client.dim
 
     def close(self) -> None:

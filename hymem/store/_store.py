@@ -50,9 +50,14 @@ def _memory(row: tuple, score: float | None = None) -> Memory:
 class Store:
     """Memories, L1 history, episodes, profiles, traces and idempotency records of all users."""
 
-    def __init__(self, path: str | os.PathLike, dim: int, *, persist_every: int = 100):
+    def __init__(self, path: str | os.PathLike, dim: int, *, persist_every: int = 100, synchronous: str = "FULL"):
+        """`synchronous`: SQLite's, in WAL mode. FULL (default) makes every commit durable on power loss;
+        NORMAL skips the per-commit fsync and stays consistent and all-or-nothing across a process crash
+        (kill -9), losing only the last commits on a power loss or OS crash: for scratch stores (sweeps)."""
         if not isinstance(dim, int) or dim <= 0:
             raise ValueError(f"dim must be a positive int, got {dim!r}")
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
         self.dim = dim
         self.path = Path(path)
         self.persist_every = max(1, persist_every)
@@ -66,7 +71,7 @@ class Store:
         try:
             self._conn = sqlite3.connect(self.path / DB_FILE, isolation_level=None, check_same_thread=False)
             self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn.execute(f"PRAGMA synchronous={synchronous}")
             self._conn.execute("PRAGMA foreign_keys=ON")
             migrate(self._conn)
             self._generation = self._init_meta()
