@@ -21,7 +21,7 @@ import dspy
 from dspy.utils.exceptions import LMRateLimitError
 from pydantic import BaseModel
 
-from evals.inject import Injector, site_of_text
+from evals.inject import Injector, call_site
 from evals.record import Attempt
 from evals.redact import redact
 
@@ -143,7 +143,7 @@ class AccountingLM(dspy.LM):
     def __call__(self, prompt: Any = None, messages: Any = None, **kwargs: Any) -> Any:
         acct = self._acct
         provider, log, injector = acct["provider"], acct["log"], acct["injector"]
-        site = site_of_text(_last_user_text(messages))
+        site = call_site()
         # Ask the fault plan first: it counts the call site, and a call a fault targets goes to the fault
         # proxy, never to the cache (the fault sits in front of the cache, as it sits in front of the model).
         fired_before = len(injector.fired) if injector else 0
@@ -211,11 +211,3 @@ def _retry_wait(exc: Exception, attempt: int, cap: float = 30.0) -> float | None
     if isinstance(exc, (LMServerError, LMTimeoutError, LMTransportError)):
         return min(cap, 0.5 * 2 ** (attempt - 1))
     return None
-
-
-def _last_user_text(messages: Any) -> str:
-    """The text of the last user message of a chat request (content parts as JSON), for `site_of_text`."""
-    contents = [m.get("content") for m in messages or [] if m.get("role") == "user"]
-    if not contents or contents[-1] is None:
-        return ""
-    return contents[-1] if isinstance(contents[-1], str) else json.dumps(contents[-1], ensure_ascii=False)

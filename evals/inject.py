@@ -20,7 +20,8 @@ from dspy import lm15
 
 from evals.faults import Fault
 from hymem import failpoints
-from hymem.testing import empty_body_error, text_response
+from hymem.llm import empty_body_error, text_response
+from hymem.sites import current_call_site
 
 _STORE_POINTS = {"store.before_commit": "store.commit", "store.faiss_update": "store.faiss"}
 
@@ -69,19 +70,12 @@ class Injector:
             failpoints.reset_hook(token)
 
 
-def site_of(request: Any) -> str:
-    """Which chain call a request (the engine's lm15 request) is, from its last user message."""
-    texts = [m.text or "" for m in request.messages if m.role == "user"]
-    return site_of_text(texts[-1] if texts else "")
-
-
-def site_of_text(last: str) -> str:
-    """Which chain call a prompt is, from the input fields in the text of its last user message."""
-    if "[[ ## new_facts ## ]]" in last:
-        return "lm.reconcile"
-    if "[[ ## trajectory ## ]]" in last:
-        return "lm.extract_working"
-    return "lm.extract"
+def call_site() -> str:
+    """The call site of the model call being made: the engine names it (`hymem.current_call_site()`)."""
+    site = current_call_site()
+    if site is None:
+        raise RuntimeError("a model call outside any engine call site: the fault injector cannot place it")
+    return site
 
 
 _WRONG_SCHEMA = {
@@ -100,7 +94,7 @@ class FaultyEngine:
         self.injector = injector
 
     def complete(self, request: Any) -> lm15.Response:
-        site = site_of(request)
+        site = call_site()
         kind = self.injector.hit(site)
         if kind is None:
             return self.inner.complete(request)

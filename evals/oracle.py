@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict
 from evals.dataset import Case, ExpectedFact
 from hymem.messages import normalize_messages
 from hymem.render import render_conversation, render_working
+from hymem.sites import current_call_site
 from hymem.subjects import canonical_subject
 
 ErrorKind = Literal["flip_owner", "swap_subject", "drop"]
@@ -171,25 +172,29 @@ def _norm(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def _fields(prompt: str) -> dict[str, str]:
-    """Input fields of one JSON-adapter user message: `[[ ## name ## ]]` sections up to the reply request.
+_SITE_FIELD = {"lm.extract": "conversation", "lm.extract_working": "trajectory", "lm.reconcile": "new_facts"}
+
+
+def _fields(prompt: str, site: str | None) -> dict[str, str]:
+    """Input fields of one JSON-adapter user message for the call site the engine named.
 
     Only the first field may hold free text (conversation, trajectory); reconcile's fields are JSON, whose
     strings never contain a raw newline, so a section header inside a conversation cannot split it wrongly.
     """
+    if site not in _SITE_FIELD:
+        raise OracleError(f"oracle: no task for call site {site!r} (it answers only inside an engine call)")
     tail = prompt.rfind(_TAIL)
     body = prompt[:tail] if tail >= 0 else prompt
     first = _SECTION.search(body)
-    if first is None or first.start() != 0:
-        raise OracleError("oracle: the last user message does not start with a [[ ## field ## ]] section")
+    if first is None or first.start() != 0 or first.group(1) != _SITE_FIELD[site]:
+        raise OracleError(f"oracle: a {site} prompt must start with its [[ ## {_SITE_FIELD[site]} ## ]] section")
     name = first.group(1)
     if name in ("conversation", "trajectory"):
         return {name: body[first.end():].strip("\n")}
-    if name == "new_facts":
-        head, sep, rest = body[first.end():].partition("\n[[ ## existing ## ]]\n")
-        if sep:
-            return {"new_facts": head.strip(), "existing": rest.strip()}
-    raise OracleError(f"oracle: unknown task (input field {name!r})")
+    head, sep, rest = body[first.end():].partition("\n[[ ## existing ## ]]\n")
+    if not sep:
+        raise OracleError("oracle: a reconcile prompt without its [[ ## existing ## ]] section")
+    return {"new_facts": head.strip(), "existing": rest.strip()}
 
 
 def _json_list(raw: str, field: str) -> list[dict[str, Any]]:
@@ -282,9 +287,9 @@ class OracleEngine:
         return {"ops": ops}
 
     # ---- the engine protocol
-    def answer(self, prompt: str) -> str:
-        """The reply (one JSON object) to one adapter-formatted user message."""
-        fields = _fields(prompt)
+    def answer(self, prompt: str, site: str | None) -> str:
+        """The reply (one JSON object) to one adapter-formatted user message at call site `site`."""
+        fields = _fields(prompt, site)
         if "conversation" in fields:
             values = self._extract(fields["conversation"], working=False)
         elif "trajectory" in fields:
@@ -297,7 +302,7 @@ class OracleEngine:
         users = [m.text or "" for m in request.messages if m.role == "user"]
         if not users:
             raise OracleError("oracle: the request has no user message")
-        reply = self.answer(users[-1])
+        reply = self.answer(users[-1], current_call_site())
         tokens_in, tokens_out = math.ceil(sum(len(u) for u in users) / 4), math.ceil(len(reply) / 4)
         return lm15.Response(
             id=None,

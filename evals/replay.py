@@ -113,9 +113,9 @@ class CaseReplayer:
         t0 = time.perf_counter()
         outcome = self.system.write(path, payload, self.case.user_id, f"{self.case.id}/w{index}", control=True)
         record = WriteRecord(index=index, path=path, request_id=outcome.request_id, success=outcome.success,
-                             codes=Codes.model_validate(outcome.codes), message=outcome.message, ops=outcome.ops, reached=outcome.reached,
-                             seconds=time.perf_counter() - t0)
-        record.proposed_facts, record.proposed_ops = self.system.proposals(self.case.user_id, outcome.request_id)
+                             codes=Codes.model_validate(outcome.codes), message=outcome.message, ops=outcome.ops,
+                             proposed_facts=outcome.proposed_facts, proposed_ops=outcome.proposed_ops,
+                             reached=outcome.reached, seconds=time.perf_counter() - t0)
         if not outcome.success:
             raise RuntimeError(f"fault-free write {index} ({path}) failed: {outcome.message}")
         return record

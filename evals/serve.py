@@ -287,9 +287,13 @@ def lm15_request(body: dict) -> Any:
                         system="\n\n".join(system) or None)
 
 
-def chat_completion(body: dict, engine: Any) -> dict:
-    """One OpenAI chat.completion for an OpenAI chat request, answered by `engine` (an OfflineEngine)."""
-    response = engine.complete(lm15_request(body))
+def chat_completion(body: dict, engine: Any, site: str | None = None) -> dict:
+    """One OpenAI chat.completion for an OpenAI chat request, answered by `engine` (an OfflineEngine).
+
+    `site`: the call site the caller named in the `X-Hymem-Call-Site` header (None: the model tells the
+    task from the prompt, as any model reads its prompt).
+    """
+    response = engine.complete(lm15_request(body), site)
     usage = response.usage
     prompt, completion = usage.input_tokens or 0, usage.output_tokens or 0
     return {
@@ -328,6 +332,7 @@ def models_reply() -> dict:
 
 def _handler(latency: float, embed: Callable[[list[str]], np.ndarray], body_limit: int) -> type[JSONHandler]:
     from evals.systems.mem0_offline import Mem0AwareEngine
+    from hymem.sites import SITE_HEADER
 
     engine = Mem0AwareEngine()  # the offline model; it also answers mem0's extraction prompt
 
@@ -357,7 +362,7 @@ def _handler(latency: float, embed: Callable[[list[str]], np.ndarray], body_limi
                 elif body.get("stream"):
                     raise ValueError("streaming is not supported by the offline server")
                 else:
-                    reply = chat_completion(body, engine)
+                    reply = chat_completion(body, engine, self.headers.get(SITE_HEADER))
             except ValueError as exc:  # a bad shape, or a prompt the offline model cannot read
                 raise RequestError(400, str(exc)) from None
             self.send_json(200, reply)

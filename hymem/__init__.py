@@ -14,8 +14,9 @@ if TYPE_CHECKING:
     from hymem.client import HyMemoryClient
     from hymem.embedder import EmbeddingError, HashEmbedder, make_embedder
     from hymem.messages import MessageValidationError, normalize_messages
-    from hymem.models import AppliedOp, ChatMessage, ErrorCode, Memory, WriteResult
+    from hymem.models import AppliedOp, ChatMessage, ErrorCode, Memory, ModelCall, ProposedFact, WriteResult
     from hymem.program import MemoryProgram
+    from hymem.sites import SITE_HEADER, current_call_site
     from hymem.validation import InputValidationError
 
 __version__ = "0.1.0"
@@ -31,8 +32,12 @@ __all__ = [
     "Memory",
     "MemoryProgram",
     "MessageValidationError",
+    "ModelCall",
+    "ProposedFact",
+    "SITE_HEADER",
     "WriteResult",
     "__version__",
+    "current_call_site",
     "make_embedder",
     "normalize_messages",
 ]
@@ -49,6 +54,10 @@ _SOURCES = {  # public name -> the submodule that defines it
     "ErrorCode": "hymem.models",
     "Memory": "hymem.models",
     "WriteResult": "hymem.models",
+    "ModelCall": "hymem.models",
+    "ProposedFact": "hymem.models",
+    "current_call_site": "hymem.sites",
+    "SITE_HEADER": "hymem.sites",
     "MemoryProgram": "hymem.program",
     "InputValidationError": "hymem.validation",
 }

@@ -15,6 +15,7 @@ import dspy
 import numpy as np
 
 from hymem.llm import FailureKind, StrictJSONAdapter, classify_failure, raise_if_programming_error
+from hymem.sites import calling, lm_site
 
 
 class ChainError(RuntimeError):
@@ -37,10 +38,10 @@ class Round:
 
 
 def run_round(stage: str, predictor: dspy.Predict, lm: dspy.BaseLM, **inputs: Any) -> Round:
-    """Call `predictor` once with the strict adapter; raise ChainError on any failure."""
+    """Call `predictor` once with the strict adapter, as call site `lm.<stage>`; raise ChainError on any failure."""
     start = time.perf_counter()
     try:
-        with dspy.context(lm=lm, adapter=StrictJSONAdapter()):
+        with calling(lm_site(stage)), dspy.context(lm=lm, adapter=StrictJSONAdapter()):
             prediction = predictor(**inputs)
     except Exception as exc:  # every failure is classified; none becomes "no changes"
         raise_if_programming_error(exc)

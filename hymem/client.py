@@ -27,6 +27,7 @@ from hymem.models import AppliedOp, ChatMessage, ErrorCode, Memory, WriteResult
 from hymem.program import MemoryProgram
 from hymem.reconciler import NewFact, ReconcilePlan, direct_plan, reconcile
 from hymem.render import MAX_NAME_CHARS, conversation_language, parse_history, render_conversation, render_working
+from hymem.sites import calling, recording_calls
 from hymem.store import Store
 from hymem.subjects import canonical_subject
 from hymem.validation import (
@@ -118,7 +119,8 @@ class HyMemoryClient:
         if problem is not None:
             raise InputValidationError("query", problem)
         user_id, k = check_user_id(user_id), check_positive_int("k", k)
-        vector = embed_checked(self.embedder, [query], self.dim)[0]
+        with calling("embed"):
+            vector = embed_checked(self.embedder, [query], self.dim)[0]
         return self.store.search(user_id, vector, k=k)
 
     def get_all(self, user_id: str) -> list[Memory]:
@@ -163,7 +165,7 @@ class HyMemoryClient:
         """
         rid = request_id if request_id is not None else uuid.uuid4().hex
         fingerprint = _fingerprint(path, payload)
-        with self._user_lock(user_id):
+        with self._user_lock(user_id), recording_calls() as calls:
             prior = self.store.recorded_request(user_id, rid)
             if prior is not None:
                 prior_fingerprint, prior_result = prior
@@ -171,12 +173,13 @@ class HyMemoryClient:
                     return self._failure(rid, error_code=ErrorCode.REQUEST_ID_REUSED, message=(
                         f"request_id {rid!r} was already used by user {user_id!r} for another payload;"
                         " nothing was written (send a new request_id)"))
-                return WriteResult.model_validate({**prior_result, "duplicate": True})
+                # nothing is called again: the stored result says what the first write did
+                return WriteResult.model_validate({**prior_result, "duplicate": True, "calls": []})
             try:
                 work = chain(rid)
             except _WriteFailed as failed:
-                return failed.result
-            return self._commit(user_id, rid, path, work, fingerprint)
+                return failed.result.model_copy(update={"calls": list(calls)})
+            return self._commit(user_id, rid, path, work, fingerprint).model_copy(update={"calls": list(calls)})
 
     def _messages(self, messages: Any) -> list[ChatMessage]:
         return normalize_messages(messages, max_message_chars=self.max_message_chars,
@@ -222,7 +225,8 @@ class HyMemoryClient:
     def _reconcile_chain(self, facts: list[NewFact], user_id: str, rid: str) -> dict:
         """Embed every new fact, then reconcile against retrieved candidates. Nothing is stored here."""
         try:
-            vectors = embed_checked(self.embedder, [f.text for f in facts], self.dim)
+            with calling("embed"):
+                vectors = embed_checked(self.embedder, [f.text for f in facts], self.dim)
         except EmbeddingError as exc:
             raise _WriteFailed(self._failure(rid, error_code=ErrorCode.EMBEDDING_FAILED, message=str(exc))) from exc
         for fact, vector in zip(facts, vectors, strict=True):
@@ -293,6 +297,7 @@ class HyMemoryClient:
                     tx.merge_profile(user_id, work["profile"])
                 episode = tx.advance_episode(user_id)
                 result = WriteResult(success=True, request_id=rid, ops=applied,
+                                     proposed_facts=work.get("proposed_facts", []), proposed_ops=plan.proposed,
                                      message=f"{sum(a.op != 'NOOP' for a in applied)} change(s)")
                 tx.append_trace(user_id, rid, path, {
                     "episode": episode,

@@ -19,11 +19,18 @@ from typing import Any, Literal
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import dspy  # noqa: E402
+from dspy import lm15  # noqa: E402
 from dspy.utils.exceptions import AdapterParseError, LMError, LMProviderError, LMUnexpectedError  # noqa: E402
 
 from hymem import dspy_caches  # noqa: E402
 
 dspy_caches.install()  # TypeAdapters and model metadata, which DSPy rebuilds on every call
+
+_HttpResponse: Any
+try:  # the vendored lm15 HTTP response builds the same ProviderError a real empty body gets
+    from dspy._vendor.lm15.providers.base import HttpResponse as _HttpResponse
+except ImportError:  # pragma: no cover - layout of a future dspy
+    _HttpResponse = None
 
 FailureKind = Literal["unavailable", "empty", "parse", "other"]
 
@@ -129,6 +136,29 @@ def raise_if_programming_error(exc: BaseException) -> None:
         if isinstance(seen, AssertionError):
             raise seen
         seen = seen.__cause__ or seen.__context__
+
+
+def empty_body_error() -> Exception:
+    """The exception the default engine raises for an HTTP 200 with an empty body (for engines that play one)."""
+    if _HttpResponse is not None:
+        try:
+            _HttpResponse(status=200, reason="OK", headers=[("content-type", "application/json")], body=b"").json()
+        except lm15.ProviderError as exc:
+            return exc
+    return lm15.ProviderError(
+        "the reply (HTTP 200, application/json, 0 bytes) is not JSON: Expecting value", status=200
+    )
+
+
+def text_response(text: str, model: str = "scripted") -> lm15.Response:
+    """A provider reply carrying `text` as the assistant content."""
+    return lm15.Response(
+        id=None,
+        model=model,
+        message=lm15.Message.assistant([lm15.TextPart(text)]),
+        finish_reason="stop",
+        usage=lm15.Usage(input_tokens=0, output_tokens=max(1, len(text) // 4), total_tokens=max(1, len(text) // 4)),
+    )
 
 
 def make_lm(spec: Any, **kwargs: Any) -> dspy.LM:

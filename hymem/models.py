@@ -7,7 +7,7 @@ one shape for a message, a memory, a reconcile op and a write result.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -15,6 +15,7 @@ Role = Literal["user", "assistant", "system", "tool"]
 Owner = Literal["user", "agent"]
 Kind = Literal["fact", "experience"]
 OpName = Literal["ADD", "UPDATE", "DELETE", "SUPERSEDE", "NOOP"]
+CallSite = Literal["lm.extract", "lm.extract_working", "lm.reconcile", "embed"]  # see hymem.sites
 
 
 class ChatMessage(BaseModel):
@@ -69,12 +70,36 @@ class AppliedOp(BaseModel):
     refused: str | None = None  # why the engine refused the model's op (e.g. cross-subject)
 
 
+class ProposedFact(BaseModel):
+    """A fact as the extractor proposed it (or as a seeded memory gave it), before reconcile decided."""
+
+    text: str
+    subject: str
+    owner: Owner
+    kind: Kind = "fact"
+    subject_class: Literal["user", "assistant", "named"]  # the subject folded: user, the AI, or a named person
+
+
+class ModelCall(BaseModel):
+    """One model or embedding call a write made, named by its call site (the engine says which it is)."""
+
+    site: CallSite
+
+
 class WriteResult(BaseModel):
-    """Outcome of one write. A failed write stored nothing and is safe to retry."""
+    """Outcome of one write. A failed write stored nothing and is safe to retry.
+
+    Besides the applied `ops`, it says what the models proposed (`proposed_facts`, `proposed_ops`, on a
+    write that reached them) and every model and embedding call it made (`calls`), so a caller never has
+    to read the store's trace tables to learn what the engine did.
+    """
 
     success: bool
     request_id: str
-    ops: list[AppliedOp] = Field(default_factory=list)
+    ops: list[AppliedOp] = Field(default_factory=list)  # what was applied (or refused and rewritten)
+    proposed_facts: list[ProposedFact] = Field(default_factory=list)  # what the extractor proposed
+    proposed_ops: list[dict[str, Any]] = Field(default_factory=list)  # the reconcile model's ops, as it wrote them
+    calls: list[ModelCall] = Field(default_factory=list)  # every model and embedding call, in order
     agent_error_code: str | None = None  # RECONCILE_FAILED
     reconcile_error_code: str | None = None  # LLM_UNAVAILABLE | EMPTY_RESPONSE | JSON_PARSE_FAILED | RECONCILE_EXCEPTION
     error_code: str | None = None  # LLM_ERROR | EMPTY_RESPONSE | JSON_PARSE_FAILED | EMBEDDING_FAILED | STORE_FAILED

@@ -12,11 +12,7 @@ from typing import Any
 import dspy
 from dspy import lm15
 
-_HttpResponse: Any
-try:  # the vendored lm15 HTTP response builds the same ProviderError a real empty body gets
-    from dspy._vendor.lm15.providers.base import HttpResponse as _HttpResponse
-except ImportError:  # pragma: no cover - layout of a future dspy
-    _HttpResponse = None
+from hymem.llm import empty_body_error, text_response
 
 
 class ScriptExhausted(AssertionError):
@@ -26,29 +22,6 @@ class ScriptExhausted(AssertionError):
 class _EmptyBody:
     def __repr__(self) -> str:
         return "ScriptedLM.EMPTY_BODY"
-
-
-def empty_body_error() -> Exception:
-    """The exception the default engine raises for an HTTP 200 with an empty body."""
-    if _HttpResponse is not None:
-        try:
-            _HttpResponse(status=200, reason="OK", headers=[("content-type", "application/json")], body=b"").json()
-        except lm15.ProviderError as exc:
-            return exc
-    return lm15.ProviderError(
-        "the reply (HTTP 200, application/json, 0 bytes) is not JSON: Expecting value", status=200
-    )
-
-
-def text_response(text: str, model: str = "scripted") -> lm15.Response:
-    """A provider reply carrying `text` as the assistant content."""
-    return lm15.Response(
-        id=None,
-        model=model,
-        message=lm15.Message.assistant([lm15.TextPart(text)]),
-        finish_reason="stop",
-        usage=lm15.Usage(input_tokens=0, output_tokens=max(1, len(text) // 4), total_tokens=max(1, len(text) // 4)),
-    )
 
 
 class _ScriptEngine:

@@ -38,7 +38,7 @@ def test_hymem_is_a_memory_system_and_writes_through_the_protocol(tmp_path):
     assert isinstance(system, MemorySystem)
     system.open(tmp_path / "store")
     outcome = system.write("chat", CASE["turns"][0], "ana", "w0", control=True)
-    facts, _ = system.proposals("ana", "w0")
+    facts = outcome.proposed_facts  # what the engine said it proposed, not read from its trace table
     memories = system.memories("ana")
     system.close()
     assert outcome.success and outcome.codes["success"] is True and not outcome.fired

@@ -27,6 +27,8 @@ class WriteOutcome(BaseModel):
     request_id: str
     codes: dict[str, Any]  # success, error_code, agent_error_code, reconcile_error_code, retry_safe (+ raised)
     ops: list[dict[str, Any]] = Field(default_factory=list)  # applied ops, AppliedOp-shaped
+    proposed_facts: list[dict[str, Any]] = Field(default_factory=list)  # what the extraction proposed (ProposedFact)
+    proposed_ops: list[dict[str, Any]] = Field(default_factory=list)  # what the reconcile model proposed
     message: str = ""
     reached: dict[str, int] = Field(default_factory=dict)  # fault site -> calls (or items) this write made there
     fired: bool = False  # the armed fault was injected
@@ -49,8 +51,6 @@ class MemorySystem(Protocol):
 
     def write(self, path: str, payload: Any, user_id: str, request_id: str, fault: Fault | None = None, *,
               control: bool = False) -> WriteOutcome: ...
-
-    def proposals(self, user_id: str, request_id: str) -> tuple[list[dict], list[dict]]: ...  # (facts, ops)
 
     def memories(self, user_id: str) -> list[dict[str, Any]]: ...  # id, text, subject, owner, kind, request_id
 

@@ -88,7 +88,9 @@ class HymemSystem:
         if control:
             self._cache_clean_success(result)
         return WriteOutcome(success=result.success, request_id=result.request_id, codes=codes_of(result),
-                            ops=[op.model_dump() for op in result.ops], message=result.message,
+                            ops=[op.model_dump() for op in result.ops],
+                            proposed_facts=[f.model_dump() for f in result.proposed_facts],
+                            proposed_ops=result.proposed_ops, message=result.message,
                             reached=dict(self.injector.reached), fired=bool(self.injector.fired),
                             wire_log=self._wire_log())
 
@@ -119,14 +121,6 @@ class HymemSystem:
         pending = self._lm.take_pending() if isinstance(self._lm, AccountingLM) else []
         if self.cache is not None and result.success and not self.injector.fired:
             self.cache.put_many(pending)
-
-    def proposals(self, user_id: str, request_id: str) -> tuple[list[dict], list[dict]]:
-        """What the extractor and the reconcile model proposed for one write, from its trace."""
-        trace = next((t for t in self.client.store.traces(user_id) if t.get("request_id") == request_id), None)
-        if trace is None:
-            return [], []
-        payload = trace.get("payload") or {}
-        return payload.get("proposed_facts", []), payload.get("proposed_ops", [])
 
     def memories(self, user_id: str) -> list[dict[str, Any]]:
         return [m.model_dump() for m in self.client.get_all(user_id)]

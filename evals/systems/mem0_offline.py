@@ -26,6 +26,9 @@ _ROLE_LINE = re.compile(r"^(user|assistant|system): ?(.*)$")
 _JSON_TAIL = "\n\nRespond with a JSON object in the following order of fields: `facts`, then `profile`."
 
 
+MEM0_SITE = "mem0.extract"  # the call site mem0's wire (evals.systems.mem0_wire) names for its extraction
+
+
 def is_mem0_prompt(system: str | None) -> bool:
     """True for mem0's extraction system prompt."""
     return bool(system) and MARKER in system
@@ -76,20 +79,24 @@ def answer_mem0(user_prompt: str) -> str:
 
 
 class Mem0AwareEngine:
-    """The offline engine (`complete(lm15.Request)`), which also answers mem0's extraction prompt."""
+    """The offline engine (`complete(lm15.Request, site)`), which also answers mem0's extraction prompt.
+
+    The task is the call site the caller names (`MEM0_SITE`, or one of hymem's); a caller that names
+    none (mem0 pointed at `hymem-eval serve` by hand) leaves the model to read its prompt.
+    """
 
     def __init__(self) -> None:
         from hymem.offline import OfflineEngine
 
         self.inner = OfflineEngine()
 
-    def complete(self, request: Any) -> Any:
+    def complete(self, request: Any, site: str | None = None) -> Any:
         from dspy import lm15
 
         system = request.system if isinstance(request.system, str) else "".join(
             getattr(p, "text", "") or "" for p in request.system or [])
-        if not is_mem0_prompt(system):
-            return self.inner.complete(request)
+        if site != MEM0_SITE and (site is not None or not is_mem0_prompt(system)):
+            return self.inner.complete(request, site)
         users = [m.text or "" for m in request.messages if m.role == "user"]
         reply = answer_mem0(users[-1] if users else "")
         tokens_in = math.ceil((len(system) + sum(len(u) for u in users)) / 4)
@@ -109,5 +116,5 @@ def start_offline_server(embedder: str = "hash", port: int = 0) -> Any:
     return start_server(port=port, embedder=embedder)  # its engine is Mem0AwareEngine
 
 
-__all__ = ["MARKER", "Mem0AwareEngine", "answer_mem0", "is_mem0_prompt", "prompt_sections", "render_new_messages",
+__all__ = ["MARKER", "MEM0_SITE", "Mem0AwareEngine", "answer_mem0", "is_mem0_prompt", "prompt_sections", "render_new_messages",
            "start_offline_server"]

@@ -135,7 +135,6 @@ class Mem0System:
         self.memory: Any = None
         self._proxies: dict[tuple[str, str], Any] = {}
         self._proxy_lock = threading.Lock()
-        self._proposed: dict[str, list[dict]] = {}
         self._open = False
 
     @property
@@ -228,7 +227,6 @@ class Mem0System:
         except Exception as exc:  # mem0's way of failing a write
             raised, items = f"{type(exc).__name__}: {exc}", []
         proposed = self._parse_reply(self.calls.reply) if infer else []
-        self._proposed[request_id] = proposed
         attributed = {f["text"]: f["owner"] for f in proposed}
         ops = [{"op": item.get("event", "ADD"), "memory_id": item.get("id"), "target_id": None,
                 "text": item.get("memory"), "subject": subject_of(item.get("memory", "")),
@@ -241,6 +239,7 @@ class Mem0System:
         fired = any(any(r.get("request_id") == tag and r.get("applied", True) for r in proxy.faults())
                     for proxy, tag in self.calls.tags)
         return WriteOutcome(success=raised is None, request_id=request_id, codes=codes, ops=ops,
+                            proposed_facts=proposed, proposed_ops=[],  # add-only: mem0 proposes no ops
                             message=raised or f"{len(ops)} memory(ies) added", reached=self.calls.reached,
                             fired=fired, call_seconds=self.calls.seconds)
 
@@ -253,9 +252,6 @@ class Mem0System:
                      "kind": "fact"} for f in facts if isinstance(f, dict) and isinstance(f.get("text"), str)]
         except (ValueError, AttributeError, TypeError):
             return []
-
-    def proposals(self, user_id: str, request_id: str) -> tuple[list[dict], list[dict]]:
-        return self._proposed.get(request_id, []), []  # add-only: mem0 proposes no ops
 
     def memories(self, user_id: str) -> list[dict[str, Any]]:
         rows = self.memory.get_all(filters={"user_id": user_id}, top_k=10_000)["results"]

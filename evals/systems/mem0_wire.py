@@ -14,6 +14,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from evals.faults import Fault
+from evals.systems.mem0_offline import MEM0_SITE
+from hymem.sites import SITE_HEADER
 
 _ids = itertools.count()
 
@@ -85,7 +87,10 @@ class Wire:
         self.embeddings = SimpleNamespace(create=self._embed)
 
     def _chat(self, **params: Any) -> Any:
-        response = self._call("lm.extract", None, lambda c: c.chat.completions.create(**params))
+        # mem0 makes one kind of chat call, its extraction: name it, so the server need not read the prompt
+        headers = {**(params.pop("extra_headers", None) or {}), SITE_HEADER: MEM0_SITE}
+        response = self._call("lm.extract", None,
+                              lambda c: c.chat.completions.create(**params, extra_headers=headers))
         try:  # kept for the proposals; reading it must never change what mem0 sees
             self.system.calls.reply = response.choices[0].message.content
         except (AttributeError, IndexError, TypeError):

@@ -13,6 +13,7 @@ import dspy
 from dspy import lm15
 
 from hymem.offline._prompt import answer
+from hymem.sites import current_call_site
 
 MODEL = "offline/reference"
 
@@ -29,11 +30,15 @@ def _request_text(request: lm15.Request) -> tuple[str, int]:
 
 
 class OfflineEngine:
-    """A DSPy custom engine: `complete(request)` answers hymem's signatures with `answer`."""
+    """A DSPy custom engine: `complete(request)` answers hymem's signatures with `answer`.
 
-    def complete(self, request: lm15.Request) -> lm15.Response:
+    The task is the call site the engine named for this call (`hymem.current_call_site()`); `site`
+    overrides it for a caller that carries the site another way (the HTTP server's header).
+    """
+
+    def complete(self, request: lm15.Request, site: str | None = None) -> lm15.Response:
         text, prompt_chars = _request_text(request)
-        reply = answer(text)
+        reply = answer(text, site or current_call_site())
         tokens_in, tokens_out = math.ceil(prompt_chars / 4), math.ceil(len(reply) / 4)
         return lm15.Response(
             id=None,

@@ -1,0 +1,201 @@
+"""Every anomaly kind the checker names, produced from a bug planted in the engine and replayed through the
+`MemorySystem` protocol (hymem behind `HymemSystem`, driven by the `CaseReplayer`), with its witness."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+import hymem.client as client_module
+import hymem.store._store as store_module
+from evals.dataset import Case
+from evals.faults import FaultPlan
+from evals.record import AnomalyKind, CaseRun
+from evals.replay import CaseReplayer
+from hymem import HashEmbedder
+from hymem.offline import offline_lm
+
+CASE = Case.model_validate({
+    "id": "tim", "lang": "en", "user_id": "tim", "tags": [],
+    "memories": [{"text": "The user lives in Paris.", "subject": "user", "owner": "user"}],
+    "turns": [[{"role": "user", "name": "Tim", "content": "I moved to Berlin."}]],
+    "expect": {"facts": [{"text": "The user lives in Berlin.", "subject": "user", "owner": "user"}]},
+})
+
+
+def replay(case: Case = CASE) -> CaseRun:
+    """The case's control run and fault sweep on hymem, through the MemorySystem protocol."""
+    run = CaseReplayer(case, "planted", "offline", lambda c: offline_lm(), HashEmbedder(), FaultPlan.parse("sweep"),
+                       seed=0).run()
+    assert run.status == "ok", run.error
+    return run
+
+
+def witnesses(run: CaseRun, kind: AnomalyKind) -> list[tuple[str, str, str]]:
+    """(site, fault kind, witness) of every anomaly of `kind` on the run's faulted writes."""
+    return [(f.site, f.kind, a.witness) for f in run.faults for a in f.anomalies if a.kind == kind]
+
+
+def on_failed_writes(monkeypatch, also: Callable[[object, str, str], None]) -> None:
+    """Plant `also(client, user_id, request_id)` after every failed write, in a transaction of its own."""
+    real = client_module.HyMemoryClient._write
+
+    def write(self, user_id, request_id, *rest):
+        result = real(self, user_id, request_id, *rest)
+        if not result.success:
+            also(self, user_id, result.request_id)
+        return result
+
+    monkeypatch.setattr(client_module.HyMemoryClient, "_write", write)
+
+
+def test_a_correct_engine_shows_no_anomaly_at_all():
+    assert [a for f in replay().faults for a in f.anomalies] == []
+
+
+def test_episode_advanced_by_a_failed_write(monkeypatch):
+    def advance(client, user_id, rid):
+        with client.store.write() as tx:
+            tx.advance_episode(user_id)
+
+    on_failed_writes(monkeypatch, advance)
+    found = witnesses(replay(), AnomalyKind.EPISODE_ADVANCED)
+    assert found and {site for site, _, _ in found} >= {"lm.extract", "lm.reconcile", "embed"}
+    assert all(w.startswith("episodes: +1 -") for _, _, w in found)
+
+
+def test_trace_appended_by_a_failed_write(monkeypatch):
+    def trace(client, user_id, rid):
+        with client.store.write() as tx:
+            tx.append_trace(user_id, rid, "chat", {"failed": True})
+
+    on_failed_writes(monkeypatch, trace)
+    found = witnesses(replay(), AnomalyKind.TRACE_APPENDED)
+    assert found and all(w.startswith("traces: +1 -0") and "failed" in w and rid in w for rid in ("tim/w",)
+                         for _, _, w in found)
+
+
+def test_vectorless_node_when_the_index_skips_new_vectors(monkeypatch):
+    real = store_module.apply_changes
+
+    def drop_additions(index, changes):
+        real(index, {mid: None for mid in changes})  # removes, never adds: new rows get no FAISS vector
+
+    monkeypatch.setattr(store_module, "apply_changes", drop_additions)
+    found = witnesses(replay(), AnomalyKind.VECTORLESS_NODE)
+    assert found
+    assert any("has no FAISS vector" in w and "'The user lives in Berlin.'" in w for _, _, w in found)
+
+
+def test_orphan_vector_when_the_index_skips_removals(monkeypatch):
+    def keep_removed(index, changes):
+        added = [(mid, vec) for mid, vec in changes.items() if vec is not None]
+        if added:  # the superseded memory's vector is never removed
+            index.add_with_ids(np.stack([v for _, v in added]), np.asarray([m for m, _ in added], np.int64))
+
+    monkeypatch.setattr(store_module, "apply_changes", keep_removed)
+    found = witnesses(replay(), AnomalyKind.ORPHAN_VECTOR)
+    assert found and all(w.removeprefix("after retry: ").startswith("FAISS id ") and w.endswith("has no live row")
+                         for _, _, w in found)
+
+
+def test_wrong_error_code_when_reconcile_failures_are_mislabelled(monkeypatch):
+    monkeypatch.setattr(client_module, "_RECONCILE_CODES", {k: "LLM_ERROR" for k in client_module._RECONCILE_CODES})
+    found = witnesses(replay(), AnomalyKind.WRONG_ERROR_CODE)
+    assert found and {site for site, _, _ in found} == {"lm.reconcile"}
+    assert all("'reconcile_error_code': 'LLM_ERROR'" in w for _, _, w in found)
+
+
+def test_partial_write_and_retry_diverged_when_a_failed_write_keeps_a_profile_change(monkeypatch):
+    def note(client, user_id, rid):
+        with client.store.write() as tx:
+            tx.merge_profile(user_id, {"note": f"failed {rid}"})
+
+    on_failed_writes(monkeypatch, note)
+    run = replay()
+    assert all(w.startswith("profiles: +1") for _, _, w in witnesses(run, AnomalyKind.PARTIAL_WRITE))
+    assert witnesses(run, AnomalyKind.PARTIAL_WRITE) and witnesses(run, AnomalyKind.RETRY_DIVERGED)
+
+
+def test_degraded_success_when_a_failed_reconcile_adds_everything(monkeypatch):
+    from hymem.chain import ChainError
+    from hymem.reconciler import direct_plan
+
+    real = client_module.reconcile
+
+    def add_all(predictor, lm, facts, candidates):
+        try:
+            return real(predictor, lm, facts, candidates)
+        except ChainError:
+            return direct_plan(facts)
+
+    monkeypatch.setattr(client_module, "reconcile", add_all)
+    found = witnesses(replay(), AnomalyKind.DEGRADED_SUCCESS)
+    assert found and {site for site, _, _ in found} == {"lm.reconcile"}
+    assert all(w.startswith("success=true under a fault that must fail; ops=") for _, _, w in found)
+
+
+def test_l1_not_rolled_back_when_raw_messages_are_kept_before_extraction(monkeypatch):
+    real = client_module.HyMemoryClient._chat_chain
+
+    def early_l1(self, msgs, user_id, rid):
+        with self.store.write() as tx:
+            tx.append_l1_raw(user_id, rid, client_module.render_conversation(msgs))
+        work = real(self, msgs, user_id, rid)
+        work.pop("l1_raw")
+        return work
+
+    monkeypatch.setattr(client_module.HyMemoryClient, "_chat_chain", early_l1)
+    found = witnesses(replay(), AnomalyKind.L1_NOT_ROLLED_BACK)
+    assert found and all(w.startswith("l1_raw: +1 -0") and "Berlin" in w for _, _, w in found)
+
+
+def test_double_write_when_a_request_id_is_not_remembered(monkeypatch):
+    from hymem.reconciler import direct_plan
+    from hymem.store import WriteTx
+
+    monkeypatch.setattr(store_module.Store, "recorded_request", lambda self, user_id, request_id: None)
+    monkeypatch.setattr(WriteTx, "record_request", lambda self, *args, **kwargs: None)
+    monkeypatch.setattr(client_module, "reconcile", lambda predictor, lm, facts, candidates: direct_plan(facts))
+    found = witnesses(replay(), AnomalyKind.DOUBLE_WRITE)
+    assert found and any(w.startswith("re-sending the same request_id changed the store") for _, _, w in found)
+
+
+def test_fault_not_reached_when_a_faulted_write_skips_the_planned_call(monkeypatch):
+    real = client_module.reconcile
+
+    def skip_for_long_ids(predictor, lm, facts, candidates):  # the control run's request ids are short
+        from hymem.reconciler import direct_plan
+
+        return direct_plan(facts) if len(predictor_calls) else real(predictor, lm, facts, candidates)
+
+    predictor_calls: list[int] = []
+    real_write = client_module.HyMemoryClient._write
+
+    def write(self, user_id, request_id, *rest):
+        predictor_calls[:] = [1] if request_id and request_id.count("/") >= 2 else []
+        return real_write(self, user_id, request_id, *rest)
+
+    monkeypatch.setattr(client_module, "reconcile", skip_for_long_ids)
+    monkeypatch.setattr(client_module.HyMemoryClient, "_write", write)
+    run = replay()
+    found = witnesses(run, AnomalyKind.FAULT_NOT_REACHED)
+    assert found and {(site, w) for site, _, w in found} == {("lm.reconcile", "lm.reconcile was not called under "
+                                                                               "this fault")}
+    assert all(f.outcome == "indeterminate" for f in run.faults if f.site == "lm.reconcile")
+
+
+def test_every_anomaly_kind_has_a_planted_bug_here():
+    import sys
+
+    module = sys.modules[__name__]
+    names = " ".join(n for n in dir(module) if n.startswith("test_"))
+    for kind in AnomalyKind:
+        assert kind.value.lower() in names, f"no planted-bug test for {kind}"
+
+
+@pytest.fixture(autouse=True)
+def _no_network(monkeypatch):
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
