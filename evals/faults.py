@@ -66,7 +66,7 @@ class Expected(BaseModel):
     retry_safe: bool = True
 
 
-_LM_CLASS = {"unavailable": "unavailable", "timeout": "unavailable", "rate_limit": "unavailable",
+_LM_CLASS: dict[str, str] = {"unavailable": "unavailable", "timeout": "unavailable", "rate_limit": "unavailable",
              "empty_body": "empty", "empty_content": "empty", "garbage": "parse", "truncated_json": "parse",
              "wrong_schema": "parse", "unknown_id": "parse"}
 _EXTRACT_CODE = {"unavailable": "LLM_ERROR", "empty": "EMPTY_RESPONSE", "parse": "JSON_PARSE_FAILED"}
@@ -83,9 +83,12 @@ def expected_outcome(site: str, kind: str) -> Expected:
         raise ValueError(f"fault {kind!r} does not apply at {site!r}")
     else:
         failure = _LM_CLASS.get(kind)
-    if site == "lm.reconcile":
-        return Expected(success=False, agent_error_code="RECONCILE_FAILED", reconcile_error_code=_RECONCILE_CODE[failure])
     if site in LM_SITES:
+        if failure is None:
+            raise ValueError(f"fault {kind!r} has no failure class at {site!r}")
+        if site == "lm.reconcile":
+            return Expected(success=False, agent_error_code="RECONCILE_FAILED",
+                            reconcile_error_code=_RECONCILE_CODE[failure])
         return Expected(success=False, error_code=_EXTRACT_CODE[failure])
     if site == EMBED_SITE:
         return Expected(success=False, error_code="EMBEDDING_FAILED")

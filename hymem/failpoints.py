@@ -48,7 +48,7 @@ class FailpointError(RuntimeError):
 
 def _armed(env: str, name: str) -> bool:
     raw = os.environ.get(env)
-    return bool(raw) and name in {part.strip() for part in raw.split(",")}
+    return raw is not None and name in {part.strip() for part in raw.split(",") if part.strip()}
 
 
 _HOOK: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar("hymem_failpoint_hook",

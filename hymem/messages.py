@@ -27,11 +27,11 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, cast, overload
 
 from pydantic import BaseModel
 
-from hymem.models import ChatMessage
+from hymem.models import ChatMessage, Role
 from hymem.render import name_problem
 from hymem.validation import InputValidationError, size_problem, surrogate_problem
 
@@ -192,7 +192,7 @@ def _normalize_one(index: int, msg: dict[str, Any], tool_names: dict[str, str]) 
 def _flush(out: list[ChatMessage], pieces: list[str], role: str, name: str | None) -> None:
     text = "\n".join(piece for piece in pieces if piece)
     if text.strip():
-        out.append(ChatMessage(role=role, name=name, content=text))
+        out.append(ChatMessage(role=cast(Role, role), name=name, content=text))  # callers pass a checked role
     pieces.clear()
 
 
@@ -210,6 +210,10 @@ def _speaker_name(index: int, role: str, raw: Any) -> str | None:
     return name
 
 
+@overload
+def _tool_name(index: int, field: str, raw: Any, required: Literal[True]) -> str: ...
+@overload
+def _tool_name(index: int, field: str, raw: Any, required: bool) -> str | None: ...
 def _tool_name(index: int, field: str, raw: Any, required: bool) -> str | None:
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         if required:

@@ -30,9 +30,9 @@ from __future__ import annotations
 import bisect
 import re
 import unicodedata
-from typing import Literal
+from typing import Literal, cast
 
-from hymem.models import ChatMessage
+from hymem.models import ChatMessage, Role
 
 MAX_NAME_CHARS = 64  # longest speaker or tool name the label syntax carries
 RESERVED_LABELS = frozenset({"user", "assistant", "system", "tool"})  # labels that are roles, not names
@@ -273,4 +273,4 @@ def _finish(current: tuple[str, list[str]], user_name: str | None, history_limit
     content = _unescape_content("\n".join(body))
     if role != "user" and len(content) > history_limit:
         content = content[:history_limit] + "…"
-    return ChatMessage(role=role, name=name, content=content)
+    return ChatMessage(role=cast(Role, role), name=name, content=content)  # a reserved label or "assistant"

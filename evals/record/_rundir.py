@@ -36,7 +36,7 @@ class RunDirError(ValueError):
     """A run directory (or one of its files) that cannot be read: missing, torn, foreign or too new."""
 
 
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     """Write `path` through a temporary file in the same directory and a rename: never a half file."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

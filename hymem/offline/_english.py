@@ -153,6 +153,7 @@ def en_clause(clause: str, who: Speaker, greeted: bool = False, listener: Speake
         after = " ".join(tail[1:] if verb in ("have", "had") else tail)
         if (to := re.match(r"^(?:back\s+)?(?:here\s+)?to\s+(.+)$", after)) and (place := _place(to.group(1))):
             return finish(f"{who.en} lives in {place}")
+    head: str | None
     if verb in ("might", "may") and re.fullmatch(r"[a-z]+", nxt) and nxt not in ("be", "have", "not", "also", "as"):
         head, lemma, tail = "is considering", "consider", [_gerund(nxt), *tail[1:]]  # "I might move" -> "moving"
     else:

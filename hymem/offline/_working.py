@@ -81,7 +81,7 @@ def _split_objects(text: str) -> list[str]:
     """ "The user's project uses Python 3.11 and pytest." -> one fact per short object."""
     m = _USES.match(text)
     objects = re.split(r",\s*(?:and\s+)?|\s+and\s+", m.group("objs")) if m else []
-    if len(objects) < 2 or any(not o or len(o.split()) > 4 for o in objects):
+    if m is None or len(objects) < 2 or any(not o or len(o.split()) > 4 for o in objects):
         return [text]
     return [finish(f"{m.group('head')} {o}") for o in objects]
 
