@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
 import pytest
 
 import hymem.client as client_module
@@ -91,9 +90,9 @@ def test_vectorless_node_when_the_index_skips_new_vectors(monkeypatch):
 
 def test_orphan_vector_when_the_index_skips_removals(monkeypatch):
     def keep_removed(index, changes):
-        added = [(mid, vec) for mid, vec in changes.items() if vec is not None]
-        if added:  # the superseded memory's vector is never removed
-            index.add_with_ids(np.stack([v for _, v in added]), np.asarray([m for m, _ in added], np.int64))
+        for memory_id, live in changes.items():  # the superseded memory's vector is never removed
+            if live is not None and memory_id not in index:
+                index.add(memory_id, *live)
 
     monkeypatch.setattr(store_module, "apply_changes", keep_removed)
     found = witnesses(replay(), AnomalyKind.ORPHAN_VECTOR)
