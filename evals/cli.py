@@ -28,7 +28,7 @@ def _run(args: argparse.Namespace) -> int:
                        sample=args.sample, program=args.program, providers_file=args.providers,
                        cache=not args.no_cache, max_connections=args.max_connections,
                        systems=args.system or ["hymem"], executor=args.executor, ray_address=args.ray_address,
-                       workers=args.workers)
+                       workers=args.workers, matcher=args.matcher)
     try:
         outcome = run_eval(config)
     except UsageError as exc:
@@ -73,6 +73,38 @@ def _run_summary(outcome) -> str:
     lines += [f"  {outcome.verdict} means: {VERDICT_MEANS.get(outcome.verdict, '')}",
               f"report: {outcome.run_dir / 'summary.md'}"]
     return "\n".join(lines) + "\n"
+
+
+def _matcher_eval(args: argparse.Namespace) -> int:
+    from evals.scoring.matcher_eval import MatcherEvalError, matcher_eval
+
+    try:
+        text, path = matcher_eval(args.matcher, pairs=args.pairs, split=args.split, out=args.out, seed=args.seed)
+    except MatcherEvalError as exc:
+        print(f"hymem-eval matcher eval: {exc}", file=sys.stderr)
+        return 2
+    print(text, end="")
+    print(f"written: {path}", file=sys.stderr)
+    return 0
+
+
+def _matcher_fit(args: argparse.Namespace) -> int:
+    from evals.scoring.matcher_eval import MatcherEvalError, matcher_fit
+
+    try:
+        text = matcher_fit(pairs=args.pairs, out=args.out)
+    except MatcherEvalError as exc:
+        print(f"hymem-eval matcher fit: {exc}", file=sys.stderr)
+        return 2
+    print(text, end="")
+    return 0
+
+
+def _matcher_option(parser: argparse.ArgumentParser) -> None:
+    from evals.scoring.matchers import SPECS_HELP
+
+    parser.add_argument("--matcher", default=None, metavar="SPEC", help=f"how a predicted fact is matched to "
+                        f"gold: {SPECS_HELP}")
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -256,7 +288,25 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true")
     run.add_argument("--program", type=Path, default=None, metavar="DIR",
                      help="a tuned program (the --out of `hymem-eval tune`) instead of the built-in prompts")
+    _matcher_option(run)
     run.set_defaults(func=_run)
+
+    matcher = sub.add_parser("matcher", help="measure and fit the fact matcher on labelled pairs")
+    matcher_sub = matcher.add_subparsers(dest="matcher_command", required=True)
+    m_eval = matcher_sub.add_parser("eval", help="agreement of a matcher with labelled pairs, with 95% CIs")
+    _matcher_option(m_eval)
+    m_eval.add_argument("--pairs", type=Path, default=None, metavar="FILE",
+                        help="a pairs JSONL file (default: the bundled datasets/matcher/pairs.jsonl)")
+    m_eval.add_argument("--split", choices=["heldout", "calibration", "all"], default=None,
+                        help="default: heldout for the bundled pairs, all for another file")
+    m_eval.add_argument("--out", type=Path, required=True, metavar="DIR", help="where agreement.parquet goes")
+    m_eval.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    m_eval.set_defaults(func=_matcher_eval)
+    m_fit = matcher_sub.add_parser("fit", help="fit the semantic matcher's parameters on the calibration split")
+    m_fit.add_argument("--pairs", type=Path, default=None, metavar="FILE", help="default: the bundled pairs")
+    m_fit.add_argument("--out", type=Path, default=None, metavar="JSON",
+                       help="default: evals/scoring/semantic_params.json (the committed parameters)")
+    m_fit.set_defaults(func=_matcher_fit)
 
     datasets = sub.add_parser("datasets", help="inspect datasets and corpora")
     datasets_sub = datasets.add_subparsers(dest="datasets_command", required=True)

@@ -16,14 +16,10 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from hymem.models import Kind, Owner
+from hymem.subjects import canonical_subject, subject_of
 
 Lang = Literal["en", "zh"]
 ProfileField = Literal["name", "age", "gender", "occupation", "location"]
-
-_USER_PREFIXES = ("The user", "用户")
-_ASSISTANT_PREFIXES = ("The assistant", "助手")
-_CANONICAL_SUBJECTS = {"user": "user", "assistant": "assistant", "用户": "user", "助手": "assistant"}
-
 
 def _non_blank(value: str) -> str:
     if not value.strip():
@@ -35,8 +31,8 @@ def _subject(value: str) -> str:
     """'user', 'assistant' or a name; catches 'User' / '用户' so one subject is never spelled two ways."""
     if not value.strip() or value != value.strip():
         raise ValueError("must be 'user', 'assistant' or a person's name, without surrounding spaces")
-    canonical = _CANONICAL_SUBJECTS.get(value.lower())
-    if canonical is not None and canonical != value:
+    canonical = canonical_subject(value)
+    if canonical in ("user", "assistant") and canonical != value:
         raise ValueError(f"write {canonical!r}, not {value!r}")
     if value.lower() in {"system", "tool"}:
         raise ValueError(f"{value!r} is not a speaker; use 'user', 'assistant' or a person's name")
@@ -59,12 +55,10 @@ CaseId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")]
 
 
 def derive_subject(text: str) -> str | None:
-    """Subject implied by the gold text conventions ("The user …"/"用户…", "The assistant …"/"助手…")."""
-    if text.startswith(_USER_PREFIXES):
-        return "user"
-    if text.startswith(_ASSISTANT_PREFIXES):
-        return "assistant"
-    return None
+    """"user" or "assistant" when the gold text names one of them (`hymem.subjects.subject_of`); None
+    otherwise: a person's name is never guessed for gold, it must be written out."""
+    named = subject_of(text)
+    return named if named in ("user", "assistant") else None
 
 
 class _Statement(BaseModel):

@@ -346,10 +346,9 @@ def summary_markdown(manifest: Manifest, verdict: str, reasons: list[str], cases
     out += [f"faults `{manifest.faults}` · seed {manifest.seed} · providers {', '.join(manifest.providers)} · "
             f"{len(cases)} units of {manifest.n_cases} cases · engine {manifest.engine_version} · "
             f"embedder {manifest.embedder} · git {git}", ""]
-    if manifest.matcher:
-        m = manifest.matcher
-        out += [f"Facts are matched to gold by {m['kind']} (threshold {m['threshold']}), which agrees with "
-                f"{m['agreement']:.0%} of {m['labelled_pairs']} hand-labelled pairs.", ""]
+    from evals.scoring.agreement import card_line
+
+    out += [card_line(manifest.matcher), ""]
     for provider in _ordered(metrics["provider"]):
         rows = metrics[(metrics["provider"] == provider) & (metrics["dataset"] == "all")]
         rows = rows[rows["metric"].isin(HEADLINE)].assign(order=lambda f: f["metric"].map(HEADLINE.index))

@@ -68,6 +68,7 @@ class RunConfig(BaseModel):
     executor: str = "local"  # local: a thread pool here | ray: one Ray task per unit
     ray_address: str | None = None  # --executor ray: join this cluster; None starts a local Ray instance
     workers: int | None = None  # --executor ray: tasks in flight (and a local instance's CPUs); None: --concurrency
+    matcher: str | None = None  # --matcher SPEC: semantic (default) | text | llm:MODEL_SPEC
 
 
 class RunOutcome(BaseModel):
@@ -239,9 +240,12 @@ def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], t
                         program=str(config.program) if config.program is not None else None,
                         git_commit=commit, git_dirty=dirty, packages=package_versions())
     manifest.manifest_hash = manifest.compute_hash()
-    manifest.matcher = _matcher_card()
     run_dir = _run_dir(config, manifest)  # resume mismatches and unusable directories: before the model loads
     manifest.run_id = run_dir.name
+    try:
+        manifest.matcher_spec = make_matcher_spec(config.matcher)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
     embedder = resolve_embedder(embedder_name)
     return cases, plan, factories, embedder, manifest, run_dir, program
 
@@ -250,12 +254,29 @@ def _systems(config: RunConfig) -> list[str]:
     return list(dict.fromkeys(config.systems)) or [DEFAULT_SYSTEM]
 
 
-def _matcher_card() -> dict:
-    """How far the attribution scores can be trusted: the matcher's agreement with hand labels."""
-    from evals.scoring import DEFAULT_MATCHER, LABELLED_PAIRS, matcher_agreement
+def make_matcher_spec(spec: str | None) -> str:
+    """The --matcher spec the run will score with, checked before any work (a bad spec is exit 2)."""
+    from evals.scoring.matchers import MatcherSpecError, default_spec
 
-    return {"kind": type(DEFAULT_MATCHER).__name__, "threshold": DEFAULT_MATCHER.threshold,
-            "agreement": round(matcher_agreement(), 4), "labelled_pairs": len(LABELLED_PAIRS)}
+    spec = (spec or default_spec()).strip()
+    if spec not in ("text", "semantic") and not (spec.startswith("llm:") and spec[4:].strip()):
+        raise MatcherSpecError(f"--matcher: unknown spec {spec!r}")
+    return spec
+
+
+def open_matcher(manifest: Manifest, run_dir: Path, cache_dir: Path | None = None) -> Any:
+    """The run's matcher, and its card (held-out agreement) recorded in the manifest."""
+    from evals.scoring.agreement import matcher_card
+    from evals.scoring.matchers import MatcherSpecError, make_matcher
+
+    cache = cache_dir or run_dir.parent / ".cache"
+    try:
+        matcher = make_matcher(manifest.matcher_spec, attempts_dir=run_dir, cache_file=cache / "responses.sqlite")
+    except MatcherSpecError as exc:
+        raise UsageError(str(exc)) from exc
+    manifest.matcher = matcher_card(matcher, cache / "matcher_agreement.json",
+                                    measure=not manifest.matcher_spec.startswith("llm:"))
+    return matcher
 
 
 def _run_dir(config: RunConfig, manifest: Manifest) -> Path:
@@ -366,6 +387,12 @@ def _execute(config: RunConfig, cases: list[Case], plan: FaultPlan, factories: d
         raise UsageError(str(exc)) from exc
     logging.getLogger("hymem.store").setLevel(logging.CRITICAL)  # injected FAISS faults are logged by design
     run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        matcher = open_matcher(manifest, run_dir, config.cache_dir and config.cache_dir.parent)
+    except UsageError:
+        for arm in arms:
+            arm.close()
+        raise
     write_manifest(run_dir, manifest)
     done = _done_units(run_dir) if config.resume else {}
     state["saved"] = len(done)
@@ -415,7 +442,7 @@ def _execute(config: RunConfig, cases: list[Case], plan: FaultPlan, factories: d
             arm.close()
     units_seconds = time.monotonic() - started
     runs.sort(key=lambda r: (names.index(r.provider) if r.provider in names else 99, r.case_id))
-    verdict = report_run(run_dir, manifest, cases, runs)
+    verdict = report_run(run_dir, manifest, cases, runs, matcher)
     from evals.plots import write_plots
     from evals.report import run_verdict
 
@@ -444,21 +471,29 @@ def _ray_results(todo: list[tuple[Any, Case]], config: RunConfig, factories: dic
                    limits=limits, cases=cases, run_token=manifest.manifest_hash + str(manifest.created))
 
 
-def report_run(run_dir: Path, manifest: Manifest, cases: list[Case], runs: list[CaseRun]) -> str:
-    """Score every unit against its case's gold and write the report; returns the verdict."""
+def report_run(run_dir: Path, manifest: Manifest, cases: list[Case], runs: list[CaseRun], matcher: Any = None) -> str:
+    """Score every unit against its case's gold (each case once) and write the report; returns the verdict."""
     from evals.audit import flagged_label_metrics
     from evals.report import write_report
-    from evals.scoring import attribution_metrics, case_rows, facts_frame, ops_frame
+    from evals.scoring import DEFAULT_MATCHER, attribution_metrics, case_rows, facts_frame, ops_frame, score_pairs
     from evals.usage import attempts_frame, usage_metrics
 
+    matcher = matcher or DEFAULT_MATCHER
     by_id = {c.id: c for c in cases}
     pairs = [(by_id[r.case_id], r) for r in runs if r.case_id in by_id]
-    scored = attribution_metrics(pairs, manifest.seed)
+    once = score_pairs(pairs, matcher)
+    scored = attribution_metrics(pairs, manifest.seed, matcher, once)
     labels = flagged_label_metrics(cases, list(dict.fromkeys(r.provider for r in runs)))
     attempts = attempts_frame(runs)
+    judge = getattr(matcher, "attempts_frame", None)
+    if judge is not None:  # the LLM judge's own calls, site `judge`
+        import pandas as pd
+
+        attempts = pd.concat([attempts, judge()], ignore_index=True) if len(attempts) else judge()
     return write_report(run_dir, manifest, runs, extra_metrics=[*scored, *usage_metrics(runs, attempts), *labels],
-                        extra_case_rows=case_rows(pairs),
-                        extra_tables={"facts": facts_frame(pairs), "ops": ops_frame(pairs), "attempts": attempts})
+                        extra_case_rows=case_rows(pairs, matcher, once),
+                        extra_tables={"facts": facts_frame(pairs, matcher, once), "ops": ops_frame(pairs),
+                                      "attempts": attempts})
 
 
 def _progress(total: int, enabled: bool, total_done: int = 0):

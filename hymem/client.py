@@ -29,7 +29,7 @@ from hymem.reconciler import NewFact, ReconcilePlan, direct_plan, reconcile
 from hymem.render import MAX_NAME_CHARS, conversation_language, parse_history, render_conversation, render_working
 from hymem.sites import calling, recording_calls
 from hymem.store import Store
-from hymem.subjects import canonical_subject
+from hymem.subjects import canonical_subject, subject_of
 from hymem.validation import (
     DEFAULT_MAX_MESSAGE_CHARS,
     DEFAULT_MAX_WRITE_CHARS,
@@ -390,14 +390,9 @@ def _fact_from_dict(index: int, memory: Any, max_chars: int | None) -> NewFact:
 
 
 def _guess_subject(text: str, owner: str) -> str:
-    """Subject of a seeded memory given without one: the user's, the assistant's, or a leading name."""
-    stripped = text.strip()
-    if owner == "agent" or stripped.lower().startswith(("the assistant", "assistant")) or stripped.startswith("助手"):
-        return "assistant"
-    if stripped.lower().startswith(("the user", "user")) or stripped.startswith("用户"):
-        return "user"
-    first = stripped.split()[0].strip(",.") if stripped.split() else ""
-    return first if first[:1].isupper() else "user"
+    """Subject of a seeded memory given without one: the assistant's for an agent memory, else the
+    subject the sentence names (`hymem.subjects.subject_of`), else the user's."""
+    return "assistant" if owner == "agent" else (subject_of(text) or "user")
 
 
 def _profile_updates(profile: Any, msgs: list[ChatMessage]) -> dict:

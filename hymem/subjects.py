@@ -1,20 +1,68 @@
-"""Who a fact is about: the user, the assistant, or a named person, folded for comparison.
+"""Subjects: the one definition of "which subject a sentence names" and "same subject".
 
-Kept apart from the reconciler (which imports dspy) so the harness's scorers can use the
-engine's own rule without loading the model stack.
+The engine's cross-subject guard, the harness's matchers, the dataset checks and the mem0 adapter
+(whose memories are plain text) all ask these two questions; answering them in one place keeps a
+fact from being "the user's" in one component and John's in another.
+
+A subject is `user`, `assistant` or a person's name. A sentence names the assistant when it opens
+with "The (AI) assistant" / "助手", the user when it opens with "The user" / "用户" — unless it goes
+on with a relation ("The user's mother …", "用户的妈妈…"), which is another person: their name when
+the sentence gives one ("The user's friend Jack …"), else the relation phrase itself.
+Kept apart from the reconciler (which imports dspy) so the harness's scorers load no model stack.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 
-_USER = {"user", "the user", "current user", "用户", "当前用户"}
-_ASSISTANT = {"assistant", "the assistant", "ai", "agent", "助手", "ai助手"}
+_USER = {"user", "the user", "current user", "the current user", "用户", "当前用户"}
+_ASSISTANT = {"assistant", "the assistant", "ai", "the ai", "agent", "ai assistant", "the ai assistant",
+              "助手", "ai助手", "智能助手"}
+
+# Closed class: kin and social relations that turn "the user's X" into another person.
+_EN_RELATIONS = (
+    "mother|father|mom|mum|dad|parents?|sister|brother|siblings?|wife|husband|spouse|partner|son|daughter|"
+    "child|children|kids?|baby|grandmother|grandfather|grandma|grandpa|grandparents?|aunt|uncle|cousin|niece|"
+    "nephew|friend|best friend|girlfriend|boyfriend|fianc[ée]e?|colleague|coworker|co-worker|boss|manager|"
+    "roommate|flatmate|neighbou?r|classmate|teammate|mentor|teacher|student|doctor|landlord|in-laws?|"
+    "mother-in-law|father-in-law|stepmother|stepfather|twin")
+_ZH_RELATIONS = (
+    "妈妈|母亲|爸爸|父亲|父母|姐姐|妹妹|哥哥|弟弟|兄弟|姐妹|妻子|老婆|太太|丈夫|老公|先生|儿子|女儿|孩子|"
+    "奶奶|爷爷|外婆|外公|姥姥|姥爷|阿姨|叔叔|舅舅|姑姑|表哥|表姐|表妹|表弟|堂哥|堂姐|朋友|好友|闺蜜|"
+    "男朋友|女朋友|男友|女友|同事|老板|领导|上司|室友|邻居|同学|老师|导师|未婚夫|未婚妻|婆婆|岳母|公公")
+_EN_USER = re.compile(r"^(?:the\s+)?(?:current\s+)?user\b(?!-)", re.IGNORECASE)
+_EN_ASSISTANT = re.compile(r"^(?:the\s+)?(?:ai\s+)?assistant\b|^the\s+ai\b", re.IGNORECASE)
+_ZH_USER = re.compile(r"^(?:当前)?用户")
+_ZH_ASSISTANT = re.compile(r"^(?:ai|AI|智能)?助手")
+_EN_RELATION = re.compile(rf"^(?:the\s+)?(?:current\s+)?user(?:'s|s')\s+(?:(?:older|younger|elder|little|big|"
+                          rf"best|close|old|new|former|ex-)\s*)*({_EN_RELATIONS})\b(?:[\s,]+(?-i:([A-Z][\w'-]*"
+                          rf"(?:\s+[A-Z][\w'-]*)?)))?", re.IGNORECASE)
+_ZH_RELATION = re.compile(rf"^(?:当前)?用户的?(?:(?:大|小|亲|好|前|老))?({_ZH_RELATIONS})(?:[,，]?"
+                          r"([\u4e00-\u9fff]{2,3}?|[A-Za-z][\w-]*)(?=[,，]|是|在|住|喜欢|有|的|叫|做|从|也|已|养|"
+                          r"每|会|正|要|想|和|不|没|刚|最近|现在|今年|去年|明年))?")
+_APPOSITION = re.compile(r"^([^\s,，\u4e00-\u9fff]{1,24}|[\u4e00-\u9fff]{2,4}|[^\s,，]{1,24}\s[^\s,，]{1,24})[,，]\s*"
+                         r"(?:the|a|an|用户的|当前用户的)")  # "Jack, the user's friend, ..." / "김민수, ..."
+_LATIN = r"[A-Z][A-Za-z\u00c0-\u024f-]*"
+_EN_NAME = re.compile(rf"^({_LATIN}(?:\s+{_LATIN})*)(?:'s\s+(?i:({_EN_RELATIONS}))\b|'s)?(?=[\s,.;:!?\u4e00-\u9fff]|$)")
+_ZH_NAME = re.compile(r"^([\u4e00-\u9fff]{2,3}?)(?=是|在|住|喜欢|有|的|叫|做|从|也|已|养|每|会|正|要|想|和|不|没|刚|，|,)")
+_OTHER_NAME = re.compile(r"^([^\W\d_\u3040-\u30ff\u3400-\u9fff][^\s,，.。\u3400-\u9fff]{0,23})(?=\s|[是在住喜有的])")  # 김민수 / Олег / Lucas是
+_FRONTED = re.compile(r"^([^,，]{1,40}[,，]\s*)((?:the\s+)?user|用户|the\s+(?:ai\s+)?assistant|(?:ai|AI)?助手)(?!'s|的|[A-Za-z])",
+                      re.IGNORECASE)
+# Capitalised words that open a sentence without naming anyone.
+_NOT_NAMES = frozenset("""the a an this that these those it its they their he his she her we our you your i my me
+there here in on at after before during every each today tonight yesterday tomorrow last next when while if
+since because although as for from to with by both all some many most no not one two three user users
+assistant ai memory note fact""".split())
+
+
+def _fold(text: str | None) -> str:
+    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text or "").strip()).casefold()
 
 
 def canonical_subject(subject: str | None) -> str:
     """`user`, `assistant`, or the person's name folded for comparison."""
-    text = re.sub(r"\s+", " ", (subject or "").strip()).casefold()
+    text = _fold(subject)
     if text in _USER:
         return "user"
     if text in _ASSISTANT:
@@ -23,4 +71,65 @@ def canonical_subject(subject: str | None) -> str:
 
 
 def same_subject(a: str | None, b: str | None) -> bool:
+    """Whether two subject labels are the same person ("User" / "用户" / "the user" are one)."""
     return canonical_subject(a) == canonical_subject(b)
+
+
+def subject_class(subject: str | None) -> str:
+    """user / assistant / named."""
+    canonical = canonical_subject(subject)
+    return canonical if canonical in ("user", "assistant") else "named"
+
+
+def _clean(text: str) -> str:
+    return unicodedata.normalize("NFKC", str(text or "")).replace("’", "'").strip().lstrip("-*•·> ").strip()
+
+
+def split_subject(text: str) -> tuple[str | None, str]:
+    """(the subject the sentence names, the rest of the sentence): "The user lives in Berlin." →
+    ("user", "lives in Berlin."); ("Jack", "is a chef.") for "The user's friend Jack is a chef.";
+    (None, the whole sentence) when it opens with no subject."""
+    stripped = _clean(text)
+    if match := _EN_RELATION.match(stripped):
+        return match.group(2) or f"the user's {match.group(1).casefold()}", stripped[match.end():]
+    if match := _ZH_RELATION.match(stripped):
+        return match.group(2) or f"用户的{match.group(1)}", stripped[match.end():]
+    for pattern, subject in ((_EN_ASSISTANT, "assistant"), (_ZH_ASSISTANT, "assistant"), (_EN_USER, "user"),
+                             (_ZH_USER, "user")):
+        if match := pattern.match(stripped):
+            return subject, stripped[match.end():]
+    if (match := _APPOSITION.match(stripped)) and match.group(1).split()[0].casefold() not in _NOT_NAMES:
+        return match.group(1), stripped[len(match.group(1)):]
+    if match := _FRONTED.match(stripped):  # "On Sundays, the user plays tennis." / "每天晚上，用户都会看书。"
+        subject = "assistant" if re.match(r"(?i)the (?:ai )?assistant|(?:ai)?助手", match.group(2)) else "user"
+        return subject, match.group(1) + stripped[match.end():]
+    if match := _EN_NAME.match(stripped):
+        name = match.group(1)
+        if name.split()[0].casefold() not in _NOT_NAMES:
+            return (f"{name}'s {match.group(2).casefold()}" if match.group(2) else name), stripped[match.end():]
+    for pattern in (_ZH_NAME, _OTHER_NAME):
+        if match := pattern.match(stripped):
+            name = match.group(1)
+            if name.casefold() not in _NOT_NAMES and not name[0].islower():
+                return name, stripped[match.end():]
+    return None, stripped
+
+
+def subject_of(text: str) -> str | None:
+    """The subject a memory sentence names: "user", "assistant", a person's name or relation
+    ("Jack", "the user's mother", "用户的妈妈"), or None when it opens with none of these."""
+    return split_subject(text)[0]
+
+
+def names_subject(text: str, subject: str | None) -> bool:
+    """Whether the sentence is about `subject`: it opens with it, or (for a named person) mentions it."""
+    named = subject_of(text)
+    if named is not None and same_subject(named, subject):
+        return True
+    cls = subject_class(subject)
+    if cls != "named" or named in ("user", "assistant"):
+        return False
+    return canonical_subject(subject) in _fold(text)
+
+
+__all__ = ["canonical_subject", "names_subject", "same_subject", "split_subject", "subject_class", "subject_of"]

@@ -35,7 +35,8 @@ class Manifest(BaseModel):
     engine_version: str
     prompt_hash: str  # fingerprint of every instruction and demo the engine sends
     program: str | None = None  # tuned program directory (run --program); None: the built-in prompts
-    matcher: dict[str, Any] | None = None  # the fact matcher: threshold, agreement on its labelled pairs, pairs
+    matcher_spec: str = "text"  # --matcher: semantic | text | llm:MODEL_SPEC (runs before it existed: text)
+    matcher: dict[str, Any] | None = None  # the matcher's card: spec, fingerprint, held-out agreement with 95% CI
     git_commit: str | None = None
     git_dirty: bool | None = None
     packages: dict[str, str] = Field(default_factory=dict)

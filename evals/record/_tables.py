@@ -87,10 +87,11 @@ TABLES: dict[str, tuple[Column, ...]] = {
         ("gold_text", "string", "null for an unmatched prediction"), ("gold_subject", "string"),
         ("gold_owner", "string"),
         ("pred_text", "string", "null for a missed gold fact"), ("pred_subject", "string"), ("pred_owner", "string"),
-        ("match_score", "float64", "text similarity of a matched pair"), ("matched", "bool"),
+        ("match_score", "float64", "the matcher's score of a matched pair (>= its threshold)"), ("matched", "bool"),
         ("subject_ok", "bool", "null unless matched"), ("owner_ok", "bool"),
         ("gold_class", "string", "user | named | assistant"), ("pred_class", "string"),
         ("note", "string", "why a prediction is left out of precision, or infra_error"),
+        ("matcher", "string", "the --matcher spec that decided the match (semantic, text, llm:MODEL)"),
     ),
     "ops": _cols(
         ("provider", "string"), ("dataset", "string"), ("case_id", "string"),

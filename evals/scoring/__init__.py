@@ -4,14 +4,24 @@ Each metric is a ratio of per-case tallies with a bootstrap CI over cases; per-f
 frames let every number be traced back to its cases.
 """
 
-from evals.scoring.attribution import CaseScores, attribution_metrics, case_rows, facts_frame, score_case
-from evals.scoring.matcher import DEFAULT_MATCHER, LABELLED_PAIRS, TextMatcher, calibrate, matcher_agreement
+from evals.scoring.attribution import (
+    CaseScores,
+    ScoredCase,
+    attribution_metrics,
+    case_rows,
+    facts_frame,
+    score_case,
+    score_pairs,
+)
+from evals.scoring.matcher import DEFAULT_MATCHER, LABELLED_PAIRS, Matcher, TextMatcher, calibrate, matcher_agreement
 from evals.scoring.merges import ops_frame
 
 __all__ = [
     "DEFAULT_MATCHER",
     "LABELLED_PAIRS",
     "CaseScores",
+    "Matcher",
+    "ScoredCase",
     "TextMatcher",
     "attribution_metrics",
     "calibrate",
@@ -20,4 +30,5 @@ __all__ = [
     "matcher_agreement",
     "ops_frame",
     "score_case",
+    "score_pairs",
 ]

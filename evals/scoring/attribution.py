@@ -17,21 +17,17 @@ from pydantic import BaseModel, Field
 from evals.dataset import Case
 from evals.record import CaseMetricRow, CaseRun, MetricRow, columns, pandas_dtypes
 from evals.record.catalogue import note as catalogue_note
-from evals.scoring.matcher import (
-    DEFAULT_MATCHER,
-    TextMatcher,
-    implied_subject,
-    same_subject,
-    subject_class,
-    subject_text_mismatch,
-)
+from evals.scoring.matcher import DEFAULT_MATCHER, Matcher, subject_text_mismatch
 from evals.scoring.merges import Tally, merge_error_tallies, merge_tallies, turn_memories, turn_writes
 from evals.stats import bootstrap_ci
+from hymem.subjects import same_subject, subject_class, subject_of
 
 CLASSES = ("user", "named", "assistant")
 STAGES = {"stored": "", "proposed": "proposed_"}  # stage -> metric-name prefix
 FACTS_SCHEMA = pandas_dtypes("facts")  # facts.parquet: columns declared in evals.record
 FACTS_COLUMNS = columns("facts")
+
+
 class CaseScores(BaseModel):
     """One (provider, case): per-metric (numerator, denominator); an infra-error case holds all-wrong units."""
 
@@ -66,16 +62,16 @@ def _replaced_later(run: CaseRun, fact: dict[str, Any]) -> bool:
                for w in run.writes if w.index > fact.get("write", 0) for op in w.ops)
 
 
-def _exclusion(case: Case, run: CaseRun, fact: dict[str, Any], matcher: TextMatcher) -> str | None:
+def _exclusion(case: Case, run: CaseRun, fact: dict[str, Any], matcher: Matcher) -> str | None:
     """Why an unmatched proposed fact is left out of precision, if it is."""
-    if any(matcher.same_fact(fact["text"], fact.get("subject"), m.text, m.subject) for m in case.memories):
+    if any(matcher.same_fact(m.text, m.subject, fact["text"], fact.get("subject")) for m in case.memories):
         return "restates a seeded memory"
     if _replaced_later(run, fact):
         return "replaced by a later write"
     return None
 
 
-def _stage(case: Case, run: CaseRun, stage: str, matcher: TextMatcher) -> tuple[dict[str, Tally], list[dict]]:
+def _stage(case: Case, run: CaseRun, stage: str, matcher: Matcher) -> tuple[dict[str, Tally], list[dict]]:
     """Tallies and per-fact rows of one stage."""
     gold = case.expect.facts
     preds = _predictions(run, stage)
@@ -139,7 +135,7 @@ def _fact_row(run: CaseRun, stage: str, gold: Any, pred: dict | None, score: flo
     }
 
 
-def _case_tallies(case: Case, run: CaseRun, matcher: TextMatcher) -> dict[str, Tally]:
+def _case_tallies(case: Case, run: CaseRun, matcher: Matcher) -> dict[str, Tally]:
     """Tallies that do not depend on the stage: profile and absent statements."""
     tallies: dict[str, Tally] = {}
     expect = case.expect
@@ -151,7 +147,7 @@ def _case_tallies(case: Case, run: CaseRun, matcher: TextMatcher) -> dict[str, T
         got = str(run.profile.get("name") or "").strip().casefold()
         tallies["profile_name_accuracy"] = (float(got == expect.profile["name"].strip().casefold()), 1)
     if expect.absent:
-        violated = sum(any(matcher.same_fact(text, implied_subject(text), m["text"], m.get("subject"))
+        violated = sum(any(matcher.same_fact(text, subject_of(text), m["text"], m.get("subject"))
                            for m in run.memories) for text in expect.absent)
         tallies["absent_violation_rate"] = (violated, len(expect.absent))
     return tallies
@@ -183,29 +179,57 @@ def _error_tallies(case: Case) -> dict[str, Tally]:
     return {**tallies, **merge_error_tallies(case)}
 
 
-def score_case(case: Case, run: CaseRun, matcher: TextMatcher = DEFAULT_MATCHER) -> CaseScores:
-    """Pure: the case's per-metric numerators and denominators."""
+class ScoredCase(BaseModel):
+    """A case scored once: its tallies and its facts.parquet rows (both stages)."""
+
+    scores: CaseScores
+    rows: list[dict[str, Any]] = Field(default_factory=list)
+
+
+def prepare_case(case: Case, run: CaseRun, matcher: Matcher) -> None:
+    """Hand the matcher every text of the case at once: gold side (facts, absent statements, seeds,
+    separate/update statements) and prediction side (proposed and stored facts, live memories)."""
+    expect = case.expect
+    gold = [f.text for f in expect.facts or []] + list(expect.absent) + [m.text for m in case.memories]
+    gold += [t for pair in expect.separate for t in pair] + [t for u in expect.updates for t in (u.old, u.new)]
+    pred = [p["text"] for stage in STAGES for p in _predictions(run, stage)] + [m["text"] for m in run.memories]
+    matcher.prepare(list(dict.fromkeys(gold)), list(dict.fromkeys(pred)))
+
+
+def score_one(case: Case, run: CaseRun, matcher: Matcher = DEFAULT_MATCHER) -> ScoredCase:
+    """Tallies and fact rows of one (case, run), each matrix built once."""
     base = {"case_id": run.case_id, "dataset": run.dataset, "provider": run.provider, "lang": run.lang}
     if run.status == "infra_error":
-        return CaseScores(**base, infra_error=True, tallies=_error_tallies(case))
+        rows = [{**_fact_row(run, stage, g, None, None), "note": "infra_error"}
+                for stage in STAGES for g in case.expect.facts or []]
+        return ScoredCase(scores=CaseScores(**base, infra_error=True, tallies=_error_tallies(case)), rows=rows)
+    prepare_case(case, run, matcher)
     tallies: dict[str, Tally] = {}
+    rows: list[dict[str, Any]] = []
     for stage in STAGES:
-        tallies.update(_stage(case, run, stage, matcher)[0])
+        stage_tallies, stage_rows = _stage(case, run, stage, matcher)
+        tallies.update(stage_tallies)
+        rows += stage_rows
     tallies.update(_case_tallies(case, run, matcher))
     merges, notes = merge_tallies(case, run, matcher)
-    return CaseScores(**base, infra_error=False, tallies={**tallies, **merges}, notes=notes)
+    return ScoredCase(scores=CaseScores(**base, infra_error=False, tallies={**tallies, **merges}, notes=notes),
+                      rows=rows)
 
 
-def facts_frame(pairs: list[tuple[Case, CaseRun]], matcher: TextMatcher = DEFAULT_MATCHER) -> pd.DataFrame:
+def score_pairs(pairs: list[tuple[Case, CaseRun]], matcher: Matcher = DEFAULT_MATCHER) -> list[ScoredCase]:
+    return [score_one(case, run, matcher) for case, run in pairs]
+
+
+def score_case(case: Case, run: CaseRun, matcher: Matcher = DEFAULT_MATCHER) -> CaseScores:
+    """Pure: the case's per-metric numerators and denominators."""
+    return score_one(case, run, matcher).scores
+
+
+def facts_frame(pairs: list[tuple[Case, CaseRun]], matcher: Matcher = DEFAULT_MATCHER,
+                scored: list[ScoredCase] | None = None) -> pd.DataFrame:
     """One row per gold fact (matched or missed) and per unmatched prediction, for each stage."""
-    rows: list[dict[str, Any]] = []
-    for case, run in pairs:
-        if run.status == "infra_error":
-            rows += [{**_fact_row(run, stage, g, None, None), "note": "infra_error"}
-                     for stage in STAGES for g in case.expect.facts or []]
-            continue
-        for stage in STAGES:
-            rows += _stage(case, run, stage, matcher)[1]
+    scored = scored if scored is not None else score_pairs(pairs, matcher)
+    rows = [{**row, "matcher": matcher.spec} for one in scored for row in one.rows]
     return pd.DataFrame(rows, columns=FACTS_COLUMNS).astype(FACTS_SCHEMA)
 
 
@@ -233,12 +257,13 @@ def _rows_for(provider: str, dataset: str, scores: list[CaseScores], seed: int) 
     return rows
 
 
-def case_rows(pairs: list[tuple[Case, CaseRun]], matcher: TextMatcher = DEFAULT_MATCHER) -> list[CaseMetricRow]:
+def case_rows(pairs: list[tuple[Case, CaseRun]], matcher: Matcher = DEFAULT_MATCHER,
+              scored: list[ScoredCase] | None = None) -> list[CaseMetricRow]:
     """Per-case numerator and denominator of every metric ({provider, dataset, case_id, metric, num, den}),
     for the report's case_metrics table; an infra-error case appears only under `*_with_errors`."""
     rows = []
-    for case, run in pairs:
-        scores = score_case(case, run, matcher)
+    for one in scored if scored is not None else score_pairs(pairs, matcher):
+        scores = one.scores
         for metric, (num, den) in scores.tallies.items():
             names = [] if scores.infra_error else [metric]
             names += [] if _is_confusion(metric) else [f"{metric}_with_errors"]
@@ -248,10 +273,11 @@ def case_rows(pairs: list[tuple[Case, CaseRun]], matcher: TextMatcher = DEFAULT_
 
 
 def attribution_metrics(pairs: list[tuple[Case, CaseRun]], seed: int,
-                        matcher: TextMatcher = DEFAULT_MATCHER) -> list[MetricRow]:
+                        matcher: Matcher = DEFAULT_MATCHER, scored: list[ScoredCase] | None = None
+                        ) -> list[MetricRow]:
     """Metric rows per provider x dataset and per provider over all datasets (dataset="all"); a
     metric no case of a group contributes to has no row."""
-    scores = [score_case(case, run, matcher) for case, run in pairs]
+    scores = [one.scores for one in (scored if scored is not None else score_pairs(pairs, matcher))]
     groups: dict[tuple[str, str], list[CaseScores]] = defaultdict(list)
     for s in scores:
         groups[(s.provider, s.dataset)].append(s)
@@ -260,5 +286,5 @@ def attribution_metrics(pairs: list[tuple[Case, CaseRun]], seed: int,
             for row in _rows_for(provider, dataset, group, seed)]
 
 
-__all__ = ["CLASSES", "FACTS_COLUMNS", "FACTS_SCHEMA", "CaseScores", "attribution_metrics", "case_rows",
-           "facts_frame", "score_case"]
+__all__ = ["CLASSES", "FACTS_COLUMNS", "FACTS_SCHEMA", "CaseScores", "ScoredCase", "attribution_metrics", "case_rows",
+           "facts_frame", "prepare_case", "score_case", "score_one", "score_pairs"]

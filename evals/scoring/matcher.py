@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from hymem.subjects import canonical_subject, same_subject
-
-SubjectClass = str  # "user" | "assistant" | "named"
+from hymem.subjects import names_subject, same_subject, subject_class, subject_of
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _UNIT = re.compile(rf"\d+(?:[.:]\d+)*|[{_CJK}]|(?:(?![{_CJK}])[^\W\d_])+")
@@ -100,16 +98,13 @@ def negated(text: str) -> bool:
     return bool(_ZH_NEGATION.search(_ZH_NOT_NEGATION.sub("", prepared)))
 
 
-def text_similarity(a: str, b: str) -> float:
-    """Weighted Dice over units in [0, 1]; halved when exactly one side is negated, and halved when
-    each side has a name or number the other lacks (Paris vs Berlin, 28 vs 32: a substitution)."""
-    ua, ub = units(a), units(b)
+def _dice(ua: dict[str, float], ub: dict[str, float], neg_a: bool, neg_b: bool) -> float:
     weight = {u: max(ua.get(u, 0.0), ub.get(u, 0.0)) for u in ua.keys() | ub.keys()}
     total = sum(weight[u] for u in ua) + sum(weight[u] for u in ub)
     if total == 0:
-        return 1.0 if a.strip() == b.strip() else 0.0
+        return 0.0
     score = 2 * sum(weight[u] for u in ua.keys() & ub.keys()) / total
-    if negated(a) != negated(b):
+    if neg_a != neg_b:
         score *= _PENALTY
     heavy_only = [{u for u in mine.keys() - theirs.keys() if mine[u] == _HEAVY} for mine, theirs in ((ua, ub), (ub, ua))]
     if all(heavy_only):
@@ -117,72 +112,132 @@ def text_similarity(a: str, b: str) -> float:
     return score
 
 
-def subject_class(subject: str | None) -> SubjectClass:
-    """user / assistant / named, with the engine's own folding of subject spellings."""
-    canonical = canonical_subject(subject)
-    return canonical if canonical in ("user", "assistant") else "named"
-
-
-_USER_PREFIXES = ("the user", "用户", "当前用户")
-_ASSISTANT_PREFIXES = ("the assistant", "the ai assistant", "助手", "ai助手")
-
-
-def implied_subject(text: str) -> str | None:
-    """Subject a bare statement implies: "user", "assistant", or None for a named person."""
-    folded = _prepare(text).strip().casefold()
-    if folded.startswith(_USER_PREFIXES):
-        return "user"
-    if folded.startswith(_ASSISTANT_PREFIXES):
-        return "assistant"
-    return None
+def text_similarity(a: str, b: str) -> float:
+    """Weighted Dice over units in [0, 1]; halved when exactly one side is negated, and halved when
+    each side has a name or number the other lacks (Paris vs Berlin, 28 vs 32: a substitution)."""
+    ua, ub = units(a), units(b)
+    if not ua and not ub:
+        return 1.0 if a.strip() == b.strip() else 0.0
+    return _dice(ua, ub, negated(a), negated(b))
 
 
 def subject_text_mismatch(text: str, subject: str | None, kind: str = "fact") -> bool:
-    """The structured subject disagrees with the sentence: "user" not starting "The user"/"用户",
-    a name the text never mentions. Experiences are the assistant's lessons and need no prefix."""
-    cls = subject_class(subject)
-    if cls == "user":
-        return implied_subject(text) != "user"
-    if cls == "assistant":
-        return kind != "experience" and implied_subject(text) != "assistant"
-    return canonical_subject(subject) not in _prepare(text).casefold()
+    """The structured subject disagrees with the sentence: "user" on a sentence that does not name
+    the user, a name the text never mentions. Experiences are the assistant's lessons and need no prefix."""
+    if kind == "experience" and subject_class(subject) == "assistant":
+        return False
+    return not names_subject(text, subject)
 
 
-@dataclass(frozen=True)
-class TextMatcher:
-    """Text similarity with a calibrated threshold; `same_fact` also requires the same subject."""
+def subject_rule(a_text: str, a_subject: str | None, b_text: str, b_subject: str | None) -> bool:
+    """Same subject, by label; a None label means "whoever the sentence names" (`hymem.subjects`)."""
+    a_subject = a_subject if a_subject is not None else subject_of(a_text)
+    b_subject = b_subject if b_subject is not None else subject_of(b_text)
+    if a_subject is None or b_subject is None:
+        return a_subject is None and b_subject is None
+    return same_subject(a_subject, b_subject)
 
-    threshold: float = 0.67  # calibrate(LABELLED_PAIRS)[0]; a test keeps the two equal
+
+def texts_name_same_subject(a: str, b: str) -> bool:
+    """False when both sentences name a subject and they differ ("The user's mother is a nurse" is
+    not "The user is a nurse", whatever the labels say)."""
+    sa, sb = subject_of(a), subject_of(b)
+    return sa is None or sb is None or same_subject(sa, sb)
+
+
+class Matcher:
+    """Does a predicted memory state a gold fact? Text and subject are judged apart: `scores` says
+    whether the statements match (>= `threshold`), `same_fact` adds the subject rule, and `assign`
+    pairs gold with predictions one-to-one on text, so a fact filed under the wrong subject is an
+    attribution error rather than a missing fact plus an extra one.
+
+    `prepare` takes every text of a case once, so a matcher does its per-text work (tokens, vectors,
+    judge calls) once per distinct text and never per pair."""
+
+    spec: str = "?"
+    threshold: float = 0.5
     subject_bonus: float = 0.1  # added to a pair's weight in the assignment when the subjects agree
 
+    def prepare(self, gold: Sequence[str], pred: Sequence[str]) -> None:
+        """Per-text work for a case's gold-side and prediction-side texts, batched."""
+
+    def scores(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
+        """[len(gold), len(pred)] text-match scores in [0, 1]."""
+        raise NotImplementedError
+
+    def fingerprint(self) -> str:
+        """Changes whenever the matcher's decisions may change (spec, parameters)."""
+        return self.spec
+
     def similarity(self, a: str, b: str) -> float:
-        return text_similarity(a, b)
+        return float(self.scores([a], [b])[0, 0])
 
     def matches(self, a: str, b: str) -> bool:
         return self.similarity(a, b) >= self.threshold
 
     def same_fact(self, a_text: str, a_subject: str | None, b_text: str, b_subject: str | None) -> bool:
-        """Same statement about the same subject. A None subject means "a named person the text names"."""
-        if not self.matches(a_text, b_text):
-            return False
-        if a_subject is None or b_subject is None:
-            other, text = (b_subject, a_text) if a_subject is None else (a_subject, b_text)
-            return other is None or (subject_class(other) == "named"
-                                     and canonical_subject(other) in _prepare(text).casefold())
-        return same_subject(a_subject, b_subject)
+        """Same statement about the same subject; `a` is the gold side (a gold fact, an absent
+        statement, a seeded memory), `b` the prediction side."""
+        return (subject_rule(a_text, a_subject, b_text, b_subject) and texts_name_same_subject(a_text, b_text)
+                and self.matches(a_text, b_text))
 
-    def assign(self, gold: list[tuple[str, str | None]], pred: list[tuple[str, str | None]]
+    def same_facts(self, gold: Sequence[tuple[str, str | None]], pred: Sequence[tuple[str, str | None]]
+                   ) -> np.ndarray:
+        """[len(gold), len(pred)] booleans of `same_fact`, from one score matrix."""
+        if not gold or not pred:
+            return np.zeros((len(gold), len(pred)), dtype=bool)
+        sim = self.scores([g for g, _ in gold], [p for p, _ in pred])
+        ok = np.array([[subject_rule(g, gs, p, ps) and texts_name_same_subject(g, p) for p, ps in pred]
+                       for g, gs in gold], dtype=bool)
+        return (sim >= self.threshold) & ok
+
+    def assign(self, gold: Sequence[tuple[str, str | None]], pred: Sequence[tuple[str, str | None]]
                ) -> list[tuple[int, int, float]]:
-        """One-to-one (gold index, pred index, similarity) maximising total similarity over pairs
-        above the threshold; a subject bonus makes "John likes coffee." pair with its own gold."""
+        """One-to-one (gold index, pred index, score) maximising total score over pairs above the
+        threshold; a subject bonus makes "John likes coffee." pair with its own gold."""
         if not gold or not pred:
             return []
-        sim = np.array([[self.similarity(g, p) for p, _ in pred] for g, _ in gold])
+        sim = self.scores([g for g, _ in gold], [p for p, _ in pred])
         bonus = np.array([[self.subject_bonus * same_subject(gs, ps) for _, ps in pred] for _, gs in gold])
         weight = np.where(sim >= self.threshold, sim + bonus, 0.0)
         rows, cols = linear_sum_assignment(weight, maximize=True)
         return [(int(r), int(c), float(sim[r, c])) for r, c in zip(rows, cols, strict=True)
                 if sim[r, c] >= self.threshold]
+
+
+class TextMatcher(Matcher):
+    """Weighted-unit text similarity with one threshold: fast, no model (`--matcher text`)."""
+
+    spec = "text"
+
+    def __init__(self, threshold: float = 0.67, subject_bonus: float = 0.1, cache_size: int = 50_000):
+        self.threshold = threshold  # calibrate(LABELLED_PAIRS)[0]; a test keeps the two equal
+        self.subject_bonus = subject_bonus
+        self._cache: dict[str, tuple[dict[str, float], bool]] = {}
+        self._cache_size = cache_size
+
+    def _prepared(self, text: str) -> tuple[dict[str, float], bool]:
+        hit = self._cache.get(text)
+        if hit is None:
+            if len(self._cache) >= self._cache_size:
+                self._cache.clear()
+            hit = self._cache[text] = (units(text), negated(text))
+        return hit
+
+    def fingerprint(self) -> str:
+        return f"text:threshold={self.threshold}"
+
+    def scores(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(gold), len(pred)))
+        right = [self._prepared(p) for p in pred]
+        for i, g in enumerate(gold):
+            ug, ng = self._prepared(g)
+            for j, (up, np_) in enumerate(right):
+                if not ug and not up:
+                    out[i, j] = 1.0 if g.strip() == pred[j].strip() else 0.0
+                else:
+                    out[i, j] = _dice(ug, up, ng, np_)
+        return out
 
 
 DEFAULT_MATCHER = TextMatcher()
@@ -269,7 +324,7 @@ def calibrate(pairs: tuple[tuple[str, str, str, str, bool], ...] = LABELLED_PAIR
     return float(grid[best]), float(agree[best])
 
 
-def matcher_agreement(matcher: TextMatcher = DEFAULT_MATCHER,
+def matcher_agreement(matcher: Matcher = DEFAULT_MATCHER,
                       pairs: tuple[tuple[str, str, str, str, bool], ...] = LABELLED_PAIRS) -> float:
     """Share of labelled pairs on which `matcher.same_fact` agrees with the label (in-sample: the
     default threshold was calibrated on these same pairs)."""
@@ -282,14 +337,16 @@ def matcher_agreement(matcher: TextMatcher = DEFAULT_MATCHER,
 __all__ = [
     "DEFAULT_MATCHER",
     "LABELLED_PAIRS",
+    "Matcher",
     "TextMatcher",
     "calibrate",
-    "implied_subject",
     "matcher_agreement",
     "negated",
     "same_subject",
     "subject_class",
+    "subject_rule",
     "subject_text_mismatch",
+    "texts_name_same_subject",
     "text_similarity",
     "units",
 ]

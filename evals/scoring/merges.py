@@ -15,7 +15,8 @@ import pandas as pd
 
 from evals.dataset import Case
 from evals.record import CaseRun, WriteRecord, columns, pandas_dtypes
-from evals.scoring.matcher import DEFAULT_MATCHER, TextMatcher, implied_subject, same_subject
+from evals.scoring.matcher import DEFAULT_MATCHER, Matcher
+from hymem.subjects import same_subject, subject_of
 
 Tally = tuple[float, float]  # (numerator, denominator) of one case
 MERGE_OPS = ("UPDATE", "SUPERSEDE", "DELETE")
@@ -93,10 +94,10 @@ def _subject_of(case: Case, text: str) -> str | None:
     for item in [*(case.expect.facts or []), *case.memories]:
         if item.text == text:
             return item.subject
-    return implied_subject(text)
+    return subject_of(text)
 
 
-def _live_matches(case: Case, run: CaseRun, text: str, matcher: TextMatcher) -> set[int]:
+def _live_matches(case: Case, run: CaseRun, text: str, matcher: Matcher) -> set[int]:
     subject = _subject_of(case, text)
     return {m["id"] for m in run.memories if matcher.same_fact(text, subject, m["text"], m.get("subject"))}
 
@@ -106,7 +107,7 @@ def _merges_possible(case: Case) -> bool:
     return bool(case.memories) or len(case.turns) > 1
 
 
-def merge_tallies(case: Case, run: CaseRun, matcher: TextMatcher = DEFAULT_MATCHER
+def merge_tallies(case: Case, run: CaseRun, matcher: Matcher = DEFAULT_MATCHER
                   ) -> tuple[dict[str, Tally], dict[str, int]]:
     """Per-case (numerator, denominator) of the merge metrics, and counts for notes."""
     tallies: dict[str, Tally] = {}

@@ -25,7 +25,6 @@ import importlib.util
 import json
 import logging
 import os
-import re
 import sqlite3
 import tempfile
 import threading
@@ -41,6 +40,7 @@ from evals.faults import Expected, Fault, FaultPlan
 from evals.proxy import KINDS
 from evals.systems.base import WriteOutcome
 from evals.systems.mem0_wire import Calls, Endpoint, Wire
+from hymem.subjects import subject_of as named_subject
 
 EXTRA_ERROR = "mem0 needs the extra: pip install 'hymem[mem0]'"
 SITES = ("embed.query", "lm.extract", "embed.facts", "embed.entities", "embed.memory")
@@ -84,23 +84,9 @@ def expected_outcome(site: str, kind: str) -> Expected:
 
 # ---------------------------------------------------------------------------------------------- projections
 
-_APPOSITION = re.compile(r"^([^\s,，\u4e00-\u9fff]{1,24})[,，]")  # "Jack, the user's friend, ..." / "김민수, ..."
-_EN_NAME = re.compile(r"^([A-Z][A-Za-z-]*)(?:'s|’s)?(?![A-Za-z])")  # "John is ...", "Lucas是..."
-_ZH_NAME = re.compile(r"^([\u4e00-\u9fff]{2,3}?)(?=是|在|住|喜欢|有|的|叫|做|从|也|已|养|，|,)")  # "王芳是..."
-
-
 def subject_of(text: str) -> str:
-    """The subject a plain memory text names: user, assistant, or a leading name (default user)."""
-    stripped = str(text).strip()
-    folded = stripped.casefold()
-    if folded.startswith(("the user", "user", "用户", "当前用户")):
-        return "user"
-    if folded.startswith(("the assistant", "assistant", "the ai assistant", "助手", "ai助手")):
-        return "assistant"
-    for pattern in (_APPOSITION, _EN_NAME, _ZH_NAME):
-        if match := pattern.match(stripped):
-            return match.group(1)
-    return "user"
+    """The subject a plain memory text names (`hymem.subjects.subject_of`); the user's when it names none."""
+    return named_subject(str(text)) or "user"
 
 
 def owner_of(attributed_to: Any) -> str:

@@ -1,0 +1,167 @@
+"""How far a matcher can be trusted: its agreement with hand-labelled pairs, with bootstrap CIs.
+
+`hymem-eval matcher eval` writes `agreement.parquet` (one row per split × lang × category × metric);
+every run's manifest carries the default pairs file's held-out agreement of the run's matcher (its
+"card"), cached by the matcher's fingerprint so an expensive matcher (an LLM judge) is measured once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from evals.scoring.matcher import Matcher
+from evals.scoring.pairs import BUNDLED_PAIRS, Pair, PairsError, load_pairs, pairs_hash
+from evals.stats import bootstrap_ci
+
+AGREEMENT_COLUMNS = ["matcher", "split", "lang", "category", "metric", "value", "ci_low", "ci_high", "n"]
+METRICS = ("agreement", "precision", "recall")  # precision and recall of "same"
+GROUPS = {"group:same": True, "group:different": False}  # paraphrase-like vs near-miss pairs, by label
+
+
+def decide(matcher: Matcher, pairs: list[Pair]) -> np.ndarray:
+    """The matcher's same/not-same decision for every pair, all texts prepared in one batch."""
+    if not pairs:
+        return np.zeros(0, dtype=bool)
+    matcher.prepare(list(dict.fromkeys(p.gold.text for p in pairs)), list(dict.fromkeys(p.pred.text for p in pairs)))
+    return np.array([matcher.same_fact(p.gold.text, p.gold.subject, p.pred.text, p.pred.subject) for p in pairs],
+                    dtype=bool)
+
+
+def _rows(spec: str, split: str, lang: str, category: str, said: np.ndarray, truth: np.ndarray, seed: int
+          ) -> list[dict[str, Any]]:
+    agree = (said == truth).astype(float)
+    units = {"agreement": (agree, np.ones_like(agree)),
+             "precision": ((said & truth).astype(float), said.astype(float)),
+             "recall": ((said & truth).astype(float), truth.astype(float))}
+    rows = []
+    for metric in METRICS:
+        num, den = units[metric]
+        if den.sum() == 0:
+            continue
+        value, low, high = bootstrap_ci(num, den, seed=seed)
+        rows.append({"matcher": spec, "split": split, "lang": lang, "category": category, "metric": metric,
+                     "value": value, "ci_low": low, "ci_high": high, "n": int(den.sum())})
+    return rows
+
+
+def agreement_frame(spec: str, split: str, pairs: list[Pair], said: np.ndarray, seed: int = 0) -> pd.DataFrame:
+    """Rows per (lang, category) with totals under lang="all" / category="all", and the two label
+    groups (`group:same`: paraphrases, `group:different`: near-misses)."""
+    truth = np.array([p.same for p in pairs], dtype=bool)
+    langs = np.array([p.lang for p in pairs])
+    cats = np.array([p.category for p in pairs])
+    rows: list[dict[str, Any]] = []
+    for lang in ["all", *sorted(set(langs))]:
+        in_lang = np.ones(len(pairs), bool) if lang == "all" else langs == lang
+        groups = {"all": in_lang, **{g: in_lang & (truth == v) for g, v in GROUPS.items()},
+                  **{c: in_lang & (cats == c) for c in sorted(set(cats))}}
+        for category, mask in groups.items():
+            if mask.any():
+                rows += _rows(spec, split, lang, category, said[mask], truth[mask], seed)
+    return pd.DataFrame(rows, columns=AGREEMENT_COLUMNS)
+
+
+def format_agreement(frame: pd.DataFrame, pairs_per_second: float | None = None) -> str:
+    """The totals and groups per language, then per category: what `matcher eval` prints."""
+    def line(r: Any) -> str:
+        return f"{r.value:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}] n={r.n}"
+
+    out = []
+    agree = frame[frame.metric == "agreement"]
+    for r in agree[agree.category.isin(["all", *GROUPS])].itertuples():
+        extra = ""
+        if r.category == "all":
+            sub = frame[(frame.lang == r.lang) & (frame.category == "all")].set_index("metric")["value"]
+            extra = f"  precision {sub.get('precision', float('nan')):.3f} recall {sub.get('recall', float('nan')):.3f}"
+        out.append(f"{r.matcher} {r.split} lang={r.lang} {r.category}: agreement {line(r)}{extra}")
+    out.append("per category (lang=all):")
+    for r in agree[(agree.lang == "all") & ~agree.category.isin(["all", *GROUPS])].itertuples():
+        out.append(f"  {r.category:<22} {line(r)}")
+    if pairs_per_second is not None:
+        out.append(f"throughput: {pairs_per_second:.1f} pairs/s")
+    return "\n".join(out) + "\n"
+
+
+def evaluate(matcher: Matcher, pairs: list[Pair], split: str, seed: int = 0) -> tuple[pd.DataFrame, float]:
+    """(agreement frame, pairs per second)."""
+    started = time.perf_counter()
+    said = decide(matcher, pairs)
+    seconds = time.perf_counter() - started
+    return agreement_frame(matcher.spec, split, pairs, said, seed), len(pairs) / max(seconds, 1e-9)
+
+
+# ------------------------------------------------------------------ the card in every run's manifest
+
+def _cache_key(matcher: Matcher, digest: str) -> str:
+    return f"{matcher.fingerprint()}|{digest}"
+
+
+def _read_cache(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def remember(frame: pd.DataFrame, matcher: Matcher, pairs: list[Pair], cache_file: Path) -> None:
+    """Store the held-out totals of the bundled pairs for `matcher_card`."""
+    row = frame[(frame.lang == "all") & (frame.category == "all") & (frame.metric == "agreement")]
+    if row.empty:
+        return
+    r = row.iloc[0]
+    per_lang = {x.lang: round(float(x.value), 4) for x in frame[(frame.category == "all")
+                                                                  & (frame.metric == "agreement")].itertuples()}
+    cache = _read_cache(cache_file)
+    cache[_cache_key(matcher, pairs_hash(pairs))] = {
+        "heldout_agreement": round(float(r.value), 4), "ci_low": round(float(r.ci_low), 4),
+        "ci_high": round(float(r.ci_high), 4), "n": int(r.n), "per_lang": per_lang}
+    cache_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(cache, indent=1, sort_keys=True), encoding="utf-8")
+    tmp.replace(cache_file)
+
+
+def matcher_card(matcher: Matcher, cache_file: Path | None, *, measure: bool = True) -> dict[str, Any]:
+    """The matcher, and its agreement on the bundled pairs' held-out split with a 95% CI: from the
+    cache, else measured now when `measure` (cheap matchers); None when never measured."""
+    card: dict[str, Any] = {"spec": matcher.spec, "fingerprint": matcher.fingerprint(),
+                            "pairs": str(BUNDLED_PAIRS.name), "split": "heldout", "heldout_agreement": None}
+    try:
+        pairs = load_pairs(BUNDLED_PAIRS, "heldout")
+    except PairsError:
+        return card
+    key = _cache_key(matcher, pairs_hash(pairs))
+    hit = _read_cache(cache_file).get(key) if cache_file is not None else None
+    if hit is None and measure:
+        frame, _ = evaluate(matcher, pairs, "heldout")
+        if cache_file is not None:
+            remember(frame, matcher, pairs, cache_file)
+            hit = _read_cache(cache_file).get(key)
+        if hit is None:
+            row = frame[(frame.lang == "all") & (frame.category == "all") & (frame.metric == "agreement")].iloc[0]
+            hit = {"heldout_agreement": round(float(row.value), 4), "ci_low": round(float(row.ci_low), 4),
+                   "ci_high": round(float(row.ci_high), 4), "n": int(row.n)}
+    return {**card, **(hit or {})}
+
+
+def card_line(card: dict[str, Any] | None) -> str:
+    """One line for summary.md; a matcher with no measured agreement is flagged in bold."""
+    if not card:
+        return "**The fact matcher is not recorded: the attribution figures have no measured agreement.**"
+    if card.get("heldout_agreement") is None:
+        return (f"**Facts are matched by `{card['spec']}`, which has no measured agreement with labelled pairs: "
+                f"treat the attribution figures as unverified** (measure it with `hymem-eval matcher eval "
+                f"--matcher {card['spec']}`).")
+    return (f"Facts are matched by `{card['spec']}`, which agrees with {card['heldout_agreement']:.1%} "
+            f"[95% CI {card['ci_low']:.1%}, {card['ci_high']:.1%}] of {card['n']} held-out labelled pairs "
+            f"({card['pairs']}).")
+
+
+__all__ = ["AGREEMENT_COLUMNS", "agreement_frame", "card_line", "decide", "evaluate", "format_agreement",
+           "matcher_card", "remember"]

@@ -1,0 +1,297 @@
+"""Explicit checks for the near-misses that flip a fact while keeping its words.
+
+An embedding rates "lives in Berlin" and "wants to live in Berlin", or "每天早上跑步" and "每天晚上跑步",
+as near-duplicates. Each check below reads one kind of qualifier off a sentence, in English and
+Chinese, and the semantic matcher compares the two sides: polarity (negation, a negative verb),
+modality (desire, plan, past/ceased), time (time of day, weekday, month, season, relative time,
+frequency), numbers (digits, English and Chinese number words), names (capitalised words and Latin
+tokens, an abbreviation counts as its expansion) and relations ("sister" vs "cousin"). The word
+lists are closed classes (function words, calendar words, kin terms); they are not a list of
+synonyms for content words.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+from hymem.subjects import _EN_RELATIONS, _ZH_RELATIONS
+
+_CJK = "\u3400-\u9fff\uf900-\ufaff"
+_IS_CJK = re.compile(f"[{_CJK}]")
+
+
+def _norm(text: str) -> str:
+    text = unicodedata.normalize("NFKC", text).replace("’", "'").replace("‘", "'")
+    return re.sub(r"(?i)\b(can)'t\b", r"\1 not", re.sub(r"(?i)n't\b", " not", re.sub(r"(?i)\bwon't\b", "will not", text)))
+
+
+def is_chinese(text: str) -> bool:
+    return bool(_IS_CJK.search(text))
+
+
+# ---------------------------------------------------------------- polarity
+_EN_CEASED = r"no longer|not\s+\w+\s+anymore|not anymore|any ?more|quit|quits|stopped|stop(?:s)? \w+ing|gave up|has given up"
+_EN_NEG = re.compile(r"(?i)\b(?:not|no|never|none|nor|neither|without|nobody|nothing|cannot)\b")
+_EN_NEG_VERB = re.compile(r"(?i)\b(?:dislike[sd]?|hate[sd]?|hating|detest[sd]?|can ?not stand|avoid[sed]*|refuse[sd]?|"
+                          r"fail(?:ed|s)?|lost|loses|against|oppose[sd]?|reject(?:ed|s)?|unable|broken)\b")
+_ZH_CEASED = re.compile(r"不再|已经不|戒了|戒掉|不.{0,4}了$|再也不|不.{1,3}了[。.]?$")
+_ZH_NEG = re.compile(r"[不没未别无勿非否]")
+_ZH_NOT_NEG = re.compile(r"不错|不过(?!敏)|不少|不断|不同|不久|别人|别的|无论|非常|并非|不仅|毫不犹豫|不但|差不多")
+_ZH_NEG_VERB = re.compile(r"讨厌|厌恶|反对|拒绝|失败|落榜|挂科|输了|受不了|恨|忌")
+_PREFIXES = ("un", "dis", "in", "im", "ir", "il", "non", "non-")
+_WORD = re.compile(r"[a-z]+(?:-[a-z]+)?")
+
+
+def antonym_prefix(a: str, b: str) -> bool:
+    """A word on one side is the other's with a negating prefix (agrees / disagrees, comfortable /
+    uncomfortable, 满意 / 不满意 is caught by the negation count)."""
+    wa, wb = set(_WORD.findall(a.casefold())), set(_WORD.findall(b.casefold()))
+    return any(p + w in other for mine, other in ((wa - wb, wb - wa), (wb - wa, wa - wb)) for w in mine
+               for p in _PREFIXES if len(w) >= 4)
+
+
+def polarity(text: str) -> tuple[int, int]:
+    """(negations outside "no longer"-style cessation, negative verbs), each counted mod 2."""
+    t = _norm(text)
+    if is_chinese(t):
+        stripped = _ZH_CEASED.sub("", _ZH_NOT_NEG.sub("", t))
+        return len(_ZH_NEG.findall(stripped)) % 2, len(_ZH_NEG_VERB.findall(t)) % 2
+    stripped = re.sub(rf"(?i)\b(?:{_EN_CEASED})\b", " ", t)
+    return len(_EN_NEG.findall(stripped)) % 2, len(_EN_NEG_VERB.findall(t)) % 2
+
+
+# ---------------------------------------------------------------- modality
+_MODALITY = {
+    "desire": (r"(?i)\b(?:wants?|wanted|wanting|would like|'d like|hopes?|hoping|wish(?:es)?|dreams? (?:of|about)|"
+               r"eager|keen|interested in|would love|longs? to)\b",
+               r"想要|想|希望|渴望|梦想|愿望|向往|盼望|有意"),
+    "plan": (r"(?i)\b(?:plans?|planning|planned|intends?|intending|going to|gonna|will|shall|considering|considers|"
+             r"thinking (?:about|of)|about to|aims?|aiming|preparing|prepares|scheduled|"
+             r"hoping to|trying to|tries to)\b",
+             r"打算|计划|准备|将要|即将|考虑|筹备|要去|可能|也许|或许|争取"),
+    "past": (r"(?i)\b(?:used to|formerly|former|previously|in the past|ex-|no longer|any ?more|quit|quits|"
+             r"stopped|gave up|retired)\b",
+             r"以前|曾经|过去|原来|从前|不再|戒了|戒掉|戒烟|戒酒|退休|前任|已经不|曾"),
+}
+_MODALITY_RE = {k: (re.compile(en), re.compile(zh)) for k, (en, zh) in _MODALITY.items()}
+
+
+def modality(text: str) -> frozenset[str]:
+    t = _norm(text)
+    zh = is_chinese(t)
+    return frozenset(k for k, (en, zh_re) in _MODALITY_RE.items() if (zh_re if zh else en).search(t))
+
+
+# ---------------------------------------------------------------- time
+_TIME_EN = {
+    "morning": r"mornings?|a\.?m\.?|breakfast|dawn|sunrise", "noon": r"noon|midday|lunch(?:time)?",
+    "afternoon": r"afternoons?", "evening": r"evenings?|dinner|after work|sunset|dusk|p\.?m\.?",
+    "night": r"nights?|tonight|midnight|bedtime|before bed|late at night",
+    "monday": r"mondays?", "tuesday": r"tuesdays?", "wednesday": r"wednesdays?", "thursday": r"thursdays?",
+    "friday": r"fridays?", "saturday": r"saturdays?", "sunday": r"sundays?", "weekend": r"weekends?",
+    "weekday": r"weekdays?|workdays?", "spring": r"spring", "summer": r"summer", "autumn": r"autumn|fall",
+    "winter": r"winter", "daily": r"daily|every day|each day|everyday|a day|per day",
+    "weekly": r"weekly|every week|a week|per week|each week", "monthly": r"monthly|every month|a month|per month",
+    "yearly": r"yearly|annually|every year|a year|per year", "past_year": r"last year", "next_year": r"next year",
+    "this_year": r"this year", "yesterday": r"yesterday", "tomorrow": r"tomorrow", "today": r"today",
+    **{m: m + r"|" + m[:3] + r"\.?" for m in ("january", "february", "march", "april", "june", "july", "august",
+                                              "september", "october", "november", "december")},
+    "may_month": r"in may",
+}
+_TIME_ZH = {
+    "morning": r"早上|早晨|上午|清晨|早餐|一早|晨", "noon": r"中午|午饭|午餐|正午", "afternoon": r"下午|午后",
+    "evening": r"晚上|傍晚|晚饭|晚餐|下班后|黄昏", "night": r"夜里|夜晚|深夜|半夜|凌晨|睡前|熬夜|夜",
+    "monday": r"(?:周|星期|礼拜)一", "tuesday": r"(?:周|星期|礼拜)二", "wednesday": r"(?:周|星期|礼拜)三",
+    "thursday": r"(?:周|星期|礼拜)四", "friday": r"(?:周|星期|礼拜)五", "saturday": r"(?:周|星期|礼拜)六",
+    "sunday": r"(?:周|星期|礼拜)[日天]", "weekend": r"周末", "weekday": r"工作日",
+    "spring": r"春天|春季", "summer": r"夏天|夏季|暑假", "autumn": r"秋天|秋季", "winter": r"冬天|冬季|寒假",
+    "daily": r"每天|每日|天天|每晚|每早", "weekly": r"每周|每星期|每个星期|每礼拜", "monthly": r"每月|每个月",
+    "yearly": r"每年", "past_year": r"去年", "next_year": r"明年", "this_year": r"今年", "yesterday": r"昨天",
+    "tomorrow": r"明天", "today": r"今天", "spring_festival": r"春节|过年", "national_day": r"国庆",
+    "mid_autumn": r"中秋", **{f"month{n}": rf"(?<![0-9一二三四五六七八九十]){c}月" for n, c in enumerate(
+        "一二三四五六七八九", 1)}, "month10": r"(?<![0-9一二三四五六七八九十])十月",
+    "month11": r"十一月", "month12": r"十二月",
+}
+_TIME_EN_RE = {k: re.compile(rf"(?i)\b(?:{v})\b") for k, v in _TIME_EN.items()}
+_TIME_ZH_RE = {k: re.compile(v) for k, v in _TIME_ZH.items()}
+
+
+def time_words(text: str) -> frozenset[str]:
+    t = _norm(text)
+    table = _TIME_ZH_RE if is_chinese(t) else _TIME_EN_RE
+    found = {k for k, pattern in table.items() if pattern.search(t)}
+    if is_chinese(t):  # English words inside Chinese text too
+        found |= {k for k, pattern in _TIME_EN_RE.items() if pattern.search(t) and k != "may_month"}
+    return frozenset(found)
+
+
+# ---------------------------------------------------------------- numbers
+_EN_NUMBERS = {w: i for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())}
+_EN_NUMBERS.update({"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90,
+                    "hundred": 100, "thousand": 1000, "dozen": 12, "once": 1, "twice": 2, "thrice": 3,
+                    "single": 1, "pair": 2, "couple": 2, "half": 0.5, "decade": 10, "first": 1, "second": 2,
+                    "third": 3, "fourth": 4, "fifth": 5})
+_EN_NUMBER_RE = re.compile(r"(?i)\b(" + "|".join(sorted(_EN_NUMBERS, key=len, reverse=True)) +
+                           r")(?:[\s-]+(one|two|three|four|five|six|seven|eight|nine))?\b")
+_DIGITS = re.compile(r"\d+(?:[.,]\d+)?")
+_CLOCK = re.compile(r"\b(\d{1,2})[:：](\d{2})\b")
+_ZH_DIGIT = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "俩": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8,
+             "九": 9}
+_ZH_UNIT = {"十": 10, "百": 100, "千": 1000, "万": 10000}
+_ZH_NUMBER_RE = re.compile(r"[零〇一二两俩三四五六七八九十百千万]+|半")
+_ZH_NOT_NUMBER = re.compile(r"一(?=[名个位只条家台辆本件张把双次档门套所间种份座棵匹头口])|一起|一直|一下|一些|一点|一般|一定|一样|唯一|统一|第一次|万一|一向|一边|一切|"
+                            r"星期[一二三四五六日天]|周[一二三四五六日]|礼拜[一二三四五六日天]|[一二三四五六七八九十]+月")
+
+
+def _zh_value(chunk: str) -> float:
+    if chunk == "半":
+        return 0.5
+    total, current, section = 0, 0, 0
+    for ch in chunk:
+        if ch in _ZH_DIGIT:
+            current = _ZH_DIGIT[ch]
+        elif ch == "万":
+            section = (section + (current or 0)) * 10000
+            total += section
+            section, current = 0, 0
+        else:
+            section += (current or 1) * _ZH_UNIT[ch]
+            current = 0
+    return float(total + section + current)
+
+
+def numbers(text: str) -> tuple[float, ...]:
+    """Every number the sentence states, sorted: digits, English number words, Chinese numerals."""
+    t = _norm(text)
+    found: list[float] = []
+    for m in _CLOCK.finditer(t):
+        found.append(int(m.group(1)) + int(m.group(2)) / 60)
+    t = _CLOCK.sub(" ", t)
+    for m in _DIGITS.finditer(t):
+        try:
+            found.append(float(m.group().replace(",", "")))
+        except ValueError:
+            continue
+    if is_chinese(t):
+        cleaned = _ZH_NOT_NUMBER.sub(" ", t)
+        found += [_zh_value(m.group()) for m in _ZH_NUMBER_RE.finditer(cleaned)]
+    for m in _EN_NUMBER_RE.finditer(t):
+        word = m.group(1).casefold()
+        if word in ("second", "first") and not re.search(rf"(?i)\b{word}\s+(?:time|child|son|daughter|floor|year)", t):
+            continue
+        value = _EN_NUMBERS[word] + (_EN_NUMBERS[m.group(2).casefold()] if m.group(2) else 0)
+        found.append(float(value))
+    return tuple(sorted(found))
+
+
+# ---------------------------------------------------------------- names
+_NAME = re.compile(r"[A-Z][A-Za-z0-9+#.&'-]*(?:\s+(?:(?:of|and|for|de|the)\s+)?[A-Z][A-Za-z0-9+#.&'-]*)*|"
+                   r"[A-Za-z]+[0-9][A-Za-z0-9.]*")
+_LATIN_IN_ZH = re.compile(r"[A-Za-z][A-Za-z0-9+#.&'-]*(?:\s+[A-Za-z][A-Za-z0-9+#.&'-]*)*")
+_NOT_ENTITY = frozenset("i the a an he she they it user users assistant ai".split())
+
+
+def names(text: str) -> dict[str, str]:
+    """Capitalised words past the sentence's first (and Latin tokens in Chinese): folded → as written."""
+    t = _norm(text)
+    pattern = _LATIN_IN_ZH if is_chinese(t) else _NAME
+    out: dict[str, str] = {}
+    for m in pattern.finditer(t):
+        if m.start() == 0 and not is_chinese(t):
+            continue
+        words = [w.strip(".'-") for w in m.group().split()]
+        words = [w for w in words if w and w.casefold() not in _NOT_ENTITY]
+        if words:
+            out[" ".join(words).casefold()] = " ".join(words)
+    return out
+
+
+def _initials(name: str) -> set[str]:
+    """NYC for New York City, MIT for Massachusetts Institute of Technology, JS for JavaScript, k8s
+    for Kubernetes."""
+    words = name.split()
+    out = {"".join(w[0] for w in words), "".join(w[0] for w in words if w not in ("of", "and", "for", "the", "de"))}
+    camel = re.findall(r"[A-Z][a-z]*", name.title() if " " in name else name)
+    if len(camel) >= 2:
+        out.add("".join(w[0] for w in camel).casefold())
+    if len(name) > 4 and " " not in name:
+        out.add(f"{name[0]}{len(name) - 2}{name[-1]}".casefold())
+    return {i.casefold() for i in out if len(i) >= 2}
+
+
+def _covered(name: str, raw_name: str, other_names: dict[str, str], other_text: str) -> bool:
+    """A name the other side also states: the same name, its abbreviation or expansion (NYC / New
+    York City, JS / JavaScript, k8s / Kubernetes) or a longer form of it (Postgres / PostgreSQL)."""
+    folded = other_text.casefold()
+    if re.search(rf"(?<![a-z0-9]){re.escape(name)}(?![a-z0-9])", folded):
+        return True
+    compact = name.replace(" ", "")
+    for other, raw_other in other_names.items():
+        o_compact = other.replace(" ", "")
+        short, long = sorted((compact, o_compact), key=len)
+        if len(short) >= 5 and long.startswith(short) and len(long) - len(short) >= 2:
+            return True
+        if compact in _initials(raw_other) or o_compact in _initials(raw_name):
+            return True
+    return False
+
+
+def name_substitution(a: str, b: str) -> bool:
+    """Each side states a name the other lacks (Berlin vs Paris, Java vs JavaScript is caught by the
+    word check only when the two words differ in their first four letters)."""
+    na, nb = names(a), names(b)
+    only_a = [n for n, raw in na.items() if not _covered(n, raw, nb, _norm(b))]
+    only_b = [n for n, raw in nb.items() if not _covered(n, raw, na, _norm(a))]
+    return bool(only_a) and bool(only_b)
+
+
+# ---------------------------------------------------------------- relations
+_EN_RELATION_RE = re.compile(rf"(?i)\b({_EN_RELATIONS})\b")
+_ZH_RELATION_RE = re.compile(_ZH_RELATIONS)
+_RELATION_FOLD = {"mom": "mother", "mum": "mother", "dad": "father", "grandma": "grandmother", "grandpa": "grandfather",
+                  "kids": "kid", "parents": "parent", "siblings": "sibling", "co-worker": "colleague",
+                  "coworker": "colleague", "neighbour": "neighbor", "妈妈": "母亲", "爸爸": "父亲", "老婆": "妻子",
+                  "太太": "妻子", "老公": "丈夫", "男友": "男朋友", "女友": "女朋友", "好友": "朋友", "姥姥": "外婆",
+                  "姥爷": "外公"}
+
+
+def relations(text: str) -> frozenset[str]:
+    t = _norm(text)
+    found = [m.group(1).casefold() for m in _EN_RELATION_RE.finditer(t)] + _ZH_RELATION_RE.findall(t)
+    return frozenset(_RELATION_FOLD.get(r, r) for r in found)
+
+
+@dataclass(frozen=True)
+class Qualifiers:
+    """What a sentence says besides its predicate's words, read once per text."""
+
+    polarity: tuple[int, int]
+    modality: frozenset[str]
+    time: frozenset[str]
+    numbers: tuple[float, ...]
+    relations: frozenset[str]
+
+    @classmethod
+    def of(cls, text: str) -> Qualifiers:
+        return cls(polarity(text), modality(text), time_words(text), numbers(text), relations(text))
+
+
+def mismatches(a: Qualifiers, b: Qualifiers, text_a: str, text_b: str) -> dict[str, float]:
+    """1.0 where the two sides differ on a qualifier."""
+    neg_a, neg_b = a.polarity, b.polarity
+    flipped = (neg_a[0] + neg_a[1]) % 2 != (neg_b[0] + neg_b[1]) % 2
+    return {
+        "polarity": float(flipped != antonym_prefix(text_a, text_b)),
+        "modality": float(a.modality != b.modality),
+        "time": float(a.time != b.time),
+        "number": float(set(a.numbers) != set(b.numbers)),
+        "relation": float(bool(a.relations ^ b.relations)),
+    }
+
+
+__all__ = ["Qualifiers", "antonym_prefix", "is_chinese", "mismatches", "modality", "name_substitution", "names", "numbers", "polarity",
+           "relations", "time_words"]

