@@ -100,11 +100,11 @@ def _matcher_fit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _matcher_option(parser: argparse.ArgumentParser) -> None:
+def _matcher_option(parser: argparse.ArgumentParser, extra: str = "") -> None:
     from evals.scoring.matchers import SPECS_HELP
 
     parser.add_argument("--matcher", default=None, metavar="SPEC", help=f"how a predicted fact is matched to "
-                        f"gold: {SPECS_HELP}")
+                        f"gold: {SPECS_HELP}{'; ' + extra if extra else ''}")
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -161,7 +161,7 @@ def _compare(args: argparse.Namespace) -> int:
     from evals.compare import RunInputError, write_comparison
 
     try:
-        text, paths = write_comparison(args.runs, out=args.out)
+        text, paths = write_comparison(args.runs, out=args.out, matcher=args.matcher)
     except RunInputError as exc:
         print(f"hymem-eval compare: {exc}", file=sys.stderr)
         return 2
@@ -175,7 +175,8 @@ def _gate(args: argparse.Namespace) -> int:
 
     try:
         outcome = run_gate(args.baseline, args.current, rules=args.rules, junit=args.junit, summary=args.summary,
-                           pairs=args.pair, allow_different_inputs=args.allow_different_inputs)
+                           pairs=args.pair, allow_different_inputs=args.allow_different_inputs,
+                           matcher=args.matcher)
     except GateInputError as exc:
         print(f"hymem-eval gate: {exc}", file=sys.stderr)
         return 2
@@ -203,7 +204,8 @@ def _tune(args: argparse.Namespace) -> int:
     try:
         config = TuneConfig(program=args.program, optimizer=args.optimizer, train=args.train, dev=args.dev,
                             lm=args.lm, teacher_lm=args.teacher_lm, prompt_lm=args.prompt_lm, out=args.out,
-                            seed=args.seed, dev_fraction=args.dev_fraction, settings=parse_settings(args.setting or []))
+                            seed=args.seed, dev_fraction=args.dev_fraction, settings=parse_settings(args.setting or []),
+                            matcher=args.matcher)
         outcome = tune(config)
     except TuneError as exc:
         print(f"hymem-eval tune: {exc}", file=sys.stderr)
@@ -345,6 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="run directories; the first is the reference")
     compare.add_argument("--out", type=Path, default=None, metavar="DIR",
                          help="where compare.md / compare.parquet / compare_cases.parquet go (default: the last run)")
+    _matcher_option(compare, "re-score every run with this matcher before comparing (default: as they were scored)")
     compare.set_defaults(func=_compare)
 
     gate = sub.add_parser("gate", help="regression gate of a run against a baseline (exit 1 on a regression)")
@@ -359,6 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     gate.add_argument("--allow-different-inputs", action="store_true",
                       help="gate runs of different datasets or fault plans over the cases they share "
                       "(default: refuse, exit 2)")
+    _matcher_option(gate, "re-score both runs with this matcher before gating (default: as they were scored)")
     gate.set_defaults(func=_gate)
 
     plots = sub.add_parser("plots", help="write PNG plots of a finished run into RUN/plots/")
@@ -382,6 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="optimizer setting over the defaults, VALUE as JSON (repeatable), e.g. max_metric_calls=200")
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--out", type=Path, required=True, metavar="DIR", help="where program.json and its manifest go")
+    _matcher_option(tune, "used by the tuning metric")
     tune.set_defaults(func=_tune)
     return parser
 

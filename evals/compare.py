@@ -78,6 +78,30 @@ class Run:
         return index
 
 
+def rescored_dirs(run_dirs: list[Path], matcher: str | None) -> list[Path]:
+    """The runs' directories, or their copies re-scored with `matcher` (`evals.scoring.rescore`)."""
+    if matcher is None:
+        return list(run_dirs)
+    from evals.scoring.rescore import RescoreError, rescore
+
+    for path in run_dirs:
+        if not (Path(path) / "manifest.json").is_file():
+            raise RunInputError(f"{path}: no manifest.json, not a run directory")
+    try:
+        return [rescore(Path(p), matcher) for p in run_dirs]
+    except (RescoreError, ValueError) as exc:
+        raise RunInputError(str(exc)) from exc
+
+
+def matcher_note(runs: list[Run]) -> str:
+    """A warning when the runs were scored by different matchers."""
+    specs = [r.manifest.matcher_spec if r.manifest is not None else "text" for r in runs]
+    if len(set(specs)) <= 1:
+        return ""
+    return (f"The runs were scored by different matchers ({', '.join(specs)}): their attribution metrics are not "
+            "comparable; pass --matcher SPEC to re-score them all with one.")
+
+
 def load_run(path: Path) -> Run:
     """Read a finished run directory (migrating an older schema); RunInputError on anything a comparison
     cannot trust."""
@@ -334,14 +358,18 @@ def _flips_section(cases: pd.DataFrame, a_label: str, b_label: str) -> list[str]
     return out
 
 
-def write_comparison(run_dirs: list[Path], out: Path | None = None) -> tuple[str, list[Path]]:
-    """Load the runs, compare them, write compare.md, compare.parquet and compare_cases.parquet into `out`
-    (default: the last run's directory); return the markdown and the paths written."""
-    runs = [load_run(p) for p in run_dirs]
+def write_comparison(run_dirs: list[Path], out: Path | None = None, matcher: str | None = None
+                     ) -> tuple[str, list[Path]]:
+    """Load the runs (re-scored with `matcher` when given), compare them, write compare.md,
+    compare.parquet and compare_cases.parquet into `out` (default: the last run's directory);
+    return the markdown and the paths written."""
+    runs = [load_run(p) for p in rescored_dirs(run_dirs, matcher)]
     comparison = compare_runs(runs)
     out = Path(out) if out is not None else Path(run_dirs[-1])
     out.mkdir(parents=True, exist_ok=True)
     text = comparison_markdown(comparison)
+    if note := matcher_note(runs):
+        text = f"**{note}**\n\n{text}"
     paths = [out / "compare.md", out / "compare.parquet", out / "compare_cases.parquet"]
     paths[0].write_text(text, encoding="utf-8")
     comparison.deltas.to_parquet(paths[1], index=False)

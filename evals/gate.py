@@ -27,7 +27,7 @@ from xml.etree import ElementTree as ET
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from evals.compare import Run, RunInputError, case_values, load_run, metric_row
+from evals.compare import Run, RunInputError, case_values, load_run, matcher_note, metric_row, rescored_dirs
 from evals.gate_inputs import InputDiff, compare_inputs, restrict
 from evals.record.catalogue import Direction, Kind, find, format_value
 from evals.stats import paired_bootstrap_delta
@@ -429,20 +429,31 @@ def check_inputs(baseline: Run, current: Run, allow_different: bool) -> tuple[Ru
 
 def run_gate(baseline: Path, current: Path, *, rules: Path | None = None, junit: Path | None = None,
              summary: Path | None = None, pairs: list[str] | None = None,
-             allow_different_inputs: bool = False) -> GateOutcome:
+             allow_different_inputs: bool = False, matcher: str | None = None) -> GateOutcome:
     """Gate `current` against `baseline`; write JUnit XML and markdown (default: into the current run
     directory) and append the markdown to $GITHUB_STEP_SUMMARY when it is set."""
     rule_set = load_rules(rules)
+    matcher_notes: list[str] = []
     try:
-        base_run, cur_run = load_run(baseline), load_run(current)
+        names = {"baseline": load_run(baseline).label, "current": load_run(current).label}
+        base_dir, cur_dir = rescored_dirs([baseline, current], matcher)
+        base_run, cur_run = load_run(base_dir), load_run(cur_dir)
+        if matcher is None and matcher_note([base_run, cur_run]) and (Path(current) / "units.jsonl").is_file():
+            # Like with like: the current run is re-scored with the baseline's matcher (a committed
+            # baseline keeps no units.jsonl to re-score the other way).
+            spec = base_run.manifest.matcher_spec if base_run.manifest is not None else "text"
+            cur_run = load_run(rescored_dirs([current], spec)[0])
+            matcher_notes.append(f"The current run was scored by another matcher than the baseline; it was re-scored "
+                                 f"with the baseline's (`{spec}`) for this gate.")
     except RunInputError as exc:
         raise GateInputError(str(exc)) from exc
-    names = {"baseline": base_run.label, "current": cur_run.label}
+    if different := matcher_note([base_run, cur_run]):
+        matcher_notes.append(f"**{different}**")
     chosen, pair_notes = resolve_pairs(base_run, cur_run, pairs)
     base_run, cur_run, input_notes = check_inputs(base_run, cur_run, allow_different_inputs)
     seed = cur_run.manifest.seed if cur_run.manifest is not None else 0
     results = evaluate_rules(rule_set, base_run, cur_run, seed=seed, pairs=chosen)
-    markdown = summary_markdown(results, notes=input_notes + pair_notes, **names)
+    markdown = summary_markdown(results, notes=input_notes + pair_notes + matcher_notes, **names)
     junit_path = Path(junit) if junit is not None else Path(current) / "gate.xml"
     summary_path = Path(summary) if summary is not None else Path(current) / "gate.md"
     for path, text in ((junit_path, junit_xml(results, **names)), (summary_path, markdown)):

@@ -52,6 +52,7 @@ class TuneConfig(BaseModel):
     dev_fraction: float = 0.3
     settings: dict[str, Any] = Field(default_factory=dict)  # optimiser settings over the defaults
     num_threads: int = 4  # dev-set evaluation threads
+    matcher: str | None = None  # --matcher SPEC of the metric (default: semantic, as `run`)
 
 
 class TuneOutcome(BaseModel):
@@ -78,6 +79,12 @@ def tune(config: TuneConfig) -> TuneOutcome:
     if (config.out / MANIFEST_FILE).exists():
         raise TuneError(f"{config.out} already holds a tuned program; choose another --out")
     task_lm, teacher_lm, prompt_lm = _models(config)
+    try:
+        from evals.scoring.matchers import make_matcher
+
+        matcher = make_matcher(config.matcher)
+    except ValueError as exc:
+        raise TuneError(str(exc)) from exc
     cases = {c.id: c for c in [*split.train, *split.dev]}
     baseline = MemoryProgram()
     names = predictor_names(config.program, train)
@@ -86,8 +93,8 @@ def tune(config: TuneConfig) -> TuneOutcome:
     train_log = ErrorLog()
     with dspy.context(lm=task_lm):
         with meters["dev_eval"].measure():
-            before = evaluate(config.program, baseline, dev, cases, config.num_threads)
-        metric = CaseMetric(config.program, cases, train_log, feedback=config.optimizer == "gepa")
+            before = evaluate(config.program, baseline, dev, cases, config.num_threads, matcher)
+        metric = CaseMetric(config.program, cases, train_log, feedback=config.optimizer == "gepa", matcher=matcher)
         student = make_student(config.program, baseline.deepcopy(), names)
         with meters["compile"].measure():
             try:
@@ -101,7 +108,7 @@ def tune(config: TuneConfig) -> TuneOutcome:
         tuned.save(str(config.out / PROGRAM_FILE))
         saved = load_program(config.out)
         with meters["dev_eval"].measure():
-            after = evaluate(config.program, saved, dev, cases, config.num_threads)
+            after = evaluate(config.program, saved, dev, cases, config.num_threads, matcher)
 
     from hymem import __version__
 
@@ -129,10 +136,10 @@ def tune(config: TuneConfig) -> TuneOutcome:
 
 
 def evaluate(kind: ProgramKind, program: MemoryProgram, examples: list[dspy.Example], cases: dict[str, Case],
-             num_threads: int = 4) -> DevScore:
+             num_threads: int = 4, matcher: Any = None) -> DevScore:
     """Score `program` on `examples` with the tuning metric; failures are counted apart."""
     log = ErrorLog()
-    metric = CaseMetric(kind, cases, log)
+    metric = CaseMetric(kind, cases, log, matcher=matcher)
     student = make_student(kind, program, predictor_names(kind, examples))
 
     def one(example: dspy.Example) -> tuple[str, float | None]:

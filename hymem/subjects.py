@@ -25,12 +25,18 @@ _EN_RELATIONS = (
     "mother|father|mom|mum|dad|parents?|sister|brother|siblings?|wife|husband|spouse|partner|son|daughter|"
     "child|children|kids?|baby|grandmother|grandfather|grandma|grandpa|grandparents?|aunt|uncle|cousin|niece|"
     "nephew|friend|best friend|girlfriend|boyfriend|fianc[ée]e?|colleague|coworker|co-worker|boss|manager|"
-    "roommate|flatmate|neighbou?r|classmate|teammate|mentor|teacher|student|doctor|landlord|in-laws?|"
+    "roommate|flatmate|neighbou?r|classmate|teammate|in-laws?|"
     "mother-in-law|father-in-law|stepmother|stepfather|twin")
 _ZH_RELATIONS = (
     "妈妈|母亲|爸爸|父亲|父母|姐姐|妹妹|哥哥|弟弟|兄弟|姐妹|妻子|老婆|太太|丈夫|老公|先生|儿子|女儿|孩子|"
     "奶奶|爷爷|外婆|外公|姥姥|姥爷|阿姨|叔叔|舅舅|姑姑|表哥|表姐|表妹|表弟|堂哥|堂姐|朋友|好友|闺蜜|"
-    "男朋友|女朋友|男友|女友|同事|老板|领导|上司|室友|邻居|同学|老师|导师|未婚夫|未婚妻|婆婆|岳母|公公")
+    "男朋友|女朋友|男友|女友|同事|老板|领导|上司|室友|邻居|同学|未婚夫|未婚妻|婆婆|岳母|公公")
+# Spellings of one relation, folded so "the user's mum" and "the user's mother" are one person.
+RELATION_FOLD = {"mom": "mother", "mum": "mother", "dad": "father", "grandma": "grandmother", "grandpa": "grandfather",
+                 "kids": "kid", "parents": "parent", "siblings": "sibling", "co-worker": "colleague",
+                 "coworker": "colleague", "neighbour": "neighbor", "妈妈": "母亲", "爸爸": "父亲", "老婆": "妻子",
+                 "太太": "妻子", "老公": "丈夫", "男友": "男朋友", "女友": "女朋友", "好友": "朋友", "姥姥": "外婆",
+                 "姥爷": "外公"}
 _EN_USER = re.compile(r"^(?:the\s+)?(?:current\s+)?user\b(?!-)", re.IGNORECASE)
 _EN_ASSISTANT = re.compile(r"^(?:the\s+)?(?:ai\s+)?assistant\b|^the\s+ai\b", re.IGNORECASE)
 _ZH_USER = re.compile(r"^(?:当前)?用户")
@@ -91,9 +97,10 @@ def split_subject(text: str) -> tuple[str | None, str]:
     (None, the whole sentence) when it opens with no subject."""
     stripped = _clean(text)
     if match := _EN_RELATION.match(stripped):
-        return match.group(2) or f"the user's {match.group(1).casefold()}", stripped[match.end():]
+        relation = match.group(1).casefold()
+        return match.group(2) or f"the user's {RELATION_FOLD.get(relation, relation)}", stripped[match.end():]
     if match := _ZH_RELATION.match(stripped):
-        return match.group(2) or f"用户的{match.group(1)}", stripped[match.end():]
+        return match.group(2) or f"用户的{RELATION_FOLD.get(match.group(1), match.group(1))}", stripped[match.end():]
     for pattern, subject in ((_EN_ASSISTANT, "assistant"), (_ZH_ASSISTANT, "assistant"), (_EN_USER, "user"),
                              (_ZH_USER, "user")):
         if match := pattern.match(stripped):

@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# Runs in tests match facts with the text matcher (no model load per run); the semantic matcher, the
+# CLI's default, has its own tests (tests/test_matchers.py).
+os.environ.setdefault("HYMEM_MATCHER", "text")
 
 
 def extract_reply(facts: list[tuple[str, str, str]] = (), profile: dict | None = None) -> str:

@@ -109,18 +109,24 @@ def _read_cache(path: Path) -> dict[str, Any]:
         return {}
 
 
+def card_of(frame: pd.DataFrame) -> dict[str, Any]:
+    """The totals of an agreement frame: agreement with its CI, n, agreement per language and per
+    label group (paraphrases vs near-misses)."""
+    agree = frame[frame.metric == "agreement"]
+    r = agree[(agree.lang == "all") & (agree.category == "all")].iloc[0]
+    per_lang = {x.lang: round(float(x.value), 4) for x in agree[agree.category == "all"].itertuples()}
+    groups = {x.category: round(float(x.value), 4) for x in agree[(agree.lang == "all")
+                                                                    & agree.category.isin(list(GROUPS))].itertuples()}
+    return {"heldout_agreement": round(float(r.value), 4), "ci_low": round(float(r.ci_low), 4),
+            "ci_high": round(float(r.ci_high), 4), "n": int(r.n), "per_lang": per_lang, "groups": groups}
+
+
 def remember(frame: pd.DataFrame, matcher: Matcher, pairs: list[Pair], cache_file: Path) -> None:
     """Store the held-out totals of the bundled pairs for `matcher_card`."""
-    row = frame[(frame.lang == "all") & (frame.category == "all") & (frame.metric == "agreement")]
-    if row.empty:
+    if frame.empty:
         return
-    r = row.iloc[0]
-    per_lang = {x.lang: round(float(x.value), 4) for x in frame[(frame.category == "all")
-                                                                  & (frame.metric == "agreement")].itertuples()}
     cache = _read_cache(cache_file)
-    cache[_cache_key(matcher, pairs_hash(pairs))] = {
-        "heldout_agreement": round(float(r.value), 4), "ci_low": round(float(r.ci_low), 4),
-        "ci_high": round(float(r.ci_high), 4), "n": int(r.n), "per_lang": per_lang}
+    cache[_cache_key(matcher, pairs_hash(pairs))] = card_of(frame)
     cache_file.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(cache, indent=1, sort_keys=True), encoding="utf-8")
@@ -136,17 +142,19 @@ def matcher_card(matcher: Matcher, cache_file: Path | None, *, measure: bool = T
         pairs = load_pairs(BUNDLED_PAIRS, "heldout")
     except PairsError:
         return card
-    key = _cache_key(matcher, pairs_hash(pairs))
-    hit = _read_cache(cache_file).get(key) if cache_file is not None else None
+    digest = pairs_hash(pairs)
+    key = _cache_key(matcher, digest)
+    stored = getattr(matcher, "stored_card", lambda: None)()
+    hit = stored if stored and stored.get("pairs_hash") == digest else None
+    if hit is None and cache_file is not None:
+        hit = _read_cache(cache_file).get(key)
     if hit is None and measure:
         frame, _ = evaluate(matcher, pairs, "heldout")
         if cache_file is not None:
             remember(frame, matcher, pairs, cache_file)
             hit = _read_cache(cache_file).get(key)
         if hit is None:
-            row = frame[(frame.lang == "all") & (frame.category == "all") & (frame.metric == "agreement")].iloc[0]
-            hit = {"heldout_agreement": round(float(row.value), 4), "ci_low": round(float(row.ci_low), 4),
-                   "ci_high": round(float(row.ci_high), 4), "n": int(row.n)}
+            hit = card_of(frame)
     return {**card, **(hit or {})}
 
 
@@ -158,10 +166,16 @@ def card_line(card: dict[str, Any] | None) -> str:
         return (f"**Facts are matched by `{card['spec']}`, which has no measured agreement with labelled pairs: "
                 f"treat the attribution figures as unverified** (measure it with `hymem-eval matcher eval "
                 f"--matcher {card['spec']}`).")
+    langs = ", ".join(f"{k} {v:.1%}" for k, v in (card.get("per_lang") or {}).items() if k != "all")
+    groups = card.get("groups") or {}
+    detail = f" By language: {langs}." if langs else ""
+    if groups:
+        detail += (f" Paraphrases (same) {groups.get('group:same', float('nan')):.1%}, near-misses (different) "
+                   f"{groups.get('group:different', float('nan')):.1%}.")
     return (f"Facts are matched by `{card['spec']}`, which agrees with {card['heldout_agreement']:.1%} "
             f"[95% CI {card['ci_low']:.1%}, {card['ci_high']:.1%}] of {card['n']} held-out labelled pairs "
-            f"({card['pairs']}).")
+            f"({card['pairs']}).{detail}")
 
 
-__all__ = ["AGREEMENT_COLUMNS", "agreement_frame", "card_line", "decide", "evaluate", "format_agreement",
+__all__ = ["AGREEMENT_COLUMNS", "agreement_frame", "card_line", "card_of", "decide", "evaluate", "format_agreement",
            "matcher_card", "remember"]

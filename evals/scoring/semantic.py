@@ -15,7 +15,9 @@ set comparisons.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import threading
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -48,6 +50,7 @@ class SemanticParams(BaseModel):
     n_pairs: int  # calibration pairs used (those whose subjects agree)
     embedder: str = "minilm"
     calibration_agreement: float | None = None  # in-sample, for reference only; held-out is measured apart
+    heldout: dict | None = None  # measured after fitting on the held-out split (never used to fit): the card
 
 
 @dataclass(frozen=True)
@@ -104,10 +107,18 @@ class SemanticMatcher(Matcher):
         self._texts: dict[str, _Prepared] = {}
         self._vectors: dict[str, np.ndarray] = {}
         self._cache_size = cache_size
+        self._lock = threading.Lock()  # the tuning metric scores from several threads
 
     @classmethod
     def load(cls, params_file: Path = PARAMS_FILE, embedder: Any = None) -> SemanticMatcher:
-        """The committed parameters and the engine's `minilm` embedder (`hymem.embedder.make_embedder`)."""
+        """The committed parameters and the engine's `minilm` embedder (`hymem.embedder.make_embedder`);
+        one instance per process for the committed file, so the model loads once."""
+        if embedder is None and params_file == PARAMS_FILE:
+            return _shared()
+        return cls._load(params_file, embedder)
+
+    @classmethod
+    def _load(cls, params_file: Path, embedder: Any) -> SemanticMatcher:
         if not params_file.is_file():
             raise RuntimeError(f"{params_file} is missing; fit it with `hymem-eval matcher fit`")
         params = SemanticParams.model_validate_json(params_file.read_text(encoding="utf-8"))
@@ -120,13 +131,24 @@ class SemanticMatcher(Matcher):
                 raise RuntimeError(str(exc)) from exc
         return cls(params, embedder)
 
+    @property
+    def embedder(self) -> Any:
+        return self._embedder
+
     def fingerprint(self) -> str:
-        digest = hashlib.sha256(self.params.model_dump_json().encode()).hexdigest()[:12]
+        digest = hashlib.sha256(self.params.model_dump_json(exclude={"heldout"}).encode()).hexdigest()[:12]
         return f"semantic:{digest}"
+
+    def stored_card(self) -> dict | None:
+        """The held-out agreement `matcher fit` measured with these parameters (keyed by pairs hash)."""
+        return self.params.heldout
 
     def prepare(self, gold: Sequence[str], pred: Sequence[str]) -> None:
         """Prepare every new text of a case, and embed all their predicates in one batch."""
-        new = [t for t in dict.fromkeys([*gold, *pred]) if t not in self._texts]
+        with self._lock:
+            self._prepare([t for t in dict.fromkeys([*gold, *pred]) if t not in self._texts])
+
+    def _prepare(self, new: list[str]) -> None:
         if not new:
             return
         if len(self._texts) + len(new) > self._cache_size:
@@ -162,6 +184,11 @@ class SemanticMatcher(Matcher):
         if not gold or not pred:
             return np.zeros((len(gold), len(pred)))
         return self.probabilities(gold, pred)
+
+
+@functools.lru_cache(maxsize=1)
+def _shared() -> SemanticMatcher:
+    return SemanticMatcher._load(PARAMS_FILE, None)
 
 
 def fit_semantic(calibration: Sequence[Any], *, source: str, embedder: Any = None) -> SemanticParams:

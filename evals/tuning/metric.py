@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 
 from evals.dataset import Case
 from evals.record import CaseRun, WriteRecord
-from evals.scoring import facts_frame, score_case
+from evals.scoring import DEFAULT_MATCHER, Matcher, facts_frame, score_pairs
 from evals.scoring.matcher import same_subject, subject_text_mismatch
 from evals.scoring.merges import MERGE_OPS
 
@@ -83,8 +83,10 @@ class CaseMetric:
     whole-program calls (`pred_name is None`) are counted, since GEPA re-asks per predictor.
     """
 
-    def __init__(self, kind: str, cases: Mapping[str, Case], errors: ErrorLog, feedback: bool = False):
+    def __init__(self, kind: str, cases: Mapping[str, Case], errors: ErrorLog, feedback: bool = False,
+                 matcher: Matcher | None = None):
         self.kind, self.cases, self.errors, self.feedback = kind, dict(cases), errors, feedback
+        self.matcher = matcher or DEFAULT_MATCHER  # tune --matcher: how proposed facts are matched to gold
 
     def judge(self, gold: dspy.Example, pred: Any) -> Judgement:
         case = self.cases[gold.case_id]
@@ -95,7 +97,7 @@ class CaseMetric:
                                   "holding every output field, with valid values.", error=message)
         if self.kind == "reconciler":
             return judge_reconcile(gold, pred)
-        return judge_extraction(case, pred)
+        return judge_extraction(case, pred, self.matcher)
 
     def __call__(self, gold: dspy.Example, pred: Any, trace: Any = None, pred_name: str | None = None,
                  pred_trace: Any = None) -> float | dspy.Prediction:
@@ -125,9 +127,11 @@ def _ratio(tally: tuple[float, float] | None) -> float | None:
     return tally[0] / tally[1]
 
 
-def judge_extraction(case: Case, pred: Any) -> Judgement:
+def judge_extraction(case: Case, pred: Any, matcher: Matcher | None = None) -> Judgement:
     run = extraction_run(case, pred)
-    tallies = score_case(case, run).tallies
+    matcher = matcher or DEFAULT_MATCHER
+    scored = score_pairs([(case, run)], matcher)
+    tallies = scored[0].scores.tallies
     f1 = _ratio(tallies.get("proposed_fact_f1"))
     parts = {"fact_f1": 1.0 if f1 is None else f1}
     for name in ("subject_accuracy", "owner_accuracy"):
@@ -136,14 +140,13 @@ def judge_extraction(case: Case, pred: Any) -> Judgement:
             parts[name] = value
     score = sum(parts.values()) / len(parts)
     head = f"Score {score:.2f}: " + ", ".join(f"{k.replace('_', ' ')} {v:.2f}" for k, v in parts.items())
-    lines = _extraction_problems(case, run)
+    lines = _extraction_problems(case, run, facts_frame([(case, run)], matcher, scored))
     if not lines:
         lines = ["Every expected fact was found with the right subject and owner, and nothing extra."]
     return Judgement(score, "\n".join([head + ".", *lines]), parts=parts)
 
 
-def _extraction_problems(case: Case, run: CaseRun) -> list[str]:
-    frame = facts_frame([(case, run)])
+def _extraction_problems(case: Case, run: CaseRun, frame: Any) -> list[str]:
     lines: list[str] = []
     for row in frame[frame["stage"] == "proposed"].to_dict("records"):
         gold, pred = row["gold_text"], row["pred_text"]

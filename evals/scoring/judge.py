@@ -1,0 +1,138 @@
+"""The LLM judge (`--matcher llm:MODEL_SPEC`): a DSPy signature decides, for one gold fact and all
+the candidate memories of its case at once, which candidates state that fact.
+
+It goes through the same plumbing as `--lm` (`evals.providers`, `evals.accounting`): keys from the
+environment, retries with Retry-After, the response cache, and one `attempts.parquet` row per
+attempt with site `judge`. Calls are batched: at most one per distinct gold text per case. The
+subject is not the judge's question: who a sentence is about is decided in code
+(`hymem.subjects`), as for every matcher, so a fact filed under the wrong person is still matched
+and counted as an attribution error. A failed or malformed judge call decides nothing: its pairs
+count as "not the same" and the failure is counted in `errors` and in the attempts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import dspy
+import numpy as np
+import pandas as pd
+
+from evals.scoring.matcher import Matcher, text_similarity
+
+
+class JudgeFacts(dspy.Signature):
+    """Decide, for each candidate memory, whether it states the same fact as the gold fact.
+
+    Ignore who the sentence is about (the subject is checked separately) and ignore wording,
+    word order, voice, abbreviations, number formats, casing and punctuation. The claim must
+    survive: a change of polarity (likes / dislikes), modality (lives in / wants to live in /
+    used to live in), time (morning / evening, Friday / Monday), any number, a named entity
+    (Berlin / Paris), the relation (the user / the user's mother) or the direction of a role
+    (teaches / learns, works at / interviewed at) makes it a different fact. Harmless extra
+    description of something already named is still the same fact."""
+
+    gold_fact: str = dspy.InputField(desc="the fact a careful memory engine should have stored")
+    candidates: list[str] = dspy.InputField(desc="candidate memories, in order")
+    same: list[bool] = dspy.OutputField(desc="one true/false per candidate, in the same order")
+
+
+class JudgeError(ValueError):
+    """A judge reply that cannot be used (wrong length, not booleans)."""
+
+
+class JudgeMatcher(Matcher):
+    """Same / not the same from an LLM, one call per gold fact; the assignment breaks ties between
+    candidates the judge accepts by the text matcher's similarity."""
+
+    threshold = 0.5
+
+    def __init__(self, lm: dspy.BaseLM, name: str, log: Any = None, cache: Any = None):
+        self.spec = f"llm:{name}"
+        self._lm = lm
+        self._log = log
+        self._cache = cache
+        self._predict = dspy.Predict(JudgeFacts)
+        self._decisions: dict[tuple[str, str], bool] = {}
+        self.calls = 0
+        self.errors = 0
+
+    @classmethod
+    def from_spec(cls, model_spec: str, *, attempts_dir: Any = None, cache_file: Any = None,
+                  providers_file: Any = None) -> JudgeMatcher:
+        """The judge for a `--lm`-style spec (a DSPy model string, MODEL@URL, or a providers-file name)."""
+        from evals.accounting import AccountingLM, AttemptLog, ResponseCache, price_table
+        from evals.providers import Provider, resolve_providers
+
+        (config,) = resolve_providers([model_spec], providers_file)
+        if not config.is_http:
+            raise ValueError("the judge needs a real model (a DSPy model string or MODEL@URL); the offline and "
+                             "oracle providers do not answer judge prompts")
+        provider = Provider(config)
+        log = AttemptLog(provider=f"judge:{config.name}", case_id="(matcher)")
+        cache = ResponseCache(cache_file) if cache_file is not None else None
+        lm = AccountingLM.wrap(provider.lm(None), provider=provider, log=log, injector=None, cache=cache, retries=True,
+                               prices=price_table())
+        return cls(lm, config.name, log, cache)
+
+    def fingerprint(self) -> str:
+        from hashlib import sha256
+
+        prompt = JudgeFacts.__doc__ or ""
+        return f"{self.spec}:{sha256(prompt.encode()).hexdigest()[:12]}"
+
+    def _ask(self, gold: str, candidates: list[str]) -> list[bool]:
+        from hymem.sites import _site  # the accounting layer reads the call site from it; the judge is no engine site
+
+        token = _site.set("judge")
+        try:
+            with dspy.context(lm=self._lm, adapter=dspy.JSONAdapter()):
+                result = self._predict(gold_fact=gold, candidates=candidates)
+        finally:
+            _site.reset(token)
+        same = list(result.same)
+        if len(same) != len(candidates) or not all(isinstance(x, bool) for x in same):
+            raise JudgeError(f"expected {len(candidates)} booleans, got {json.dumps(same, default=str)[:200]}")
+        return same
+
+    def prepare(self, gold: Sequence[str], pred: Sequence[str]) -> None:
+        """One judge call per gold text, over every candidate not yet decided for it."""
+        for g in dict.fromkeys(gold):
+            todo = [p for p in dict.fromkeys(pred) if (g, p) not in self._decisions]
+            if not todo:
+                continue
+            self.calls += 1
+            try:
+                same = self._ask(g, todo)
+                if self._cache is not None and hasattr(self._lm, "take_pending"):
+                    self._cache.put_many(self._lm.take_pending())
+            except Exception:  # noqa: BLE001 - a failed judge call decides nothing; counted, never a crash
+                self.errors += 1
+                same = [False] * len(todo)
+            self._decisions.update({(g, p): s for p, s in zip(todo, same, strict=True)})
+
+    def scores(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
+        self.prepare(gold, pred)
+        out = np.zeros((len(gold), len(pred)))
+        for i, g in enumerate(gold):
+            for j, p in enumerate(pred):
+                tie = 0.25 * text_similarity(g, p)
+                out[i, j] = 0.75 + tie if self._decisions[(g, p)] else tie
+        return out
+
+    def attempts_frame(self) -> pd.DataFrame:
+        """The judge's attempts, as `attempts.parquet` rows (site `judge`)."""
+        from evals.usage import COLUMNS
+
+        rows = [{"dataset": "(matcher)", **a.model_dump()} for a in (self._log.rows if self._log else [])]
+        return pd.DataFrame(rows, columns=COLUMNS).astype({"latency_s": "float64", "cache_hit": "bool"})
+
+    def close(self) -> None:
+        if self._cache is not None:
+            self._cache.close()
+            self._cache = None
+
+
+__all__ = ["JudgeFacts", "JudgeMatcher"]

@@ -1,0 +1,63 @@
+"""Re-score a finished run with another matcher, for `compare --matcher` and `gate --matcher`.
+
+Two runs scored by different matchers cannot be compared metric by metric; re-scoring both with
+one matcher makes them comparable. The run's units (`units.jsonl`) are scored again against its
+cases, reloaded from the manifest's dataset specs and checked against its dataset hash, into
+`RUN/rescored/<matcher>/` — a full report directory that `compare` and `gate` read as a run.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from evals.manifest import Manifest
+
+
+class RescoreError(ValueError):
+    """A run that cannot be re-scored (no units, cases that cannot be reloaded identically)."""
+
+
+def _cases_of(manifest: Manifest, ids: set[str]) -> list:
+    from evals.adapters import load_spec
+    from evals.dataset import dataset_hash
+
+    for gold in ("all", "clean"):
+        try:
+            cases = [c for spec in manifest.datasets for c in load_spec(spec, gold=gold)]
+        except (ValueError, OSError) as exc:
+            raise RescoreError(f"cannot reload the run's datasets {manifest.datasets}: {exc}") from exc
+        chosen = [c for c in cases if c.id in ids]
+        if dataset_hash(chosen) == manifest.dataset_hash:
+            return chosen
+    raise RescoreError(f"the run's cases cannot be reloaded identically from {manifest.datasets} (the dataset "
+                       "files changed since the run)")
+
+
+def rescore(run_dir: Path, spec: str) -> Path:
+    """The run's report scored with matcher `spec`: the run itself when it was scored so, else a
+    re-scored copy under RUN/rescored/<spec>/."""
+    from evals.report import load_runs
+    from evals.runner import UsageError, open_matcher, report_run
+
+    run_dir = Path(run_dir)
+    manifest = Manifest.model_validate_json((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    if manifest.matcher_spec == spec:
+        return run_dir
+    if not (run_dir / "units.jsonl").is_file():
+        raise RescoreError(f"{run_dir}: no units.jsonl, so it cannot be re-scored with --matcher {spec}")
+    runs = load_runs(run_dir)
+    out = run_dir / "rescored" / re.sub(r"[^A-Za-z0-9._-]+", "_", spec)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = manifest.model_copy(update={"matcher_spec": spec, "matcher": None})
+    cases = _cases_of(manifest, {r.case_id for r in runs})
+    try:
+        matcher = open_matcher(manifest, out)
+    except UsageError as exc:
+        raise RescoreError(str(exc)) from exc
+    manifest.verdict = report_run(out, manifest, cases, runs, matcher)
+    (out / "manifest.json").write_text(manifest.model_dump_json(indent=2), encoding="utf-8")
+    return out
+
+
+__all__ = ["RescoreError", "rescore"]

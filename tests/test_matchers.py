@@ -1,0 +1,217 @@
+"""The fact matchers through their public interfaces: one subject definition, `matcher eval` on
+real pairs files, the semantic matcher's checks, and the LLM judge against a scripted model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from evals.cli import main
+from evals.scoring import facts_frame, score_pairs
+from evals.scoring.judge import JudgeMatcher
+from evals.scoring.matcher import TextMatcher
+from evals.scoring.pairs import load_pairs, split_of
+from hymem.subjects import same_subject, split_subject, subject_of
+from hymem.testing import ScriptedLM
+from tests.test_scoring import NURSE, fact, one_turn
+
+
+@pytest.mark.parametrize(("text", "subject"), [
+    ("The AI assistant suggested tea.", "assistant"), ("The assistant suggested tea.", "assistant"),
+    ("User likes tea", "user"), ("The user's mother is a nurse.", "the user's mother"),
+    ("The user's friend Jack is a chef.", "Jack"), ("Jack, the user's friend, is a chef.", "Jack"),
+    ("John is a pilot.", "John"), ("用户的姐姐小丽是律师。", "小丽"), ("用户的妈妈是护士。", "用户的母亲"), ("The user's mum is a nurse.", "the user's mother"),
+    ("王芳是护士。", "王芳"), ("助手建议用户早睡。", "assistant"), ("On Sundays, the user plays tennis.", "user"),
+    ("In 2020 the user moved.", None)])
+def test_one_definition_names_the_subject_of_a_sentence(text, subject):
+    assert subject_of(text) == subject
+
+
+def test_the_subject_is_split_off_so_text_is_matched_on_what_is_said():
+    assert split_subject("The user lives in Berlin.") == ("user", " lives in Berlin.")
+    assert same_subject("User", "用户") and not same_subject("John", "user")
+
+
+def _pairs_file(path: Path, rows: list[dict]) -> Path:
+    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
+    return path
+
+
+def _pair(i: int, gold: str, pred: str, same: bool, lang: str = "en", category: str = "c",
+          subjects: tuple[str, str] = ("user", "user")) -> dict:
+    return {"id": f"p{i}", "lang": lang, "category": category, "gold": {"text": gold, "subject": subjects[0]},
+            "pred": {"text": pred, "subject": subjects[1]}, "same": same}
+
+
+PAIRS = [_pair(1, "The user lives in Berlin.", "The user lives in Berlin.", True, category="exact"),
+         _pair(2, "The user lives in Berlin.", "The user lives in Paris.", False, category="entity_sub"),
+         _pair(3, "The user likes coffee.", "John likes coffee.", False, category="subject_swap",
+               subjects=("user", "John")),
+         _pair(4, "用户住在深圳。", "用户住在深圳。", True, lang="zh", category="exact"),
+         _pair(5, "用户吃辣。", "用户不吃辣。", False, lang="zh", category="negation")]
+
+
+def test_matcher_eval_writes_agreement_with_cis_per_language_and_category(tmp_path, capsys):
+    pairs = _pairs_file(tmp_path / "pairs.jsonl", PAIRS)
+    assert main(["matcher", "eval", "--matcher", "text", "--pairs", str(pairs), "--out", str(tmp_path / "out")]) == 0
+    frame = pd.read_parquet(tmp_path / "out" / "agreement.parquet")
+    assert list(frame.columns) == ["matcher", "split", "lang", "category", "metric", "value", "ci_low", "ci_high", "n"]
+    total = frame[(frame.lang == "all") & (frame.category == "all")].set_index("metric")
+    assert total.loc["agreement", "value"] == 1.0 and total.loc["agreement", "n"] == 5  # another file: all pairs
+    assert set(frame.metric) == {"agreement", "precision", "recall"} and set(frame.split) == {"all"}
+    assert {"en", "zh", "all"} == set(frame.lang) and {"negation", "group:same", "group:different"} <= set(frame.category)
+    assert "agreement 1.000" in capsys.readouterr().out
+
+
+def test_matcher_eval_split_selects_by_the_fixed_hash_of_the_id(tmp_path):
+    pairs = _pairs_file(tmp_path / "pairs.jsonl", PAIRS)
+    assert main(["matcher", "eval", "--matcher", "text", "--pairs", str(pairs), "--split", "calibration",
+                 "--out", str(tmp_path / "o")]) == 0
+    n = pd.read_parquet(tmp_path / "o" / "agreement.parquet").query("lang == 'all' and category == 'all'")["n"].max()
+    assert n == sum(split_of(p["id"]) == "calibration" for p in PAIRS)
+    assert split_of("en-exact-01") in ("heldout", "calibration")
+
+
+@pytest.mark.parametrize(("line", "problem"), [
+    ('{"id": "x", "lang": "fr", "category": "c", "gold": {"text": "a", "subject": "user"}, '
+     '"pred": {"text": "b", "subject": "user"}, "same": true}', "lang: Input should be 'en' or 'zh'"),
+    ('{"id": "x", "lang": "en", "category": "c", "gold": {"text": "a", "subject": "user"}, '
+     '"pred": {"text": "b", "subject": "user"}, "same": "yes"}', "same: Input should be a valid boolean"),
+    ('{"id": "x", "lang": "en", "category": "c", "gold": {"text": " ", "subject": "user"}, '
+     '"pred": {"text": "b", "subject": "user"}, "same": true}', "gold.text: Value error, must not be blank"),
+    ("not json", "(line): not JSON")])
+def test_a_bad_pairs_line_is_exit_2_with_file_line_field_problem(tmp_path, capsys, line, problem):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(PAIRS[0]) + "\n" + line + "\n", encoding="utf-8")
+    assert main(["matcher", "eval", "--matcher", "text", "--pairs", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert f"{path}:2: {problem}" in capsys.readouterr().err
+
+
+def test_an_unknown_matcher_spec_is_exit_2(tmp_path, capsys):
+    pairs = _pairs_file(tmp_path / "pairs.jsonl", PAIRS)
+    assert main(["matcher", "eval", "--matcher", "fuzzy", "--pairs", str(pairs), "--out", str(tmp_path / "o")]) == 2
+    assert "unknown spec 'fuzzy'" in capsys.readouterr().err
+
+
+def test_the_bundled_pairs_load_and_both_splits_hold_both_languages():
+    pairs = load_pairs()
+    assert len(pairs) >= 500
+    for split in ("heldout", "calibration"):
+        assert {p.lang for p in pairs if p.split == split} == {"en", "zh"}
+
+
+def test_a_case_is_prepared_once_with_all_its_texts():
+    seen: list[tuple[list[str], list[str]]] = []
+
+    class Counting(TextMatcher):
+        def prepare(self, gold, pred):
+            seen.append((list(gold), list(pred)))
+
+    case, run = one_turn([NURSE, fact("The user works at Stripe.")], [fact("The user is a nurse in Berlin.")])
+    score_pairs([(case, run)], Counting())
+    assert len(seen) == 1 and "John is a nurse in Berlin." in seen[0][0]
+
+
+# ------------------------------------------------------------------ the LLM judge, against a scripted model
+def _judge(replies: list[str]) -> tuple[JudgeMatcher, ScriptedLM]:
+    lm = ScriptedLM(replies)
+    return JudgeMatcher(lm, "scripted"), lm
+
+
+def test_the_judge_makes_one_call_per_gold_fact_and_its_decisions_land_in_facts():
+    gold = [NURSE, fact("The user works at Stripe.")]
+    stored = [fact("The user is a Stripe employee."), fact("John works as a nurse in Berlin.", "John")]
+    case, run = one_turn(gold, stored)
+    # One call per gold text (the candidates are every prediction-side text of the case, in order).
+    judge, lm = _judge([json.dumps({"same": [False, True]}), json.dumps({"same": [True, False]})])
+    frame = facts_frame([(case, run)], judge)
+    assert lm.calls == 2 and judge.errors == 0
+    assert all("[[ ## gold_fact ## ]]" in p for p in lm.prompts())
+    stored_rows = frame[frame.stage == "stored"].set_index("gold_text")
+    assert stored_rows.loc["John is a nurse in Berlin.", "pred_text"] == "John works as a nurse in Berlin."
+    assert stored_rows.loc["The user works at Stripe.", "pred_text"] == "The user is a Stripe employee."
+    assert set(frame.matcher) == {"llm:scripted"}
+
+
+def test_a_malformed_judge_reply_decides_nothing_and_is_counted():
+    case, run = one_turn([fact("The user works at Stripe.")], [fact("The user is a Stripe employee.")])
+    judge, lm = _judge([json.dumps({"same": [True, True, True]})])
+    frame = facts_frame([(case, run)], judge)
+    assert judge.errors == 1 and not frame[frame.stage == "stored"].matched.any()
+
+
+def test_the_judge_through_the_provider_plumbing_logs_site_judge(tmp_path):
+    from evals.accounting import AccountingLM, AttemptLog, price_table
+    from evals.providers import Provider, ProviderConfig
+
+    provider = Provider(ProviderConfig(name="scripted", model="openai/scripted", api_base="http://127.0.0.1:9/v1"))
+    log = AttemptLog(provider="judge:scripted", case_id="(matcher)")
+    scripted = ScriptedLM([json.dumps({"same": [True]})])
+    lm = AccountingLM.wrap(scripted, provider=provider, log=log, injector=None, cache=None, retries=True,
+                           prices=price_table())
+    judge = JudgeMatcher(lm, "scripted", log)
+    assert judge.same_fact("The user works at Stripe.", "user", "The user is a Stripe employee.", "user")
+    attempts = judge.attempts_frame()
+    assert list(attempts.site) == ["judge"] and list(attempts.status) == ["ok"]
+
+
+# ------------------------------------------------------------------ runs name their matcher and its agreement
+@pytest.fixture(scope="module")
+def text_run(tmp_path_factory) -> Path:
+    from evals.runner import RunConfig, run_eval
+
+    out = tmp_path_factory.mktemp("runs") / "text"
+    run_eval(RunConfig(datasets=["datasets/chat_en.jsonl"], embedder="hash", faults="none", out=out, progress=False,
+                       matcher="text", limit=6))
+    return out
+
+
+def test_a_run_names_its_matcher_and_held_out_agreement_with_ci(text_run):
+    manifest = json.loads((text_run / "manifest.json").read_text())
+    card = manifest["matcher"]
+    assert manifest["matcher_spec"] == card["spec"] == "text" and card["split"] == "heldout"
+    assert 0 < card["ci_low"] <= card["heldout_agreement"] <= card["ci_high"] <= 1 and card["n"] > 200
+    summary = (text_run / "summary.md").read_text()
+    assert f"Facts are matched by `text`, which agrees with {card['heldout_agreement']:.1%}" in summary
+    assert set(pd.read_parquet(text_run / "facts.parquet").matcher) == {"text"}
+
+
+def test_a_matcher_with_no_measured_agreement_is_flagged_in_bold():
+    from evals.scoring.agreement import card_line
+
+    line = card_line({"spec": "llm:openai/gpt-4o-mini", "heldout_agreement": None})
+    assert line.startswith("**") and "no measured agreement" in line
+
+
+def test_gate_and_compare_say_when_runs_were_scored_by_different_matchers(text_run, tmp_path):
+    import shutil
+
+    other = tmp_path / "other"
+    shutil.copytree(text_run, other)
+    manifest = json.loads((other / "manifest.json").read_text())
+    (other / "manifest.json").write_text(json.dumps({**manifest, "matcher_spec": "llm:x"}))
+    assert main(["gate", "--baseline", str(text_run), "--current", str(other)]) in (0, 1)  # faults none: some rules unmeasured
+    assert "scored by different matchers (text, llm:x)" in (other / "gate.md").read_text()
+
+
+@pytest.mark.slow
+def test_compare_rescores_both_runs_with_one_matcher(text_run, tmp_path, capsys):
+    assert main(["compare", str(text_run), str(text_run), "--matcher", "semantic", "--out", str(tmp_path)]) == 0
+    rescored = text_run / "rescored" / "semantic"
+    assert json.loads((rescored / "manifest.json").read_text())["matcher_spec"] == "semantic"
+    assert set(pd.read_parquet(rescored / "facts.parquet").matcher) == {"semantic"}
+
+
+@pytest.mark.slow
+def test_the_semantic_matcher_catches_near_misses_and_accepts_paraphrases():
+    from evals.scoring.matchers import make_matcher
+
+    m = make_matcher("semantic")
+    assert m.same_fact("The user works at Stripe.", "user", "User works at Stripe", "user")
+    assert not m.same_fact("The user lives in Berlin.", "user", "The user wants to live in Berlin.", "user")
+    assert not m.same_fact("用户每天早上跑步。", "user", "用户每天晚上跑步。", "user")
+    assert not m.same_fact("The user is a nurse.", "user", "The user's mother is a nurse.", "user")
+    assert m.matches("John is a nurse in Berlin.", "The user is a nurse in Berlin.")  # text alone: the subject is apart
