@@ -162,10 +162,11 @@ def card_line(card: dict[str, Any] | None) -> str:
     """One line for summary.md; a matcher with no measured agreement is flagged in bold."""
     if not card:
         return "**The fact matcher is not recorded: the attribution figures have no measured agreement.**"
+    spec = card.get("spec") or card.get("kind", "?")  # runs before held-out cards named a class
     if card.get("heldout_agreement") is None:
-        return (f"**Facts are matched by `{card['spec']}`, which has no measured agreement with labelled pairs: "
+        return (f"**Facts are matched by `{spec}`, which has no measured agreement with labelled pairs: "
                 f"treat the attribution figures as unverified** (measure it with `hymem-eval matcher eval "
-                f"--matcher {card['spec']}`).")
+                f"--matcher {spec}`).")
     langs = ", ".join(f"{k} {v:.1%}" for k, v in (card.get("per_lang") or {}).items() if k != "all")
     groups = card.get("groups") or {}
     detail = f" By language: {langs}." if langs else ""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from evals.manifest import Manifest
+from evals.record import Manifest, RunDirError, read_manifest, read_units, write_manifest
 
 
 class RescoreError(ValueError):
@@ -37,16 +37,18 @@ def _cases_of(manifest: Manifest, ids: set[str]) -> list:
 def rescore(run_dir: Path, spec: str) -> Path:
     """The run's report scored with matcher `spec`: the run itself when it was scored so, else a
     re-scored copy under RUN/rescored/<spec>/."""
-    from evals.report import load_runs
     from evals.runner import UsageError, open_matcher, report_run
 
     run_dir = Path(run_dir)
-    manifest = Manifest.model_validate_json((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    try:
+        manifest = read_manifest(run_dir)
+    except RunDirError as exc:
+        raise RescoreError(str(exc)) from exc
     if manifest.matcher_spec == spec:
         return run_dir
     if not (run_dir / "units.jsonl").is_file():
         raise RescoreError(f"{run_dir}: no units.jsonl, so it cannot be re-scored with --matcher {spec}")
-    runs = load_runs(run_dir)
+    runs = read_units(run_dir)
     out = run_dir / "rescored" / re.sub(r"[^A-Za-z0-9._-]+", "_", spec)
     out.mkdir(parents=True, exist_ok=True)
     manifest = manifest.model_copy(update={"matcher_spec": spec, "matcher": None})
@@ -56,7 +58,7 @@ def rescore(run_dir: Path, spec: str) -> Path:
     except UsageError as exc:
         raise RescoreError(str(exc)) from exc
     manifest.verdict = report_run(out, manifest, cases, runs, matcher)
-    (out / "manifest.json").write_text(manifest.model_dump_json(indent=2), encoding="utf-8")
+    write_manifest(out, manifest)
     return out
 
 
