@@ -43,7 +43,7 @@ _ZH_USER = re.compile(r"^(?:当前)?用户")
 _ZH_ASSISTANT = re.compile(r"^(?:ai|AI|智能)?助手")
 _EN_RELATION = re.compile(rf"^(?:the\s+)?(?:current\s+)?user(?:'s|s')\s+(?:(?:older|younger|elder|little|big|"
                           rf"best|close|old|new|former|ex-)\s*)*({_EN_RELATIONS})\b(?:[\s,]+(?-i:([A-Z][\w'-]*"
-                          rf"(?:\s+[A-Z][\w'-]*)?)))?", re.IGNORECASE)
+                          rf"(?:\s+[A-Z][\w'-]*)?|[^\W\d_A-Za-z][^\s,.]*)))?", re.IGNORECASE)
 _ZH_RELATION = re.compile(rf"^(?:当前)?用户的?(?:(?:大|小|亲|好|前|老))?({_ZH_RELATIONS})(?:[,，]?"
                           r"([\u4e00-\u9fff]{2,3}?|[A-Za-z][\w-]*)(?=[,，]|是|在|住|喜欢|有|的|叫|做|从|也|已|养|"
                           r"每|会|正|要|想|和|不|没|刚|最近|现在|今年|去年|明年))?")
@@ -53,6 +53,8 @@ _LATIN = r"[A-Z][A-Za-z\u00c0-\u024f-]*"
 _EN_NAME = re.compile(rf"^({_LATIN}(?:\s+{_LATIN})*)(?:'s\s+(?i:({_EN_RELATIONS}))\b|'s)?(?=[\s,.;:!?\u4e00-\u9fff]|$)")
 _ZH_NAME = re.compile(r"^([\u4e00-\u9fff]{2,3}?)(?=是|在|住|喜欢|有|的|叫|做|从|也|已|养|每|会|正|要|想|和|不|没|刚|，|,)")
 _OTHER_NAME = re.compile(r"^([^\W\d_\u3040-\u30ff\u3400-\u9fff][^\s,，.。\u3400-\u9fff]{0,23})(?=\s|[是在住喜有的])")  # 김민수 / Олег / Lucas是
+_RELATION_APPOSITION = re.compile(r"^[,，]\s*(?:the\s+)?(?:user's|用户的|当前用户的)\s*[^,，]{1,30}[,，]\s*",
+                                  re.IGNORECASE)
 _FRONTED = re.compile(r"^([^,，]{1,40}[,，]\s*)((?:the\s+)?user|用户|the\s+(?:ai\s+)?assistant|(?:ai|AI)?助手)(?!'s|的|[A-Za-z])",
                       re.IGNORECASE)
 # Capitalised words that open a sentence without naming anyone.
@@ -106,7 +108,8 @@ def split_subject(text: str) -> tuple[str | None, str]:
         if match := pattern.match(stripped):
             return subject, stripped[match.end():]
     if (match := _APPOSITION.match(stripped)) and match.group(1).split()[0].casefold() not in _NOT_NAMES:
-        return match.group(1), stripped[len(match.group(1)):]
+        rest = stripped[len(match.group(1)):]  # ", the user's friend, is a chef." → "is a chef."
+        return match.group(1), _RELATION_APPOSITION.sub("", rest, count=1)
     if match := _FRONTED.match(stripped):  # "On Sundays, the user plays tennis." / "每天晚上，用户都会看书。"
         subject = "assistant" if re.match(r"(?i)the (?:ai )?assistant|(?:ai)?助手", match.group(2)) else "user"
         return subject, match.group(1) + stripped[match.end():]

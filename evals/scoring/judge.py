@@ -61,7 +61,7 @@ class JudgeMatcher(Matcher):
 
     @classmethod
     def from_spec(cls, model_spec: str, *, attempts_dir: Any = None, cache_file: Any = None,
-                  providers_file: Any = None) -> JudgeMatcher:
+                  providers_file: Any = None) -> JudgeMatcher:  # attempts_dir: kept for the factory's signature
         """The judge for a `--lm`-style spec (a DSPy model string, MODEL@URL, or a providers-file name)."""
         from evals.accounting import AccountingLM, AttemptLog, ResponseCache, price_table
         from evals.providers import Provider, resolve_providers

@@ -29,8 +29,9 @@ def default_spec() -> str:
     return "text"
 
 
-def make_matcher(spec: str | None = None, **judge_options: Any) -> Matcher:
-    """The matcher a spec names. `judge_options` reach the LLM judge (attempt sink, cache, providers file)."""
+def make_matcher(spec: str | None = None, *, embedder: Any = None, **judge_options: Any) -> Matcher:
+    """The matcher a spec names. `embedder`: an already loaded `minilm` embedder for `semantic` to share
+    (a run's own); `judge_options` reach the LLM judge (response cache, providers file)."""
     spec = (spec or default_spec()).strip()
     if spec == "text":
         return TextMatcher()
@@ -38,7 +39,7 @@ def make_matcher(spec: str | None = None, **judge_options: Any) -> Matcher:
         from evals.scoring.semantic import SemanticMatcher
 
         try:
-            return SemanticMatcher.load()
+            return SemanticMatcher.load(embedder=embedder)
         except (ImportError, RuntimeError, OSError) as exc:
             raise MatcherSpecError(f"--matcher semantic: {exc}") from exc
     if spec.startswith("llm:") and spec[4:].strip():

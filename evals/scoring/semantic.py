@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import threading
 import re
+import threading
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,7 +30,7 @@ from pydantic import BaseModel
 
 from evals.scoring.checks import Qualifiers, is_chinese, mismatches, name_substitution
 from evals.scoring.matcher import Matcher, _dice, negated, units
-from hymem.subjects import split_subject
+from hymem.subjects import canonical_subject, split_subject
 
 PARAMS_FILE = Path(__file__).with_name("semantic_params.json")
 FEATURES = ("cosine", "words", "bigrams", "zh", "zh_cosine", "zh_words", "zh_bigrams", "substitution", "polarity",
@@ -48,6 +48,7 @@ class SemanticParams(BaseModel):
     regularisation_c: float  # sklearn's C, chosen by cross-validation on calibration
     fitted_on: str  # the pairs file and split the parameters come from
     n_pairs: int  # calibration pairs used (those whose subjects agree)
+    n_unrelated: int = 0  # added "not the same" pairs of different calibration facts (`unrelated_pairs`)
     embedder: str = "minilm"
     calibration_agreement: float | None = None  # in-sample, for reference only; held-out is measured apart
     heldout: dict | None = None  # measured after fitting on the held-out split (never used to fit): the card
@@ -191,9 +192,29 @@ def _shared() -> SemanticMatcher:
     return SemanticMatcher._load(PARAMS_FILE, None)
 
 
+def unrelated_pairs(pairs: Sequence[Any], seed: int = 0, per_pair: int = 1) -> list[tuple[str, str]]:
+    """(gold, pred) texts of different base facts, same language and subject: the labelled pairs are
+    all paraphrases or near-misses of one fact, but a run mostly compares unrelated facts, which the
+    fit must also see (as "not the same")."""
+    import random
+
+    rng = random.Random(seed)
+    by_key: dict[tuple[str, str], list[Any]] = {}
+    for p in pairs:
+        by_key.setdefault((p.lang, canonical_subject(p.gold.subject)), []).append(p)
+    out = []
+    for p in pairs:
+        others = [q for q in by_key[(p.lang, canonical_subject(p.gold.subject))]
+                  if q.gold.text != p.gold.text and q.pred.text != p.pred.text]
+        for q in rng.sample(others, min(per_pair, len(others))):
+            out.append((p.gold.text, q.pred.text))
+    return out
+
+
 def fit_semantic(calibration: Sequence[Any], *, source: str, embedder: Any = None) -> SemanticParams:
     """Logistic regression on the calibration pairs whose subjects agree (the subject rule decides the
-    others whatever the text says), with C chosen by 5-fold cross-validation."""
+    others whatever the text says) plus one unrelated pair per pair, with C chosen by 5-fold
+    cross-validation."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import cross_val_score
 
@@ -210,20 +231,23 @@ def fit_semantic(calibration: Sequence[Any], *, source: str, embedder: Any = Non
 
         embedder = make_embedder(placeholder.embedder)
     matcher = SemanticMatcher(placeholder, embedder)
-    matcher.prepare([p.gold.text for p in usable], [p.pred.text for p in usable])
-    x = np.stack([matcher.features([p.gold.text], [p.pred.text])[0, 0] for p in usable])
-    y = np.array([p.same for p in usable], dtype=int)
+    texts = [(p.gold.text, p.pred.text) for p in usable] + unrelated_pairs(usable)
+    matcher.prepare([g for g, _ in texts], [p for _, p in texts])
+    x = np.stack([matcher.features([g], [p])[0, 0] for g, p in texts])
+    y = np.array([p.same for p in usable] + [False] * (len(texts) - len(usable)), dtype=int)
     best_c, best = 1.0, -1.0
     for c in (0.1, 0.3, 1.0, 3.0, 10.0):
         score = cross_val_score(LogisticRegression(C=c, max_iter=2000), x, y, cv=5).mean()
         if score > best + 1e-9:
             best_c, best = c, score
     model = LogisticRegression(C=best_c, max_iter=2000).fit(x, y)
-    agreement = float((model.predict(x) == y).mean())
+    agreement = float((model.predict(x[:len(usable)]) == y[:len(usable)]).mean())
     return SemanticParams(features=list(FEATURES), weights=[round(float(w), 6) for w in model.coef_[0]],
                           intercept=round(float(model.intercept_[0]), 6), regularisation_c=best_c,
                           fitted_on=f"{source} (calibration split)", n_pairs=len(usable),
+                          n_unrelated=len(texts) - len(usable),
                           calibration_agreement=round(agreement, 4))
 
 
-__all__ = ["FEATURES", "PARAMS_FILE", "SemanticMatcher", "SemanticParams", "fit_semantic", "prepare_text"]
+__all__ = ["FEATURES", "PARAMS_FILE", "SemanticMatcher", "SemanticParams", "fit_semantic", "prepare_text",
+           "unrelated_pairs"]

@@ -1,0 +1,109 @@
+"""The matchers' cost, as ratios measured side by side in one process (BENCHMARKS.md, "Fact matching").
+
+- throughput: labelled pairs decided per second by `semantic` and `text` (each text prepared once;
+  the model load is reported apart), and their ratio;
+- share of a run: the wall time of scoring a finished run with a fresh matcher over the run's wall
+  time (bundled suites, offline model, `--faults none`);
+- linear in distinct texts: texts the semantic matcher embedded over the distinct texts of the run's
+  cases, and embedding calls over cases (one batch per case).
+
+Run with `python -m evals.bench_matcher [--repeat R]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+class _Counting:
+    """An embedder wrapper counting calls and texts."""
+
+    def __init__(self, inner: Any):
+        self.inner, self.calls, self.texts = inner, 0, 0
+
+    def embed(self, texts: list[str]) -> Any:
+        self.calls += 1
+        self.texts += len(texts)
+        return self.inner.embed(texts)
+
+
+def throughput(repeat: int) -> dict[str, Any]:
+    from evals.scoring.agreement import decide
+    from evals.scoring.matcher import TextMatcher
+    from evals.scoring.pairs import load_pairs
+    from evals.scoring.semantic import PARAMS_FILE, SemanticMatcher, SemanticParams
+    from hymem.embedder import make_embedder
+
+    pairs = load_pairs(split="all")
+    started = time.perf_counter()
+    embedder = make_embedder("minilm")
+    load_s = time.perf_counter() - started
+    params = SemanticParams.model_validate_json(PARAMS_FILE.read_text(encoding="utf-8"))
+    rates: dict[str, list[float]] = {"semantic": [], "text": []}
+    for _ in range(repeat):
+        for name, matcher in (("semantic", SemanticMatcher(params, embedder)), ("text", TextMatcher())):
+            started = time.perf_counter()
+            decide(matcher, pairs)
+            rates[name].append(len(pairs) / (time.perf_counter() - started))
+    return {"pairs": len(pairs), "model_load_s": round(load_s, 2),
+            "semantic_pairs_per_s": [round(r, 1) for r in rates["semantic"]],
+            "text_pairs_per_s": [round(r, 1) for r in rates["text"]],
+            "text_over_semantic": [round(t / s, 1) for t, s in zip(rates["text"], rates["semantic"], strict=True)]}
+
+
+def run_share() -> dict[str, Any]:
+    from evals.dataset import load_cases
+    from evals.record import read_units
+    from evals.runner import RunConfig, run_eval
+    from evals.scoring import score_pairs
+    from evals.scoring.attribution import prepare_case
+    from evals.scoring.semantic import PARAMS_FILE, SemanticMatcher, SemanticParams
+    from hymem.embedder import make_embedder
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run"
+        started = time.perf_counter()
+        run_eval(RunConfig(faults="none", out=out, progress=False, matcher="semantic"))
+        run_s = time.perf_counter() - started
+        runs = read_units(out)
+        cases = {c.id: c for c in load_cases([str(Path("datasets"))])}
+        pairs = [(cases[r.case_id], r) for r in runs if r.case_id in cases]
+        embedder = _Counting(make_embedder("minilm"))
+        matcher = SemanticMatcher(SemanticParams.model_validate_json(PARAMS_FILE.read_text(encoding="utf-8")),
+                                  embedder)
+        distinct: set[str] = set()
+
+        class _Texts:
+            def prepare(self, gold: list[str], pred: list[str]) -> None:
+                distinct.update(gold)
+                distinct.update(pred)
+
+        for case, run in pairs:
+            prepare_case(case, run, _Texts())  # the texts a case hands the matcher
+        started = time.perf_counter()
+        score_pairs(pairs, matcher)
+        score_s = time.perf_counter() - started
+    return {"cases": len(pairs), "run_wall_s": round(run_s, 1), "scoring_s": round(score_s, 1),
+            "scoring_share_of_run": round(score_s / run_s, 3), "distinct_texts": len(distinct),
+            "texts_embedded": embedder.texts, "embed_calls": embedder.calls}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m evals.bench_matcher")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+    through = throughput(args.repeat)
+    print(json.dumps({"throughput": through,
+                      "median_semantic_pairs_per_s": statistics.median(through["semantic_pairs_per_s"]),
+                      "run": run_share()}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
