@@ -186,7 +186,8 @@ def test_a_matcher_with_no_measured_agreement_is_flagged_in_bold():
     assert line.startswith("**") and "no measured agreement" in line
 
 
-def test_gate_and_compare_say_when_runs_were_scored_by_different_matchers(text_run, tmp_path):
+def test_gate_rescores_the_current_run_with_the_baselines_matcher_and_compare_says_they_differ(text_run, tmp_path,
+                                                                                                 capsys):
     import shutil
 
     other = tmp_path / "other"
@@ -194,7 +195,10 @@ def test_gate_and_compare_say_when_runs_were_scored_by_different_matchers(text_r
     manifest = json.loads((other / "manifest.json").read_text())
     (other / "manifest.json").write_text(json.dumps({**manifest, "matcher_spec": "llm:x"}))
     assert main(["gate", "--baseline", str(text_run), "--current", str(other)]) in (0, 1)  # faults none: some rules unmeasured
-    assert "scored by different matchers (text, llm:x)" in (other / "gate.md").read_text()
+    assert "re-scored with the baseline's (`text`)" in (other / "gate.md").read_text()
+    assert (other / "rescored" / "text" / "metrics.parquet").is_file()
+    assert main(["compare", str(text_run), str(other), "--out", str(tmp_path / "cmp")]) == 0
+    assert "scored by different matchers (text, llm:x)" in (tmp_path / "cmp" / "compare.md").read_text()
 
 
 @pytest.mark.slow
