@@ -391,7 +391,7 @@ def _execute(config: RunConfig, cases: list[Case], plan: FaultPlan, factories: d
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
         matcher = open_matcher(manifest, run_dir, config.cache_dir and config.cache_dir.parent, config.providers_file,
-                               embedder if embedder_spec == "minilm" else None)  # one model load per run
+                               embedder if embedder_name == "minilm" else None)  # one model load per run
     except UsageError:
         for arm in arms:
             arm.close()
