@@ -169,8 +169,12 @@ def codes_of(result: Any) -> dict[str, Any]:
 
 def check_faulted_write(expected: Expected, result: Any, before: StoreState, after: StoreState,
                         control_after: StoreState, retry_result: Any, retry_after: StoreState,
-                        repeat_after: StoreState, dim: int) -> list[Anomaly]:
-    """Anomalies of one faulted write and its retry, each with its witness. Pure: no I/O."""
+                        repeat_after: StoreState, dim: int, *, same_as_control: bool = True) -> list[Anomaly]:
+    """Anomalies of one faulted write and its retry, each with its witness. Pure: no I/O.
+
+    `same_as_control=False`: a fault that changes what the write decides (an adversarial reply) need not
+    leave the fault-free run's state; what it must leave is checked by `evals.adversarial`.
+    """
     found: list[Anomaly] = []
     actual = codes_of(result)
     want = expected.model_dump()
@@ -178,7 +182,7 @@ def check_faulted_write(expected: Expected, result: Any, before: StoreState, aft
         if not result.success:
             found.append(Anomaly(kind=_K.WRONG_ERROR_CODE,
                                  witness=f"write failed under a fault that must not fail it: {actual}"))
-        elif canonical(after) != canonical(control_after):
+        elif same_as_control and canonical(after) != canonical(control_after):
             found.append(Anomaly(kind=_K.RETRY_DIVERGED,
                                  witness="state after the write differs from the fault-free run: "
                                  + short_diff(diff_states(control_after, after))))

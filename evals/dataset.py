@@ -109,7 +109,9 @@ class Expect(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     facts: list[ExpectedFact] | None = None  # live memories the turns should leave; None = not scored
-    profile: dict[ProfileField, Text] = Field(default_factory=dict)  # L0 fields expected to hold these values
+    # L0 fields expected to hold these values; null: the field must stay empty ({"name": null}: an unnamed
+    # user's profile has no name, whoever else in the conversation was named)
+    profile: dict[ProfileField, Text | None] = Field(default_factory=dict)
     profile_excludes: list[Text] = Field(default_factory=list)  # substrings no L0 field may contain
     separate: list[tuple[Text, Text]] = Field(default_factory=list)  # pairs that must stay two live memories
     updates: list[Update] = Field(default_factory=list)  # seeded memories superseded by a new fact
@@ -199,7 +201,7 @@ def gold_problems(case: Case) -> list[str]:
 
     for i, banned in enumerate(expect.profile_excludes):
         for key, value in expect.profile.items():
-            if banned.lower() in value.lower():
+            if value is not None and banned.lower() in value.lower():
                 problems.append(f"expect.profile_excludes[{i}]: {banned!r} contradicts expect.profile.{key}")
     return problems
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
+from evals.adversarial import ADVERSARIAL_KINDS, EXTRACT_ADVERSARIAL, RECONCILE_ADVERSARIAL
+
 # Call sites, in the order a write reaches them.
 LM_SITES = ("lm.extract", "lm.extract_working", "lm.reconcile")
 EMBED_SITE = "embed"
@@ -23,10 +25,11 @@ SITES = (*LM_SITES, EMBED_SITE, *STORE_SITES)
 
 LM_KINDS = ("unavailable", "timeout", "rate_limit", "empty_body", "empty_content", "garbage",
             "truncated_json", "wrong_schema")
-RECONCILE_KINDS = (*LM_KINDS, "unknown_id")
+RECONCILE_KINDS = (*LM_KINDS, "unknown_id", *RECONCILE_ADVERSARIAL)
+EXTRACT_KINDS = (*LM_KINDS, *EXTRACT_ADVERSARIAL)
 EMBED_KINDS = ("embed_error", "embed_nan", "embed_wrong_dim")
 STORE_KINDS = ("store_error",)
-KINDS = (*RECONCILE_KINDS, *EMBED_KINDS, *STORE_KINDS)
+KINDS = (*RECONCILE_KINDS, *EXTRACT_ADVERSARIAL, *EMBED_KINDS, *STORE_KINDS)
 
 
 # Faults on the wire (HTTP providers, through `evals.proxy`), and the failure class each one is.
@@ -47,6 +50,8 @@ def kinds_for(site: str) -> tuple[str, ...]:
     """The fault kinds that apply at a call site."""
     if site == "lm.reconcile":
         return RECONCILE_KINDS
+    if site == "lm.extract":
+        return EXTRACT_KINDS
     if site in LM_SITES:
         return LM_KINDS
     if site == EMBED_SITE:
@@ -81,6 +86,10 @@ def expected_outcome(site: str, kind: str) -> Expected:
             return Expected(success=True)  # a slow but correct reply changes nothing
     elif kind not in kinds_for(site):
         raise ValueError(f"fault {kind!r} does not apply at {site!r}")
+    elif kind in ADVERSARIAL_KINDS:
+        # A well-formed reply the engine's code guard must refuse: nothing crosses subjects, the profile
+        # keeps only the user's own words, and the write succeeds (evals.adversarial checks the store).
+        return Expected(success=True)
     else:
         failure = _LM_CLASS.get(kind)
     if site in LM_SITES:
@@ -142,10 +151,16 @@ class FaultPlan(BaseModel):
             return []
         kinds = kinds or kinds_for
         candidates = [Fault(site, kind, occurrence) for site in sites if site in reached
-                      for occurrence in range(reached[site]) for kind in kinds(site)]
+                      for occurrence in range(reached[site]) for kind in kinds(site)
+                      if kind not in ADVERSARIAL_KINDS or reached.get(opportunity_key(site, kind, occurrence))]
         if self.name == "sweep":
             return candidates
         return [f for f in candidates if _draw(seed, unit_key, f) < self.rate]
+
+
+def opportunity_key(site: str, kind: str, occurrence: int) -> str:
+    """The `reached` entry a control write records when an adversarial kind could fire at this call."""
+    return f"{site}#{kind}#{occurrence}"
 
 
 def _draw(seed: int, unit_key: str, fault: Fault) -> float:

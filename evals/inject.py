@@ -18,7 +18,8 @@ import dspy
 import numpy as np
 from dspy import lm15
 
-from evals.faults import Fault
+from evals.adversarial import ADVERSARIAL_KINDS, adversarial_reply
+from evals.faults import Fault, kinds_for, opportunity_key
 from hymem import failpoints
 from hymem.llm import empty_body_error, text_response
 from hymem.sites import current_call_site
@@ -38,10 +39,21 @@ class Injector:
         self.fault: Fault | None = None
         self.reached: Counter[str] = Counter()
         self.fired: list[Fault] = []
+        self.injected: dict[str, Any] = {}  # what an adversarial reply changed (evals.adversarial)
 
     def arm(self, fault: Fault | None) -> None:
         with self._lock:
-            self.fault, self.reached, self.fired = fault, Counter(), []
+            self.fault, self.reached, self.fired, self.injected = fault, Counter(), [], {}
+
+    def note_opportunity(self, site: str, kind: str) -> None:
+        """The call just counted at `site` could take the adversarial `kind` (recorded in observe mode)."""
+        with self._lock:
+            self.reached[opportunity_key(site, kind, self.reached[site] - 1)] = 1
+
+    def unfire(self) -> None:
+        """The armed fault was not injected after all (an adversarial reply found nothing to change)."""
+        with self._lock:
+            self.fired = self.fired[:-1]
 
     def hit(self, site: str) -> str | None:
         """Record one call at `site`; return the fault kind to inject there, if any."""
@@ -97,7 +109,21 @@ class FaultyEngine:
         site = call_site()
         kind = self.injector.hit(site)
         if kind is None:
-            return self.inner.complete(request)
+            response = self.inner.complete(request)
+            if self.injector.fault is None and any(k in ADVERSARIAL_KINDS for k in kinds_for(site)):
+                prompt, reply = _prompt_text(request), _reply_text(response)
+                for adversarial in (k for k in kinds_for(site) if k in ADVERSARIAL_KINDS):
+                    if adversarial_reply(adversarial, prompt, reply) is not None:
+                        self.injector.note_opportunity(site, adversarial)
+            return response
+        if kind in ADVERSARIAL_KINDS:
+            response = self.inner.complete(request)
+            changed = adversarial_reply(kind, _prompt_text(request), _reply_text(response))
+            if changed is None:
+                self.injector.unfire()
+                return response
+            self.injector.injected = changed[1]
+            return text_response(changed[0])
         if kind == "unavailable":
             raise lm15.ServerError("HTTP 503: service unavailable (injected)", status=503)
         if kind == "rate_limit":
@@ -118,6 +144,11 @@ class FaultyEngine:
         if kind == "unknown_id":
             return text_response(json.dumps({"ops": [{"op": "UPDATE", "fact": 0, "id": 987654321}]}))
         raise ValueError(f"fault {kind!r} cannot be injected at {site}")
+
+
+def _prompt_text(request: Any) -> str:
+    texts = [m.text or "" for m in request.messages if m.role == "user"]
+    return texts[-1] if texts else ""
 
 
 def _reply_text(response: lm15.Response) -> str:
@@ -179,3 +210,26 @@ def faulty_lm(lm: dspy.LM, injector: Injector) -> dspy.LM:
             f"in-process fault injection needs a model with a custom engine (offline, oracle); {lm.model!r} "
             "talks HTTP: run it with --faults none, or put `hymem-eval proxy` in front of it")
     return dspy.LM(lm.model, engine=FaultyEngine(engine, injector), cache=False, num_retries=0)
+
+
+class PromptTap(dspy.LM):
+    """The same model, with the last user message of every call recorded: what each model call was shown.
+
+    Why at the `dspy.LM` boundary: every call of every path (in-process engine, HTTP, fault proxy) passes
+    here, so the harness checks the prompt the model saw, not the engine's account of it.
+    """
+
+    @classmethod
+    def wrap(cls, lm: dspy.LM, sink: list[dict[str, str]]) -> PromptTap:
+        tap = cls(lm.model, engine=lm.engine, async_engine=lm._async_engine_spec, cache=False, num_retries=0,
+                  model_type=lm.model_type, **lm.kwargs)
+        tap._tap = (lm, sink)
+        return tap
+
+    def __call__(self, prompt: Any = None, messages: Any = None, **kwargs: Any) -> Any:
+        inner, sink = self._tap
+        texts = [m.get("content") for m in messages or [] if m.get("role") == "user"]
+        last = texts[-1] if texts else prompt
+        text = last if isinstance(last, str) else json.dumps(last, ensure_ascii=False)
+        sink.append({"site": site_of_text(text or ""), "text": text or ""})
+        return inner(prompt=prompt, messages=messages, **kwargs)

@@ -16,12 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from evals.accounting import AttemptLog
+from evals.adversarial import ADVERSARIAL_KINDS, adversarial_anomalies
 from evals.checker import StoreState, check_faulted_write
 from evals.dataset import Case
 from evals.faults import Fault, FaultPlan
-from evals.record import Anomaly, AnomalyKind, CaseRun, Codes, FaultRecord, WriteRecord
+from evals.prompt_contract import Said, check_prompts
+from evals.record import Anomaly, AnomalyKind, CaseRun, Codes, FaultRecord, Finding, WriteRecord
 from evals.systems.base import MemorySystem
 from evals.systems.hymem_system import HymemSystem
+from evals.write_contract import (concurrency_anomalies, history_block, history_mismatch, reopen_anomalies,
+                                  replay_anomalies)
+
+CONCURRENT_SENDERS = 2  # threads sending each request_id of a case at once in the concurrency check
 
 
 def case_writes(case: Case) -> list[tuple[str, Any]]:
@@ -76,49 +82,168 @@ class CaseReplayer:
         store = tmp / "control"
         writes = case_writes(self.case)
         system = self.system
-        if self.plan.name == "none":  # no faulted runs will restore a snapshot: one open store, no copies
-            system.open(store)
-            try:
-                for index, (path, payload) in enumerate(writes):
-                    result.writes.append(self._control_write(index, path, payload))
-                result.memories = system.memories(self.case.user_id)
-                result.profile = system.profile(self.case.user_id)
-            finally:
-                system.close()
-            return
+        sweep = self.plan.name != "none"  # faulted runs restore a snapshot taken before each write
         snapshots: list[Path] = []
         states: list[StoreState] = []
+        written: list[Said] = []  # what history() must hold: the successful chat writes' messages
         system.open(store)
         try:
             for index, (path, payload) in enumerate(writes):
-                system.close()  # persist the store and release it, then snapshot its files
-                snapshots.append(_snapshot(store, tmp / f"snap-{index}"))
-                states.append(system.snapshot(store))
-                system.open(store)
-                result.writes.append(self._control_write(index, path, payload))
+                if sweep:
+                    system.close()  # persist the store and release it, then snapshot its files
+                    snapshots.append(_snapshot(store, tmp / f"snap-{index}"))
+                    states.append(system.snapshot(store))
+                    system.open(store)
+                record = self._control_write(index, path, payload, result.findings)
+                result.writes.append(record)
+                if record.success:
+                    self._after_write(store, index, path, payload, record, written, result.findings)
             result.memories = system.memories(self.case.user_id)
             result.profile = system.profile(self.case.user_id)
+            self._reopen(tmp, store, result.findings, stale_sources(result.writes, snapshots))
         finally:
-            system.close()
+            _close_quietly(system)
+        if not sweep:
+            return
         states.append(system.snapshot(store))
         for index, (path, payload) in enumerate(writes):
+            if not result.writes[index].success:  # no fault-free reference to check its faulted runs against
+                continue
             unit_key = f"{self.provider}|{self.case.id}|{index}"
             for fault in system.faults_for_write(self.plan, result.writes[index].reached, self.seed, unit_key):
                 result.faults.append(self._faulted(tmp, index, path, payload, fault, snapshots[index],
                                                    states[index], states[index + 1]))
+        self._concurrently(tmp, writes, result.findings)
 
-    def _control_write(self, index: int, path: str, payload: Any) -> WriteRecord:
-        """One fault-free write, recorded with the sites it reached and what the model proposed."""
+    def _after_write(self, store: Path, index: int, path: str, payload: Any, record: WriteRecord,
+                     written: list[Said], findings: list[Finding]) -> None:
+        """History round-trip and an idempotent replay of the same request_id, after a successful write.
+
+        Only for a system that offers history() and reads its open store (hymem); another engine's idempotency
+        is still checked by the faulted runs' re-sent request ids."""
+        system, user = self.system, self.case.user_id
+        if not hasattr(system, "history"):
+            return
+        try:
+            if path == "chat":
+                written += history_block(payload, system.history_limit)
+            diff = history_mismatch(written, engine_call(system.history, user))
+            if diff is not None:
+                findings.append(Finding(kind="HISTORY_MISMATCH", check="history", write=index, path=path,
+                                        witness=diff))
+                written[:] = [Said(**m) for m in system.history(user)]  # report each divergence once
+            before = system.snapshot(store)
+            self.log.context = {"write": index, "unit": "replay"}
+            again = engine_call(system.write, path, payload, user, record.request_id)
+            findings += [Finding(kind=kind, check="replay", write=index, path=path, witness=witness)
+                         for kind, witness in replay_anomalies(before, system.snapshot(store), again.duplicate,
+                                                               again.success)]
+        except EngineRaised as exc:
+            findings.append(Finding(kind="ENGINE_EXCEPTION", check="replay", write=index, path=path,
+                                    witness=f"after write {index}: {exc}"))
+
+    def _reopen(self, tmp: Path, store: Path, findings: list[Finding], stale: list[Path]) -> None:
+        """Close and reopen the case's store: the same state and search answers, the same as an index rebuilt
+        from SQLite; and with an earlier index file planted (`stale`: a crash before persisting), the same too."""
+        system, user = self.system, self.case.user_id
+        if not hasattr(system, "search_probe"):
+            return
+        try:
+            before, searched = system.snapshot(store), engine_call(system.search_probe, user)
+            system.close()
+            system.open(store)
+            reopened = engine_call(system.search_probe, user)
+            system.close()
+            after = system.snapshot(store)
+            references = {"before closing": searched}
+            for label, index_of in [("from an index rebuilt from SQLite", None)] + [
+                    (f"with the index file of {source.name} planted", source) for source in stale]:
+                system.open(system.without_index(store, tmp / "reopened", index_of))
+                answers = engine_call(system.search_probe, user)
+                system.close()
+                if index_of is None:
+                    references[label] = answers
+                elif answers != reopened:  # the planted file is stale: it must be rebuilt, never served
+                    findings.append(Finding(kind="REOPEN_DIVERGED", check="reopen", witness=(
+                        f"a stale index file ({index_of.name}'s) was served on reopen: search returned {answers}, "
+                        f"the current index {reopened}")))
+            system.open(store)  # the caller closes it
+        except EngineRaised as exc:
+            findings.append(Finding(kind="ENGINE_EXCEPTION", check="reopen", witness=f"reopening: {exc}"))
+            return
+        findings += [Finding(kind=kind, check="reopen", witness=witness)
+                     for kind, witness in reopen_anomalies(before, after, reopened, references)]
+
+    def _concurrently(self, tmp: Path, writes: list[tuple[str, Any]], findings: list[Finding]) -> None:
+        """The case's writes sent at once on a fresh store, each request_id from two threads."""
+        system = self.system
+        if not hasattr(system, "write_concurrently"):
+            return
+        calls = [(path, payload, f"{self.case.id}/c{index}") for index, (path, payload) in enumerate(writes)
+                 for _ in range(CONCURRENT_SENDERS)]
+        work = tmp / "concurrent"
+        self.log.context = {"write": None, "unit": "concurrency"}
+        results, history, episodes = system.write_concurrently(work, calls, self.case.user_id)
+        for call, outcome in zip(calls, results, strict=True):
+            if isinstance(outcome, BaseException):
+                findings.append(Finding(kind="ENGINE_EXCEPTION", check="concurrency",
+                                        witness=f"request {call[2]} raised {type(outcome).__name__}: {outcome}"))
+        results = [None if isinstance(r, BaseException) else r for r in results]
+        found = concurrency_anomalies([(p, rid, payload if p == "chat" else []) for p, payload, rid in calls],
+                                      results, history, episodes, system.snapshot(work), system.dim)
+        findings += [Finding(kind=kind, check="concurrency", witness=witness) for kind, witness in found]
+
+    def _control_write(self, index: int, path: str, payload: Any, findings: list[Finding]) -> WriteRecord:
+        """One fault-free write, recorded with the sites it reached and what the model proposed.
+
+        An exception out of the engine, or a failure on replies the provider delivered intact, is the
+        engine's (a finding, and the case goes on with the store as the engine left it); a failure after a
+        provider's own error is an infra error, as before.
+        """
         self.log.context = {"write": index, "unit": "control"}
         t0 = time.perf_counter()
-        outcome = self.system.write(path, payload, self.case.user_id, f"{self.case.id}/w{index}", control=True)
+        rid = f"{self.case.id}/w{index}"
+        try:
+            outcome = engine_call(self.system.write, path, payload, self.case.user_id, rid, control=True)
+        except EngineRaised as exc:
+            findings.append(Finding(kind="ENGINE_EXCEPTION", check="control", write=index, path=path,
+                                    witness=f"fault-free write raised {exc}"))
+            return WriteRecord(index=index, path=path, request_id=rid, success=False,
+                               codes=Codes(exception=str(exc).splitlines()[0]), seconds=time.perf_counter() - t0)
         record = WriteRecord(index=index, path=path, request_id=outcome.request_id, success=outcome.success,
                              codes=Codes.model_validate(outcome.codes), message=outcome.message, ops=outcome.ops,
                              proposed_facts=outcome.proposed_facts, proposed_ops=outcome.proposed_ops,
                              reached=outcome.reached, seconds=time.perf_counter() - t0)
+        findings += [Finding(kind=kind, check="prompt", write=index, path=path, witness=witness)
+                     for kind, witness in prompt_findings(path, payload, outcome, f"write {index}")]
         if not outcome.success:
-            raise RuntimeError(f"fault-free write {index} ({path}) failed: {outcome.message}")
+            if self._provider_failed(index) or self._is_http:
+                raise RuntimeError(f"fault-free write {index} ({path}) failed: {outcome.message}")
+            findings.append(Finding(kind="CONTROL_WRITE_FAILED", check="control", write=index, path=path,
+                                    witness=f"fault-free write failed with every model reply delivered intact: "
+                                            f"{outcome.codes} {outcome.message[:200]}"))
         return record
+
+    @property
+    def _is_http(self) -> bool:
+        return self.accounting is not None and self.accounting.config.is_http
+
+    def _provider_failed(self, index: int) -> bool:
+        """A model or embedding attempt of this control write failed at the provider (an infra error)."""
+        return any(a.write == index and a.unit == "control" and a.status not in ("ok",) for a in self.log.rows)
+
+    def _reopen_faulted(self, tmp: Path, work: Path) -> list[tuple[str, str]]:
+        """After a faulted write that must succeed (e.g. its FAISS update failed): reopening the store answers
+        searches as an index rebuilt from SQLite does; a stale index file must not be served."""
+        system, user = self.system, self.case.user_id
+        system.open(work)
+        reopened = engine_call(system.search_probe, user)
+        system.close()
+        system.open(system.without_index(work, tmp / "fault-rebuilt"))
+        rebuilt = engine_call(system.search_probe, user)
+        system.close()
+        return [(kind, "after the faulted write: " + witness)
+                for kind, witness in reopen_anomalies(None, None, reopened, {"from an index rebuilt from SQLite": rebuilt})]
 
     def _faulted(self, tmp: Path, index: int, path: str, payload: Any, fault: Fault, snapshot: Path,
                  before: StoreState, control_after: StoreState) -> FaultRecord:
@@ -132,37 +257,61 @@ class CaseReplayer:
         record = FaultRecord(write=index, path=path, site=fault.site, kind=fault.kind, occurrence=fault.occurrence,
                              fired=False, expected=Codes.model_validate(expected.model_dump()), actual=Codes(),
                              outcome="infra_error")
+        stage = "open"
         try:
             system.open(work)
             self.log.context = {"write": index, "unit": "fault"}
-            faulted = system.write(path, payload, self.case.user_id, rid, fault)
+            stage = "faulted write"
+            faulted = engine_call(system.write, path, payload, self.case.user_id, rid, fault)
             record.fired = faulted.fired
             record.actual = Codes.model_validate(faulted.codes)
             record.wire = faulted.wire_log
             system.close()
             after = system.snapshot(work)
+            reopen: list[tuple[str, str]] = []
+            if fault.site.startswith("store.") and expected.success and hasattr(system, "search_probe"):
+                stage = "reopen"
+                reopen = self._reopen_faulted(tmp, work)
             retry = None
             if not expected.success:
                 system.open(work)
                 self.log.context = {"write": index, "unit": "retry"}
-                retry = system.write(path, payload, self.case.user_id, rid + "/retry")
+                stage = "retry"
+                retry = engine_call(system.write, path, payload, self.case.user_id, rid + "/retry")
                 system.close()
                 record.retry_success = retry.success
             retry_after = system.snapshot(work) if retry is not None else after  # no retry: the store is unchanged
             repeat_rid = rid + "/retry" if not expected.success else rid
             system.open(work)
             self.log.context = {"write": index, "unit": "repeat"}
-            system.write(path, payload, self.case.user_id, repeat_rid)
+            stage = "repeat"
+            engine_call(system.write, path, payload, self.case.user_id, repeat_rid)
             system.close()
             repeat_after = system.snapshot(work)
+            adversarial = fault.kind in ADVERSARIAL_KINDS
             record.anomalies = check_faulted_write(expected, faulted, before, after, control_after, retry,
-                                                   retry_after, repeat_after, system.dim)
+                                                   retry_after, repeat_after, system.dim,
+                                                   same_as_control=not adversarial)
+            if adversarial and faulted.injected:
+                record.anomalies += _anomalies(adversarial_anomalies(fault.kind, faulted.injected, self.case.user_id,
+                                                                     before, after))
+                record.injected = faulted.injected
+            record.anomalies += _anomalies(reopen + prompt_findings(path, payload, faulted, "faulted write"))
+            if retry is not None:
+                record.anomalies += _anomalies(prompt_findings(path, payload, retry, "retry"))
             if not record.fired:
                 record.anomalies.append(Anomaly(kind=AnomalyKind.FAULT_NOT_REACHED,
                                                 witness=f"{fault.site} was not called under this fault"))
                 record.outcome = "indeterminate"
             else:
                 record.outcome = "wrong" if record.anomalies else "ok"
+        except EngineRaised as exc:  # the engine's bug, not the provider's: checked and wrong
+            record.fired = record.fired or bool(getattr(getattr(system, "injector", None), "fired", None))
+            record.outcome = "wrong"
+            record.anomalies = [Anomaly(kind=AnomalyKind.ENGINE_EXCEPTION, witness=f"{stage} raised {exc}")]
+            if not record.actual.model_fields_set:
+                record.actual = Codes(exception=str(exc).splitlines()[0])
+            _close_quietly(system)
         except Exception as exc:
             record.outcome = "infra_error"
             record.anomalies = []
@@ -171,10 +320,56 @@ class CaseReplayer:
         return record
 
 
+def stale_sources(writes: list[WriteRecord], snapshots: list[Path]) -> list[Path]:
+    """Snapshots whose index file is stale for the final store: from before the last write that updated a
+    memory in place (same ids, new vectors) and before the last write that changed any memory."""
+    changed = [w.index for w in writes if w.success and any(op.get("op") != "NOOP" for op in w.ops)]
+    updated = [w.index for w in writes if w.success and any(op.get("op") == "UPDATE" for op in w.ops)]
+    picks = [max(updated)] if updated else []
+    picks += [max(changed)] if changed and max(changed) not in picks else []
+    return [snapshots[i] for i in picks if i < len(snapshots)]
+
+
+def _anomalies(pairs: list[tuple[str, str]]) -> list[Anomaly]:
+    """Typed anomalies from the (kind, witness) pairs the contract checks return, each once."""
+    return [Anomaly(kind=kind, witness=witness) for kind, witness in dict.fromkeys(pairs)]
+
+
+def prompt_findings(path: str, payload: Any, outcome: Any, where: str) -> list[tuple[str, str]]:
+    """Prompt-contract anomalies of one write's extraction calls (chat and working paths show a conversation)."""
+    if path not in ("chat", "working") or not getattr(outcome, "prompts", None):
+        return []
+    return check_prompts(payload, outcome.prompts, where)
+
+
+class EngineRaised(Exception):
+    """The engine under test raised instead of returning a result: ENGINE_EXCEPTION, never an infra error."""
+
+
+def engine_call(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call the engine; anything it raises (but an AssertionError: a scripted test model out of replies,
+    i.e. the harness's own setup) becomes EngineRaised with the exception and where it came from."""
+    try:
+        return call(*args, **kwargs)
+    except AssertionError:
+        raise
+    except Exception as exc:
+        where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+        at = f" at {Path(where.filename).name}:{where.lineno} in {where.name}" if where else ""
+        raise EngineRaised(f"{type(exc).__name__}: {str(exc)[:300]}{at}") from exc
+
+
+def _close_quietly(system: MemorySystem) -> None:
+    try:
+        system.close()
+    except Exception:  # already closed, or the engine cannot close after raising: the next unit reopens
+        pass
+
+
 def _snapshot(store: Path, dest: Path) -> Path:
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(store, dest, ignore=shutil.ignore_patterns("*.lock"))
     return dest
 
 
-__all__ = ["CaseReplayer", "case_writes"]
+__all__ = ["CaseReplayer", "EngineRaised", "case_writes", "engine_call"]

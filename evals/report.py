@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from evals.adversarial import ADVERSARIAL_KINDS
 from evals.faults import SITES, kinds_for, wire_kinds_for
 from evals.record import (
     CODE_KINDS,
@@ -57,7 +58,8 @@ def cases_frame(runs: list[CaseRun]) -> pd.DataFrame:
         "provider": r.provider, "system": r.system, "dataset": r.dataset, "case_id": r.case_id, "lang": r.lang,
         "tags": list(r.tags),
         "status": r.status, "error": r.error, "n_writes": len(r.writes), "n_memories": len(r.memories),
-        "n_faults": len(r.faults), "n_anomalies": sum(len(f.anomalies) for f in r.faults), "seconds": r.seconds,
+        "n_faults": len(r.faults), "n_anomalies": sum(len(f.anomalies) for f in r.faults) + len(r.findings),
+        "seconds": r.seconds,
     } for r in runs])
 
 
@@ -95,6 +97,11 @@ def anomalies_frame(runs: list[CaseRun], seed: int) -> pd.DataFrame:
                              "case_id": r.case_id, "write": f.write, "path": f.path, "site": f.site, "fault": f.kind,
                              "seed": seed, "expected": _json(f.expected), "actual": _json(f.actual),
                              "witness": a.witness, "outcome": f.outcome})
+        for finding in r.findings:  # write-contract checks outside a faulted write: site = the check, no fault
+            rows.append({"kind": str(finding.kind), "provider": r.provider, "system": r.system, "dataset": r.dataset,
+                         "case_id": r.case_id, "write": finding.write, "path": finding.path, "site": finding.check,
+                         "fault": None, "seed": seed, "expected": "", "actual": "", "witness": finding.witness,
+                         "outcome": "wrong"})
     return frame("anomalies", rows)
 
 
@@ -137,7 +144,10 @@ def coverage_frame(runs: list[CaseRun], providers: list[str]) -> pd.DataFrame:
         mine = [r for r in runs if r.provider == provider]
         transport = "wire" if any(r.transport == "wire" for r in mine) else "in-process"
         paths = {w.path for r in mine for w in r.writes}
-        pairs = applicable_pairs(system, transport, paths)
+        # An adversarial kind applies only where a control write offered the chance (evals.adversarial).
+        chances = {tuple(key.split("#")[:2]) for r in mine for w in r.writes for key in w.reached if "#" in key}
+        pairs = [(site, kind) for site, kind in applicable_pairs(system, transport, paths)
+                 if kind not in ADVERSARIAL_KINDS or (site, kind) in chances]
         counts: dict[tuple[str, str], Counter] = {}
         for r in mine:
             for f in r.faults:
@@ -187,7 +197,7 @@ RATES: list[tuple[str, Callable[[CaseRun], tuple[float, float]]]] = [
 COUNTS: list[tuple[str, Callable[[CaseRun], int]]] = [
     ("degraded_success_count",
      lambda r: sum(_checked(f) and AnomalyKind.DEGRADED_SUCCESS in _kinds(f) for f in r.faults)),
-    ("anomaly_count", lambda r: sum(len(f.anomalies) for f in r.faults if _checked(f))),
+    ("anomaly_count", lambda r: sum(len(f.anomalies) for f in r.faults if _checked(f)) + len(r.findings)),
     ("faulted_units", lambda r: sum(_checked(f) for f in r.faults)),
     ("indeterminate_units", lambda r: sum(f.outcome == "indeterminate" for f in r.faults)),
 ]
@@ -257,19 +267,22 @@ def _systems_of(runs: list[CaseRun]) -> Callable[[str], str]:
 def verdict_of(runs: list[CaseRun], unreached: dict[str, list[str]] | None = None) -> tuple[str, list[str]]:
     """valid | invalid | unknown, and why.
 
-    invalid: an anomaly on a unit whose fault fired. unknown: otherwise, any infra error,
+    invalid: an anomaly on a unit whose fault fired, or a write-contract finding. unknown: otherwise, any infra error,
     any fault that did not fire, nothing checked at all, or (`unreached`: provider → pairs) a
     (site, kind) pair that applies to a provider's transport and was never reached.
     valid: every unit checked clean and every applicable pair reached.
     """
     faults = [f for r in runs for f in r.faults]
     wrong = Counter(str(a.kind) for f in faults if _checked(f) for a in f.anomalies if a.kind != NOT_REACHED)
+    wrong.update(str(finding.kind) for r in runs for finding in r.findings)
     checked = sum(_checked(f) for f in faults)
     reasons = []
     if wrong:
         units = sum(f.outcome == "wrong" for f in faults)
+        cases = sum(bool(r.findings) for r in runs)
         kinds = ", ".join(f"{k} ×{n}" for k, n in sorted(wrong.items()))
-        reasons.append(f"{sum(wrong.values())} anomalies on {units} of {checked} faulted units: {kinds}")
+        reasons.append(f"{sum(wrong.values())} anomalies on {units} of {checked} faulted units and in the "
+                       f"write-contract checks of {cases} of {len(runs)} cases: {kinds}")
     case_errors = sum(r.status == "infra_error" for r in runs)
     fault_errors = sum(f.outcome == "infra_error" for f in faults)
     indeterminate = sum(f.outcome == "indeterminate" for f in faults)
@@ -393,7 +406,8 @@ def _anomaly_section(anomalies: pd.DataFrame, title: str) -> list[str]:
         return out + ["None.", ""]
     for kind, group in sorted(anomalies.groupby("kind"), key=lambda kg: (-len(kg[1]), kg[0])):
         out.append(f"### {kind} ({len(group)})")
-        out += [f"- {a.provider} `{a.case_id}` write {a.write} ({a.path}), {a.site}×{a.fault}: {_one_line(a.witness)}"
+        out += [f"- {a.provider} `{a.case_id}` write {a.write} ({a.path}), "
+                f"{a.site + '×' + a.fault if isinstance(a.fault, str) else a.site + ' check'}: {_one_line(a.witness)}"
                 for a in group.head(3).itertuples()]
         out.append("")
     return out

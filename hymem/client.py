@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
@@ -201,7 +202,7 @@ class HyMemoryClient:
         lang = conversation_language(msgs)
         extract = self._round(rid, "extract", self.program.extractor(lang), conversation=rendered)
         failpoint("client.after_extract")
-        facts = self._facts_of(rid, extract, ("facts", "fact"))
+        facts = _named_subjects(self._facts_of(rid, extract, ("facts", "fact")), msgs)
         profile = _profile_updates(extract.outputs.get("profile"), msgs)
         work = self._reconcile_chain(facts, user_id, rid)
         work["rounds"].insert(0, extract)
@@ -395,12 +396,36 @@ def _guess_subject(text: str, owner: str) -> str:
     return "assistant" if owner == "agent" else (subject_of(text) or "user")
 
 
+def _named_humans(msgs: list[ChatMessage]) -> list[str]:
+    return [m.name.strip() for m in msgs if m.role == "assistant" and m.name and m.name.strip()]
+
+
+def _named_subjects(facts: list[NewFact], msgs: list[ChatMessage]) -> list[NewFact]:
+    """A fact whose text opens with a named human's name is about that person, never the user's (spec 3:
+    "John is a nurse in Berlin." has subject John), whatever subject the model gave it."""
+    for fact in facts:
+        if canonical_subject(fact.subject) != "user":
+            continue
+        speaker = next((n for n in _named_humans(msgs) if re.match(rf"{re.escape(n)}(?![A-Za-z])", fact.text)), None)
+        if speaker is not None:
+            fact.subject = speaker
+    return facts
+
+
 def _profile_updates(profile: Any, msgs: list[ChatMessage]) -> dict:
-    """The model's L0 update; the role=user message's name is trusted over the model's."""
+    """The model's L0 update, which describes only the current user (spec 3): the role=user message's name is
+    trusted over the model's; a named human's name, or a value only a named human said, is never taken."""
     updates = {}
     if profile is not None:
         data = profile.model_dump() if hasattr(profile, "model_dump") else dict(profile)
         updates = {k: v for k, v in data.items() if v not in (None, "")}
+    others = [m.content.casefold() for m in msgs if m.role == "assistant" and m.name and m.name.strip()]
+    said = "\n".join(m.content for m in msgs if m.role == "user").casefold()
+    third = {n.casefold() for n in _named_humans(msgs)}
+    for key, value in list(updates.items()):
+        text = str(value).strip().casefold()
+        if text in third or (text and text not in said and any(text in other for other in others)):
+            del updates[key]
     name = next((m.name for m in msgs if m.role == "user" and m.name), None)
     if name:
         updates["name"] = name

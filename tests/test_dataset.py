@@ -157,8 +157,12 @@ def test_bundled_tags_match_what_each_case_contains(bundled: list[Case]) -> None
         "no-cross-update": lambda c: bool(c.memories and c.expect.separate),
         "l0-trap": lambda c: bool(c.expect.profile_excludes),
         "no-memory": lambda c: c.expect.no_memory and c.expect.facts == [],
-        "multi-line": lambda c: any("\n" in text for text in _contents(c)),
-        "fake-label": lambda c: any(LABEL_LINE.search(text) for text in _contents(c)),
+        "multi-line": lambda c: any(len(text.splitlines()) > 1 for text in _contents(c)),
+        "fake-label": lambda c: any(LABEL_LINE.match(line) for text in _contents(c) for line in text.splitlines()),
+        "nameless-profile": lambda c: (
+            "name" in c.expect.profile and c.expect.profile["name"] is None
+            and not _speakers(c, "user") and bool(_speakers(c, "assistant"))
+        ),
         "multi-turn": lambda c: len(c.turns) >= 2,
         "third-party": lambda c: any(
             f.subject not in {"user", "assistant"} | _speakers(c, "assistant") for f in c.expect.facts

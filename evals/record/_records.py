@@ -16,7 +16,8 @@ from evals.record._version import SCHEMA_VERSION
 
 Outcome = Literal["ok", "wrong", "indeterminate", "infra_error"]  # of one faulted run
 Status = Literal["ok", "infra_error"]  # of one unit
-Unit = Literal["control", "fault", "retry", "repeat"]  # which run of a write an attempt belongs to
+Unit = Literal["control", "fault", "retry", "repeat", "replay", "concurrency"]  # which run of a write an attempt belongs to
+Check = Literal["control", "prompt", "history", "replay", "reopen", "concurrency", "profile"]  # a Finding's check
 
 
 class AnomalyKind(StrEnum):
@@ -33,10 +34,24 @@ class AnomalyKind(StrEnum):
     RETRY_DIVERGED = "RETRY_DIVERGED"  # the retry without the fault did not reach the fault-free state
     DOUBLE_WRITE = "DOUBLE_WRITE"  # a retry or a re-sent request_id wrote again
     FAULT_NOT_REACHED = "FAULT_NOT_REACHED"  # the planned fault never fired: the unit is indeterminate
+    # The write contract, checked on every write, faulted or not (evals.prompt_contract, evals.write_contract,
+    # evals.adversarial); outside a faulted write these are a CaseRun's findings.
+    ENGINE_EXCEPTION = "ENGINE_EXCEPTION"  # the engine raised instead of returning a result (never an infra error)
+    CONTROL_WRITE_FAILED = "CONTROL_WRITE_FAILED"  # a fault-free write failed with every provider reply intact
+    PROMPT_LABEL_WRONG = "PROMPT_LABEL_WRONG"  # a message's header in the prompt is not the spec's label
+    NAME_LINE_WRONG = "NAME_LINE_WRONG"  # the user's name line is missing, repeated, misplaced or in the wrong language
+    FORGED_HEADER = "FORGED_HEADER"  # message content a str.splitlines() reader takes for a header or name line
+    HISTORY_MISMATCH = "HISTORY_MISMATCH"  # history() differs from the messages written (user ones cut, names lost)
+    REOPEN_DIVERGED = "REOPEN_DIVERGED"  # state or search answers changed across close/reopen (a stale index served)
+    CONCURRENT_WRITE_LOST = "CONCURRENT_WRITE_LOST"  # a write sent alongside others did not land whole
+    CONCURRENT_WRITE_INTERLEAVED = "CONCURRENT_WRITE_INTERLEAVED"  # concurrent writes' messages interleaved in history
+    CROSS_SUBJECT_MERGE_APPLIED = "CROSS_SUBJECT_MERGE_APPLIED"  # an UPDATE/SUPERSEDE/DELETE across subjects applied
+    THIRD_PARTY_AS_USER = "THIRD_PARTY_AS_USER"  # a named human's fact stored under the user
+    PROFILE_FROM_THIRD_PARTY = "PROFILE_FROM_THIRD_PARTY"  # the user's L0 profile took a named human's name or words
 
 
 # Which anomaly kinds break each property of a faulted write.
-CODE_KINDS = frozenset({AnomalyKind.WRONG_ERROR_CODE, AnomalyKind.DEGRADED_SUCCESS})
+CODE_KINDS = frozenset({AnomalyKind.WRONG_ERROR_CODE, AnomalyKind.DEGRADED_SUCCESS, AnomalyKind.ENGINE_EXCEPTION})
 STATE_KINDS = frozenset({AnomalyKind.PARTIAL_WRITE, AnomalyKind.L1_NOT_ROLLED_BACK, AnomalyKind.EPISODE_ADVANCED,
                          AnomalyKind.TRACE_APPENDED, AnomalyKind.VECTORLESS_NODE, AnomalyKind.ORPHAN_VECTOR,
                          AnomalyKind.DEGRADED_SUCCESS})
@@ -133,6 +148,7 @@ class FaultRecord(Record):
     outcome: Outcome
     anomalies: list[Anomaly] = Field(default_factory=list)
     wire: list[dict[str, Any]] = Field(default_factory=list)  # the fault proxy's log lines (request id, kind, time)
+    injected: dict[str, Any] = Field(default_factory=dict)  # what an adversarial reply changed (evals.adversarial)
     seconds: float = 0.0
 
     @property
@@ -143,6 +159,20 @@ class FaultRecord(Record):
     @property
     def kinds(self) -> set[AnomalyKind]:
         return {a.kind for a in self.anomalies}
+
+
+class Finding(Record):
+    """A broken engine promise found outside a faulted write's rollback check, with its witness.
+
+    Why apart from FaultRecord: the write contract (prompts, history, idempotency, reopen, concurrency,
+    exceptions) must hold in every write, faulted or not, so it is checked in the control run too.
+    """
+
+    kind: AnomalyKind
+    check: Check  # which check found it
+    write: int = -1  # index of the write within the case; -1: the case as a whole (reopen, concurrency)
+    path: str = ""  # chat | working | extracted
+    witness: str = ""
 
 
 class CaseRun(Record):
@@ -161,6 +191,7 @@ class CaseRun(Record):
     memories: list[dict[str, Any]] = Field(default_factory=list)  # live memories after the control run
     profile: dict[str, Any] = Field(default_factory=dict)
     faults: list[FaultRecord] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list)  # write-contract anomalies outside faulted writes
     attempts: list[Attempt] = Field(default_factory=list)  # every LM and embedding attempt
     seconds: float = 0.0
 

@@ -111,7 +111,8 @@ _DECLARED: tuple[Metric, ...] = (
     Metric("degraded_success_count", C, LO, "units", "faulted writes that reported success under a fault that "
            "must fail", "cases", 20),
     Metric("anomaly_count", C, LO, "anomalies", "checker anomalies on fired faulted writes (FAULT_NOT_REACHED is "
-           "counted in indeterminate_units)", "cases", 21),
+           "counted in indeterminate_units) and write-contract findings of the control run (prompts, history, "
+           "replay, reopen, concurrency)", "cases", 21),
     Metric("faulted_units", C, NO, "units", "faulted runs that fired and were checked", "cases", 22),
     Metric("indeterminate_units", C, LO, "units", "faulted runs whose fault did not fire (unknown, not a pass)",
            "cases", 23),

@@ -140,12 +140,15 @@ def _case_tallies(case: Case, run: CaseRun, matcher: Matcher) -> dict[str, Tally
     tallies: dict[str, Tally] = {}
     expect = case.expect
     values = [str(v).casefold() for v in run.profile.values() if v is not None]
-    if expect.profile_excludes:
+    must_be_empty = [key for key, value in expect.profile.items() if value is None]  # e.g. an unnamed user's name
+    if expect.profile_excludes or must_be_empty:
         leak = any(banned.casefold() in v for banned in expect.profile_excludes for v in values)
+        leak = leak or any(str(run.profile.get(key) or "").strip() for key in must_be_empty)
         tallies["profile_leak_rate"] = (float(leak), 1)
     if "name" in expect.profile:
         got = str(run.profile.get("name") or "").strip().casefold()
-        tallies["profile_name_accuracy"] = (float(got == expect.profile["name"].strip().casefold()), 1)
+        want = (expect.profile["name"] or "").strip().casefold()
+        tallies["profile_name_accuracy"] = (float(got == want), 1)
     if expect.absent:
         violated = sum(any(matcher.same_fact(text, subject_of(text), m["text"], m.get("subject"))
                            for m in run.memories) for text in expect.absent)
@@ -170,7 +173,7 @@ def _error_tallies(case: Case) -> dict[str, Tally]:
         tallies[f"{prefix}owner_accuracy"] = (0, n_gold)
         tallies[f"{prefix}third_party_to_user_rate"] = (classes.count("named"), classes.count("named"))
         tallies[f"{prefix}ai_to_user_rate"] = (classes.count("assistant"), classes.count("assistant"))
-    if expect.profile_excludes:
+    if expect.profile_excludes or None in expect.profile.values():
         tallies["profile_leak_rate"] = (1, 1)
     if "name" in expect.profile:
         tallies["profile_name_accuracy"] = (0, 1)

@@ -34,6 +34,9 @@ class WriteOutcome(BaseModel):
     fired: bool = False  # the armed fault was injected
     call_seconds: float | None = None  # time inside model and embedding calls, when the system measures it
     wire_log: list[dict[str, Any]] = Field(default_factory=list)  # fault proxy log lines of this write's calls
+    prompts: list[dict[str, str]] = Field(default_factory=list)  # {site, text}: what each model call was shown
+    injected: dict[str, Any] = Field(default_factory=dict)  # what an adversarial reply changed (evals.adversarial)
+    duplicate: bool | None = None  # the engine said this request_id was already written (None: it cannot say)
 
 
 @runtime_checkable

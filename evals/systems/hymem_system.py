@@ -6,15 +6,17 @@ engine's real parsing and rollback code runs on every faulty reply.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
 from evals.accounting import AccountingLM, price_table
 from evals.checker import StoreState, codes_of, read_state
 from evals.faults import Expected, Fault, FaultPlan, expected_outcome, wire_kinds_for
-from evals.inject import FaultyEmbedder, Injector, faulty_lm
+from evals.inject import FaultyEmbedder, Injector, PromptTap, faulty_lm
 from evals.systems.base import WriteOutcome
 from hymem.client import HyMemoryClient
+from hymem.store import INDEX_FILE, SIDECAR_FILE
 
 _PRICES = price_table()
 
@@ -52,6 +54,7 @@ class HymemSystem:
         self._proxies: dict[str, Any] = {}
         self._request_id = ""
         self._tags: list[tuple[Any, str]] = []
+        self._prompts: list[dict[str, str]] = []  # what this write's model calls were shown (PromptTap)
 
     @property
     def transport(self) -> str:
@@ -70,7 +73,8 @@ class HymemSystem:
                                    cache=self.cache, retries=self.plan.name == "none", prices=_PRICES,
                                    wire=self._route if self.wire else None)
         self._lm = lm
-        self.client = HyMemoryClient(path=store, lm=lm, embedder=FaultyEmbedder(self.embedder, self.injector, self.log),
+        self.client = HyMemoryClient(path=store, lm=PromptTap.wrap(lm, self._prompts),
+                                     embedder=FaultyEmbedder(self.embedder, self.injector, self.log),
                                      reconcile_enabled=True, program=self.program,
                                      synchronous="NORMAL")  # scratch stores: a kill -9 still leaves all-or-nothing
         self._dim = self.client.dim
@@ -83,6 +87,7 @@ class HymemSystem:
               control: bool = False) -> WriteOutcome:
         self.injector.arm(fault)
         self._request_id, self._tags = request_id, []
+        self._prompts.clear()
         with self.injector.store_hook():
             result = do_write(self.client, path, payload, user_id, request_id)
         if control:
@@ -92,7 +97,8 @@ class HymemSystem:
                             proposed_facts=[f.model_dump() for f in result.proposed_facts],
                             proposed_ops=result.proposed_ops, message=result.message,
                             reached=dict(self.injector.reached), fired=bool(self.injector.fired),
-                            wire_log=self._wire_log())
+                            wire_log=self._wire_log(), prompts=list(self._prompts),
+                            duplicate=bool(getattr(result, "duplicate", False)), injected=dict(self.injector.injected))
 
     def _route(self, site: str) -> str | None:
         """Count the call; when the armed fault targets it, the fault proxy URL (tagged) to send it through."""
@@ -130,6 +136,50 @@ class HymemSystem:
 
     def snapshot(self, store: Path) -> StoreState:
         return read_state(store)
+
+    # ---- what the write-contract checks read (evals.write_contract) ----
+    def history(self, user_id: str) -> list[dict[str, Any]]:
+        return [m.model_dump() for m in self.client.history(user_id)]
+
+    @property
+    def history_limit(self) -> int:
+        return self.client.history_limit
+
+    def search_probe(self, user_id: str) -> dict[str, list[tuple[int, float]]]:
+        """The newest live memory's text searched on the open store with k = every live memory: query -> (id,
+        score). One query suffices: with k that large, a memory missing from the index or a stale vector shows."""
+        live = self.client.get_all(user_id)
+        if not live:
+            return {}
+        query = max(live, key=lambda m: m.id).text
+        hits = self.client.search(query, user_id, k=len(live))
+        return {query: sorted((r.id, round(float(r.score or 0.0), 4)) for r in hits)}
+
+    def without_index(self, store: Path, dest: Path, index_of: Path | None = None) -> Path:
+        """A copy of a closed store without its FAISS files (opening it rebuilds the index from SQLite), or
+        with those of `index_of`, an earlier copy: a stale index file, as a crash before persisting leaves."""
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(store, dest, ignore=shutil.ignore_patterns("*.lock", INDEX_FILE, SIDECAR_FILE))
+        for name in (INDEX_FILE, SIDECAR_FILE) if index_of is not None else ():
+            if (index_of / name).exists():
+                shutil.copy2(index_of / name, dest / name)
+        return dest
+
+    def write_concurrently(self, store: Path, calls: list[tuple[str, Any, str]], user_id: str
+                           ) -> tuple[list[Any], list[dict[str, Any]], int]:
+        """Send (path, payload, request_id) calls from one thread each, released together, on one open client.
+
+        Returns the results (an exception in place of a result it raised), history and the episode counter."""
+        from evals.write_contract import run_threads
+
+        self.injector.arm(None)
+        self.open(store)
+        try:
+            client = self.client
+            results = run_threads([lambda c=call: do_write(client, c[0], c[1], user_id, c[2]) for call in calls])
+            return results, self.history(user_id), client.store.episode(user_id)
+        finally:
+            self.close()
 
     def faults_for_write(self, plan: FaultPlan, reached: dict[str, int], seed: int, unit_key: str) -> list[Fault]:
         return plan.faults_for_write(reached, seed, unit_key, kinds=wire_kinds_for if self.wire else None)

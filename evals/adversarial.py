@@ -1,0 +1,186 @@
+"""Well-formed but adversarial model replies: what a guard in the engine's code must refuse.
+
+Why: the offline model never proposes a cross-subject merge or files a third party's statement under the
+user, so the engine's guards against those are never exercised by a fault-free run. Each kind here takes
+the model's real reply to the real prompt and changes exactly one decision into a forbidden one:
+
+- ``cross_subject_update`` / ``cross_subject_supersede`` / ``cross_subject_delete`` (lm.reconcile): an op
+  that changes a candidate memory of another subject than the new fact's;
+- ``third_party_as_user`` (lm.extract): a named human's fact filed under the user (subject "user");
+- ``profile_from_third_party`` (lm.extract): an L0 profile update (name, occupation) taken from what a
+  named human said.
+
+The engine must refuse each (both facts stay, the profile is untouched) and still succeed. A kind applies
+only where the prompt offers the chance (a candidate of another subject, a named speaker's fact), which
+the control run records as an opportunity so a sweep plans only faults that can fire.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from evals.prompt_contract import conversation_of
+
+RECONCILE_ADVERSARIAL = ("cross_subject_update", "cross_subject_supersede", "cross_subject_delete")
+EXTRACT_ADVERSARIAL = ("third_party_as_user", "profile_from_third_party")
+ADVERSARIAL_KINDS = (*RECONCILE_ADVERSARIAL, *EXTRACT_ADVERSARIAL)
+
+_USER = {"user", "the user", "current user", "用户", "当前用户"}
+_ASSISTANT = {"assistant", "the assistant", "ai", "agent", "助手", "ai助手"}
+_RESERVED = {"user", "assistant", "system", "tool"}
+_HEADER = re.compile(r"^\[([^\]\n]{1,64})\]: (.*)$")
+_WORD = re.compile(r"[A-Za-z][A-Za-z-]{3,}")
+_HAN_RUN = re.compile(r"[\u4e00-\u9fff]{2,}")
+
+
+def subject_class(subject: Any) -> str:
+    """user, assistant, or the person's name folded (the harness's own reading of a subject)."""
+    text = " ".join(str(subject or "").split()).casefold()
+    return "user" if text in _USER else "assistant" if text in _ASSISTANT else text
+
+
+def _section(text: str, name: str, until: str) -> str | None:
+    head = f"[[ ## {name} ## ]]\n"
+    start = text.find(head)
+    if start < 0:
+        return None
+    body = text[start + len(head):]
+    end = body.find(until)
+    return body[:end] if end >= 0 else body
+
+
+def _json(text: str | None) -> Any:
+    try:
+        return json.loads(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def reconcile_reply(kind: str, prompt: str, reply: str) -> tuple[str, dict[str, Any]] | None:
+    """The real reconcile reply with one cross-subject merge spliced in, and what was injected; None when the
+    prompt has no new fact and candidate of different subjects (or the reply is not a JSON object)."""
+    facts = _json(_section(prompt, "new_facts", "\n\n[[ ## existing ## ]]"))
+    existing = _json(_section(prompt, "existing", "\n\nRespond with"))
+    decoded = _json(reply)
+    if not isinstance(facts, list) or not isinstance(existing, list) or not isinstance(decoded, dict):
+        return None
+    pair = next(((f, c) for f in facts for c in existing
+                 if subject_class(f.get("subject")) != subject_class(c.get("subject"))), None)
+    if pair is None:
+        return None
+    fact, target = pair
+    op = kind.removeprefix("cross_subject_").upper()
+    ops = [o for o in decoded.get("ops") or [] if isinstance(o, dict) and o.get("id") != target["id"]
+           and (op == "DELETE" or o.get("fact") != fact["index"])]
+    ops.append({"op": op, "fact": fact["index"], "id": target["id"]})
+    injected = {"op": op, "fact_text": fact.get("text"), "fact_subject": fact.get("subject"),
+                "target_id": target["id"], "target_text": target.get("text"), "target_subject": target.get("subject")}
+    return json.dumps({**decoded, "ops": ops}, ensure_ascii=False), injected
+
+
+def _speakers(prompt: str) -> tuple[dict[str, list[str]], list[str]]:
+    """Named humans' lines by name, and the user's lines, from the prompt's rendered conversation."""
+    conversation = conversation_of(prompt) or ""
+    named: dict[str, list[str]] = {}
+    users: list[str] = []
+    current: list[str] | None = None
+    for line in conversation.split("\n"):
+        match = _HEADER.match(line)
+        if match:
+            label = match.group(1)
+            current = users if label == "user" else None if label.lower() in _RESERVED else \
+                named.setdefault(label, [])
+            line = match.group(2)
+        if current is not None:
+            current.append(line)
+    return named, users
+
+
+def extract_reply(kind: str, prompt: str, reply: str) -> tuple[str, dict[str, Any]] | None:
+    """The real extraction reply with a third party's statement filed under the user (a fact, or the profile)."""
+    decoded = _json(reply)
+    if not isinstance(decoded, dict):
+        return None
+    named, users = _speakers(prompt)
+    if not named:
+        return None
+    by_class = {subject_class(name): name for name in named}
+    if kind == "third_party_as_user":
+        facts = decoded.get("facts")
+        index = next((i for i, f in enumerate(facts or []) if isinstance(f, dict)
+                      and subject_class(f.get("subject")) in by_class), None)
+        if index is None:
+            return None
+        fact = dict(facts[index])
+        speaker = by_class[subject_class(fact.get("subject"))]
+        facts = [*facts[:index], {**fact, "subject": "user", "owner": "user"}, *facts[index + 1:]]
+        return json.dumps({**decoded, "facts": facts}, ensure_ascii=False), {"text": fact.get("text"),
+                                                                                "speaker": speaker}
+    user_text = "\n".join(users).casefold()
+    for speaker, lines in named.items():
+        value = _their_word("\n".join(lines), user_text, speaker)
+        if value is not None:
+            profile = {**(decoded.get("profile") or {}), "name": speaker, "occupation": value}
+            return json.dumps({**decoded, "profile": profile}, ensure_ascii=False), {"speaker": speaker,
+                                                                                      "values": [speaker, value]}
+    return None
+
+
+def _their_word(said: str, user_text: str, speaker: str) -> str | None:
+    """A word only the named human said (never the user): the last such English word, or two Han characters."""
+    words = [w for w in _WORD.findall(said) if w.casefold() not in user_text and w.casefold() != speaker.casefold()]
+    if words:
+        return words[-1]
+    for run in reversed(_HAN_RUN.findall(said)):
+        for end in range(len(run), 1, -1):
+            pair = run[end - 2:end]
+            if pair not in user_text and pair not in speaker:
+                return pair
+    return None
+
+
+def adversarial_reply(kind: str, prompt: str, reply: str) -> tuple[str, dict[str, Any]] | None:
+    if kind in RECONCILE_ADVERSARIAL:
+        return reconcile_reply(kind, prompt, reply)
+    return extract_reply(kind, prompt, reply)
+
+
+def adversarial_anomalies(kind: str, injected: dict[str, Any], user_id: str, before: Any, after: Any
+                          ) -> list[tuple[str, str]]:
+    """What the store shows after an adversarial reply the engine had to refuse (StoreStates before/after)."""
+    found: list[tuple[str, str]] = []
+    memories = {row["id"]: row for row in after.tables.get("memories", [])}
+    if kind in RECONCILE_ADVERSARIAL:
+        target = memories.get(injected["target_id"])
+        kept = target is not None and target.get("superseded_by") is None and target.get("deleted_at") is None \
+            and target.get("text") == injected["target_text"]
+        if not kept:
+            now = "gone" if target is None else ("superseded" if target.get("superseded_by") is not None else
+                                                "deleted" if target.get("deleted_at") is not None else
+                                                f"now {target.get('text')!r} ({target.get('subject')})")
+            found.append(("CROSS_SUBJECT_MERGE_APPLIED", f"{injected['op']} of memory {injected['target_id']} "
+                          f"({injected['target_text']!r}, subject {injected['target_subject']}) by a fact about "
+                          f"{injected['fact_subject']} ({injected['fact_text']!r}) was applied: the memory is {now}"))
+    elif kind == "third_party_as_user":
+        for row in memories.values():
+            if row.get("text") == injected["text"] and row.get("superseded_by") is None and \
+                    row.get("deleted_at") is None and subject_class(row.get("subject")) == "user":
+                found.append(("THIRD_PARTY_AS_USER", f"{injected['speaker']}'s fact {injected['text']!r} was stored "
+                                                     f"as memory {row['id']} with subject {row.get('subject')!r}"))
+    else:
+        def profile_of(state: Any) -> str:
+            rows = [r for r in state.tables.get("profiles", []) if r.get("user_id") == user_id]
+            return (rows[0].get("basic_info") or "") if rows else ""
+
+        old, new = profile_of(before).casefold(), profile_of(after)
+        leaked = [v for v in injected["values"] if v.casefold() in new.casefold() and v.casefold() not in old]
+        if leaked:
+            found.append(("PROFILE_FROM_THIRD_PARTY", f"the user's profile took {leaked} from what "
+                                                      f"{injected['speaker']} said: {new[:200]}"))
+    return found
+
+
+__all__ = ["ADVERSARIAL_KINDS", "EXTRACT_ADVERSARIAL", "RECONCILE_ADVERSARIAL", "adversarial_anomalies",
+           "adversarial_reply", "subject_class"]

@@ -1,0 +1,157 @@
+"""The write contract checked on every successful write, not only under faults.
+
+Why: the offline model never exercises most promises of a write (history kept whole, a request id
+written once, a store that reopens to the same answers, one user's writes serialised), so a bug in
+them moves no score. Each check here is a pure function from what the harness observed to
+(kind, witness) pairs; the replayer gathers the observations.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from evals.checker import StoreState, canonical, consistency_anomalies, diff_states, short_diff
+from evals.prompt_contract import Said, read_messages, user_name
+
+HISTORY_LIMIT = 2000  # HyMemoryClient's documented history_limit: non-user messages are cut to it plus "…"
+
+
+def history_block(raw_messages: list[dict[str, Any]], limit: int = HISTORY_LIMIT) -> list[Said]:
+    """What `history()` must return for one chat write: user messages whole and named by the block's name
+    line, the others cut to `limit`, a system message under its role only, a tool message with its tool name."""
+    messages = read_messages(raw_messages)
+    name = user_name(messages)
+    out = []
+    for m in messages:
+        content = m.content if m.role == "user" or len(m.content) <= limit else m.content[:limit] + "…"
+        who = name if m.role == "user" else (m.name if m.role in ("assistant", "tool") else None)
+        if m.role == "assistant" and (who or "").lower() == "assistant":
+            who = None
+        out.append(Said(role=m.role, name=who, content=content))
+    return out
+
+
+def history_mismatch(expected: list[Said], actual: list[Any]) -> str | None:
+    """The first difference between the messages written so far and `history()`, or None."""
+    got = [Said(role=getattr(m, "role", None) or m["role"], name=_get(m, "name"), content=_get(m, "content") or "")
+           for m in actual]
+    for i, (want, have) in enumerate(zip(expected, got, strict=False)):
+        if want != have:
+            at = next((k for k, (x, y) in enumerate(zip(want.content, have.content)) if x != y),
+                      min(len(want.content), len(have.content)))
+            start = max(0, at - 40)
+            return (f"message {i}: wrote {want.role}/{want.name!r} ({len(want.content)} characters), history has "
+                    f"{have.role}/{have.name!r} ({len(have.content)} characters); from character {at}: wrote "
+                    f"{want.content[start:at + 60]!r}, history {have.content[start:at + 60]!r}")
+    if len(expected) != len(got):
+        return f"wrote {len(expected)} messages, history has {len(got)}"
+    return None
+
+
+def _get(message: Any, field: str) -> Any:
+    return message.get(field) if isinstance(message, dict) else getattr(message, field, None)
+
+
+def replay_anomalies(before: StoreState, after: StoreState, duplicate: bool | None, success: bool
+                     ) -> list[tuple[str, str]]:
+    """The same request_id sent again after a successful write: nothing changes and the result says duplicate."""
+    found = []
+    if canonical(before) != canonical(after):
+        found.append(("DOUBLE_WRITE", "replaying the same request_id changed the store: "
+                      + short_diff(diff_states(before, after))))
+    if duplicate is False or not success:
+        found.append(("DOUBLE_WRITE", f"replaying the same request_id returned success={success}, "
+                                      f"duplicate={duplicate} instead of the first result marked duplicate"))
+    return found
+
+
+def reopen_anomalies(before: StoreState | None, after: StoreState | None, reopened: dict[str, Any],
+                     references: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+    """Close and reopen: the same logical state, and the same search answers as each reference (before
+    closing; an index rebuilt from SQLite). A reopen that rebuilds the index is fine; serving a stale one is not."""
+    found = []
+    if before is not None and after is not None and canonical(before) != canonical(after):
+        found.append(("REOPEN_DIVERGED", "state changed across close and reopen: "
+                      + short_diff(diff_states(before, after))))
+    for label, other in references.items():
+        for query in sorted(set(reopened) | set(other)):
+            if reopened.get(query) != other.get(query):
+                found.append(("REOPEN_DIVERGED", f"search {query[:80]!r} after reopening returned (id, score) "
+                              f"{reopened.get(query)} but {other.get(query)} {label}"))
+                break
+    return found
+
+
+def concurrency_anomalies(calls: list[tuple[str, str, list[dict]]], results: list[Any], history: list[Any],
+                          episodes: int, state: StoreState, dim: int) -> list[tuple[str, str]]:
+    """One user's writes sent from several threads at once, each request_id by more than one thread.
+
+    `calls`: (path, request_id, messages) per thread, `results` in the same order. Each request id must be
+    written exactly once (every other sender told duplicate), each success must land (episode and
+    history), and history must be the written blocks whole, in some order, never interleaved.
+    """
+    found: list[tuple[str, str]] = []
+    by_rid: dict[str, list[Any]] = {}
+    for (_, rid, _), result in zip(calls, results, strict=True):
+        by_rid.setdefault(rid, []).append(result)
+    written = {rid for rid, rs in by_rid.items() if any(r is not None and r.success and not r.duplicate for r in rs)}
+    for rid, rs in sorted(by_rid.items()):
+        fresh = [r for r in rs if r is not None and r.success and not r.duplicate]
+        if len(fresh) > 1:
+            found.append(("DOUBLE_WRITE", f"request {rid} sent by {len(rs)} threads at once was written "
+                                          f"{len(fresh)} times"))
+        failed = [r for r in rs if r is None or not r.success]
+        if fresh and failed:
+            found.append(("CONCURRENT_WRITE_LOST", f"request {rid}: one sender succeeded, another failed "
+                                                   f"instead of being told duplicate: {_codes(failed[0])}"))
+    if episodes != len(written):
+        found.append(("CONCURRENT_WRITE_LOST", f"{len(written)} writes succeeded, the episode counter says "
+                                               f"{episodes}"))
+    blocks = {rid: history_block(messages) for path, rid, messages in calls if path == "chat" and rid in written}
+    got = [Said(role=_get(m, "role"), name=_get(m, "name"), content=_get(m, "content") or "") for m in history]
+    position, left = 0, dict(blocks)
+    while position < len(got):
+        match = next((rid for rid, block in left.items() if got[position:position + len(block)] == block), None)
+        if match is None:
+            found.append(("CONCURRENT_WRITE_INTERLEAVED", f"history message {position} "
+                          f"({got[position].role}: {got[position].content[:100]!r}) starts no written block whole"))
+            break
+        position += len(left.pop(match))
+    else:
+        if left:
+            found.append(("CONCURRENT_WRITE_LOST", f"the messages of {sorted(left)} are missing from history"))
+    found += [(str(a.kind), a.witness) for a in consistency_anomalies(state, dim)]
+    return list(dict.fromkeys(found))
+
+
+def _codes(result: Any) -> str:
+    if result is None:
+        return "raised"
+    return f"success={result.success} error_code={getattr(result, 'error_code', None)}"
+
+
+def run_threads(calls: list[Callable[[], Any]]) -> list[Any]:
+    """Run every call on its own thread, released together; an exception is kept as the result (None)."""
+    barrier = threading.Barrier(len(calls))
+    results: list[Any] = [None] * len(calls)
+    errors: list[BaseException | None] = [None] * len(calls)
+
+    def one(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = calls[i]()
+        except Exception as exc:  # an engine that raises under concurrency: reported by the caller
+            errors[i] = exc
+
+    threads = [threading.Thread(target=one, args=(i,), name=f"hymem-concurrency-{i}") for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [r if e is None else e for r, e in zip(results, errors, strict=True)]
+
+
+__all__ = ["HISTORY_LIMIT", "concurrency_anomalies", "history_block", "history_mismatch", "reopen_anomalies",
+           "replay_anomalies", "run_threads"]
