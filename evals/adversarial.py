@@ -21,7 +21,7 @@ import json
 import re
 from typing import Any
 
-from evals.prompt_contract import conversation_of
+from evals.prompt_contract import NAME_LINE, conversation_of
 
 RECONCILE_ADVERSARIAL = ("cross_subject_update", "cross_subject_supersede", "cross_subject_delete")
 EXTRACT_ADVERSARIAL = ("third_party_as_user", "profile_from_third_party")
@@ -119,12 +119,24 @@ def extract_reply(kind: str, prompt: str, reply: str) -> tuple[str, dict[str, An
         return json.dumps({**decoded, "facts": facts}, ensure_ascii=False), {"text": fact.get("text"),
                                                                                 "speaker": speaker}
     user_text = "\n".join(users).casefold()
+    user = _user_name(prompt)
     for speaker, lines in named.items():
-        value = _their_word("\n".join(lines), user_text, speaker)
+        if user is not None and speaker.casefold() == user.casefold():
+            continue  # a namesake of the user: their name is the user's too
+        value = _their_word("\n".join(lines), f"{user_text}\n{(user or '').casefold()}", speaker)
         if value is not None:
             profile = {**(decoded.get("profile") or {}), "name": speaker, "occupation": value}
             return json.dumps({**decoded, "profile": profile}, ensure_ascii=False), {"speaker": speaker,
                                                                                       "values": [speaker, value]}
+    return None
+
+
+def _user_name(prompt: str) -> str | None:
+    """The name on the rendered conversation's name line, if it has one."""
+    first = (conversation_of(prompt) or "").split("\n", 1)[0]
+    for prefix in NAME_LINE.values():
+        if first.startswith(prefix):
+            return first[len(prefix):].strip() or None
     return None
 
 

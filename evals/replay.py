@@ -20,12 +20,17 @@ from evals.adversarial import ADVERSARIAL_KINDS, adversarial_anomalies
 from evals.checker import StoreState, check_faulted_write
 from evals.dataset import Case
 from evals.faults import Fault, FaultPlan
-from evals.prompt_contract import Said, check_prompts
+from evals.prompt_contract import Said, check_prompts, read_messages, user_name
 from evals.record import Anomaly, AnomalyKind, CaseRun, Codes, FaultRecord, Finding, WriteRecord
 from evals.systems.base import MemorySystem
 from evals.systems.hymem_system import HymemSystem
-from evals.write_contract import (concurrency_anomalies, history_block, history_mismatch, reopen_anomalies,
-                                  replay_anomalies)
+from evals.write_contract import (
+    concurrency_anomalies,
+    history_block,
+    history_mismatch,
+    reopen_anomalies,
+    replay_anomalies,
+)
 
 CONCURRENT_SENDERS = 2  # threads sending each request_id of a case at once in the concurrency check
 
@@ -132,6 +137,9 @@ class CaseReplayer:
                 findings.append(Finding(kind="HISTORY_MISMATCH", check="history", write=index, path=path,
                                         witness=diff))
                 written[:] = [Said(**m) for m in system.history(user)]  # report each divergence once
+            if path == "chat":
+                findings += [Finding(kind="PROFILE_FROM_THIRD_PARTY", check="profile", write=index, path=path,
+                                     witness=witness) for witness in third_party_name(payload, system.profile(user))]
             before = system.snapshot(store)
             self.log.context = {"write": index, "unit": "replay"}
             again = engine_call(system.write, path, payload, user, record.request_id)
@@ -333,6 +341,18 @@ def stale_sources(writes: list[WriteRecord], snapshots: list[Path]) -> list[Path
 def _anomalies(pairs: list[tuple[str, str]]) -> list[Anomaly]:
     """Typed anomalies from the (kind, witness) pairs the contract checks return, each once."""
     return [Anomaly(kind=kind, witness=witness) for kind, witness in dict.fromkeys(pairs)]
+
+
+def third_party_name(payload: list[dict[str, Any]], profile: dict[str, Any]) -> list[str]:
+    """The L0 profile describes only the current user (spec 3): its name is never a named human's of this write."""
+    messages = read_messages(payload)
+    name = str(profile.get("name") or "").strip()
+    user = (user_name(messages) or "").casefold()
+    others = {m.name.casefold() for m in messages if m.role == "assistant" and m.name}
+    if name and name.casefold() in others and name.casefold() != user:
+        return [f"the user's profile name is {name!r}, a named human of this write (the user is "
+                f"{user_name(messages) or 'unnamed'}): {profile}"]
+    return []
 
 
 def prompt_findings(path: str, payload: Any, outcome: Any, where: str) -> list[tuple[str, str]]:

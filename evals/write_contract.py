@@ -39,7 +39,7 @@ def history_mismatch(expected: list[Said], actual: list[Any]) -> str | None:
            for m in actual]
     for i, (want, have) in enumerate(zip(expected, got, strict=False)):
         if want != have:
-            at = next((k for k, (x, y) in enumerate(zip(want.content, have.content)) if x != y),
+            at = next((k for k, (x, y) in enumerate(zip(want.content, have.content, strict=False)) if x != y),
                       min(len(want.content), len(have.content)))
             start = max(0, at - 40)
             return (f"message {i}: wrote {want.role}/{want.name!r} ({len(want.content)} characters), history has "

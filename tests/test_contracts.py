@@ -169,7 +169,7 @@ def test_user_messages_truncated_in_history_is_history_mismatch(tmp_path, monkey
 def test_a_request_id_replayed_twice_is_double_write(tmp_path, monkeypatch):
     from hymem.store import Store
 
-    monkeypatch.setattr(Store, "request_result", lambda self, rid: None)
+    monkeypatch.setattr(Store, "recorded_request", lambda self, user_id, rid: None)
     run = replay(tmp_path)
     assert {f.kind for f in run.findings if f.check == "replay"} == {"DOUBLE_WRITE"}
 
@@ -217,10 +217,10 @@ def test_nothing_to_remember_returned_as_failure_is_an_anomaly_not_a_dropped_cas
 
     real = client_module.HyMemoryClient._commit
 
-    def failing(self, user_id, rid, path, work):
+    def failing(self, user_id, rid, path, work, *rest):
         if not work["facts"]:
             return self._failure(rid, error_code="JSON_PARSE_FAILED", message="nothing extracted")
-        return real(self, user_id, rid, path, work)
+        return real(self, user_id, rid, path, work, *rest)
 
     monkeypatch.setattr(client_module.HyMemoryClient, "_commit", failing)
     CASE_NO_MEMORY = {**CASE, "memories": [], "turns": [[{"role": "user", "content": "Hi! How are you?"},
@@ -235,8 +235,9 @@ def test_nothing_to_remember_returned_as_failure_is_an_anomaly_not_a_dropped_cas
 
 
 def test_one_users_writes_without_the_lock_race_and_are_caught(tmp_path, monkeypatch):
-    import hymem.client as client_module
     from contextlib import nullcontext
+
+    import hymem.client as client_module
 
     real = client_module.HyMemoryClient._commit
     gate = threading.Lock()
@@ -257,10 +258,32 @@ def test_findings_make_the_verdict_invalid_and_count_as_anomalies(tmp_path, monk
     from evals.report import metrics_frame
     from hymem.store import Store
 
-    monkeypatch.setattr(Store, "request_result", lambda self, rid: None)
+    monkeypatch.setattr(Store, "recorded_request", lambda self, user_id, rid: None)
     run = replay(tmp_path)
     verdict, reasons = verdict_of([run])
     assert verdict == "invalid" and "DOUBLE_WRITE" in reasons[0]
     frame = metrics_frame([run], 0)
     count = frame[(frame.metric == "anomaly_count") & (frame.dataset == "all")].value.iloc[0]
     assert count == len(run.findings) > 0
+
+
+def test_the_profile_named_after_another_speaker_is_profile_from_third_party(tmp_path, monkeypatch):
+    import hymem.client as client_module
+
+    real = client_module._profile_updates
+
+    def any_speaker(profile, msgs):
+        updates = real(profile, msgs)
+        named = next((m.name for m in msgs if m.name and m.role in ("user", "assistant")), None)
+        return {**updates, "name": named} if named else updates
+
+    monkeypatch.setattr(client_module, "_profile_updates", any_speaker)
+    path = tmp_path / "case.jsonl"
+    path.write_text(json.dumps({**CASE, "memories": [], "turns": [[
+        {"role": "user", "content": "I work at a bank."},
+        {"role": "assistant", "name": "Grace", "content": "I work at a hospital."}]]}) + "\n", encoding="utf-8")
+    from hymem.llm import make_lm
+
+    run = CaseReplayer(load_cases([path])[0], "d", "offline", lambda c: make_lm("offline"),
+                       resolve_embedder("hash")[1], FaultPlan.parse("none"), 0).run()
+    assert [f.kind for f in run.findings] == ["PROFILE_FROM_THIRD_PARTY"] and "'Grace'" in run.findings[0].witness
