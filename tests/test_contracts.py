@@ -129,7 +129,7 @@ def replay(tmp_path: Path, plan: str = "none"):
 
 
 def found_kinds(run) -> set[str]:
-    return {f.kind for f in run.findings} | {k for f in run.faults for k, _ in f.anomalies}
+    return {str(f.kind) for f in run.findings} | {str(a.kind) for f in run.faults for a in f.anomalies}
 
 
 def test_todays_engine_passes_every_contract_check_under_a_sweep(tmp_path):
@@ -208,7 +208,7 @@ def test_an_embedding_error_raised_instead_of_returned_is_engine_exception_not_i
     monkeypatch.setattr(client_module, "embed_checked", raising)
     run = replay(tmp_path, "sweep")
     raised = [f for f in run.faults if f.site == "embed"]
-    assert raised and all(f.outcome == "wrong" and kinds(f.anomalies) == ["ENGINE_EXCEPTION"] for f in raised)
+    assert raised and all(f.outcome == "wrong" and [a.kind for a in f.anomalies] == ["ENGINE_EXCEPTION"] for f in raised)
     assert not any(f.outcome == "infra_error" for f in run.faults) and run.status == "ok"
 
 
