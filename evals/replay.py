@@ -31,6 +31,7 @@ from evals.write_contract import (
     reopen_anomalies,
     replay_anomalies,
 )
+from hymem.validation import InputValidationError
 
 CONCURRENT_SENDERS = 2  # threads sending each request_id of a case at once in the concurrency check
 
@@ -367,11 +368,12 @@ class EngineRaised(Exception):
 
 
 def engine_call(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call the engine; anything it raises (but an AssertionError: a scripted test model out of replies,
-    i.e. the harness's own setup) becomes EngineRaised with the exception and where it came from."""
+    """Call the engine; anything it raises becomes EngineRaised with the exception and where it came from, but
+    an AssertionError (a scripted test model out of replies: the harness's own setup) and an
+    InputValidationError (the case's messages refused, as the engine documents) stay infra errors."""
     try:
         return call(*args, **kwargs)
-    except AssertionError:
+    except (AssertionError, InputValidationError):  # the case's input refused, as documented: not an engine bug
         raise
     except Exception as exc:
         where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
