@@ -67,6 +67,10 @@ def live_seeds(c: Case, run: CaseRun) -> set[str]:
     return {m["text"] for m in run.memories if m["text"] in seeds}
 
 
+def named_humans(c: Case) -> set[str]:
+    return {m["name"] for turn in c.turns for m in turn if m.get("role") == "assistant" and m.get("name")}
+
+
 def user_name(c: Case) -> str | None:
     return next((m["name"] for turn in c.turns for m in turn if m.get("role") == "user" and m.get("name")), None)
 
@@ -79,7 +83,7 @@ def test_oracle_leaves_exactly_the_gold(c):
     gold = sorted((f.text, f.subject, f.owner, f.kind) for f in c.expect.facts or [])
     assert new_memories(c, run) == gold
     assert live_seeds(c, run) == {m.text for m in c.memories} - {u.old for u in c.expect.updates}
-    expected_profile = dict(c.expect.profile)
+    expected_profile = {k: v for k, v in c.expect.profile.items() if v is not None}  # null: must stay empty
     if user_name(c):
         expected_profile["name"] = user_name(c)  # the engine always trusts the role=user name
     assert run.profile == expected_profile
@@ -199,6 +203,8 @@ def test_the_noisy_oracle_leaves_the_gold_with_exactly_the_planned_errors():
             subject = errors[(i, "swap_subject")].after if (i, "swap_subject") in errors else f.subject
             counts["flip_owner"] += owner != f.owner
             counts["swap_subject"] += subject != f.subject
+            if subject in ("user", "用户") and f.subject in named_humans(c) and f.text.startswith(f.subject):
+                subject = f.subject  # the engine's guard: a fact opening with a named human's name is theirs
             expected.append((f.text, subject, owner, f.kind))
             if subject == f.subject:  # a swapped subject cannot supersede: the engine refuses cross-subject ops
                 replaced |= {u.old for u in c.expect.updates if u.new == f.text}
