@@ -177,16 +177,22 @@ def test_a_request_id_replayed_twice_is_double_write(tmp_path, monkeypatch):
 def test_a_stale_faiss_index_accepted_on_reopen_is_reopen_diverged(tmp_path, monkeypatch):
     import hymem.store._store as store_module
 
-    def any_readable_file(directory, conn, dim, generation):  # neither generation nor ids checked
+    def any_readable_file(directory, conn, dim, generation):  # generation, checksum and ids unchecked
         import faiss
         import numpy as np
 
         from hymem.store import INDEX_FILE
+        from hymem.store._index import LIVE, VectorIndex
 
         path = Path(directory) / INDEX_FILE
         if not path.exists():
             return None, "index file missing"
-        return faiss.deserialize_index(np.frombuffer(path.read_bytes(), dtype=np.uint8)), None
+        index = faiss.deserialize_index(np.frombuffer(path.read_bytes(), dtype=np.uint8))
+        ids = faiss.vector_to_array(index.id_map).astype(np.int64)
+        vectors = index.index.reconstruct_n(0, index.ntotal) if index.ntotal else np.zeros((0, dim), np.float32)
+        position = {int(mid): i for i, mid in enumerate(ids)}
+        live = conn.execute(f"SELECT id, user_id, kind FROM memories WHERE {LIVE} ORDER BY id").fetchall()
+        return VectorIndex.from_rows(dim, ((m, u, k, vectors[position[m]]) for m, u, k in live if m in position)), None
 
     monkeypatch.setattr(store_module, "load_index", any_readable_file)
     run = replay(tmp_path, "sweep")
