@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from evals.adversarial import ADVERSARIAL_KINDS
 from evals.faults import SITES, expected_outcome, kinds_for
 from evals.manifest import Manifest
 from evals.record import Anomaly, CaseRun, FaultRecord, WriteRecord
@@ -16,7 +17,9 @@ from evals.report import load_runs, metrics_frame, verdict_of, write_report
 from evals.stats import bootstrap_ci, paired_bootstrap_delta
 
 # The in-process pairs that apply to a run whose writes all take the chat path (no lm.extract_working).
-TOTAL_PAIRS = sum(len(kinds_for(site)) for site in SITES if site != "lm.extract_working")
+# Adversarial kinds apply only where a control write offered the chance; these synthetic units offer none.
+TOTAL_PAIRS = sum(len([k for k in kinds_for(site) if k not in ADVERSARIAL_KINDS])
+                  for site in SITES if site != "lm.extract_working")
 
 
 def manifest(seed: int = 7, faults: str = "sweep") -> Manifest:
