@@ -231,5 +231,5 @@ class PromptTap(dspy.LM):
         texts = [m.get("content") for m in messages or [] if m.get("role") == "user"]
         last = texts[-1] if texts else prompt
         text = last if isinstance(last, str) else json.dumps(last, ensure_ascii=False)
-        sink.append({"site": site_of_text(text or ""), "text": text or ""})
+        sink.append({"site": current_call_site() or "lm", "text": text or ""})
         return inner(prompt=prompt, messages=messages, **kwargs)
