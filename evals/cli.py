@@ -23,7 +23,8 @@ def _run(args: argparse.Namespace) -> int:
     from evals.runner import RunConfig, RunInterrupted, RunIOError, UsageError, run_eval
 
     config = RunConfig(datasets=args.dataset or [], providers=args.lm or [], embedder=args.embedder,
-                       faults=args.faults, seed=args.seed, concurrency=args.concurrency, out=args.out,
+                       faults=args.faults, seed=args.seed, epochs=args.epochs, temperature=args.temperature,
+                       concurrency=args.concurrency, out=args.out,
                        resume=args.resume, progress=not args.no_progress, gold=args.gold, limit=args.limit,
                        sample=args.sample, program=args.program, providers_file=args.providers,
                        cache=not args.no_cache, max_connections=args.max_connections,
@@ -277,6 +278,11 @@ def build_parser() -> argparse.ArgumentParser:
                      "when installed, else hash)")
     run.add_argument("--faults", default="sweep", help="none | sweep | random:RATE (default: sweep)")
     run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--epochs", type=int, default=1, metavar="K",
+                     help="run every (provider, case) unit K times, each epoch with its own sampling seed; "
+                     "reports per-case stability, flaky_case_rate and decision_flip_rate (default 1)")
+    run.add_argument("--temperature", type=float, default=None,
+                     help="sampling temperature passed to providers that take one (HTTP models)")
     run.add_argument("--concurrency", type=int, default=2)
     run.add_argument("--executor", choices=["local", "ray"], default="local",
                      help="local: units on a thread pool here; ray: one Ray task per unit (pip install 'hymem[ray]')")

@@ -24,6 +24,7 @@ from evals.stats import paired_bootstrap_delta
 METRICS_COLUMNS = columns("metrics")
 CASE_METRICS_COLUMNS = columns("case_metrics")
 RIGHT_TO_WRONG, WRONG_TO_RIGHT, ONLY_A, ONLY_B = "right_to_wrong", "wrong_to_right", "only_a", "only_b"
+FLAKY = "flaky"  # the case changed, but it is right in some epochs and wrong in others of a run: noise, not a flip
 MD_FLIP_LIMIT = 200  # flips listed in compare.md per pair; all of them are in compare_cases.parquet
 
 
@@ -68,14 +69,34 @@ class Run:
 
     @cached_property
     def case_index(self) -> dict[tuple[str, str], dict[tuple[str, str], float]]:
-        """(provider, metric) -> {(dataset, case_id): num/den, NaN when den == 0}; the first row wins."""
-        index: dict[tuple[str, str], dict[tuple[str, str], float]] = {}
+        """(provider, metric) -> {(dataset, case_id): num/den over the case's epochs, NaN when den == 0}.
+
+        A case repeated in epochs is one value: its epochs' numerators over their denominators (for a
+        fixed denominator, the mean over epochs), so pairing by case never counts an epoch as a case.
+        The first row of each (case, epoch) wins."""
+        pooled: dict[tuple[str, str], dict[tuple[str, str], dict[int, tuple[float, float]]]] = {}
         c = self.case_metrics
-        for provider, dataset, case_id, metric, num, den in zip(c["provider"], c["dataset"], c["case_id"],
-                                                                c["metric"], c["num"], c["den"], strict=True):
-            index.setdefault((provider, metric), {}).setdefault(
-                (dataset, case_id), float(num) / float(den) if den else math.nan)
+        epochs = c["epoch"] if "epoch" in c.columns else [0] * len(c)
+        for provider, dataset, case_id, metric, num, den, epoch in zip(
+                c["provider"], c["dataset"], c["case_id"], c["metric"], c["num"], c["den"], epochs, strict=True):
+            pooled.setdefault((provider, metric), {}).setdefault((dataset, case_id), {}).setdefault(
+                int(epoch), (float(num), float(den)))
+        index: dict[tuple[str, str], dict[tuple[str, str], float]] = {}
+        for key, cases in pooled.items():
+            index[key] = {}
+            for case, by_epoch in cases.items():
+                num, den = sum(v[0] for v in by_epoch.values()), sum(v[1] for v in by_epoch.values())
+                index[key][case] = num / den if den else math.nan
         return index
+
+    @cached_property
+    def flaky(self) -> set[tuple[str, str, str, str]]:
+        """(provider, metric, dataset, case_id) of the case-metrics flaky over this run's epochs."""
+        table = self.table("stability")
+        if table is None or table.empty:
+            return set()
+        rows = table[table["stability"] == "flaky"]
+        return set(zip(rows["provider"], rows["metric"], rows["dataset"], rows["case_id"], strict=True))
 
 
 def rescored_dirs(run_dirs: list[Path], matcher: str | None) -> list[Path]:
@@ -263,6 +284,8 @@ def _pair_cases(a: Arm, b: Arm) -> list[dict[str, Any]]:
             if math.isnan(x) or math.isnan(y) or _right(x, metric) == _right(y, metric):
                 continue
             change = RIGHT_TO_WRONG if _right(x, metric) else WRONG_TO_RIGHT
+            if (a.provider, metric, *key) in a.run.flaky or (b.provider, metric, *key) in b.run.flaky:
+                change = FLAKY
             rows.append({"a": a.label, "b": b.label, "dataset": key[0], "case_id": key[1], "metric": metric,
                          "a_value": x, "b_value": y, "change": change})
     in_a, in_b = set(keys_a), set(keys_b)
@@ -350,6 +373,15 @@ def _flips_section(cases: pd.DataFrame, a_label: str, b_label: str) -> list[str]
         out += [_table(["change", "case", "dataset", "metric", a_label, b_label], table), ""]
         if len(flips) > MD_FLIP_LIMIT:
             out += [f"… and {len(flips) - MD_FLIP_LIMIT} more in compare_cases.parquet.", ""]
+    flaky = mine[mine["change"] == FLAKY]
+    if len(flaky):
+        out += [f"### Flaky cases, not flips: {len(flaky)}", "",
+                "Right in some epochs and wrong in others of one run, so the change may be noise; values are "
+                "means over epochs.", ""]
+        ordered = flaky.sort_values(["metric", "dataset", "case_id"], kind="stable").head(MD_FLIP_LIMIT)
+        out += [_table(["case", "dataset", "metric", a_label, b_label],
+                       [[r.case_id, r.dataset, r.metric, fmt(r.a_value), fmt(r.b_value)] for r in ordered.itertuples()]),
+                ""]
     for change, label in ((ONLY_A, a_label), (ONLY_B, b_label)):
         only = mine[mine["change"] == change]
         if len(only):

@@ -313,14 +313,27 @@ class OracleEngine:
         )
 
 
+def hash_seed(spec_seed: int, epoch_seed: int) -> int:
+    """One integer from the spec's seed and an epoch's seed (distinct epochs, distinct draws)."""
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(f"{spec_seed}:{epoch_seed}".encode()).digest()[:4], "big")
+
+
 def oracle_lm(case: Case, perturbations: Sequence[Perturbation] = (), model: str = MODEL) -> dspy.LM:
     """The oracle for one case as a `dspy.LM` (no cache, no retries)."""
     return dspy.LM(model, engine=OracleEngine(case, perturbations, model), cache=False, num_retries=0)
 
 
-def oracle_factory(spec: str, cases: Sequence[Case]) -> Callable[[Case], dspy.BaseLM]:
-    """An LM factory for `--lm oracle[:...]`; a noisy spec is planned over `cases` (all of the run's)."""
+def oracle_factory(spec: str, cases: Sequence[Case], seed: int | None = None) -> Callable[[Case], dspy.BaseLM]:
+    """An LM factory for `--lm oracle[:...]`; a noisy spec is planned over `cases` (all of the run's).
+
+    `seed`: an epoch's sampling seed (run --epochs); the noisy oracle then draws its errors from
+    (spec seed, epoch seed), so each epoch perturbs its own facts at the same rates. None: the spec's seed.
+    """
     parsed = parse_oracle_spec(spec)
+    if seed is not None and parsed.noisy:
+        parsed = parsed.model_copy(update={"seed": hash_seed(parsed.seed, seed)})
     if not parsed.noisy:
         return lambda case: oracle_lm(case)
     plan = plan_perturbations(parsed, cases)

@@ -222,14 +222,52 @@ def _site_grid(faults: Any, provider: str) -> dict[str, list[str]]:
     return grid
 
 
+_STABILITY = (("stable-pass", "#4c9a5b"), ("flaky", "#e3a21a"), ("stable-fail", "#c0504d"))
+
+
+def stability_plot(run: Run, path: Path) -> Path | None:
+    """Per provider and headline rate, the share of cases stable-pass, flaky and stable-fail over the run's
+    epochs (stability.parquet); None for a run of one epoch."""
+    table = run.table("stability")
+    if table is None or table.empty or int(table["epochs"].max()) < 2:
+        return None
+    table = table[table["epochs"] >= 2]
+    present = set(table["metric"])
+    names = [m for m in HEADLINE if m in present and metric(m).is_rate]
+    providers = list(dict.fromkeys(table["provider"]))
+    fig = _figure(3.0 + 3.0 * len(providers), 1.2 + 0.25 * len(names))
+    axes = fig.subplots(1, len(providers), squeeze=False, sharey=True)[0]
+    for ax, provider in zip(axes, providers, strict=True):
+        mine = table[table["provider"] == provider]
+        shares = (mine.groupby("metric")["stability"].value_counts(normalize=True).unstack(fill_value=0.0)
+                  .reindex(index=names, fill_value=0.0))
+        left = [0.0] * len(names)
+        for cls, colour in _STABILITY:
+            values = shares[cls].tolist() if cls in shares.columns else [0.0] * len(names)
+            ax.barh(range(len(names)), values, left=left, color=colour, label=cls)
+            left = [a + b for a, b in zip(left, values, strict=True)]
+        counts = mine.groupby("metric")["case_id"].nunique().reindex(names, fill_value=0)
+        ax.set_yticks(range(len(names)), [f"{m} (n={int(counts[m])})" for m in names], fontsize=7)
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("share of cases")
+        ax.set_title(provider, fontsize=9)
+    axes[0].invert_yaxis()  # shared by every panel: the headline order, top down
+    axes[0].legend(loc="lower left", fontsize=7, bbox_to_anchor=(0, 1.02), ncols=3, frameon=False)
+    epochs = int(table["epochs"].max())
+    fig.suptitle(f"{run.label}: per-case stability over {epochs} epochs (flaky: right in some, wrong in others)",
+                 fontsize=10)
+    return _save(fig, path)
+
+
 def write_plots(run_dir: Path) -> list[Path]:
-    """Write plots/providers.png, plots/subject_confusion.png (needs facts.parquet) and plots/fault_matrix.png
-    (needs faults.parquet) into the run directory; return the files written."""
+    """Write plots/providers.png, plots/subject_confusion.png (needs facts.parquet), plots/fault_matrix.png
+    (needs faults.parquet) and plots/stability.png (runs of several epochs) into the run directory; return the
+    files written."""
     run = load_run(run_dir)
     out = Path(run_dir) / PLOTS_DIR
     made = [providers_plot(run, out / "providers.png"), confusion_plot(run, out / "subject_confusion.png"),
-            fault_plot(run, out / "fault_matrix.png")]
+            fault_plot(run, out / "fault_matrix.png"), stability_plot(run, out / "stability.png")]
     return [p for p in made if p is not None]
 
 
-__all__ = ["confusion_plot", "fault_plot", "providers_plot", "write_plots"]
+__all__ = ["confusion_plot", "fault_plot", "providers_plot", "stability_plot", "write_plots"]

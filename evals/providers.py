@@ -117,22 +117,43 @@ class Provider:
         self.config = config
         self.name = config.name
         self.connections = ConnectionSlots(config.max_connections)  # a Ray run swaps in cluster-wide slots
+        self._cases = list(cases)
+        self._factories: dict[tuple[int | None, float | None], LMFactory] = {}
+        self._kwargs: dict[str, Any] = {}
+        if config.is_http:
+            key = api_key(config)  # raises before any work when missing
+            self._kwargs = {"cache": False, "num_retries": 0, "timeout": config.timeout}
+            if config.api_base:
+                self._kwargs["api_base"] = config.api_base
+            if key is not None:
+                self._kwargs["api_key"] = key
+        self._factory = self.sampling()
+
+    def sampling(self, seed: int | None = None, temperature: float | None = None) -> LMFactory:
+        """The LM factory of one epoch: HTTP providers get `seed` and `temperature` as request parameters
+        (when given); the noisy oracle draws its errors from `seed`; offline and the exact oracle are
+        deterministic and take neither."""
+        key = (seed, temperature)
+        if key not in self._factories:
+            self._factories[key] = self._make(seed, temperature)
+        return self._factories[key]
+
+    def _make(self, seed: int | None, temperature: float | None) -> LMFactory:
+        config = self.config
         if config.model == "offline":
             from hymem.offline import offline_lm
 
-            self._factory: LMFactory = lambda case: offline_lm()
-        elif not config.is_http:
+            return lambda case: offline_lm()
+        if not config.is_http:
             from evals.oracle import oracle_factory
 
-            self._factory = oracle_factory(config.model, cases)
-        else:
-            key = api_key(config)  # raises before any work when missing
-            kwargs: dict[str, Any] = {"cache": False, "num_retries": 0, "timeout": config.timeout}
-            if config.api_base:
-                kwargs["api_base"] = config.api_base
-            if key is not None:
-                kwargs["api_key"] = key
-            self._factory = lambda case: dspy.LM(config.model, **kwargs)
+            return oracle_factory(config.model, self._cases, seed=seed)
+        kwargs = dict(self._kwargs)
+        if seed is not None:
+            kwargs["seed"] = seed
+        if temperature is not None:
+            kwargs["temperature"] = temperature
+        return lambda case: dspy.LM(config.model, **kwargs)
 
     def lm(self, case: Case) -> dspy.BaseLM:
         return self._factory(case)

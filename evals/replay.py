@@ -57,21 +57,23 @@ class CaseReplayer:
 
     def __init__(self, case: Case, dataset: str, provider: str, lm_factory: Callable[[Case], Any],
                  embedder: Any, plan: FaultPlan, seed: int, program: Any = None, *, accounting: Any = None,
-                 cache: Any = None, system: Callable[[Case, AttemptLog], MemorySystem] | None = None):
-        self.case, self.dataset, self.provider = case, dataset, provider
+                 cache: Any = None, system: Callable[[Case, AttemptLog], MemorySystem] | None = None,
+                 epoch: int = 0):
+        self.case, self.dataset, self.provider, self.epoch = case, dataset, provider, epoch
         self.lm_factory, self.embedder, self.plan, self.seed = lm_factory, embedder, plan, seed
         self.program = program.deepcopy() if program is not None else None
         self.accounting = accounting  # the evals.providers.Provider: attempts, connection limit, retries
         self.cache = cache  # ResponseCache for HTTP providers, or None
         self.log = AttemptLog(provider, case.id)
         self.system = system(case, self.log) if system is not None else HymemSystem(
-            case, lm_factory, embedder, plan, self.program, accounting=accounting, cache=cache, log=self.log)
+            case, lm_factory, embedder, plan, self.program, accounting=accounting, cache=cache, log=self.log,
+            epoch=epoch)
 
     def run(self) -> CaseRun:
         start = time.perf_counter()
         result = CaseRun(case_id=self.case.id, dataset=self.dataset, provider=self.provider, system=self.system.name,
                          transport=getattr(self.system, "transport", "in-process"),
-                         lang=self.case.lang, tags=list(self.case.tags), status="ok")
+                         epoch=self.epoch, lang=self.case.lang, tags=list(self.case.tags), status="ok")
         with tempfile.TemporaryDirectory(prefix="hymem-case-") as tmp:
             try:
                 self._run(Path(tmp), result)

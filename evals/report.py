@@ -36,10 +36,12 @@ from evals.record import (
     write_table,
 )
 from evals.record.catalogue import HEADLINE, format_value, metric, note
+from evals.scoring.epochs import epoch_metrics, fact_flips, flaky_cases, pooled_by_case, stability_frame
 from evals.stats import bootstrap_ci
 from evals.systems import DEFAULT_SYSTEM, SYSTEMS, site_kinds
 
 NOT_REACHED = AnomalyKind.FAULT_NOT_REACHED
+REPEAT_METRICS = ("flaky_case_rate", "decision_flip_rate")  # headlined when a run has several epochs
 
 # ---- tables -----------------------------------------------------------------------------------------------
 
@@ -55,7 +57,8 @@ def _kinds(record: FaultRecord) -> set[AnomalyKind]:
 def cases_frame(runs: list[CaseRun]) -> pd.DataFrame:
     """One row per (provider, case) unit."""
     return frame("cases", [{
-        "provider": r.provider, "system": r.system, "dataset": r.dataset, "case_id": r.case_id, "lang": r.lang,
+        "provider": r.provider, "system": r.system, "dataset": r.dataset, "case_id": r.case_id, "epoch": r.epoch,
+        "lang": r.lang,
         "tags": list(r.tags),
         "status": r.status, "error": r.error, "n_writes": len(r.writes), "n_memories": len(r.memories),
         "n_faults": len(r.faults), "n_anomalies": sum(len(f.anomalies) for f in r.faults) + len(r.findings),
@@ -204,17 +207,20 @@ COUNTS: list[tuple[str, Callable[[CaseRun], int]]] = [
 
 
 def _group_metrics(provider: str, dataset: str, runs: list[CaseRun], seed: int) -> list[MetricRow]:
+    """Rates resample cases with all their epochs (a cluster bootstrap); n and counts are per epoch, so
+    K epochs never pass for K times the data."""
     rows = []
+    epochs = max(1, len({r.epoch for r in runs}))
     for name, per_case in RATES:
         pairs = [per_case(r) for r in runs]
-        num, den = [p[0] for p in pairs], [p[1] for p in pairs]
+        num, den = pooled_by_case([p[0] for p in pairs], [p[1] for p in pairs], [r.case_id for r in runs])
         value, low, high = bootstrap_ci(num, den, seed=seed)
         rows.append(MetricRow(provider=provider, dataset=dataset, metric=name, value=value, ci_low=low,
-                              ci_high=high, n=int(sum(den)), note=note(name)))
+                              ci_high=high, n=round(sum(den) / epochs), note=note(name)))
     for name, count in COUNTS:
-        value = float(sum(count(r) for r in runs))
+        value = float(sum(count(r) for r in runs)) / epochs
         rows.append(MetricRow(provider=provider, dataset=dataset, metric=name, value=value, ci_low=value,
-                              ci_high=value, n=len(runs), note=note(name)))
+                              ci_high=value, n=len({r.case_id for r in runs}), note=note(name)))
     return rows
 
 
@@ -239,7 +245,7 @@ def case_metrics_frame(runs: list[CaseRun],
         for name, per_case in RATES:
             num, den = per_case(run)
             rows.append(CaseMetricRow(provider=run.provider, dataset=run.dataset, case_id=run.case_id,
-                                      metric=name, num=float(num), den=float(den)))
+                                      metric=name, num=float(num), den=float(den), epoch=run.epoch))
     rows += [CaseMetricRow.model_validate(extra) for extra in extra_case_rows or []]
     return frame("case_metrics", [row.model_dump() for row in rows])
 
@@ -333,30 +339,44 @@ def _one_line(text: Any, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def _worst_cases(facts: pd.DataFrame, limit: int = 8) -> list[str]:
-    """The cases with the most wrong stored facts, with the query that lists their rows."""
+def _worst_cases(facts: pd.DataFrame, limit: int = 8, stability: pd.DataFrame | None = None) -> list[str]:
+    """The cases with the most wrong stored facts (per epoch, with several), the query that lists their
+    rows, and whether each is flaky (right in some epochs, wrong in others)."""
     stored = facts[facts["stage"] == "stored"]
     if stored.empty:
         return []
     wrong = stored.assign(bad=~(stored["matched"] & stored["subject_ok"].fillna(False) & stored["owner_ok"].fillna(False)))
-    worst = (wrong.groupby(["provider", "case_id"])["bad"].sum().sort_values(ascending=False))
+    epochs = max(1, int(wrong["epoch"].nunique())) if "epoch" in wrong.columns else 1
+    worst = (wrong.groupby(["provider", "dataset", "case_id"])["bad"].sum() / epochs).sort_values(ascending=False)
     worst = worst[worst > 0].head(limit)
     out = ["## Worst cases", ""]
     if worst.empty:
         return out + ["Every stored fact matched its gold with the right subject and owner.", ""]
-    for (provider, case_id), bad in worst.items():
-        out.append(f"- {provider} `{case_id}`: {int(bad)} wrong or missing fact(s) — "
+    flaky = flaky_cases(stability) if stability is not None and epochs > 1 else {}
+    flips = fact_flips(facts) if epochs > 1 else {}
+    for (provider, dataset, case_id), bad in worst.items():
+        per = f"{bad:.1f} wrong or missing fact(s) per epoch over {epochs}" if epochs > 1 \
+            else f"{int(bad)} wrong or missing fact(s)"
+        metrics = flaky.get((provider, dataset, case_id))
+        mark = (f" — **flaky** on {', '.join(metrics[:3])}{' …' if len(metrics) > 3 else ''}" if metrics
+                else " — wrong in every epoch (stable-fail)" if epochs > 1 else "")
+        flipped, decided = flips.get((provider, dataset, case_id), (0, 0))
+        mark += f"; {flipped} of {decided} gold-fact decisions flip between epochs" if flipped else ""
+        out.append(f"- {provider} `{case_id}`: {per}{mark} — "
                    f"`facts.parquet` rows where case_id == '{case_id}' and stage == 'stored'")
     return out + [""]
 
 
 def summary_markdown(manifest: Manifest, verdict: str, reasons: list[str], cases: pd.DataFrame,
                      faults: pd.DataFrame, anomalies: pd.DataFrame, coverage: pd.DataFrame,
-                     metrics: pd.DataFrame, facts: pd.DataFrame | None = None) -> str:
+                     metrics: pd.DataFrame, facts: pd.DataFrame | None = None,
+                     stability: pd.DataFrame | None = None) -> str:
     out = [f"# Run {manifest.run_id}: verdict **{verdict}**", ""]
     out += [f"- {reason}" for reason in reasons] + [""]
     git = f"{manifest.git_commit[:12]}{' (dirty)' if manifest.git_dirty else ''}" if manifest.git_commit else "n/a"
-    out += [f"faults `{manifest.faults}` · seed {manifest.seed} · providers {', '.join(manifest.providers)} · "
+    repeats = f"{manifest.epochs} epochs per case" + (f" at temperature {manifest.temperature:g}"
+                                                      if manifest.temperature is not None else "") + " · "
+    out += [f"faults `{manifest.faults}` · seed {manifest.seed} · {repeats if manifest.epochs > 1 else ''}providers {', '.join(manifest.providers)} · "
             f"{len(cases)} units of {manifest.n_cases} cases · engine {manifest.engine_version} · "
             f"embedder {manifest.embedder} · git {git}", ""]
     from evals.scoring.agreement import card_line
@@ -364,7 +384,8 @@ def summary_markdown(manifest: Manifest, verdict: str, reasons: list[str], cases
     out += [card_line(manifest.matcher), ""]
     for provider in _ordered(metrics["provider"]):
         rows = metrics[(metrics["provider"] == provider) & (metrics["dataset"] == "all")]
-        rows = rows[rows["metric"].isin(HEADLINE)].assign(order=lambda f: f["metric"].map(HEADLINE.index))
+        shown = [*HEADLINE, *(REPEAT_METRICS if manifest.epochs > 1 else ())]
+        rows = rows[rows["metric"].isin(shown)].assign(order=lambda f: f["metric"].map(shown.index))
         rows = rows.sort_values("order")
         out += [f"## {provider}", ""]
         table = []
@@ -377,7 +398,7 @@ def summary_markdown(manifest: Manifest, verdict: str, reasons: list[str], cases
     out += ["Every metric (per dataset, proposed vs stored stage, `_with_errors` twins that count infra errors "
             "as wrong, the subject confusion) is in `metrics.parquet`.", ""]
     if facts is not None and len(facts):
-        out += _worst_cases(facts)
+        out += _worst_cases(facts, stability=stability)
     out += ["## Coverage", ""]
     for provider in _ordered(coverage["provider"]):
         cov = coverage[coverage["provider"] == provider]
@@ -428,14 +449,19 @@ def write_report(run_dir: Path, manifest: Manifest, runs: list[CaseRun], *,
     providers = _ordered(r.provider for r in runs) or list(manifest.providers)
     cases, faults = cases_frame(runs), faults_frame(runs, manifest.seed)
     anomalies, coverage = anomalies_frame(runs, manifest.seed), coverage_frame(runs, providers)
-    metrics = metrics_frame(runs, manifest.seed, extra_metrics)
+    case_metrics = case_metrics_frame(runs, extra_case_rows)
+    stability = stability_frame(case_metrics) if manifest.epochs > 1 else None  # one epoch: today's tables
+    repeats = epoch_metrics(stability, (extra_tables or {}).get("facts"), manifest.seed) \
+        if stability is not None else []
+    metrics = metrics_frame(runs, manifest.seed, [*(extra_metrics or []), *repeats])
     verdict, reasons = run_verdict(runs, manifest, coverage)
     tables = {"cases": cases, "faults": faults, "anomalies": anomalies, "coverage": coverage, "metrics": metrics,
-              "case_metrics": case_metrics_frame(runs, extra_case_rows), **(extra_tables or {})}
+              "case_metrics": case_metrics, **({"stability": stability} if stability is not None else {}),
+              **(extra_tables or {})}
     for name, data in tables.items():
         write_table(run_dir, name, data)
     text = summary_markdown(manifest, verdict, reasons, cases, faults, anomalies, coverage, metrics,
-                            (extra_tables or {}).get("facts"))
+                            (extra_tables or {}).get("facts"), stability)
     atomic_write_text(run_dir / "summary.md", text)
     return verdict
 

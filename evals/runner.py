@@ -32,7 +32,16 @@ from evals.executors import EXECUTORS, UnitTask, run_local
 from evals.faults import FaultPlan
 from evals.manifest import Manifest, git_state, package_versions
 from evals.providers import Provider, resolve_providers
-from evals.record import UNITS_FILE, CaseRun, RunDirError, UnitsWriter, read_manifest, read_units, write_manifest
+from evals.record import (
+    UNITS_FILE,
+    CaseRun,
+    RunDirError,
+    UnitsWriter,
+    epoch_seed,
+    read_manifest,
+    read_units,
+    write_manifest,
+)
 from evals.replay import CaseReplayer
 from evals.systems import DEFAULT_SYSTEM, arm_label, check_system, open_arm, validate_arm
 
@@ -57,6 +66,8 @@ class RunConfig(BaseModel):
     embedder: str | None = None  # None: minilm when installed, else hash
     faults: str = "sweep"
     seed: int = 0
+    epochs: int = 1  # run every (provider, case) unit this many times, epoch e with sampling seed epoch_seed(seed, e)
+    temperature: float | None = None  # sampling temperature for providers that take one; None: the provider's own
     concurrency: int = 2
     out: Path | None = None
     resume: bool = False
@@ -184,6 +195,10 @@ def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], t
         raise UsageError(str(exc)) from exc
     if config.concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
+    if config.epochs < 1:
+        raise UsageError("--epochs must be at least 1")
+    if config.temperature is not None and not 0 <= config.temperature <= 2:
+        raise UsageError("--temperature must be between 0 and 2")
     if config.workers is not None and config.workers < 1:
         raise UsageError("--workers must be at least 1")
     if config.executor not in EXECUTORS:
@@ -235,7 +250,7 @@ def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], t
     manifest = Manifest(run_id="", datasets=specs, dataset_hash=dataset_hash(cases), n_cases=len(cases),
                         case_hashes={f"{dataset_name(c)}/{c.id}": case_hash(c) for c in cases},
                         providers=[arm_label(s, name) for s in systems for name in factories], embedder=embedder_name,
-                        faults=str(plan), seed=config.seed,
+                        faults=str(plan), seed=config.seed, epochs=config.epochs, temperature=config.temperature,
                         concurrency=config.concurrency, engine_version=__version__, prompt_hash=_prompt_hash(program),
                         program=str(config.program) if config.program is not None else None,
                         git_commit=commit, git_dirty=dirty, packages=package_versions())
@@ -341,8 +356,13 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
-def _done_units(run_dir: Path) -> dict[tuple[str, str], CaseRun]:
-    return {(r.provider, r.case_id): r for r in read_units(run_dir)} if (run_dir / UNITS_FILE).exists() else {}
+def _done_units(run_dir: Path) -> dict[tuple[str, str, int], CaseRun]:
+    return {(r.provider, r.case_id, r.epoch): r for r in read_units(run_dir)} if (run_dir / UNITS_FILE).exists() else {}
+
+
+def sampling_seed(config: RunConfig, epoch: int) -> int | None:
+    """The sampling seed providers get in `epoch`; None with one epoch (today's requests, unchanged)."""
+    return epoch_seed(config.seed, epoch) if config.epochs > 1 else None
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -400,18 +420,19 @@ def _execute(config: RunConfig, cases: list[Case], plan: FaultPlan, factories: d
     done = _done_units(run_dir) if config.resume else {}
     state["saved"] = len(done)
     names = [arm.label for arm in arms]
-    todo = [(a, c) for a in arms for c in cases if (a.label, c.id) not in done]
+    todo = [(a, c, e) for a in arms for e in range(config.epochs) for c in cases if (a.label, c.id, e) not in done]
     cache = ResponseCache(config.cache_dir or run_dir.parent / ".cache" / "responses.sqlite",
                           prompt_hash=manifest.prompt_hash) \
         if config.cache and any(p.config.is_http for p in factories.values()) else None
     runs = list(done.values())
     units_file = UnitsWriter(run_dir)
 
-    def one(unit: tuple[Any, Case]) -> CaseRun:
-        arm, case = unit
+    def one(unit: tuple[Any, Case, int]) -> CaseRun:
+        arm, case, epoch = unit
         provider = factories[arm.provider]
-        return CaseReplayer(case, dataset_name(case), arm.label, provider.lm, embedder, plan, config.seed,
-                            program=program, accounting=provider,
+        lm = provider.sampling(sampling_seed(config, epoch), config.temperature)
+        return CaseReplayer(case, dataset_name(case), arm.label, lm, embedder, plan, config.seed,
+                            program=program, accounting=provider, epoch=epoch,
                             cache=cache if provider.config.is_http else None, system=arm.make).run()
 
     bar = _progress(len(todo), config.progress, total_done=len(done))
@@ -444,7 +465,7 @@ def _execute(config: RunConfig, cases: list[Case], plan: FaultPlan, factories: d
         for arm in arms:
             arm.close()
     units_seconds = time.monotonic() - started
-    runs.sort(key=lambda r: (names.index(r.provider) if r.provider in names else 99, r.case_id))
+    runs.sort(key=lambda r: (names.index(r.provider) if r.provider in names else 99, r.case_id, r.epoch))
     verdict = report_run(run_dir, manifest, cases, runs, matcher)
     from evals.plots import write_plots
     from evals.report import run_verdict
@@ -459,16 +480,18 @@ def _execute(config: RunConfig, cases: list[Case], plan: FaultPlan, factories: d
                       infra_error_faults=sum(f.outcome == "infra_error" for r in runs for f in r.faults))
 
 
-def _ray_results(todo: list[tuple[Any, Case]], config: RunConfig, factories: dict[str, Any], embedder_spec: str,
+def _ray_results(todo: list[tuple[Any, Case, int]], config: RunConfig, factories: dict[str, Any], embedder_spec: str,
                  plan: FaultPlan, cases: list[Case], cache: Any, program: Any, manifest: Manifest):
     """The units as Ray tasks: each carries its case; the driver keeps writing `units.jsonl` itself."""
     from evals.executors.ray_executor import run_ray
 
     tasks = [UnitTask(case=case, dataset=dataset_name(case), label=arm.label, system=arm.system,
                       provider=factories[arm.provider].config, embedder=embedder_spec, plan=str(plan),
-                      seed=config.seed, cache_path=str(cache.path) if cache is not None else None, program=program,
+                      seed=config.seed, epoch=epoch, sampling_seed=sampling_seed(config, epoch),
+                      temperature=config.temperature,
+                      cache_path=str(cache.path) if cache is not None else None, program=program,
                       prompt_hash=manifest.prompt_hash)
-             for arm, case in todo]
+             for arm, case, epoch in todo]
     limits = {name: p.config.max_connections for name, p in factories.items()}
     return run_ray(tasks, workers=config.workers or config.concurrency, address=config.ray_address,
                    limits=limits, cases=cases, run_token=manifest.manifest_hash + str(manifest.created))

@@ -64,7 +64,7 @@ def test_every_parquet_file_has_its_pinned_columns(tmp_path: Path):
     write_report(tmp_path, manifest(), known_history())
     columns = {
         "cases": ["provider", "system", "dataset", "case_id", "lang", "tags", "status", "error", "n_writes",
-                  "n_memories", "n_faults", "n_anomalies", "seconds"],
+                  "n_memories", "n_faults", "n_anomalies", "seconds", "epoch"],
         "faults": ["provider", "system", "dataset", "case_id", "write", "path", "site", "kind", "occurrence", "fired",
                    "seed",
                    "expected_success", "expected_error_code", "expected_agent_error_code",
@@ -76,7 +76,7 @@ def test_every_parquet_file_has_its_pinned_columns(tmp_path: Path):
         "coverage": ["provider", "system", "site", "kind", "faulted_units", "ok_units", "wrong_units",
                      "indeterminate_units", "infra_error_units", "reached"],
         "metrics": ["provider", "dataset", "metric", "value", "ci_low", "ci_high", "n", "note"],
-        "case_metrics": ["provider", "dataset", "case_id", "metric", "num", "den"],
+        "case_metrics": ["provider", "dataset", "case_id", "metric", "num", "den", "epoch"],
     }
     for name, expected in columns.items():
         assert pq.read_schema(tmp_path / f"{name}.parquet").names == expected, name

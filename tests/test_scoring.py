@@ -341,7 +341,7 @@ def test_facts_frame_has_one_row_per_gold_fact_and_unmatched_prediction_per_stag
     assert list(frame.columns) == FACTS_COLUMNS == [
         "provider", "dataset", "case_id", "stage", "gold_text", "gold_subject", "gold_owner", "pred_text",
         "pred_subject", "pred_owner", "match_score", "matched", "subject_ok", "owner_ok", "gold_class",
-        "pred_class", "note", "matcher"]
+        "pred_class", "note", "matcher", "epoch"]
     stored = frame[frame.stage == "stored"]
     assert len(stored) == 3 and stored.matched.tolist() == [True, False, False]
     assert stored.pred_text.fillna("").tolist() == ["The user lives in Berlin.", "", "The user likes tea."]

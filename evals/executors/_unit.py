@@ -24,6 +24,9 @@ class UnitTask(BaseModel):
     embedder: str  # the embedder spec (hash, minilm, openai...)
     plan: str  # the fault plan, as `--faults` spells it
     seed: int
+    epoch: int = 0  # the repeat of the case (run --epochs)
+    sampling_seed: int | None = None  # the epoch's sampling seed for the provider; None with one epoch
+    temperature: float | None = None  # run --temperature
     cache_path: str | None = None  # the response cache file for HTTP providers, None: no cache
     prompt_hash: str = ""  # the run's prompt hash: part of every response-cache key
     program: Any = None  # a tuned MemoryProgram, or None for the built-in prompts
@@ -32,7 +35,7 @@ class UnitTask(BaseModel):
 def failed_unit(task: UnitTask, reason: str) -> CaseRun:
     """The record of a unit that never finished (its worker died for good): an infra error, never missing."""
     return CaseRun(case_id=task.case.id, dataset=task.dataset, provider=task.label, system=task.system,
-                   lang=task.case.lang, tags=list(task.case.tags), status="infra_error", error=reason)
+                   epoch=task.epoch, lang=task.case.lang, tags=list(task.case.tags), status="infra_error", error=reason)
 
 
 __all__ = ["UnitTask", "failed_unit"]

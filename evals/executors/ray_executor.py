@@ -141,9 +141,10 @@ def run_unit(task: UnitTask, run_token: str, cases_ref: list, slots: Any) -> Any
     provider = _provider(task, run_token, cases_ref, slots)
     arm = _arm(task, provider)
     cache = _cache(task.cache_path, task.prompt_hash) if task.provider.is_http else None
-    return CaseReplayer(task.case, task.dataset, task.label, provider.lm, _embedder(task.embedder),
+    lm = provider.sampling(task.sampling_seed, task.temperature)
+    return CaseReplayer(task.case, task.dataset, task.label, lm, _embedder(task.embedder),
                         FaultPlan.parse(task.plan), task.seed, program=task.program, accounting=provider,
-                        cache=cache, system=arm.make).run()
+                        cache=cache, system=arm.make, epoch=task.epoch).run()
 
 
 def connect(address: str | None, workers: int) -> bool:

@@ -5,7 +5,7 @@ It imports neither dspy nor the executor (`evals.replay`), so scorers, report, c
 plots can read a run without loading the engine. Implementation lives in the private modules.
 """
 
-from evals.record._manifest import Manifest
+from evals.record._manifest import Manifest, epoch_seed
 from evals.record._records import (
     CODE_KINDS,
     RETRY_KINDS,
@@ -72,6 +72,7 @@ __all__ = [
     "atomic_write",
     "atomic_write_text",
     "columns",
+    "epoch_seed",
     "frame",
     "migrate",
     "pandas_dtypes",

@@ -1,7 +1,7 @@
 """The run manifest: what was run, with what, so a result can be reproduced, resumed or compared.
 
 `manifest_hash` covers exactly what changes results (datasets, engine version, prompts, fault plan,
-seed, providers, embedder); `--resume` refuses a run whose hash differs.
+seed, providers, embedder, epochs and sampling temperature); `--resume` refuses a run whose hash differs.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ class Manifest(BaseModel):
     embedder: str
     faults: str  # fault plan
     seed: int
+    epochs: int = 1  # every unit ran this many times (run --epochs), epoch e with sampling seed epoch_seed(seed, e)
+    temperature: float | None = None  # the sampling temperature passed to providers that take one (run --temperature)
     concurrency: int
     engine_version: str
     prompt_hash: str  # fingerprint of every instruction and demo the engine sends
@@ -46,4 +48,15 @@ class Manifest(BaseModel):
     def compute_hash(self) -> str:
         keys = {"datasets": self.dataset_hash, "engine": self.engine_version, "prompts": self.prompt_hash,
                 "faults": self.faults, "seed": self.seed, "providers": self.providers, "embedder": self.embedder}
+        if self.epochs != 1:  # one epoch keeps the hash runs had before epochs existed (--resume, baselines)
+            keys["epochs"] = self.epochs
+        if self.temperature is not None:
+            keys["temperature"] = self.temperature
         return hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The sampling seed of one epoch: epoch 0 keeps the run's seed, later epochs get distinct derived ones."""
+    if epoch == 0:
+        return seed
+    return int.from_bytes(hashlib.sha256(f"{seed}:epoch:{epoch}".encode()).digest()[:4], "big") & 0x7FFFFFFF

@@ -183,6 +183,7 @@ class CaseRun(Record):
     provider: str  # the arm label: the provider name, prefixed `SYSTEM/` for an engine other than hymem
     system: str = "hymem"  # the engine under test: hymem | mem0
     transport: str = "in-process"  # where its LM faults were injected: in-process | wire (an HTTP provider)
+    epoch: int = 0  # the repeat of this case (run --epochs K: 0..K-1), each with its own sampling seed
     lang: str
     tags: list[str]
     status: Status
@@ -218,3 +219,4 @@ class CaseMetricRow(Record):
     metric: str
     num: float
     den: float
+    epoch: int = 0  # the repeat of the case; pair runs by case over the epochs' pooled num/den

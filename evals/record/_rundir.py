@@ -20,8 +20,15 @@ from pydantic_core import from_json, to_json
 
 from evals.record._manifest import Manifest
 from evals.record._records import CaseRun
-from evals.record._tables import TABLES, arrow_schema, columns
-from evals.record._version import MANIFEST_MIGRATIONS, SCHEMA_VERSION, UNIT_MIGRATIONS, SchemaError, migrate
+from evals.record._tables import TABLES, arrow_schema, columns, pandas_dtypes
+from evals.record._version import (
+    MANIFEST_MIGRATIONS,
+    SCHEMA_VERSION,
+    TABLE_MIGRATIONS,
+    UNIT_MIGRATIONS,
+    SchemaError,
+    migrate,
+)
 from evals.redact import redact, redact_frame, redact_text
 
 if TYPE_CHECKING:
@@ -100,7 +107,7 @@ def parse_unit(line: str, where: str = UNITS_FILE) -> CaseRun:
 
 
 def read_units(run_dir: Path) -> list[CaseRun]:
-    """The units of a run, last record per (provider, case_id).
+    """The units of a run, last record per (provider, case_id, epoch).
 
     A record cut short by a crash (the last line, or a line a resumed run started after) is
     skipped: its unit never finished and is redone. Any other bad line raises RunDirError with
@@ -110,7 +117,7 @@ def read_units(run_dir: Path) -> list[CaseRun]:
     lines = (Path(run_dir) / UNITS_FILE).read_bytes().decode("utf-8", errors="replace").splitlines()
     while lines and not lines[-1].strip():
         lines.pop()
-    runs: dict[tuple[str, str], CaseRun] = {}
+    runs: dict[tuple[str, str, int], CaseRun] = {}
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -123,7 +130,7 @@ def read_units(run_dir: Path) -> list[CaseRun]:
             if lineno == len(lines) or "EOF while parsing" in str(exc):
                 continue
             raise RunDirError(f"{where}: not a CaseRun record: {exc}") from exc
-        runs[(run.provider, run.case_id)] = run
+        runs[(run.provider, run.case_id, run.epoch)] = run
     return list(runs.values())
 
 
@@ -172,6 +179,7 @@ def write_table(run_dir: Path, table: str, data: pd.DataFrame) -> None:
 def read_table(run_dir: Path, table: str, required: bool = True, check_columns: bool = True) -> pd.DataFrame | None:
     """`<table>.parquet` of a run; RunDirError when torn, foreign, too new or (`check_columns`) missing
     declared columns. A missing optional table (`required=False`) is None."""
+    import pandas as pd
     import pyarrow.parquet as pq
 
     path = Path(run_dir) / f"{table}.parquet"
@@ -188,6 +196,10 @@ def read_table(run_dir: Path, table: str, required: bool = True, check_columns: 
         raise RunDirError(f"{path}: schema_version {version} was written by a newer hymem-eval "
                           f"(this one reads up to {SCHEMA_VERSION}); upgrade to read it")
     data: pd.DataFrame = arrow.to_pandas()
+    for step in range(version, SCHEMA_VERSION):  # columns added since the file was written get their old value
+        for column, value in TABLE_MIGRATIONS.get(step, {}).get(table, {}).items():
+            if column not in data.columns:
+                data[column] = pd.Series([value] * len(data), dtype=pandas_dtypes(table).get(column), index=data.index)
     if check_columns and table in TABLES and (missing := [c for c in columns(table) if c not in data.columns]):
         raise RunDirError(f"{path}: schema mismatch, missing columns {missing}")
     return data

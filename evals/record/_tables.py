@@ -36,6 +36,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
         ("error", "string", "the infra error with its traceback, else null"),
         ("n_writes", "int64"), ("n_memories", "int64"), ("n_faults", "int64"), ("n_anomalies", "int64"),
         ("seconds", "float64"),
+        ("epoch", "int64", "the repeat of the case (run --epochs K: 0..K-1)"),
     ),
     "faults": _cols(
         ("provider", "string"), ("system", "string"), ("dataset", "string"), ("case_id", "string"),
@@ -72,7 +73,15 @@ TABLES: dict[str, tuple[Column, ...]] = {
     ),
     "case_metrics": _cols(
         ("provider", "string"), ("dataset", "string"), ("case_id", "string"), ("metric", "string"),
-        ("num", "float64"), ("den", "float64"),
+        ("num", "float64"), ("den", "float64"), ("epoch", "int64", "the repeat of the case"),
+    ),
+    "stability": _cols(
+        ("provider", "string"), ("dataset", "string"), ("case_id", "string"), ("metric", "string"),
+        ("epochs", "int64", "epochs that scored the case on this metric"),
+        ("mean", "float64", "mean over those epochs of the case's value (num/den)"),
+        ("min", "float64"), ("max", "float64"),
+        ("passes", "int64", "epochs whose value was the metric's right value (1, or 0 for a share of mistakes)"),
+        ("stability", "string", "stable-pass | stable-fail | flaky (some epochs right, some not)"),
     ),
     "attempts": _cols(
         ("dataset", "string"), ("provider", "string"), ("model", "string"),
@@ -92,6 +101,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
         ("gold_class", "string", "user | named | assistant"), ("pred_class", "string"),
         ("note", "string", "why a prediction is left out of precision, or infra_error"),
         ("matcher", "string", "the --matcher spec that decided the match (semantic, text, llm:MODEL)"),
+        ("epoch", "int64", "the repeat of the case"),
     ),
     "ops": _cols(
         ("provider", "string"), ("dataset", "string"), ("case_id", "string"),

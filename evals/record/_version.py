@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-SCHEMA_VERSION = 2  # 1: untyped units (anomalies as [kind, witness] pairs); 2: typed records with schema_version
+SCHEMA_VERSION = 3  # 1: untyped units (anomalies as [kind, witness] pairs); 2: typed records with schema_version;
+# 3: repeats — a unit is (provider, case, epoch), the manifest counts epochs, per-case tables carry `epoch`
 
 
 class SchemaError(ValueError):
@@ -30,9 +31,25 @@ def _m002_manifest(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _m003_unit(data: dict[str, Any]) -> dict[str, Any]:
+    """v2 → v3: a unit ran once: it is epoch 0."""
+    data.setdefault("epoch", 0)
+    return data
+
+
+def _m003_manifest(data: dict[str, Any]) -> dict[str, Any]:
+    """v2 → v3: a run ran every unit once (one epoch, no sampling temperature)."""
+    data.setdefault("epochs", 1)
+    return data
+
+
 # version N → N+1, per record type; append only, never edit a released step.
-UNIT_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _m002_unit}
-MANIFEST_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _m002_manifest}
+UNIT_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _m002_unit, 2: _m003_unit}
+MANIFEST_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _m002_manifest, 2: _m003_manifest}
+# Parquet tables, by the version that added columns: {version: {table: {column: value older files get}}}.
+TABLE_MIGRATIONS: dict[int, dict[str, dict[str, Any]]] = {
+    2: {"cases": {"epoch": 0}, "case_metrics": {"epoch": 0}, "facts": {"epoch": 0}},
+}
 
 
 def migrate(data: dict[str, Any], steps: dict[int, Callable[[dict[str, Any]], dict[str, Any]]],

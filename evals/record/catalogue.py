@@ -116,6 +116,11 @@ _DECLARED: tuple[Metric, ...] = (
     Metric("faulted_units", C, NO, "units", "faulted runs that fired and were checked", "cases", 22),
     Metric("indeterminate_units", C, LO, "units", "faulted runs whose fault did not fire (unknown, not a pass)",
            "cases", 23),
+    # -- repeats (run --epochs K > 1): does the same case give the same answer twice
+    Metric("flaky_case_rate", R, LO, "share", "cases right in some epochs and wrong in others on any metric "
+           "(right: the metric's best value)", "cases scored in two or more epochs"),
+    Metric("decision_flip_rate", R, LO, "share", "(case, gold fact) decisions — stored with the gold text, subject "
+           "and owner — that differ between epochs", "cases with a gold fact scored in two or more epochs"),
     # -- usage: what the run cost
     Metric("latency_p50", D, LO, "s", "median seconds per LM attempt that reached the model",
            "LM attempts (cache hits excluded)", 24),

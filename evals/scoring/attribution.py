@@ -19,6 +19,7 @@ from evals.record import CaseMetricRow, CaseRun, MetricRow, columns, pandas_dtyp
 from evals.record.catalogue import note as catalogue_note
 from evals.scoring.matcher import DEFAULT_MATCHER, Matcher, subject_text_mismatch
 from evals.scoring.merges import Tally, merge_error_tallies, merge_tallies, turn_memories, turn_writes
+from evals.scoring.epochs import pooled_by_case
 from evals.stats import bootstrap_ci
 from hymem.subjects import same_subject, subject_class, subject_of
 
@@ -35,6 +36,7 @@ class CaseScores(BaseModel):
     dataset: str
     provider: str
     lang: str
+    epoch: int = 0  # the repeat of the case (run --epochs)
     infra_error: bool  # status was infra_error: excluded from plain metrics, all wrong in *_with_errors
     tallies: dict[str, tuple[float, float]] = Field(default_factory=dict)  # metric -> (numerator, denominator)
     notes: dict[str, int] = Field(default_factory=dict)  # metric -> units skipped (e.g. unknown merge targets)
@@ -123,7 +125,7 @@ def _stage(case: Case, run: CaseRun, stage: str, matcher: Matcher) -> tuple[dict
 def _fact_row(run: CaseRun, stage: str, gold: Any, pred: dict | None, score: float | None) -> dict[str, Any]:
     both = gold is not None and pred is not None
     return {
-        "provider": run.provider, "dataset": run.dataset, "case_id": run.case_id, "stage": stage,
+        "provider": run.provider, "dataset": run.dataset, "case_id": run.case_id, "epoch": run.epoch, "stage": stage,
         "gold_text": gold and gold.text, "gold_subject": gold and gold.subject, "gold_owner": gold and gold.owner,
         "pred_text": pred and pred.get("text"), "pred_subject": pred and pred.get("subject"),
         "pred_owner": pred and pred.get("owner"), "match_score": score, "matched": both,
@@ -201,7 +203,8 @@ def prepare_case(case: Case, run: CaseRun, matcher: Matcher) -> None:
 
 def score_one(case: Case, run: CaseRun, matcher: Matcher = DEFAULT_MATCHER) -> ScoredCase:
     """Tallies and fact rows of one (case, run), each matrix built once."""
-    base = {"case_id": run.case_id, "dataset": run.dataset, "provider": run.provider, "lang": run.lang}
+    base = {"case_id": run.case_id, "dataset": run.dataset, "provider": run.provider, "lang": run.lang,
+            "epoch": run.epoch}
     if run.status == "infra_error":
         rows = [{**_fact_row(run, stage, g, None, None), "note": "infra_error"}
                 for stage in STAGES for g in case.expect.facts or []]
@@ -249,9 +252,13 @@ def _rows_for(provider: str, dataset: str, scores: list[CaseScores], seed: int) 
         if not _is_confusion(metric):
             variants.append((f"{metric}_with_errors", scores))
         for name, group in variants:
-            counted = [s.tallies[metric] for s in group if metric in s.tallies and s.tallies[metric][1] > 0]
-            if not counted:
+            scored = [s for s in group if metric in s.tallies and s.tallies[metric][1] > 0]
+            if not scored:
                 continue
+            # A case's epochs are one cluster: summed, then resampled together (n counts cases, not epochs).
+            counted = list(zip(*pooled_by_case([s.tallies[metric][0] for s in scored],
+                                               [s.tallies[metric][1] for s in scored],
+                                               [s.case_id for s in scored]), strict=True))
             value, low, high = bootstrap_ci([c[0] for c in counted], [c[1] for c in counted], seed=seed)
             skipped = sum(s.notes.get(metric, 0) for s in group)
             note = f"{skipped} op(s) skipped: target subject unknown" if skipped else catalogue_note(name)
@@ -271,7 +278,8 @@ def case_rows(pairs: list[tuple[Case, CaseRun]], matcher: Matcher = DEFAULT_MATC
             names = [] if scores.infra_error else [metric]
             names += [] if _is_confusion(metric) else [f"{metric}_with_errors"]
             rows += [CaseMetricRow(provider=scores.provider, dataset=scores.dataset, case_id=scores.case_id,
-                                   metric=name, num=float(num), den=float(den)) for name in names if den > 0]
+                                   metric=name, num=float(num), den=float(den), epoch=scores.epoch)
+                     for name in names if den > 0]
     return rows
 
 

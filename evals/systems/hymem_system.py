@@ -40,8 +40,9 @@ class HymemSystem:
     name = "hymem"
 
     def __init__(self, case: Any, lm_factory: Any, embedder: Any, plan: FaultPlan, program: Any = None, *,
-                 accounting: Any = None, cache: Any = None, log: Any = None):
+                 accounting: Any = None, cache: Any = None, log: Any = None, epoch: int = 0):
         self.case, self.lm_factory, self.embedder, self.plan = case, lm_factory, embedder, plan
+        self.epoch = epoch  # the repeat of the case (run --epochs): part of every response-cache key
         self.program = program
         self.accounting, self.cache, self.log = accounting, cache, log
         self.injector = Injector()
@@ -71,7 +72,7 @@ class HymemSystem:
         if self.accounting is not None:
             lm = AccountingLM.wrap(lm, provider=self.accounting, log=self.log, injector=self.injector,
                                    cache=self.cache, retries=self.plan.name == "none", prices=_PRICES,
-                                   wire=self._route if self.wire else None)
+                                   wire=self._route if self.wire else None, epoch=self.epoch)
         self._lm = lm
         self.client = HyMemoryClient(path=store, lm=PromptTap.wrap(lm, self._prompts),
                                      embedder=FaultyEmbedder(self.embedder, self.injector, self.log),

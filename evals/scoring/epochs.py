@@ -1,0 +1,127 @@
+"""Repeats (run --epochs K): how stable each case is over its epochs, flaky cases and decision flips.
+
+Why: a real provider does not answer twice alike. A case right in one epoch and wrong in another is
+flaky: a gate or a comparison must not read it as a regression or a fix. Every figure here resamples
+cases with all their epochs (a cluster bootstrap, `evals.stats.bootstrap_ci` over per-case sums), so
+K epochs never pass for K times the data: `n` counts cases.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import pandas as pd
+
+from evals.record import MetricRow, frame
+from evals.record.catalogue import find
+from evals.record.catalogue import note as catalogue_note
+from evals.stats import bootstrap_ci
+
+STABLE_PASS, STABLE_FAIL, FLAKY = "stable-pass", "stable-fail", "flaky"
+_KEY = ["provider", "dataset", "case_id"]
+
+
+def _right(metric: str, value: float) -> bool | None:
+    """Whether a per-case value is the metric's right value; None for a metric without one."""
+    m = find(metric)
+    if m is None or not m.is_rate:
+        return None
+    return math.isclose(value, m.right_value, abs_tol=1e-9)
+
+
+def stability_frame(case_metrics: pd.DataFrame) -> pd.DataFrame:
+    """One row per (provider, dataset, case, metric): its value in each epoch that scored it, summarised.
+
+    stable-pass: right in every epoch; stable-fail: right in none; flaky: right in some and not others.
+    """
+    rows = []
+    scored = case_metrics[case_metrics["den"] > 0]
+    epoch = scored["epoch"] if "epoch" in scored.columns else pd.Series(0, index=scored.index)
+    values = scored.assign(value=scored["num"] / scored["den"], epoch=epoch)
+    for (provider, dataset, case_id, metric), group in values.groupby([*_KEY, "metric"], sort=False):
+        per_epoch = group.drop_duplicates("epoch", keep="last")["value"]
+        right = [_right(metric, v) for v in per_epoch]
+        if None in right:
+            continue
+        passes = sum(right)
+        stability = STABLE_PASS if passes == len(right) else STABLE_FAIL if passes == 0 else FLAKY
+        rows.append({"provider": provider, "dataset": dataset, "case_id": case_id, "metric": metric,
+                     "epochs": len(per_epoch), "mean": float(per_epoch.mean()), "min": float(per_epoch.min()),
+                     "max": float(per_epoch.max()), "passes": int(passes), "stability": stability})
+    return frame("stability", rows)
+
+
+def flaky_cases(stability: pd.DataFrame) -> dict[tuple[str, str, str], list[str]]:
+    """(provider, dataset, case_id) -> the metrics it is flaky on (plain metrics; `_with_errors` twins left out)."""
+    out: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    flaky = stability[(stability["stability"] == FLAKY) & ~stability["metric"].str.endswith("_with_errors")]
+    for provider, dataset, case_id, metric in zip(flaky["provider"], flaky["dataset"], flaky["case_id"],
+                                                  flaky["metric"], strict=True):
+        out[(provider, dataset, case_id)].append(metric)
+    return dict(out)
+
+
+def _fact_decisions(facts: pd.DataFrame) -> pd.DataFrame:
+    """Per (provider, dataset, case, gold fact, epoch): was the gold fact stored right (text, subject, owner)?"""
+    gold = facts[(facts["stage"] == "stored") & facts["gold_text"].notna()]
+    gold = gold[gold["note"].isna() | (gold["note"] != "infra_error")]  # a lost epoch decides nothing
+    if gold.empty:
+        return pd.DataFrame(columns=[*_KEY, "fact", "epoch", "right"])
+    epoch = gold["epoch"] if "epoch" in gold.columns else pd.Series(0, index=gold.index)
+    gold = gold.assign(epoch=epoch)
+    # Gold rows come in the case's gold order in every epoch: their position names the fact.
+    fact = gold.groupby([*_KEY, "epoch"], sort=False).cumcount()
+    right = (gold["matched"].fillna(False) & gold["subject_ok"].fillna(False) & gold["owner_ok"].fillna(False))
+    return pd.DataFrame({**{k: gold[k] for k in _KEY}, "fact": fact, "epoch": gold["epoch"],
+                         "right": right.astype(bool)})
+
+
+def fact_flips(facts: pd.DataFrame) -> dict[tuple[str, str, str], tuple[int, int]]:
+    """Per case: (gold facts whose decision differs between epochs, gold facts decided in two or more epochs)."""
+    decisions = _fact_decisions(facts)
+    out: dict[tuple[str, str, str], tuple[int, int]] = {}
+    if decisions.empty:
+        return out
+    per_fact = decisions.groupby([*_KEY, "fact"], sort=False)["right"].agg(["nunique", "size"]).reset_index()
+    per_fact = per_fact[per_fact["size"] >= 2]
+    for key, group in per_fact.groupby(_KEY, sort=False):
+        out[tuple(key)] = (int((group["nunique"] > 1).sum()), len(group))
+    return out
+
+
+def epoch_metrics(stability: pd.DataFrame, facts: pd.DataFrame | None, seed: int) -> list[MetricRow]:
+    """flaky_case_rate and decision_flip_rate per provider x dataset and per provider over all datasets."""
+    flaky = flaky_cases(stability)
+    repeated = stability[stability["epochs"] >= 2]
+    cases: dict[tuple[str, str], dict[str, tuple[float, float]]] = defaultdict(dict)
+    for provider, dataset, case_id in dict.fromkeys(zip(repeated["provider"], repeated["dataset"],
+                                                         repeated["case_id"], strict=True)):
+        tally = (float((provider, dataset, case_id) in flaky), 1.0)
+        cases[(provider, dataset)][case_id] = cases[(provider, "all")][case_id] = tally
+    flips: dict[tuple[str, str], dict[str, tuple[float, float]]] = defaultdict(dict)
+    for (provider, dataset, case_id), (n_flip, n_fact) in fact_flips(facts if facts is not None
+                                                                        else pd.DataFrame()).items():
+        flips[(provider, dataset)][case_id] = flips[(provider, "all")][case_id] = (n_flip, n_fact)
+    rows = []
+    for name, groups in (("flaky_case_rate", cases), ("decision_flip_rate", flips)):
+        for (provider, dataset), per_case in sorted(groups.items()):
+            num, den = [t[0] for t in per_case.values()], [t[1] for t in per_case.values()]
+            value, low, high = bootstrap_ci(num, den, seed=seed)
+            rows.append(MetricRow(provider=provider, dataset=dataset, metric=name, value=value, ci_low=low,
+                                  ci_high=high, n=len(per_case), note=catalogue_note(name)))
+    return rows
+
+
+def pooled_by_case(num: list[float], den: list[float], case_ids: list[str]) -> tuple[list[float], list[float]]:
+    """Per-epoch (num, den) summed per case: the cluster a bootstrap resamples whole."""
+    sums: dict[str, list[float]] = {}
+    for n, d, case in zip(num, den, case_ids, strict=True):
+        acc = sums.setdefault(case, [0.0, 0.0])
+        acc[0] += n
+        acc[1] += d
+    return [v[0] for v in sums.values()], [v[1] for v in sums.values()]
+
+
+__all__ = ["FLAKY", "STABLE_FAIL", "STABLE_PASS", "epoch_metrics", "fact_flips", "flaky_cases", "pooled_by_case",
+           "stability_frame"]
