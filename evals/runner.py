@@ -387,12 +387,20 @@ def run_eval(config: RunConfig) -> RunOutcome:
     state = {"saved": 0}
     try:
         return _execute(config, cases, plan, factories, embedder, manifest, run_dir, program, state)
-    except KeyboardInterrupt:
-        raise RunInterrupted(run_dir, state["saved"]) from None
+    except KeyboardInterrupt:  # a unit's line may be on disk before its count: Ctrl-C can land inside the fsync
+        raise RunInterrupted(run_dir, max(state["saved"], _records_on_disk(run_dir))) from None
     except OSError as exc:
         where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
         raise RunIOError(f"cannot write the run{where}: {exc.strerror or exc}; {state['saved']} finished units "
                          f"are saved in {run_dir / 'units.jsonl'} (continue with --resume once fixed)") from None
+
+
+def _records_on_disk(run_dir: Path) -> int:
+    """Complete lines of units.jsonl: the finished units a --resume would keep."""
+    try:
+        return (run_dir / UNITS_FILE).read_bytes().count(b"\n")
+    except OSError:
+        return 0
 
 
 def _execute(config: RunConfig, cases: list[Case], plan: FaultPlan, factories: dict[str, Any],

@@ -49,8 +49,8 @@ def test_one_connection_slot_is_shared_by_every_worker(cluster):
 
 def test_a_429_pause_told_to_one_worker_holds_the_others(cluster):
     actor = ray.remote(_Slots).options(max_concurrency=100).remote({"p": 4})
-    ClusterSlots(actor, "p").pause(1.0)
     told = time.time()
+    ClusterSlots(actor, "p").pause(1.0)
     spans = ray.get(ray.remote(_hold).remote(actor, "p", 1, 0.0))
     assert spans[0][0] - told >= 0.9
 

@@ -70,7 +70,8 @@ class ClusterSlots:
         self.actor, self.provider = actor, provider
 
     def pause(self, seconds: float) -> None:
-        self.actor.pause.remote(self.provider, seconds)
+        """Waits until the actor has the pause, so every slot handed out after this call honours it."""
+        _ray().get(self.actor.pause.remote(self.provider, seconds))
 
     def __enter__(self) -> ClusterSlots:
         _ray().get(self.actor.acquire.remote(self.provider))
