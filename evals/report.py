@@ -385,7 +385,8 @@ def summary_markdown(manifest: Manifest, verdict: str, reasons: list[str], cases
     for provider in _ordered(metrics["provider"]):
         rows = metrics[(metrics["provider"] == provider) & (metrics["dataset"] == "all")]
         shown = [*HEADLINE, *(REPEAT_METRICS if manifest.epochs > 1 else ())]
-        rows = rows[rows["metric"].isin(shown)].assign(order=lambda f: f["metric"].map(shown.index))
+        rows = rows[rows["metric"].isin(shown)]
+        rows = rows.assign(order=rows["metric"].map(shown.index))
         rows = rows.sort_values("order")
         out += [f"## {provider}", ""]
         table = []

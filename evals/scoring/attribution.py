@@ -17,9 +17,9 @@ from pydantic import BaseModel, Field
 from evals.dataset import Case
 from evals.record import CaseMetricRow, CaseRun, MetricRow, columns, pandas_dtypes
 from evals.record.catalogue import note as catalogue_note
+from evals.scoring.epochs import pooled_by_case
 from evals.scoring.matcher import DEFAULT_MATCHER, Matcher, subject_text_mismatch
 from evals.scoring.merges import Tally, merge_error_tallies, merge_tallies, turn_memories, turn_writes
-from evals.scoring.epochs import pooled_by_case
 from evals.stats import bootstrap_ci
 from hymem.subjects import same_subject, subject_class, subject_of
 
