@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_scoring import NURSE, fact, one_turn  # tests/ is on sys.path (pytest rootdir-relative import)
 
 from evals.cli import main
 from evals.scoring import facts_frame, score_pairs
@@ -16,7 +17,6 @@ from evals.scoring.matcher import TextMatcher
 from evals.scoring.pairs import load_pairs, split_of
 from hymem.subjects import same_subject, split_subject, subject_of
 from hymem.testing import ScriptedLM
-from tests.test_scoring import NURSE, fact, one_turn
 
 
 @pytest.mark.parametrize(("text", "subject"), [
