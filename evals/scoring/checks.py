@@ -47,7 +47,7 @@ _WORD = re.compile(r"[a-z]+(?:-[a-z]+)?")
 def antonym_prefix(a: str, b: str) -> bool:
     """A word on one side is the other's with a negating prefix (agrees / disagrees, comfortable /
     uncomfortable, 满意 / 不满意 is caught by the negation count)."""
-    wa, wb = set(_WORD.findall(a.casefold())), set(_WORD.findall(b.casefold()))
+    wa, wb = ({w for w in _WORD.findall(t.casefold()) if not _EN_NEG_VERB.fullmatch(w)} for t in (a, b))
     return any(p + w in other for mine, other in ((wa - wb, wb - wa), (wb - wa, wa - wb)) for w in mine
                for p in _PREFIXES if len(w) >= 4)
 

@@ -1,0 +1,227 @@
+"""Where two predicates differ: word alignment, abbreviations, the differing slot, and voice.
+
+The semantic matcher's sentence cosine says how close two predicates are overall; these features say
+*where* they differ, which is what separates a paraphrase from a near-miss that keeps all but one word:
+
+- content words of one side with no counterpart on the other (after light stemming, and after
+  abbreviations are explained by the words they abbreviate: NYC / New York City, ML / machine
+  learning, JS / JavaScript, k8s / Kubernetes, Postgres / PostgreSQL, 北大 / 北京大学, 央视 / 中央电视台);
+  their closeness to the other side's words is measured with the same MiniLM model, word by word;
+- the differing slot: the two predicates with their common start and end removed (word level in
+  English, character level in Chinese). One short slot on each side inside shared context is how a
+  substitution looks ("allergic to peanuts / almonds", "绿茶 / 红茶"), while a paraphrase usually
+  rewrites more;
+- direction: an argument both sides share, reached "to" it on one side and "from" it on the other
+  ("lent money to John" / "borrowed money from John", "gave John a bike" / "received a bike from
+  John", 借给 / 向…借);
+- voice: the same verb active on one side and passive on the other, the subject kept ("mentors
+  junior developers" / "is mentored by a senior developer", "hired a plumber" / "was hired as a
+  plumber"): the subject's role flipped.
+
+Word lists here are closed classes (function words, auxiliaries); nothing is keyed to content words.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+from evals.scoring.matcher import _EN_LIGHT, _stem
+
+_CJK = "\u3400-\u9fff\uf900-\ufaff"
+_TOKEN = re.compile(rf"[{_CJK}]|[A-Za-z0-9][A-Za-z0-9+#'-]*")
+_EN_FUNCTION = _EN_LIGHT | frozenset("""me my mine our ours your yours i we you one ones more most less least much many
+other another each every all both either neither own same up down out over under again further once
+s re ve d ll m get gets got getting make makes made go goes went gone going
+""".split())
+_ZH_FUNCTION = frozenset("的了是在个着过和与及也都很呢吗吧啊这那还已经会将对于为从到有用户助手一名位只条家")
+_PASSIVE = re.compile(r"^(?:is|are|was|were|be|been|being|has been|have been|had been|got|gets|get|will be|"
+                      r"is being|was being)\s+(?:\w+ly\s+)?([a-z]+(?:ed|en|wn|ght|ung|id|t))\b", re.IGNORECASE)
+# Numbers and units are compared by `evals.scoring.quantities`, not as words: "28" / "二十八", "kg" / "公斤".
+_NUMBERISH = re.compile(r"^(?:\d[\d.,:]*[a-z]*|[零〇一二两三四五六七八九十百千万亿半]|zero|one|two|three|four|five|six|seven|"
+                        r"eight|nine|ten|eleven|twelve|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|"
+                        r"thousand|million|dozen|decade|century|half|quarter|"
+                        r"m|cm|mm|km|kg|g|l|ml|lb|ft|min|h|hr|metre|meter|centimetre|centimeter|kilometre|kilometer|"
+                        r"kilogram|gram|litre|liter|minute|hour|kilo|[a-z]+-(?:one|two|three|four|five|six|seven|eight|nine))s?$")
+_SOURCE = frozenset(("from", "从", "向"))
+_GOAL = frozenset(("to", "给"))
+_ZH_PASSIVE = re.compile(r"^(?:[^被让]{0,3})(?:被|让|叫|受到)")
+
+
+def _fold(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).replace("’", "'")
+
+
+def _key(word: str) -> str:
+    """Matching key of an English word: casefolded, lightly stemmed, possessive dropped."""
+    w = word.casefold()
+    w = w[:-2] if w.endswith("'s") else w.rstrip("'")
+    return _stem(w) if w.isalpha() else w
+
+
+@dataclass(frozen=True)
+class Words:
+    """The tokens of one predicate: in order (for the slot), and its content words (for alignment)."""
+
+    zh: bool
+    tokens: tuple[str, ...]  # matching keys in order; CJK as single characters
+    raw: tuple[str, ...]  # the tokens as written (for abbreviations)
+    content: tuple[int, ...]  # indices of content tokens
+    passive: str | None  # the key of the verb when the predicate opens in the passive voice
+
+
+def words_of(predicate: str) -> Words:
+    text = _fold(predicate)
+    zh = bool(re.search(f"[{_CJK}]", text))
+    raw = tuple(m.group() for m in _TOKEN.finditer(text))
+    tokens = tuple(t if re.match(f"[{_CJK}]", t) else _key(t) for t in raw)
+    content = tuple(i for i, (r, t) in enumerate(zip(raw, tokens, strict=True))
+                    if not _NUMBERISH.match(r.casefold())
+                    and (t not in _ZH_FUNCTION if re.match(f"[{_CJK}]", r) else t not in _EN_FUNCTION and
+                         r.casefold() not in _EN_FUNCTION))
+    passive = None
+    if m := _PASSIVE.match(text.strip()):
+        passive = _key(m.group(1))
+    elif _ZH_PASSIVE.match(text.strip()):
+        passive = "被"
+    return Words(zh, tokens, raw, content, passive)
+
+
+# ------------------------------------------------------------------ abbreviations
+
+def _initials(words: list[str]) -> set[str]:
+    out = {"".join(w[0] for w in words).casefold()}
+    out.add("".join(w[0] for w in words if w.casefold() not in _EN_FUNCTION).casefold())
+    return {o for o in out if len(o) >= 2}
+
+
+def _abbreviates(short: str, long_words: list[str]) -> bool:
+    """`short` is an abbreviation of the run `long_words`: initials (NYC, ADHD, MBA, ML), camel-case
+    initials (JS, TS), a numeronym (k8s) or a prefix of at least four letters (Postgres, maths)."""
+    s = short.casefold().replace(".", "")
+    if len(s) < 2:
+        return False
+    if len(long_words) >= 2 and s in _initials(long_words):
+        return True
+    if len(long_words) == 1:
+        word = long_words[0]
+        camel = re.findall(r"[A-Z][a-z]*", word)
+        if len(camel) >= 2 and s == "".join(c[0] for c in camel).casefold():
+            return True
+        w = word.casefold()
+        if len(w) > 4 and s == f"{w[0]}{len(w) - 2}{w[-1]}":
+            return True
+        if len(s) >= 4 and len(w) >= len(s) + 2 and w.startswith(s.rstrip("s")):
+            return True
+    return False
+
+
+def _explained(a: Words, b: Words, unmatched_a: set[int], unmatched_b: set[int]) -> tuple[set[int], set[int]]:
+    """Remove from the unmatched tokens each abbreviation of one side and the words it abbreviates on
+    the other (English; Latin tokens inside Chinese too)."""
+    ua, ub = set(unmatched_a), set(unmatched_b)
+    for (x, ux), (y, uy) in (((a, ua), (b, ub)), ((b, ub), (a, ua))):
+        for i in sorted(ux):
+            short = x.raw[i]
+            if not re.match(r"[A-Za-z0-9]", short):
+                continue
+            latin = [j for j in range(len(y.raw)) if re.match(r"[A-Za-z]", y.raw[j])]
+            for start in latin:
+                for end in range(start + 1, min(start + 6, len(y.raw)) + 1):
+                    if not all(re.match(r"[A-Za-z]", y.raw[j]) for j in range(start, end)):
+                        break
+                    if _abbreviates(short, list(y.raw[start:end])) and any(j in uy for j in range(start, end)):
+                        ux.discard(i)
+                        uy.difference_update(range(start, end))
+                        break
+                else:
+                    continue
+                break
+    return ua, ub
+
+
+# ------------------------------------------------------------------ the features of a pair
+
+def _slot(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...], int]:
+    p = 0
+    while p < min(len(a), len(b)) and a[p] == b[p]:
+        p += 1
+    s = 0
+    while s < min(len(a), len(b)) - p and a[-1 - s] == b[-1 - s]:
+        s += 1
+    return a[p:len(a) - s], b[p:len(b) - s], p + s
+
+
+def _subsequence(short: str, long: str) -> bool:
+    it = iter(long)
+    return all(c in it for c in short)
+
+
+@dataclass(frozen=True)
+class Difference:
+    """Where two predicates differ; `unmatched_*` are the content words (as written) with no
+    counterpart, which the matcher compares with MiniLM word vectors."""
+
+    unmatched_a: tuple[str, ...]
+    unmatched_b: tuple[str, ...]
+    shared: float  # share of the longer side's tokens outside the differing slot
+    substitution: float  # 1.0: a short slot on each side inside shared context
+    slot_abbrev: float  # 1.0: Chinese slot where one side's characters abbreviate the other's
+    voice: float  # 1.0: the same verb active on one side, passive on the other, subject kept
+    tense: float  # 1.0: "is a teacher" / "was a teacher": the copula's tense differs
+    direction: float  # 1.0: a shared argument is a source ("from") on one side and not on the other
+
+
+def _marks(w: Words) -> dict[str, str]:
+    """Content token -> the directional word right before it ("to", "from", 给, 从, 向), if any."""
+    out: dict[str, str] = {}
+    for i in w.content:
+        before = w.tokens[i - 1] if i else ""
+        mark = "source" if before in _SOURCE else "goal" if before in _GOAL else ""
+        out[w.tokens[i]] = out.get(w.tokens[i]) or mark
+    return out
+
+
+def _direction(a: Words, b: Words) -> float:
+    ma, mb = _marks(a), _marks(b)
+    return float(any(ma[k] != mb[k] and "source" in (ma[k], mb[k])
+                     for k in ma.keys() & mb.keys()))
+
+
+def difference(a: Words, b: Words) -> Difference:
+    keys_a, keys_b = set(a.tokens), set(b.tokens)
+    ua = {i for i in a.content if a.tokens[i] not in keys_b}
+    ub = {i for i in b.content if b.tokens[i] not in keys_a}
+    ua, ub = _explained(a, b, ua, ub)
+    slot_a, slot_b, shared = _slot(a.tokens, b.tokens)
+    longest = max(len(a.tokens), len(b.tokens), 1)
+    limit = 6 if (a.zh or b.zh) else 3
+    substitution = float(bool(slot_a) and bool(slot_b) and shared >= 1 and len(slot_a) <= limit
+                         and len(slot_b) <= limit and bool(ua) and bool(ub))
+    slot_abbrev = 0.0
+    if (a.zh or b.zh) and slot_a and slot_b:
+        sa, sb = "".join(slot_a), "".join(slot_b)
+        short, long = sorted((sa, sb), key=len)
+        slot_abbrev = float(len(short) < len(long) and _subsequence(short, long))
+    voice = 0.0
+    for x, y in ((a, b), (b, a)):
+        if x.passive and not y.passive and y.tokens:
+            if x.passive == "被":
+                voice = max(voice, float(not y.zh or "被" not in y.tokens))
+                voice = voice if set(x.tokens[1:4]) & set(y.tokens[:3]) else 0.0
+            else:
+                voice = max(voice, float(any(t[:4] == x.passive[:4] for t in y.tokens[:2])))
+    return Difference(tuple(a.raw[i] for i in sorted(ua)), tuple(b.raw[i] for i in sorted(ub)),
+                      shared / longest, substitution, slot_abbrev, voice, _tense(a, b), _direction(a, b))
+
+
+_PRESENT, _PAST = frozenset(("is", "are", "am", "has", "have")), frozenset(("was", "were", "had"))
+
+
+def _tense(a: Words, b: Words) -> float:
+    first = {w.raw[0].casefold() for w in (a, b) if w.raw}
+    return float(len(first) == 2 and bool(first & _PRESENT) and bool(first & _PAST))
+
+
+__all__ = ["Difference", "Words", "difference", "words_of"]

@@ -1,0 +1,207 @@
+"""Numbers with their units, in English and Chinese, brought to one scale so that "1.80 m" and
+"180 cm", "三十分钟" and "半小时", "a decade" and "ten years", "6 am" and "06:00" compare equal.
+
+A quantity is (dimension, value in the dimension's base unit): lengths in metres, masses in
+kilograms, durations in seconds, volumes in litres, clock times in hours since midnight; a number
+with no unit of this table (a count, an age, an amount of money, a version) keeps its dimension
+"" and its value. The unit words are a closed class of measurement units, not content words.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_YEAR = 365.25 * 86400
+# unit spelling -> (dimension, factor to the base unit); English matched as whole words, casefolded
+_EN_UNITS: dict[str, tuple[str, float]] = {
+    **dict.fromkeys(("m", "metre", "metres", "meter", "meters"), ("length", 1.0)),
+    **dict.fromkeys(("cm", "centimetre", "centimetres", "centimeter", "centimeters"), ("length", 0.01)),
+    **dict.fromkeys(("mm", "millimetre", "millimetres", "millimeter", "millimeters"), ("length", 0.001)),
+    **dict.fromkeys(("km", "kilometre", "kilometres", "kilometer", "kilometers"), ("length", 1000.0)),
+    **dict.fromkeys(("ft", "foot", "feet"), ("length", 0.3048)),
+    **dict.fromkeys(("in", "inch", "inches"), ("length", 0.0254)),
+    **dict.fromkeys(("mi", "mile", "miles"), ("length", 1609.344)),
+    **dict.fromkeys(("kg", "kgs", "kilo", "kilos", "kilogram", "kilograms", "kilogramme", "kilogrammes"),
+                    ("mass", 1.0)),
+    **dict.fromkeys(("g", "gram", "grams", "gramme", "grammes"), ("mass", 0.001)),
+    **dict.fromkeys(("lb", "lbs", "pound", "pounds"), ("mass", 0.45359237)),
+    **dict.fromkeys(("l", "litre", "litres", "liter", "liters"), ("volume", 1.0)),
+    **dict.fromkeys(("ml", "millilitre", "millilitres", "milliliter", "milliliters"), ("volume", 0.001)),
+    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), ("duration", 1.0)),
+    **dict.fromkeys(("min", "mins", "minute", "minutes"), ("duration", 60.0)),
+    **dict.fromkeys(("h", "hr", "hrs", "hour", "hours"), ("duration", 3600.0)),
+    **dict.fromkeys(("day", "days"), ("duration", 86400.0)),
+    **dict.fromkeys(("week", "weeks"), ("duration", 7 * 86400.0)),
+    **dict.fromkeys(("month", "months"), ("duration", _YEAR / 12)),
+    **dict.fromkeys(("year", "years", "yr", "yrs"), ("duration", _YEAR)),
+    **dict.fromkeys(("decade", "decades"), ("duration", 10 * _YEAR)),
+    **dict.fromkeys(("century", "centuries"), ("duration", 100 * _YEAR)),
+}
+_ZH_UNITS: dict[str, tuple[str, float]] = {
+    "米": ("length", 1.0), "厘米": ("length", 0.01), "公分": ("length", 0.01), "毫米": ("length", 0.001),
+    "公里": ("length", 1000.0), "千米": ("length", 1000.0), "里": ("length", 500.0),
+    "公斤": ("mass", 1.0), "千克": ("mass", 1.0), "克": ("mass", 0.001), "斤": ("mass", 0.5),
+    "升": ("volume", 1.0), "毫升": ("volume", 0.001),
+    "秒": ("duration", 1.0), "秒钟": ("duration", 1.0), "分钟": ("duration", 60.0), "分": ("duration", 60.0),
+    "小时": ("duration", 3600.0), "钟头": ("duration", 3600.0), "天": ("duration", 86400.0),
+    "周": ("duration", 7 * 86400.0), "星期": ("duration", 7 * 86400.0), "个月": ("duration", _YEAR / 12),
+    "年": ("duration", _YEAR),
+}
+_ZH_UNIT_RE = "|".join(sorted(map(re.escape, _ZH_UNITS), key=len, reverse=True))
+_EN_NUMBER_WORDS = {w: float(i) for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen".split())}
+_EN_NUMBER_WORDS.update({"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70,
+                         "eighty": 80, "ninety": 90, "dozen": 12, "half": 0.5, "quarter": 0.25, "a": 1, "an": 1,
+                         "once": 1, "twice": 2, "thrice": 3})
+_EN_SCALE = {"hundred": 100, "thousand": 1000, "million": 1e6, "billion": 1e9, "k": 1000}
+_EN_WORD = "|".join(sorted((w for w in _EN_NUMBER_WORDS if w not in ("a", "an")), key=len, reverse=True))
+# A number: digits (with thousands commas / a decimal point), or number words ("thirty-four", "ten
+# thousand"); "a"/"an" count as one only before a unit of the table ("a decade", "an hour").
+_EN_NUMBER = re.compile(
+    rf"(?<![A-Za-z0-9_.])(?:(?P<digits>\d{{1,3}}(?:,\d{{3}})+(?:\.\d+)?|\d+(?:\.\d+)?)(?P<k>k\b)?|"
+    rf"(?P<words>(?:(?:{_EN_WORD})(?:[\s-]+(?:{_EN_WORD}|hundred|thousand|million|and))*)(?:[\s-]+(?:hundred|thousand|million))?)\b"
+    rf"|(?P<article>\ban?\b))", re.IGNORECASE)
+_FREQUENCY = frozenset(("day", "week", "month", "year", "night", "hour", "minute"))
+_EN_UNIT_AFTER = re.compile(r"\s*(?:-\s*)?(?:of\s+)?(?:an?\s+)?(?P<unit>[a-z]+)\b", re.IGNORECASE)
+_CLOCK = re.compile(r"(?<!\d)(\d{1,2})(?:[:：](\d{2}))?\s*(?:(a\.?m\.?|p\.?m\.?)(?![a-z])|o'clock)|(?<!\d)(\d{1,2})[:：](\d{2})(?!\d)",
+                    re.IGNORECASE)
+_ZH_DIGIT = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "俩": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7,
+             "八": 8, "九": 9}
+_ZH_NUMERAL = re.compile(r"[零〇一二两俩三四五六七八九十百千万亿]+|半")
+_ZH_NOT_NUMBER = re.compile(r"(?<![0-9零〇一二两三四五六七八九十百千万])一(?=[个名位只条家台辆本件张把双档门套所间种份座棵匹头口])|一起|一直|一下|一些|一点|一般|一定|一样|唯一|统一|万一|一向|一边|一切|一旦|"
+                            r"星期[一二三四五六日天]|周[一二三四五六日]|礼拜[一二三四五六日天]|(?<![0-9])[一二三四五六七八九十]+月")
+# A Chinese numeral counts only before a measure word, a unit or a non-Chinese character: 四川 and 三亚
+# are names, and 一 before a measure word is an article ("一家银行", "一名护士"), not a count.
+_ZH_MEASURE = "个名位只条家台辆本件张把双档门套所间种份座棵匹头口岁楼层号元块毛角倍成折次遍趟顿杯瓶碗"
+_ZH_COUNTED = rf"(?:[{_ZH_MEASURE}]|[^\u4e00-\u9fff]|$|米|厘|公|千|毫|克|斤|升|秒|分|小时|钟|天|周|星期|年|月|日)"
+_ZH_AND_A_HALF = re.compile(r"(\d+|[一二两三四五六七八九十]+)个半(小时|钟头|月)")
+_ZH_METRES = re.compile(r"(\d|[一二两])米([一二三四五六七八九]|\d)(?![\d零一二三四五六七八九十百千万米])")
+_ZH_CLOCK = re.compile(r"(早上|上午|早晨|凌晨|中午|下午|晚上|傍晚|夜里)?(\d{1,2}|[一二两三四五六七八九十]{1,3})点(半|(\d{1,2})分)?")
+
+
+def _zh_value(chunk: str) -> float:
+    if chunk == "半":
+        return 0.5
+    total, section, current = 0.0, 0.0, 0.0
+    for ch in chunk:
+        if ch in _ZH_DIGIT:
+            current = _ZH_DIGIT[ch]
+        elif ch in "万亿":
+            total += (section + current) * (10000 if ch == "万" else 1e8)
+            section, current = 0, 0
+        else:
+            section += (current or 1) * {"十": 10, "百": 100, "千": 1000}[ch]
+            current = 0
+    return total + section + current
+
+
+def _number(chunk: str) -> float:
+    return float(chunk) if chunk[0].isdigit() else _zh_value(chunk)
+
+
+def _en_words_value(words: str) -> float:
+    total, current = 0.0, 0.0
+    for w in re.split(r"[\s-]+", words.casefold()):
+        if w == "and" or not w:
+            continue
+        if w in _EN_SCALE:
+            current = (current or 1) * _EN_SCALE[w]
+            if _EN_SCALE[w] >= 1000:
+                total, current = total + current, 0.0
+        else:
+            current += _EN_NUMBER_WORDS[w]
+    return total + current
+
+
+def _hour(h: float, minutes: float, meridiem: str) -> float:
+    m = meridiem.casefold().replace(".", "")
+    if m in ("pm", "下午", "晚上", "傍晚", "夜里") and h < 12:
+        h += 12
+    if m in ("am",) and h == 12:
+        h = 0
+    return round(h + minutes / 60, 4)
+
+
+def _norm(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).replace("’", "'")
+
+
+def quantities(text: str) -> tuple[tuple[str, float], ...]:
+    """Every (dimension, value) the sentence states, sorted; clock times as ("clock", hour)."""
+    t = _norm(text)
+    found: list[tuple[str, float]] = []
+
+    def clock(m: re.Match[str]) -> str:
+        if m.group(4) is not None:
+            found.append(("clock", _hour(int(m.group(4)), int(m.group(5)), "")))
+        else:
+            found.append(("clock", _hour(int(m.group(1)), int(m.group(2) or 0), m.group(3) or "")))
+        return " "
+
+    t = _CLOCK.sub(clock, t)
+
+    def zh_clock(m: re.Match[str]) -> str:
+        hour = float(m.group(2)) if m.group(2).isdigit() else _zh_value(m.group(2))
+        minutes = 30.0 if m.group(3) == "半" else float(m.group(4) or 0)
+        found.append(("clock", _hour(hour, minutes, m.group(1) or "")))
+        return " "
+
+    t = _ZH_CLOCK.sub(zh_clock, t)
+    # "一个半小时" (1.5 hours) and "一米八" (1.8 m), then Chinese numerals (with an optional 个 and a
+    # unit) and digits with a Chinese unit
+    t = _ZH_AND_A_HALF.sub(lambda m: f"{_number(m.group(1)) + 0.5:g}{m.group(2)}", t)
+    t = _ZH_METRES.sub(lambda m: f"{_number(m.group(1)) + _number(m.group(2)) / 10:g}米", t)
+    t = _ZH_NOT_NUMBER.sub(" ", t)
+
+    def zh(m: re.Match[str]) -> str:
+        value = float(m.group(1).replace(",", "")) if m.group(1)[0].isdigit() else _zh_value(m.group(1))
+        unit = m.group(2)
+        if value == 1 and unit in ("天", "周", "星期", "个月", "年"):
+            return " "  # "一周游两次": a frequency's period, like "a week"
+        if unit in _ZH_UNITS:
+            dim, factor = _ZH_UNITS[unit]
+            found.append((dim, round(value * factor, 6)))
+        else:
+            found.append(("", value))
+        return " "
+
+    t = re.sub(rf"(?<![\d.,])(\d+(?:[.,]\d+)*(?![\d.,a-zA-Z])|[零〇一二两俩三四五六七八九十百千万亿]+(?={_ZH_COUNTED})|半)"
+               rf"\s*个?\s*({_ZH_UNIT_RE})?(?![a-zA-Z])"
+               if re.search(r"[\u4e00-\u9fff]", t) else r"(?!x)x", zh, t)
+    consumed = 0
+    for m in _EN_NUMBER.finditer(t):
+        if m.start() < consumed:
+            continue
+        if m.group("digits"):
+            value = float(m.group("digits").replace(",", "")) * (1000 if m.group("k") else 1)
+        elif m.group("words"):
+            value = _en_words_value(m.group("words"))
+        else:
+            value = 1.0
+        after = _EN_UNIT_AFTER.match(t, m.end())
+        unit = after.group("unit").casefold() if after else ""
+        dim, factor = _EN_UNITS.get(unit, ("", 1.0))
+        if unit in ("in", "s", "m", "g", "l", "h", "k") and not (after and after.group(0).strip().casefold() == unit
+                                                                 and m.group("digits")):
+            dim, factor = "", 1.0  # one-letter units only straight after digits ("2 L", "5k")
+        if dim == "duration" and re.match(r"\s*old\b", t[after.end():] if after else ""):
+            dim, factor = "", 1.0  # an age: "34 years old" is "thirty-four"
+        if m.group("article") and (not dim or unit in _FREQUENCY):
+            continue  # "a cat", and "a day" / "a week": a frequency, not an amount
+        consumed = after.end() if after and dim else m.end()
+        if m.group("words") and m.group("words").casefold() in ("half", "quarter") and not dim:
+            continue
+        found.append((dim, round(value * factor, 6)))
+    return tuple(sorted(found))
+
+
+def same_quantities(a: tuple[tuple[str, float], ...], b: tuple[tuple[str, float], ...]) -> bool:
+    """The two sentences state the same set of quantities (a repeated one counts once)."""
+    def norm(q: tuple[tuple[str, float], ...]) -> set[tuple[str, float]]:
+        return {(d, float(f"{v:.6g}")) for d, v in q}
+    return norm(a) == norm(b)
+
+
+__all__ = ["quantities", "same_quantities"]

@@ -1,0 +1,107 @@
+"""The semantic matcher's behaviour a user relies on: paraphrases match, near-misses of each kind and
+unrelated facts do not, numbers are compared with their units, abbreviations count as their
+expansions. The sentences are written for these tests (none is a labelled pair)."""
+
+import pytest
+
+from evals.scoring.alignment import difference, words_of
+from evals.scoring.quantities import quantities, same_quantities
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("The user is 1.75 metres tall.", "The user is 175 cm tall."),
+    ("The user walks for forty-five minutes a day.", "The user walks for 45 min daily."),
+    ("The user has coached football for two decades.", "The user has coached football for 20 years."),
+    ("The user's cat weighs 4 kilograms.", "The user's cat weighs 4000 grams."),
+    ("The user starts work at 9 pm.", "The user starts work at 21:00."),
+    ("The user is 41 years old.", "The user is forty-one."),
+    ("用户每天读书一个半小时。", "用户每天读书90分钟。"),
+    ("用户身高一米八。", "用户身高1.8米。"),
+    ("用户养了三只猫。", "用户养了3只猫。"),
+])
+def test_numbers_are_compared_with_their_units(a, b):
+    assert same_quantities(quantities(a), quantities(b)), (quantities(a), quantities(b))
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("The user is 1.75 metres tall.", "The user is 175 m tall."),
+    ("The user runs 5 km a day.", "The user runs 5 miles a day."),
+    ("The user starts work at 9 am.", "The user starts work at 9 pm."),
+    ("用户住在八楼。", "用户住在十八楼。"),
+    ("The user uses Python 3.10.", "The user uses Python 3.11."),
+])
+def test_a_different_quantity_is_different(a, b):
+    assert not same_quantities(quantities(a), quantities(b))
+
+
+def test_a_numeral_inside_a_chinese_name_is_not_a_number():
+    assert quantities("用户住在四川。") == () and quantities("用户在一家医院工作。") == ()
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("lives in Los Angeles", "lives in LA"),
+    ("works in artificial intelligence", "works in AI"),
+    ("writes JavaScript", "writes JS"),
+    ("deploys on Kubernetes", "deploys on k8s"),
+])
+def test_an_abbreviation_is_its_expansion(a, b):
+    diff = difference(words_of(a), words_of(b))
+    assert not diff.unmatched_a and not diff.unmatched_b
+
+
+def test_where_two_predicates_differ():
+    swap = difference(words_of("is allergic to cats"), words_of("is allergic to dogs"))
+    assert swap.substitution == 1.0 and swap.unmatched_a == ("cats",) and swap.unmatched_b == ("dogs",)
+    assert difference(words_of("coaches the junior team"), words_of("is coached by the junior team")).voice == 1.0
+    assert difference(words_of("sold a car to Mia"), words_of("bought a car from Mia")).direction == 1.0
+    assert difference(words_of("is a pilot"), words_of("was a pilot")).tense == 1.0
+    assert difference(words_of("repaired the fence"), words_of("fixed the fence")).voice == 0.0
+
+
+PARAPHRASES = [
+    ("The user works at Siemens.", "User is employed by Siemens"),
+    ("The user is a vegetarian.", "The user follows a vegetarian diet."),
+    ("The user lives in San Diego.", "The user lives in San Diego, California."),
+    ("The user has two daughters.", "The user has 2 daughters."),
+    ("The user studied at UCLA.", "The user studied at UCLA."),
+    ("用户在华为工作。", "用户在华为上班。"),
+    ("用户今年三十五岁。", "用户今年35岁。"),
+]
+NEAR_MISSES = [
+    ("The user lives in Lisbon.", "The user wants to live in Lisbon."),  # modality
+    ("The user lives in Lisbon.", "The user used to live in Lisbon."),
+    ("The user swims on Tuesdays.", "The user swims on Thursdays."),  # time
+    ("The user is a pharmacist.", "The user's sister is a pharmacist."),  # relation
+    ("The user likes opera.", "The user does not like opera."),  # negation
+    ("The user has three dogs.", "The user has five dogs."),  # number
+    ("The user lives in Lisbon.", "The user lives in Porto."),  # entity
+    ("The user lent a drill to Omar.", "The user borrowed a drill from Omar."),  # role: direction
+    ("The user interviews candidates.", "The user is interviewed by candidates."),  # role: voice
+    ("用户每天早上喝咖啡。", "用户每天晚上喝咖啡。"),
+    ("用户养了两只猫。", "用户养了四只猫。"),
+    ("用户喜欢游泳。", "用户不喜欢游泳。"),
+]
+UNRELATED = [
+    ("The user is a nurse.", "The user runs a small bakery."),
+    ("The user lives in Lisbon.", "The user plays the cello."),
+    ("用户是一名护士。", "用户养了一只猫。"),
+]
+
+
+@pytest.fixture(scope="module")
+def semantic():
+    from evals.scoring.matchers import make_matcher
+
+    return make_matcher("semantic")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("gold", "pred"), PARAPHRASES)
+def test_a_clear_paraphrase_matches(semantic, gold, pred):
+    assert semantic.same_fact(gold, "user", pred, "user")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("gold", "pred"), NEAR_MISSES + UNRELATED)
+def test_a_near_miss_or_an_unrelated_fact_does_not_match(semantic, gold, pred):
+    assert not semantic.same_fact(gold, "user", pred, "user")
