@@ -1,4 +1,4 @@
-"""Sessions: tests (default CI run), slow, lint, eval (the README's main job), gate, baseline, mutants, bench."""
+"""Sessions: tests (default CI run), slow, lint, eval (the README's main job), gate, ci_gate, baseline, mutants, bench."""
 
 import shutil
 
@@ -65,13 +65,26 @@ def gate(session: nox.Session) -> None:
     session.run("hymem-eval", "gate", "--baseline", "reports/baseline", "--current", "reports/current", env=ENV)
 
 
+@nox.session(name="ci_gate")
+def ci_gate(session: nox.Session) -> None:
+    """The CI gate job a user copies (README "A CI gate job"): the light install, the bundled suites under
+    `--faults sweep:fast`, gated against reports/baseline-fast (recorded with the same plan)."""
+    install(session, "minilm")
+    shutil.rmtree("reports/current-fast", ignore_errors=True)
+    session.run("hymem-eval", "run", "--faults", "sweep:fast", "--out", "reports/current-fast", "--no-progress", env=ENV)
+    session.run("hymem-eval", "gate", "--baseline", "reports/baseline-fast", "--current", "reports/current-fast",
+                env=ENV)
+
+
 @nox.session
 def baseline(session: nox.Session) -> None:
-    """Re-record reports/baseline (offline model, bundled data, default sweep); commit the result."""
+    """Re-record reports/baseline (offline model, bundled data, default sweep) and reports/baseline-fast (the same
+    under `--faults sweep:fast`, for `nox -s ci_gate`); commit the result."""
     install(session, "minilm")
-    shutil.rmtree("reports/baseline", ignore_errors=True)
-    session.run("hymem-eval", "run", "--out", "reports/baseline", "--no-progress", env=ENV)
-    session.run("rm", "-f", "reports/baseline/units.jsonl", external=True)  # the Parquet tables are the record
+    for out, faults in (("reports/baseline", "sweep"), ("reports/baseline-fast", "sweep:fast")):
+        shutil.rmtree(out, ignore_errors=True)
+        session.run("hymem-eval", "run", "--faults", faults, "--out", out, "--no-progress", env=ENV)
+        session.run("rm", "-f", f"{out}/units.jsonl", external=True)  # the Parquet tables are the record
 
 
 @nox.session

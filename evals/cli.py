@@ -276,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="do not reuse successful HTTP replies from reports/.cache/responses.sqlite")
     run.add_argument("--embedder", default=None, help="minilm | hash | openai[/MODEL][@URL] (default: minilm "
                      "when installed, else hash)")
-    run.add_argument("--faults", default="sweep", help="none | sweep | random:RATE (default: sweep)")
+    run.add_argument("--faults", default="sweep", help="none | sweep | sweep:fast | random:RATE (default: sweep; sweep:fast: each (site, kind) pair in at most 2 units, for a quick CI gate)")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--epochs", type=int, default=1, metavar="K",
                      help="run every (provider, case) unit K times, each epoch with its own sampling seed; "

@@ -13,7 +13,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pydantic import BaseModel
+from pydantic import BaseModel, PrivateAttr
 
 from evals.adversarial import ADVERSARIAL_KINDS, EXTRACT_ADVERSARIAL, RECONCILE_ADVERSARIAL
 
@@ -116,15 +116,27 @@ class Fault:
 
 
 class FaultPlan(BaseModel):
-    """`none`, `sweep` (every reached site × applicable kind, per write) or `random:RATE`."""
+    """`none`, `sweep` (every reached site × applicable kind, per write), `sweep:fast` or `random:RATE`.
+
+    `sweep:fast` faults each applicable (site, kind) pair the run reaches in at most `FAST_UNITS_PER_PAIR`
+    units, in distinct cases, instead of at every write and call of every case. The runner first replays
+    every case fault-free with a probe plan (`probe()`), which records what each write offered; `designate`
+    then picks the units, and only the cases given one are replayed again with their faults.
+    """
 
     name: str
     rate: float = 0.0
+    fast: bool = False
+    # sweep:fast after designation: unit key (provider|case|write) → the faults, as (site, kind, occurrence)
+    picks: dict[str, list[tuple[str, str, int]]] | None = None
+    _offered: dict[str, list[Fault]] = PrivateAttr(default_factory=dict)
 
     @classmethod
     def parse(cls, spec: str) -> FaultPlan:
         if spec in ("none", "sweep"):
             return cls(name=spec)
+        if spec == "sweep:fast":
+            return cls(name="sweep", fast=True)
         if spec.startswith("random:"):
             try:
                 rate = float(spec.split(":", 1)[1])
@@ -133,10 +145,12 @@ class FaultPlan(BaseModel):
             if not 0.0 < rate <= 1.0:
                 raise ValueError(f"--faults {spec!r}: RATE must be in (0, 1]")
             return cls(name="random", rate=rate)
-        raise ValueError(f"--faults {spec!r}: use none, sweep or random:RATE")
+        raise ValueError(f"--faults {spec!r}: use none, sweep, sweep:fast or random:RATE")
 
     def __str__(self) -> str:
-        return f"random:{self.rate}" if self.name == "random" else self.name
+        if self.name == "random":
+            return f"random:{self.rate}"
+        return "sweep:fast" if self.fast else self.name
 
     def faults_for_write(self, reached: dict[str, int], seed: int, unit_key: str, *,
                          sites: tuple[str, ...] = SITES, kinds: Callable[[str], tuple[str, ...]] | None = None,
@@ -145,7 +159,7 @@ class FaultPlan(BaseModel):
 
         Deterministic in (plan, seed, unit_key): the same plan and seed replay the same faults,
         whatever the order or concurrency of the run. `sites` and `kinds` default to hymem's; another
-        engine under test passes its own.
+        engine under test passes its own. A `sweep:fast` probe records the write's candidates and runs none.
         """
         if self.name == "none":
             return []
@@ -153,9 +167,62 @@ class FaultPlan(BaseModel):
         candidates = [Fault(site, kind, occurrence) for site in sites if site in reached
                       for occurrence in range(reached[site]) for kind in kinds(site)
                       if kind not in ADVERSARIAL_KINDS or reached.get(opportunity_key(site, kind, occurrence))]
+        if self.fast:
+            if self.picks is None:  # the probe: what this write offers, for `designate`
+                self._offered[unit_key] = candidates
+                return []
+            chosen = {tuple(pick) for pick in self.picks.get(unit_key, [])}
+            return [f for f in candidates if (f.site, f.kind, f.occurrence) in chosen]
         if self.name == "sweep":
             return candidates
         return [f for f in candidates if _draw(seed, unit_key, f) < self.rate]
+
+    def probe(self) -> FaultPlan:
+        """A `sweep:fast` plan with nothing designated: its replays run no fault and record what each write offers."""
+        return FaultPlan(name=self.name, fast=True)
+
+    @property
+    def offered(self) -> dict[str, list[Fault]]:
+        """unit key → the faults that write offered, as recorded by this probe plan."""
+        return dict(self._offered)
+
+    def designate(self, offered: dict[str, list[Fault]], seed: int) -> FaultPlan:
+        """The `sweep:fast` plan that faults each (provider, site, kind) pair offered anywhere in at most
+        `FAST_UNITS_PER_PAIR` units, in distinct cases, each at the pair's first write and call in its case.
+
+        Cases are ranked by a seeded hash of (provider, case), and each pair goes to the first cases in that
+        rank that offer it, so the pairs gather in few cases (fewer replays) and the choice is the same
+        whatever order the probe ran in.
+        """
+        first: dict[tuple[str, str, str, str], tuple[int, int, Fault]] = {}  # (provider, case, site, kind) → earliest
+        for key, faults in offered.items():
+            provider, case_id, index = key.rsplit("|", 2)
+            for fault in faults:
+                slot = (provider, case_id, fault.site, fault.kind)
+                here = (int(index), fault.occurrence, fault)
+                if slot not in first or here[:2] < first[slot][:2]:
+                    first[slot] = here
+        by_pair: dict[tuple[str, str, str], list[str]] = {}
+        for provider, case_id, site, kind in first:
+            by_pair.setdefault((provider, site, kind), []).append(case_id)
+        picks: dict[str, list[tuple[str, str, int]]] = {}
+        for (provider, site, kind), case_ids in sorted(by_pair.items()):
+            ranks = {case_id: _rank(seed, provider, case_id) for case_id in case_ids}
+            for case_id in sorted(case_ids, key=lambda c: (ranks[c], c))[:FAST_UNITS_PER_PAIR]:
+                write, occurrence, _ = first[(provider, case_id, site, kind)]
+                picks.setdefault(f"{provider}|{case_id}|{write}", []).append((site, kind, occurrence))
+        return FaultPlan(name=self.name, fast=True, picks=picks)
+
+    def designated_cases(self) -> set[tuple[str, str]]:
+        """(provider, case id) of every case that `designate` gave a fault to."""
+        return {tuple(key.rsplit("|", 2)[:2]) for key in self.picks or {}}  # type: ignore[misc]
+
+
+FAST_UNITS_PER_PAIR = 2  # sweep:fast: faulted units per (provider, site, kind) pair, each in its own case
+
+
+def _rank(seed: int, provider: str, case_id: str) -> bytes:
+    return hashlib.sha256(f"{seed}|fast|{provider}|{case_id}".encode()).digest()
 
 
 def opportunity_key(site: str, kind: str, occurrence: int) -> str:

@@ -12,6 +12,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +196,9 @@ def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], t
         raise UsageError(str(exc)) from exc
     if config.concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
+    if plan.fast and config.executor == "ray":
+        raise UsageError("--faults sweep:fast runs on the local executor (it designates its faulted units between "
+                         "two passes); use --faults sweep with --executor ray")
     if config.epochs < 1:
         raise UsageError("--epochs must be at least 1")
     if config.temperature is not None and not 0 <= config.temperature <= 2:
@@ -435,13 +439,15 @@ def _execute(config: RunConfig, cases: list[Case], plan: FaultPlan, factories: d
     runs = list(done.values())
     units_file = UnitsWriter(run_dir)
 
-    def one(unit: tuple[Any, Case, int]) -> CaseRun:
-        arm, case, epoch = unit
-        provider = factories[arm.provider]
-        lm = provider.sampling(sampling_seed(config, epoch), config.temperature)
-        return CaseReplayer(case, dataset_name(case), arm.label, lm, embedder, plan, config.seed,
-                            program=program, accounting=provider, epoch=epoch,
-                            cache=cache if provider.config.is_http else None, system=arm.make).run()
+    def replay_with(unit_plan: FaultPlan) -> Callable[[tuple[Any, Case, int]], CaseRun]:
+        def one(unit: tuple[Any, Case, int]) -> CaseRun:
+            arm, case, epoch = unit
+            provider = factories[arm.provider]
+            lm = provider.sampling(sampling_seed(config, epoch), config.temperature)
+            return CaseReplayer(case, dataset_name(case), arm.label, lm, embedder, unit_plan, config.seed,
+                                program=program, accounting=provider, epoch=epoch,
+                                cache=cache if provider.config.is_http else None, system=arm.make).run()
+        return one
 
     bar = _progress(len(todo), config.progress, total_done=len(done))
     calls, started = 0, time.monotonic()
@@ -449,8 +455,10 @@ def _execute(config: RunConfig, cases: list[Case], plan: FaultPlan, factories: d
     try:
         if config.executor == "ray":
             results = _ray_results(todo, config, factories, embedder_name, plan, cases, cache, program, manifest)
+        elif plan.fast:
+            results = _fast_sweep(todo, replay_with, plan, config)
         else:
-            results = run_local(todo, one, config.concurrency)
+            results = run_local(todo, replay_with(plan), config.concurrency)
         for result in results:
             units_file.append(result)
             state["saved"] += 1
@@ -486,6 +494,19 @@ def _execute(config: RunConfig, cases: list[Case], plan: FaultPlan, factories: d
                       units_seconds=units_seconds, reasons=run_verdict(runs, manifest)[1],
                       infra_error_units=sum(r.status == "infra_error" for r in runs),
                       infra_error_faults=sum(f.outcome == "infra_error" for r in runs for f in r.faults))
+
+
+def _fast_sweep(units: list[tuple[Any, Case, int]], replay_with: Callable[[FaultPlan], Any], plan: FaultPlan,
+                config: RunConfig) -> Generator[CaseRun, None, None]:
+    """`--faults sweep:fast`: replay every unit with the probe plan (controls and their checks, no fault), designate
+    the faulted units from what the writes offered, then yield the probe's runs of the cases given no fault and
+    fresh replays, with their faults, of the cases given one."""
+    probe = plan.probe()
+    probed = list(run_local(units, replay_with(probe), config.concurrency))
+    final = probe.designate(probe.offered, config.seed)
+    chosen = final.designated_cases()
+    yield from (run for run in probed if (run.provider, run.case_id) not in chosen)
+    yield from run_local([u for u in units if (u[0].label, u[1].id) in chosen], replay_with(final), config.concurrency)
 
 
 def _ray_results(todo: list[tuple[Any, Case, int]], config: RunConfig, factories: dict[str, Any], embedder_spec: str,
