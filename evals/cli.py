@@ -19,7 +19,26 @@ VERDICT_MEANS = {
 }
 
 
+def _check_before_loading(args: argparse.Namespace) -> str | None:
+    """The fault plan and the JSONL dataset files, checked before the runner (dspy, the model) is imported, so a
+    bad flag or file answers in well under a second; the runner checks everything again, the rest first."""
+    from evals.dataset import load_cases
+    from evals.faults import FaultPlan
+
+    try:
+        FaultPlan.parse(args.faults)
+        files = [spec for spec in args.dataset or [] if ":" not in spec]  # NAME:PATH specs go to their adapters
+        if files:
+            load_cases(files)  # a DatasetError lists every bad line as file:line: field: problem
+    except (ValueError, OSError) as exc:
+        return str(exc)
+    return None
+
+
 def _run(args: argparse.Namespace) -> int:
+    if (problem := _check_before_loading(args)) is not None:
+        print(f"hymem-eval run: {problem}", file=sys.stderr)
+        return 2
     from evals.runner import RunConfig, RunInterrupted, RunIOError, UsageError, run_eval
 
     config = RunConfig(datasets=args.dataset or [], providers=args.lm or [], embedder=args.embedder,
@@ -101,11 +120,14 @@ def _matcher_fit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _matcher_option(parser: argparse.ArgumentParser, extra: str = "") -> None:
-    from evals.scoring.matchers import SPECS_HELP
+# evals.scoring.matchers.SPECS_HELP, repeated so that building the parser imports no scorer (scipy, pandas): a bad
+# flag answers at once. tests/test_cli_latency.py checks the two agree.
+MATCHER_SPECS_HELP = "semantic (default: MiniLM + explicit near-miss checks) | text (fast, no model) | llm:MODEL_SPEC (an LLM judge)"
 
+
+def _matcher_option(parser: argparse.ArgumentParser, extra: str = "") -> None:
     parser.add_argument("--matcher", default=None, metavar="SPEC", help=f"how a predicted fact is matched to "
-                        f"gold: {SPECS_HELP}{'; ' + extra if extra else ''}")
+                        f"gold: {MATCHER_SPECS_HELP}{'; ' + extra if extra else ''}")
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -172,6 +194,10 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _gate(args: argparse.Namespace) -> int:
+    for run_dir in (args.baseline, args.current):  # before importing pandas and the scorers: answers at once
+        if not Path(run_dir).is_dir():
+            print(f"hymem-eval gate: {run_dir}: no such run directory", file=sys.stderr)
+            return 2
     from evals.gate import GateInputError, run_gate
 
     try:

@@ -1,0 +1,49 @@
+"""Input errors answer before anything heavy is imported: a bad flag, a missing or malformed dataset file, a bad
+fault plan or a missing run directory exits 2 with one line, and neither dspy, pandas, scipy nor the model's
+runtime was imported (their import is what took an error 10-20 s on a loaded machine; BENCHMARKS.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+HEAVY = ("dspy", "pandas", "scipy", "faiss", "litellm", "tokenizers", "torch", "evals.runner")
+
+
+def _answer(tmp_path: Path, *argv: str) -> tuple[int, str, list[str]]:
+    """Run the CLI in a fresh interpreter; return its exit code, stderr and the heavy modules it imported."""
+    code = ("import sys, json\nfrom evals.cli import main\ntry:\n    rc = main(sys.argv[1:])\n"
+            "except SystemExit as exc:\n    rc = exc.code\n"
+            f"print(json.dumps([rc, [m for m in {HEAVY!r} if m in sys.modules]]))")
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
+    rc, heavy = json.loads(done.stdout.strip().splitlines()[-1])
+    return rc, done.stderr, heavy
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "--bogus-flag"], "unrecognized arguments: --bogus-flag"),
+    (["run", "--dataset", "missing.jsonl"], "missing.jsonl: no such file or directory"),
+    (["run", "--dataset", "bad.jsonl"], "bad.jsonl:1: lang: Field required"),
+    (["run", "--faults", "sweep:slow"], "use none, sweep, sweep:fast or random:RATE"),
+    (["gate", "--baseline", "nowhere", "--current", "nowhere"], "nowhere: no such run directory"),
+])
+def test_an_input_error_answers_before_the_heavy_imports(tmp_path, argv, message):
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"id": "x", "turns": 3}) + "\n", encoding="utf-8")
+    rc, stderr, heavy = _answer(tmp_path, *argv)
+    assert rc == 2
+    assert message in stderr and "Traceback" not in stderr
+    assert heavy == []
+
+
+def test_the_clis_matcher_help_is_the_matchers_own():
+    from evals.cli import MATCHER_SPECS_HELP
+    from evals.scoring.matchers import SPECS_HELP
+
+    assert MATCHER_SPECS_HELP == SPECS_HELP
