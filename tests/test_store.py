@@ -454,3 +454,24 @@ def test_the_synchronous_level_is_the_one_asked_for_and_nothing_else_is_accepted
         assert s._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     with pytest.raises(ValueError, match="synchronous"):
         Store(tmp_path / "off", DIM, synchronous="OFF")
+
+
+@pytest.mark.parametrize("sync, fsyncs", [("FULL", True), ("NORMAL", False)])
+def test_the_index_file_is_fsynced_only_under_full_and_a_torn_one_is_rebuilt(tmp_path, monkeypatch, sync, fsyncs):
+    """NORMAL: the index file is written without fsync, like SQLite's commits; a power loss can then leave it
+    torn (here: cut in half behind a sidecar that survived), and the next open refuses and rebuilds it."""
+    import os as os_module
+
+    synced: list[int] = []
+    real_fsync = os_module.fsync
+    monkeypatch.setattr(os_module, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    with Store(tmp_path, DIM, synchronous=sync) as s:
+        ids = [add(s, "u1", f"f{i}", i) for i in range(4)]
+        synced.clear()
+    assert bool(synced) is fsyncs  # Python-level fsyncs are the index file's and its directory's only
+    data = (tmp_path / INDEX_FILE).read_bytes()
+    (tmp_path / INDEX_FILE).write_bytes(data[: len(data) // 2])
+    with Store(tmp_path, DIM, synchronous=sync) as s:
+        assert "checksum" in s.index_rebuild_reason
+        assert s.check_consistency() == []
+        assert s.search("u1", vec(2), k=1)[0].id == ids[2]

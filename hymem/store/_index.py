@@ -206,15 +206,19 @@ def load_index(directory: Path, conn: sqlite3.Connection, dim: int,
     return VectorIndex.from_rows(dim, ((mid, user_id, kind, vectors[position[mid]]) for mid, user_id, kind in live)), None
 
 
-def persist_index(directory: Path, index: VectorIndex, generation: int, dim: int) -> None:
-    """Write the index and then its sidecar; a crash in between leaves no valid sidecar, so a rebuild."""
+def persist_index(directory: Path, index: VectorIndex, generation: int, dim: int, *, durable: bool = True) -> None:
+    """Write the index and then its sidecar; a crash in between leaves no valid sidecar, so a rebuild.
+
+    `durable=False` skips the fsyncs (a store under `synchronous=NORMAL`): a power loss may then leave a torn
+    or older file, which `load_index` refuses (size, CRC, generation, SQLite's vector checksum) and rebuilds.
+    """
     data = faiss.serialize_index(index.to_faiss())
     (directory / SIDECAR_FILE).unlink(missing_ok=True)
-    _atomic_write(directory / INDEX_FILE, data)
+    _atomic_write(directory / INDEX_FILE, data, durable)
     failpoint("store.persist")
     sidecar = {"generation": generation, "dim": dim, "size": int(data.nbytes),
                "crc32": zlib.crc32(data), "ntotal": int(index.ntotal)}
-    _atomic_write(directory / SIDECAR_FILE, json.dumps(sidecar).encode())
+    _atomic_write(directory / SIDECAR_FILE, json.dumps(sidecar).encode(), durable)
 
 
 def apply_changes(index: VectorIndex, changes: dict[int, tuple[str, str, np.ndarray] | None]) -> None:
@@ -231,14 +235,17 @@ def apply_changes(index: VectorIndex, changes: dict[int, tuple[str, str, np.ndar
             index.add(memory_id, user_id, kind, vector)
 
 
-def _atomic_write(path: Path, data: Any) -> None:
+def _atomic_write(path: Path, data: Any, durable: bool = True) -> None:
     """Write bytes-like data to path via a temp file, fsync and rename, so readers see old or new."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            os.fsync(f.fileno())
     os.replace(tmp, path)
+    if not durable:
+        return
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

@@ -53,7 +53,8 @@ class Store:
     def __init__(self, path: str | os.PathLike, dim: int, *, persist_every: int = 100, synchronous: str = "FULL"):
         """`synchronous`: SQLite's, in WAL mode. FULL (default) makes every commit durable on power loss;
         NORMAL skips the per-commit fsync and stays consistent and all-or-nothing across a process crash
-        (kill -9), losing only the last commits on a power loss or OS crash: for scratch stores (sweeps)."""
+        (kill -9), losing only the last commits on a power loss or OS crash: for scratch stores (sweeps). Under
+        NORMAL the FAISS index file is persisted without fsync too: after a power loss it is checked and rebuilt."""
         if not isinstance(dim, int) or dim <= 0:
             raise ValueError(f"dim must be a positive int, got {dim!r}")
         if synchronous not in ("FULL", "NORMAL"):
@@ -61,6 +62,7 @@ class Store:
         self.dim = dim
         self.path = Path(path)
         self.persist_every = max(1, persist_every)
+        self._durable_index = synchronous == "FULL"  # fsync the index file as SQLite fsyncs its commits
         self.index_rebuild_reason: str | None = None  # why the index was rebuilt on open; None when loaded
         self._pid = os.getpid()  # the process that owns the connection, the index and the directory lock
         self._lock = threading.RLock()
@@ -192,7 +194,7 @@ class Store:
         if self._needs_rebuild or self._persisted_generation == self._generation:
             return
         try:
-            persist_index(self.path, self._index, self._generation, self.dim)
+            persist_index(self.path, self._index, self._generation, self.dim, durable=self._durable_index)
         except Exception:
             _log.exception("persisting the FAISS index failed; it will be rebuilt from SQLite on open")
             return
