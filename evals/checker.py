@@ -32,58 +32,130 @@ _VOLATILE = {"id", "created_at", "updated_at", "request_id", "deleted_at", "supe
 
 @dataclass
 class StoreState:
-    """Every row of every table, plus the FAISS vectors as the engine will see them on open."""
+    """Every row of every table, plus the FAISS vectors as the engine will see them on open.
+
+    `faiss` maps an id to its vector: raw float32 bytes when read from hymem's files (compared byte for byte),
+    a tuple of floats from other readers. `row_keys` and `canonical_form` are memos (see `RowMemo`).
+    """
 
     tables: dict[str, list[dict[str, Any]]]
-    faiss: dict[int, tuple[float, ...]]
+    faiss: dict[Any, Any]
     faiss_stale: bool = False  # the FAISS file is behind SQLite and will be rebuilt on open
     notes: list[str] = field(default_factory=list)
     canonical_form: dict[str, list[str]] | None = field(default=None, repr=False, compare=False)  # memo
+    row_keys: dict[str, set[str]] | None = field(default=None, repr=False, compare=False)  # memo
 
 
-def read_state(store_dir: Path) -> StoreState:
-    """Read a (closed) store's files directly."""
+class RowMemo:
+    """Per-row work done once per distinct row, shared by every state read for one case.
+
+    Why: a sweep reads the store after every faulted write, retry and repeat; almost every row is one the
+    case's earlier states already held. Each state is still read whole from the files, and a row is looked up
+    by its full raw content (every column, the vector's bytes too), so a changed row is always a new entry.
+    """
+
+    def __init__(self, max_rows: int = 50_000, max_index_bytes: int = 64 << 20):
+        self._rows: dict[tuple[Any, ...], tuple[dict[str, Any], str, str]] = {}
+        self._faiss: dict[bytes, tuple[dict[int, bytes], list[str]]] = {}
+        self._max_rows, self._max_index_bytes, self._index_bytes = max_rows, max_index_bytes, 0
+
+    def row(self, table: str, columns: tuple[str, ...], raw: tuple[Any, ...]) -> tuple[dict[str, Any], str, str]:
+        """(the row as a dict, its key for diffs, its key for `canonical`)."""
+        key = (table, columns, raw)
+        hit = self._rows.get(key)
+        if hit is None:
+            if len(self._rows) >= self._max_rows:
+                self._rows.clear()
+            row = dict(zip(columns, raw, strict=True))
+            hit = self._rows[key] = (row, _row_key(row), _canonical_row_key(row))
+        return hit
+
+    def faiss(self, data: bytes, read: Any) -> tuple[dict[int, bytes], list[str]]:
+        """The vectors of an index file and their canonical keys, parsed once per distinct file content."""
+        hit = self._faiss.get(data)  # looked up by the file's whole bytes: equal only when identical
+        if hit is None:
+            if self._index_bytes + len(data) > self._max_index_bytes:
+                self._faiss.clear()
+                self._index_bytes = 0
+            vectors = read(data)
+            hit = self._faiss[data] = (vectors, _faiss_canonical(vectors))
+            self._index_bytes += len(data)
+        return hit
+
+
+def read_state(store_dir: Path, memo: RowMemo | None = None) -> StoreState:
+    """Read a (closed) store's files directly: every table and the FAISS index file, whole.
+
+    `memo`: per-row work (dicts, keys) shared with earlier reads of the same case's stores.
+    """
     store_dir = Path(store_dir)
+    memo = memo if memo is not None else RowMemo()
     db = sqlite3.connect(f"file:{store_dir / DB_FILE}?mode=ro", uri=True)
-    db.row_factory = sqlite3.Row
+    tables: dict[str, list[dict[str, Any]]] = {}
+    keys: dict[str, set[str]] = {}
+    canon: dict[str, list[str]] = {}
     try:
         names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
-        tables = {n: [dict(r) for r in db.execute(f'SELECT * FROM "{n}"')] for n in names if n not in _IGNORED_TABLES}
+        for name in names:
+            if name in _IGNORED_TABLES:
+                continue
+            cursor = db.execute(f'SELECT * FROM "{name}"')
+            columns = tuple(d[0] for d in cursor.description)
+            rows = [memo.row(name, columns, raw) for raw in cursor.fetchall()]
+            tables[name] = [r[0] for r in rows]
+            keys[name] = {r[1] for r in rows}
+            canon[name] = sorted(r[2] for r in rows)
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall()) if "meta" in names else {}
     finally:
         db.close()
-    faiss_vectors, stale = _read_faiss(store_dir, int(meta.get("generation", 0)))
-    if stale:  # the engine rebuilds from SQLite on open: that is the index it will use
-        faiss_vectors = {row["id"]: _vector(row["vector"]) for row in tables.get("memories", []) if _live(row)}
-    return StoreState(tables=tables, faiss=faiss_vectors, faiss_stale=stale)
+    read = _read_faiss(store_dir, int(meta.get("generation", 0)), memo)
+    if read is None:  # stale or missing: the engine rebuilds from SQLite on open, so that is the index it will use
+        faiss_vectors = {row["id"]: bytes(row["vector"] or b"") for row in tables.get("memories", []) if _live(row)}
+        canon["faiss"] = _faiss_canonical(faiss_vectors)
+    else:
+        faiss_vectors, canon["faiss"] = read
+    return StoreState(tables=tables, faiss=faiss_vectors, faiss_stale=read is None, canonical_form=canon,
+                      row_keys=keys)
 
 
-def _read_faiss(store_dir: Path, generation: int) -> tuple[dict[int, tuple[float, ...]], bool]:
-    import faiss
-
+def _read_faiss(store_dir: Path, generation: int, memo: RowMemo) -> tuple[dict[int, bytes], list[str]] | None:
+    """The index file's vectors by id, when its sidecar names SQLite's generation; else None (stale)."""
     index_path, sidecar_path = store_dir / INDEX_FILE, store_dir / SIDECAR_FILE
-    if not index_path.exists() or not sidecar_path.exists():
-        return {}, True
     try:
         sidecar = json.loads(sidecar_path.read_text())
         if int(sidecar.get("generation", -1)) != generation:
-            return {}, True
-        index = faiss.read_index(str(index_path))
-    except Exception:
-        return {}, True
+            return None
+        data = index_path.read_bytes()
+        vectors, canon = memo.faiss(data, _parse_faiss)
+    except Exception:  # missing, unreadable or not an index: the engine rebuilds it
+        return None
+    return vectors, canon
+
+
+def _parse_faiss(data: bytes) -> dict[int, bytes]:
+    import faiss
+
+    index = faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8))
     ids = faiss.vector_to_array(index.id_map).astype(np.int64) if index.ntotal else np.zeros(0, np.int64)
-    out: dict[int, tuple[float, ...]] = {}
-    for position, mid in enumerate(ids):
-        vector = tuple(float(x) for x in index.index.reconstruct(position))
-        if int(mid) in out:
-            out[-int(mid) - 1_000_000_000] = vector  # a duplicate id: keep it visible to the checker
+    vectors = index.index.reconstruct_n(0, index.ntotal) if index.ntotal else np.zeros((0, index.d), np.float32)
+    out: dict[int, bytes] = {}
+    for mid, vector in zip(ids.tolist(), vectors, strict=True):
+        blob = np.ascontiguousarray(vector, dtype=np.float32).tobytes()
+        if mid in out:
+            out[-mid - 1_000_000_000] = blob  # a duplicate id: keep it visible to the checker
         else:
-            out[int(mid)] = vector
-    return out, False
+            out[mid] = blob
+    return out
 
 
-def _vector(blob: bytes | None) -> tuple[float, ...]:
-    return tuple(float(x) for x in np.frombuffer(blob or b"", dtype=np.float32))
+def _faiss_canonical(vectors: dict[Any, Any]) -> list[str]:
+    return sorted(_vector_key(v) for v in vectors.values())
+
+
+def _vector_key(vector: Any) -> str:
+    if isinstance(vector, bytes):
+        return vector.hex()
+    return _row_key({"v": list(vector)})
 
 
 def _live(row: dict[str, Any]) -> bool:
@@ -95,12 +167,25 @@ def _row_key(row: dict[str, Any]) -> str:
                       ensure_ascii=False, default=str)
 
 
+def _canonical_row_key(row: dict[str, Any]) -> str:
+    rec = {k: v for k, v in row.items() if k not in _VOLATILE}
+    if "superseded_by" in row:
+        rec["live"] = _live(row)
+    return _row_key(rec)
+
+
+def _keys(state: StoreState) -> dict[str, set[str]]:
+    if state.row_keys is None:
+        state.row_keys = {t: {_row_key(r) for r in rows} for t, rows in state.tables.items()}
+    return state.row_keys
+
+
 def diff_states(before: StoreState, after: StoreState) -> dict[str, dict[str, list[str]]]:
     """Rows added and removed per table (a changed row is one removed and one added), and FAISS ids."""
     out: dict[str, dict[str, list[str]]] = {}
+    keys_a, keys_b = _keys(before), _keys(after)
     for table in sorted(set(before.tables) | set(after.tables)):
-        a = {_row_key(r) for r in before.tables.get(table, [])}
-        b = {_row_key(r) for r in after.tables.get(table, [])}
+        a, b = keys_a.get(table, set()), keys_b.get(table, set())
         if a != b:
             out[table] = {"added": sorted(b - a), "removed": sorted(a - b)}
     fa, fb = before.faiss, after.faiss
@@ -117,16 +202,8 @@ def canonical(state: StoreState) -> dict[str, list[str]]:
     """
     if state.canonical_form is not None:
         return state.canonical_form
-    out = {}
-    for table, rows in state.tables.items():
-        canon = []
-        for row in rows:
-            rec = {k: v for k, v in row.items() if k not in _VOLATILE}
-            if "superseded_by" in row:
-                rec["live"] = _live(row)
-            canon.append(_row_key(rec))
-        out[table] = sorted(canon)
-    out["faiss"] = sorted(_row_key({"v": list(v)}) for v in state.faiss.values())
+    out = {table: sorted(_canonical_row_key(row) for row in rows) for table, rows in state.tables.items()}
+    out["faiss"] = _faiss_canonical(state.faiss)
     state.canonical_form = out
     return out
 
@@ -146,6 +223,17 @@ def consistency_anomalies(state: StoreState, dim: int) -> list[Anomaly]:
     for mid in sorted(state.faiss):
         if mid not in live:
             found.append(Anomaly(kind=_K.ORPHAN_VECTOR, witness=f"FAISS id {mid} has no live row"))
+    return found
+
+
+def closed_store_anomalies(open_state: StoreState, closed: StoreState, dim: int) -> list[Anomaly]:
+    """The store as its close left it, against its last state read while open: the same rows, and the index
+    it persisted holding exactly the live memories' vectors (the index the next open will serve)."""
+    found = consistency_anomalies(closed, dim)
+    if not found and canonical(closed) != canonical(open_state):
+        diff = diff_states(open_state, closed)
+        kind = _K.VECTORLESS_NODE if set(diff) == {"faiss"} else _K.PARTIAL_WRITE
+        found.append(Anomaly(kind=kind, witness="closing the store changed it: " + short_diff(diff)))
     return found
 
 

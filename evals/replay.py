@@ -17,7 +17,7 @@ from typing import Any
 
 from evals.accounting import AttemptLog
 from evals.adversarial import ADVERSARIAL_KINDS, adversarial_anomalies
-from evals.checker import StoreState, check_faulted_write
+from evals.checker import StoreState, check_faulted_write, closed_store_anomalies
 from evals.dataset import Case
 from evals.faults import Fault, FaultPlan
 from evals.prompt_contract import Said, check_prompts, read_messages, user_name
@@ -256,6 +256,17 @@ class CaseReplayer:
         return [(kind, "after the faulted write: " + witness)
                 for kind, witness in reopen_anomalies(None, None, reopened, {"from an index rebuilt from SQLite": rebuilt})]
 
+    def _state_between(self, work: Path, live: bool) -> StoreState:
+        """The store's state between two writes of a faulted unit: read from the open store's files (`live`),
+        else closed, read and opened again."""
+        system = self.system
+        if live:
+            return system.snapshot_open(work)
+        system.close()
+        state = system.snapshot(work)
+        system.open(work)
+        return state
+
     def _faulted(self, tmp: Path, index: int, path: str, payload: Any, fault: Fault, snapshot: Path,
                  before: StoreState, control_after: StoreState) -> FaultRecord:
         t0 = time.perf_counter()
@@ -269,6 +280,7 @@ class CaseReplayer:
                              fired=False, expected=Codes.model_validate(expected.model_dump()), actual=Codes(),
                              outcome="infra_error")
         stage = "open"
+        live = hasattr(system, "snapshot_open")  # reads its open store's files: one open and close per unit
         try:
             system.open(work)
             self.log.context = {"write": index, "unit": "fault"}
@@ -277,32 +289,37 @@ class CaseReplayer:
             record.fired = faulted.fired
             record.actual = Codes.model_validate(faulted.codes)
             record.wire = faulted.wire_log
-            system.close()
-            after = system.snapshot(work)
             reopen: list[tuple[str, str]] = []
             if fault.site.startswith("store.") and expected.success and hasattr(system, "search_probe"):
+                system.close()  # a store fault that must not fail the write: the index it left is reopened
+                after = system.snapshot(work)
                 stage = "reopen"
                 reopen = self._reopen_faulted(tmp, work)
+                system.open(work)
+            else:
+                after = self._state_between(work, live)
             retry = None
             if not expected.success:
-                system.open(work)
                 self.log.context = {"write": index, "unit": "retry"}
                 stage = "retry"
                 retry = engine_call(system.write, path, payload, self.case.user_id, rid + "/retry")
-                system.close()
                 record.retry_success = retry.success
-            retry_after = system.snapshot(work) if retry is not None else after  # no retry: the store is unchanged
+            retry_after = self._state_between(work, live) if retry is not None else after  # no retry: unchanged
             repeat_rid = rid + "/retry" if not expected.success else rid
-            system.open(work)
             self.log.context = {"write": index, "unit": "repeat"}
             stage = "repeat"
             engine_call(system.write, path, payload, self.case.user_id, repeat_rid)
+            repeat_after = system.snapshot_open(work) if live else None
+            stage = "close"
             system.close()
-            repeat_after = system.snapshot(work)
+            closed = system.snapshot(work)
             adversarial = fault.kind in ADVERSARIAL_KINDS
             record.anomalies = check_faulted_write(expected, faulted, before, after, control_after, retry,
-                                                   retry_after, repeat_after, system.dim,
+                                                   retry_after, repeat_after or closed, system.dim,
                                                    same_as_control=not adversarial)
+            if repeat_after is not None:  # the checks above read the open store: now the index it persisted
+                record.anomalies += [a for a in closed_store_anomalies(repeat_after, closed, system.dim)
+                                     if a not in record.anomalies]
             if adversarial and faulted.injected:
                 record.anomalies += _anomalies(adversarial_anomalies(fault.kind, faulted.injected, self.case.user_id,
                                                                      before, after))

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from evals.accounting import AccountingLM, price_table
-from evals.checker import StoreState, codes_of, read_state
+from evals.checker import RowMemo, StoreState, codes_of, read_state
 from evals.faults import Expected, Fault, FaultPlan, expected_outcome, wire_kinds_for
 from evals.inject import FaultyEmbedder, Injector, PromptTap, faulty_lm
 from evals.systems.base import WriteOutcome
@@ -56,6 +56,7 @@ class HymemSystem:
         self._request_id = ""
         self._tags: list[tuple[Any, str]] = []
         self._prompts: list[dict[str, str]] = []  # what this write's model calls were shown (PromptTap)
+        self._rows = RowMemo()  # the checker's per-row work, shared by every state read of this unit
 
     @property
     def transport(self) -> str:
@@ -136,7 +137,14 @@ class HymemSystem:
         return self.client.profile(user_id)
 
     def snapshot(self, store: Path) -> StoreState:
-        return read_state(store)
+        return read_state(store, self._rows)
+
+    def snapshot_open(self, store: Path) -> StoreState:
+        """The state of the open store, read from its files (SQLite in WAL mode serves a second, read-only
+        connection): no close and reopen between a faulted write, its retry and its repeat. The index on disk
+        is the one of the last close, so the FAISS part is the one SQLite implies, as on a rebuild; the index
+        the engine holds is checked when the unit closes the store (`closed_store_anomalies`)."""
+        return read_state(store, self._rows)
 
     # ---- what the write-contract checks read (evals.write_contract) ----
     def history(self, user_id: str) -> list[dict[str, Any]]:
