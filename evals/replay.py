@@ -155,7 +155,8 @@ class CaseReplayer:
 
     def _reopen(self, tmp: Path, store: Path, findings: list[Finding], stale: list[Path]) -> None:
         """Close and reopen the case's store: the same state and search answers, the same as an index rebuilt
-        from SQLite; and with an earlier index file planted (`stale`: a crash before persisting), the same too."""
+        from SQLite; and with an earlier index file planted (`stale`: a crash before persisting), the same too.
+        Leaves the store closed (the case is done with it)."""
         system, user = self.system, self.case.user_id
         if not hasattr(system, "search_probe"):
             return
@@ -178,7 +179,6 @@ class CaseReplayer:
                     findings.append(Finding(kind="REOPEN_DIVERGED", check="reopen", witness=(
                         f"a stale index file ({index_of.name}'s) was served on reopen: search returned {answers}, "
                         f"the current index {reopened}")))
-            system.open(store)  # the caller closes it
         except EngineRaised as exc:
             findings.append(Finding(kind="ENGINE_EXCEPTION", check="reopen", witness=f"reopening: {exc}"))
             return

@@ -450,7 +450,7 @@ def _execute(config: RunConfig, cases: list[Case], plan: FaultPlan, factories: d
         return one
 
     bar = _progress(len(todo), config.progress, total_done=len(done))
-    calls, started = 0, time.monotonic()
+    calls, faults, started = 0, sum(len(r.faults) for r in runs), time.monotonic()
     results = None
     try:
         if config.executor == "ray":
@@ -464,10 +464,10 @@ def _execute(config: RunConfig, cases: list[Case], plan: FaultPlan, factories: d
             state["saved"] += 1
             runs.append(result)
             calls += sum(1 for a in result.attempts if a.site != "embed" and not a.cache_hit)
+            faults += len(result.faults)
             bar.update(1)
             rate = calls / max(1e-9, time.monotonic() - started)
-            bar.set_postfix_str(f"faults {sum(len(r.faults) for r in runs)} · LM calls {calls} ({rate:.1f}/s)",
-                                refresh=False)
+            bar.set_postfix_str(f"faults {faults} · LM calls {calls} ({rate:.1f}/s)", refresh=False)
     finally:
         if results is not None:
             results.close()  # an interrupt cancels the units still running (threads not started, Ray tasks)
