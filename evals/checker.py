@@ -135,7 +135,7 @@ def _read_faiss(store_dir: Path, generation: int, memo: RowMemo) -> tuple[dict[i
 def _parse_faiss(data: bytes) -> dict[int, bytes]:
     import faiss
 
-    index = faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8))
+    index: Any = faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8))  # an IndexIDMap2 (its id_map, index)
     ids = faiss.vector_to_array(index.id_map).astype(np.int64) if index.ntotal else np.zeros(0, np.int64)
     vectors = index.index.reconstruct_n(0, index.ntotal) if index.ntotal else np.zeros((0, index.d), np.float32)
     out: dict[int, bytes] = {}
