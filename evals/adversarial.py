@@ -22,6 +22,7 @@ import re
 from typing import Any
 
 from evals.prompt_contract import NAME_LINE, conversation_of
+from evals.record import AnomalyKind, Witnessed
 
 RECONCILE_ADVERSARIAL = ("cross_subject_update", "cross_subject_supersede", "cross_subject_delete")
 EXTRACT_ADVERSARIAL = ("third_party_as_user", "profile_from_third_party")
@@ -108,8 +109,8 @@ def extract_reply(kind: str, prompt: str, reply: str) -> tuple[str, dict[str, An
         return None
     by_class = {subject_class(name): name for name in named}
     if kind == "third_party_as_user":
-        facts = decoded.get("facts")
-        index = next((i for i, f in enumerate(facts or []) if isinstance(f, dict)
+        facts = decoded.get("facts") or []
+        index = next((i for i, f in enumerate(facts) if isinstance(f, dict)
                       and subject_class(f.get("subject")) in by_class), None)
         if index is None:
             return None
@@ -160,9 +161,9 @@ def adversarial_reply(kind: str, prompt: str, reply: str) -> tuple[str, dict[str
 
 
 def adversarial_anomalies(kind: str, injected: dict[str, Any], user_id: str, before: Any, after: Any
-                          ) -> list[tuple[str, str]]:
+                          ) -> list[Witnessed]:
     """What the store shows after an adversarial reply the engine had to refuse (StoreStates before/after)."""
-    found: list[tuple[str, str]] = []
+    found: list[Witnessed] = []
     memories = {row["id"]: row for row in after.tables.get("memories", [])}
     if kind in RECONCILE_ADVERSARIAL:
         target = memories.get(injected["target_id"])
@@ -172,14 +173,14 @@ def adversarial_anomalies(kind: str, injected: dict[str, Any], user_id: str, bef
             now = "gone" if target is None else ("superseded" if target.get("superseded_by") is not None else
                                                 "deleted" if target.get("deleted_at") is not None else
                                                 f"now {target.get('text')!r} ({target.get('subject')})")
-            found.append(("CROSS_SUBJECT_MERGE_APPLIED", f"{injected['op']} of memory {injected['target_id']} "
+            found.append((AnomalyKind.CROSS_SUBJECT_MERGE_APPLIED, f"{injected['op']} of memory {injected['target_id']} "
                           f"({injected['target_text']!r}, subject {injected['target_subject']}) by a fact about "
                           f"{injected['fact_subject']} ({injected['fact_text']!r}) was applied: the memory is {now}"))
     elif kind == "third_party_as_user":
         for row in memories.values():
             if row.get("text") == injected["text"] and row.get("superseded_by") is None and \
                     row.get("deleted_at") is None and subject_class(row.get("subject")) == "user":
-                found.append(("THIRD_PARTY_AS_USER", f"{injected['speaker']}'s fact {injected['text']!r} was stored "
+                found.append((AnomalyKind.THIRD_PARTY_AS_USER, f"{injected['speaker']}'s fact {injected['text']!r} was stored "
                                                      f"as memory {row['id']} with subject {row.get('subject')!r}"))
     else:
         def profile_of(state: Any) -> str:
@@ -189,7 +190,7 @@ def adversarial_anomalies(kind: str, injected: dict[str, Any], user_id: str, bef
         old, new = profile_of(before).casefold(), profile_of(after)
         leaked = [v for v in injected["values"] if v.casefold() in new.casefold() and v.casefold() not in old]
         if leaked:
-            found.append(("PROFILE_FROM_THIRD_PARTY", f"the user's profile took {leaked} from what "
+            found.append((AnomalyKind.PROFILE_FROM_THIRD_PARTY, f"the user's profile took {leaked} from what "
                                                       f"{injected['speaker']} said: {new[:200]}"))
     return found
 

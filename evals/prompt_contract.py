@@ -22,6 +22,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from evals.record import AnomalyKind, Witnessed
+
 NAME_LINE = {"en": "The user's name is ", "zh": "用户名叫"}  # the spec's name lines, by language
 _NAME_STARTS = tuple(prefix.rstrip() for prefix in NAME_LINE.values())
 _HEADER = re.compile(r"\[([^\]\n]{1,64})\]: ")
@@ -173,7 +175,7 @@ def _structure(text: str) -> list[tuple[str, str, int, str]]:
     return found
 
 
-def check_conversation(messages: list[Said], text: str) -> list[tuple[str, str]]:
+def check_conversation(messages: list[Said], text: str) -> list[Witnessed]:
     """(kind, witness) for every way `text` breaks the prompt contract for `messages`."""
     name = user_name(messages)
     langs = languages(messages)
@@ -182,7 +184,7 @@ def check_conversation(messages: list[Said], text: str) -> list[tuple[str, str]]
         expected.insert(0, ("name", name))
     actual = _structure(text)
     content_lines = {line for m in messages for line in m.content.splitlines()}
-    found: list[tuple[str, str]] = []
+    found: list[Witnessed] = []
 
     def key(item: tuple[str, str, int, str]) -> tuple[str, str]:
         kind, value, _, line = item
@@ -194,16 +196,16 @@ def check_conversation(messages: list[Said], text: str) -> list[tuple[str, str]]
     def extra(item: tuple[str, str, int, str]) -> None:
         kind, _, number, line = item
         if line in content_lines or any(line in c for c in content_lines):
-            found.append(("FORGED_HEADER", f"line {number + 1} {line[:120]!r} is message content a reader takes "
+            found.append((AnomalyKind.FORGED_HEADER, f"line {number + 1} {line[:120]!r} is message content a reader takes "
                                            f"for a {'name line' if kind == 'name' else 'speaker header'}"))
         elif kind == "name":
-            found.append(("NAME_LINE_WRONG", f"expected {'no name line' if name is None else 'one name line'}, "
+            found.append((AnomalyKind.NAME_LINE_WRONG, f"expected {'no name line' if name is None else 'one name line'}, "
                                              f"actual extra line {number + 1}: {line[:120]!r}"))
         else:
-            found.append(("PROMPT_LABEL_WRONG", f"expected no header here, actual line {number + 1}: {line[:120]!r}"))
+            found.append((AnomalyKind.PROMPT_LABEL_WRONG, f"expected no header here, actual line {number + 1}: {line[:120]!r}"))
 
     def missing(item: tuple[str, str]) -> None:
-        kind = "NAME_LINE_WRONG" if item[0] == "name" else "PROMPT_LABEL_WRONG"
+        kind = AnomalyKind.NAME_LINE_WRONG if item[0] == "name" else AnomalyKind.PROMPT_LABEL_WRONG
         found.append((kind, f"expected {show(item)!r}, actual: no such line"))
 
     matcher = difflib.SequenceMatcher(a=expected, b=[key(a) for a in actual], autojunk=False)
@@ -213,10 +215,10 @@ def check_conversation(messages: list[Said], text: str) -> list[tuple[str, str]]
         if op == "replace":
             for want, got in zip(expected[i1:i2], actual[j1:j2], strict=False):
                 if want[0] == "name" or got[0] == "name":
-                    found.append(("NAME_LINE_WRONG", f"expected {show(want)!r}, actual line {got[2] + 1}: "
+                    found.append((AnomalyKind.NAME_LINE_WRONG, f"expected {show(want)!r}, actual line {got[2] + 1}: "
                                                      f"{got[3][:120]!r}"))
                 else:
-                    found.append(("PROMPT_LABEL_WRONG", f"expected '[{want[1]}]: …', actual line {got[2] + 1}: "
+                    found.append((AnomalyKind.PROMPT_LABEL_WRONG, f"expected '[{want[1]}]: …', actual line {got[2] + 1}: "
                                                         f"{got[3][:120]!r}"))
             for want in expected[i1 + (j2 - j1):i2]:
                 missing(want)
@@ -232,12 +234,13 @@ def check_conversation(messages: list[Said], text: str) -> list[tuple[str, str]]
     if name is not None and names:
         line = names[0][3]
         if names[0][2] != 0:
-            found.append(("NAME_LINE_WRONG", f"expected the name line first, actual line {names[0][2] + 1}: "
+            found.append((AnomalyKind.NAME_LINE_WRONG, f"expected the name line first, actual line {names[0][2] + 1}: "
                                              f"{line[:120]!r}"))
         lang = "zh" if line.startswith(_NAME_STARTS[1]) else "en"
         if lang not in langs or line != NAME_LINE[lang] + name:
-            want = " or ".join(repr(NAME_LINE[x] + name) for x in sorted(langs))
-            found.append(("NAME_LINE_WRONG", f"expected {want}, actual line {names[0][2] + 1}: {line[:120]!r}"))
+            wanted = " or ".join(repr(NAME_LINE[x] + name) for x in sorted(langs))
+            found.append((AnomalyKind.NAME_LINE_WRONG,
+                          f"expected {wanted}, actual line {names[0][2] + 1}: {line[:120]!r}"))
     return found
 
 
@@ -247,10 +250,10 @@ def _name_in(line: str) -> str:
 
 
 def check_prompts(raw_messages: list[dict[str, Any]], prompts: list[dict[str, str]], where: str
-                  ) -> list[tuple[str, str]]:
+                  ) -> list[Witnessed]:
     """Check every extraction prompt of one write against the write's messages; witnesses name the call."""
     messages = read_messages(raw_messages)
-    found = []
+    found: list[Witnessed] = []
     for number, prompt in enumerate(prompts):
         text = conversation_of(prompt.get("text", ""))
         if text is None:

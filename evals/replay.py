@@ -21,8 +21,8 @@ from evals.checker import StoreState, check_faulted_write, closed_store_anomalie
 from evals.dataset import Case
 from evals.faults import Fault, FaultPlan
 from evals.prompt_contract import Said, check_prompts, read_messages, user_name
-from evals.record import Anomaly, AnomalyKind, CaseRun, Codes, FaultRecord, Finding, WriteRecord
-from evals.systems.base import MemorySystem
+from evals.record import Anomaly, AnomalyKind, CaseRun, Codes, FaultRecord, Finding, Witnessed, WriteRecord
+from evals.systems.base import MemorySystem, ReopenSystem, offers_concurrency, offers_history, offers_reopen
 from evals.systems.hymem_system import HymemSystem
 from evals.write_contract import (
     concurrency_anomalies,
@@ -130,18 +130,18 @@ class CaseReplayer:
         Only for a system that offers history() and reads its open store (hymem); another engine's idempotency
         is still checked by the faulted runs' re-sent request ids."""
         system, user = self.system, self.case.user_id
-        if not hasattr(system, "history"):
+        if not offers_history(system):
             return
         try:
             if path == "chat":
                 written += history_block(payload, system.history_limit)
             diff = history_mismatch(written, engine_call(system.history, user))
             if diff is not None:
-                findings.append(Finding(kind="HISTORY_MISMATCH", check="history", write=index, path=path,
+                findings.append(Finding(kind=AnomalyKind.HISTORY_MISMATCH, check="history", write=index, path=path,
                                         witness=diff))
                 written[:] = [Said(**m) for m in system.history(user)]  # report each divergence once
             if path == "chat":
-                findings += [Finding(kind="PROFILE_FROM_THIRD_PARTY", check="profile", write=index, path=path,
+                findings += [Finding(kind=AnomalyKind.PROFILE_FROM_THIRD_PARTY, check="profile", write=index, path=path,
                                      witness=witness) for witness in third_party_name(payload, system.profile(user))]
             before = system.snapshot(store)
             self.log.context = {"write": index, "unit": "replay"}
@@ -150,7 +150,7 @@ class CaseReplayer:
                          for kind, witness in replay_anomalies(before, system.snapshot(store), again.duplicate,
                                                                again.success)]
         except EngineRaised as exc:
-            findings.append(Finding(kind="ENGINE_EXCEPTION", check="replay", write=index, path=path,
+            findings.append(Finding(kind=AnomalyKind.ENGINE_EXCEPTION, check="replay", write=index, path=path,
                                     witness=f"after write {index}: {exc}"))
 
     def _reopen(self, tmp: Path, store: Path, findings: list[Finding], stale: list[Path]) -> None:
@@ -158,7 +158,7 @@ class CaseReplayer:
         from SQLite; and with an earlier index file planted (`stale`: a crash before persisting), the same too.
         Leaves the store closed (the case is done with it)."""
         system, user = self.system, self.case.user_id
-        if not hasattr(system, "search_probe"):
+        if not offers_reopen(system):
             return
         try:
             before, searched = system.snapshot(store), engine_call(system.search_probe, user)
@@ -176,11 +176,11 @@ class CaseReplayer:
                 if index_of is None:
                     references[label] = answers
                 elif answers != reopened:  # the planted file is stale: it must be rebuilt, never served
-                    findings.append(Finding(kind="REOPEN_DIVERGED", check="reopen", witness=(
+                    findings.append(Finding(kind=AnomalyKind.REOPEN_DIVERGED, check="reopen", witness=(
                         f"a stale index file ({index_of.name}'s) was served on reopen: search returned {answers}, "
                         f"the current index {reopened}")))
         except EngineRaised as exc:
-            findings.append(Finding(kind="ENGINE_EXCEPTION", check="reopen", witness=f"reopening: {exc}"))
+            findings.append(Finding(kind=AnomalyKind.ENGINE_EXCEPTION, check="reopen", witness=f"reopening: {exc}"))
             return
         findings += [Finding(kind=kind, check="reopen", witness=witness)
                      for kind, witness in reopen_anomalies(before, after, reopened, references)]
@@ -188,7 +188,7 @@ class CaseReplayer:
     def _concurrently(self, tmp: Path, writes: list[tuple[str, Any]], findings: list[Finding]) -> None:
         """The case's writes sent at once on a fresh store, each request_id from two threads."""
         system = self.system
-        if not hasattr(system, "write_concurrently"):
+        if not offers_concurrency(system):
             return
         calls = [(path, payload, f"{self.case.id}/c{index}") for index, (path, payload) in enumerate(writes)
                  for _ in range(CONCURRENT_SENDERS)]
@@ -197,7 +197,7 @@ class CaseReplayer:
         results, history, episodes = system.write_concurrently(work, calls, self.case.user_id)
         for call, outcome in zip(calls, results, strict=True):
             if isinstance(outcome, BaseException):
-                findings.append(Finding(kind="ENGINE_EXCEPTION", check="concurrency",
+                findings.append(Finding(kind=AnomalyKind.ENGINE_EXCEPTION, check="concurrency",
                                         witness=f"request {call[2]} raised {type(outcome).__name__}: {outcome}"))
         results = [None if isinstance(r, BaseException) else r for r in results]
         found = concurrency_anomalies([(p, rid, payload if p == "chat" else []) for p, payload, rid in calls],
@@ -217,7 +217,7 @@ class CaseReplayer:
         try:
             outcome = engine_call(self.system.write, path, payload, self.case.user_id, rid, control=True)
         except EngineRaised as exc:
-            findings.append(Finding(kind="ENGINE_EXCEPTION", check="control", write=index, path=path,
+            findings.append(Finding(kind=AnomalyKind.ENGINE_EXCEPTION, check="control", write=index, path=path,
                                     witness=f"fault-free write raised {exc}"))
             return WriteRecord(index=index, path=path, request_id=rid, success=False,
                                codes=Codes(exception=str(exc).splitlines()[0]), seconds=time.perf_counter() - t0)
@@ -230,7 +230,7 @@ class CaseReplayer:
         if not outcome.success:
             if self._provider_failed(index) or self._is_http:
                 raise RuntimeError(f"fault-free write {index} ({path}) failed: {outcome.message}")
-            findings.append(Finding(kind="CONTROL_WRITE_FAILED", check="control", write=index, path=path,
+            findings.append(Finding(kind=AnomalyKind.CONTROL_WRITE_FAILED, check="control", write=index, path=path,
                                     witness=f"fault-free write failed with every model reply delivered intact: "
                                             f"{outcome.codes} {outcome.message[:200]}"))
         return record
@@ -243,10 +243,10 @@ class CaseReplayer:
         """A model or embedding attempt of this control write failed at the provider (an infra error)."""
         return any(a.write == index and a.unit == "control" and a.status not in ("ok",) for a in self.log.rows)
 
-    def _reopen_faulted(self, tmp: Path, work: Path) -> list[tuple[str, str]]:
+    def _reopen_faulted(self, system: ReopenSystem, tmp: Path, work: Path) -> list[Witnessed]:
         """After a faulted write that must succeed (e.g. its FAISS update failed): reopening the store answers
         searches as an index rebuilt from SQLite does; a stale index file must not be served."""
-        system, user = self.system, self.case.user_id
+        user = self.case.user_id
         system.open(work)
         reopened = engine_call(system.search_probe, user)
         system.close()
@@ -289,12 +289,12 @@ class CaseReplayer:
             record.fired = faulted.fired
             record.actual = Codes.model_validate(faulted.codes)
             record.wire = faulted.wire_log
-            reopen: list[tuple[str, str]] = []
-            if fault.site.startswith("store.") and expected.success and hasattr(system, "search_probe"):
+            reopen: list[Witnessed] = []
+            if fault.site.startswith("store.") and expected.success and offers_reopen(system):
                 system.close()  # a store fault that must not fail the write: the index it left is reopened
                 after = system.snapshot(work)
                 stage = "reopen"
-                reopen = self._reopen_faulted(tmp, work)
+                reopen = self._reopen_faulted(system, tmp, work)
                 system.open(work)
             else:
                 after = self._state_between(work, live)
@@ -358,7 +358,7 @@ def stale_sources(writes: list[WriteRecord], snapshots: list[Path]) -> list[Path
     return [snapshots[i] for i in picks if i < len(snapshots)]
 
 
-def _anomalies(pairs: list[tuple[str, str]]) -> list[Anomaly]:
+def _anomalies(pairs: list[Witnessed]) -> list[Anomaly]:
     """Typed anomalies from the (kind, witness) pairs the contract checks return, each once."""
     return [Anomaly(kind=kind, witness=witness) for kind, witness in dict.fromkeys(pairs)]
 
@@ -375,7 +375,7 @@ def third_party_name(payload: list[dict[str, Any]], profile: dict[str, Any]) -> 
     return []
 
 
-def prompt_findings(path: str, payload: Any, outcome: Any, where: str) -> list[tuple[str, str]]:
+def prompt_findings(path: str, payload: Any, outcome: Any, where: str) -> list[Witnessed]:
     """Prompt-contract anomalies of one write's extraction calls (chat and working paths show a conversation)."""
     if path not in ("chat", "working") or not getattr(outcome, "prompts", None):
         return []

@@ -14,6 +14,7 @@ from typing import Any
 
 from evals.checker import StoreState, canonical, consistency_anomalies, diff_states, short_diff
 from evals.prompt_contract import Said, read_messages, user_name
+from evals.record import AnomalyKind, Witnessed
 
 HISTORY_LIMIT = 2000  # HyMemoryClient's documented history_limit: non-user messages are cut to it plus "…"
 
@@ -55,44 +56,44 @@ def _get(message: Any, field: str) -> Any:
 
 
 def replay_anomalies(before: StoreState, after: StoreState, duplicate: bool | None, success: bool
-                     ) -> list[tuple[str, str]]:
+                     ) -> list[Witnessed]:
     """The same request_id sent again after a successful write: nothing changes and the result says duplicate."""
-    found = []
+    found: list[Witnessed] = []
     if canonical(before) != canonical(after):
-        found.append(("DOUBLE_WRITE", "replaying the same request_id changed the store: "
+        found.append((AnomalyKind.DOUBLE_WRITE, "replaying the same request_id changed the store: "
                       + short_diff(diff_states(before, after))))
     if duplicate is False or not success:
-        found.append(("DOUBLE_WRITE", f"replaying the same request_id returned success={success}, "
+        found.append((AnomalyKind.DOUBLE_WRITE, f"replaying the same request_id returned success={success}, "
                                       f"duplicate={duplicate} instead of the first result marked duplicate"))
     return found
 
 
 def reopen_anomalies(before: StoreState | None, after: StoreState | None, reopened: dict[str, Any],
-                     references: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+                     references: dict[str, dict[str, Any]]) -> list[Witnessed]:
     """Close and reopen: the same logical state, and the same search answers as each reference (before
     closing; an index rebuilt from SQLite). A reopen that rebuilds the index is fine; serving a stale one is not."""
-    found = []
+    found: list[Witnessed] = []
     if before is not None and after is not None and canonical(before) != canonical(after):
-        found.append(("REOPEN_DIVERGED", "state changed across close and reopen: "
+        found.append((AnomalyKind.REOPEN_DIVERGED, "state changed across close and reopen: "
                       + short_diff(diff_states(before, after))))
     for label, other in references.items():
         for query in sorted(set(reopened) | set(other)):
             if reopened.get(query) != other.get(query):
-                found.append(("REOPEN_DIVERGED", f"search {query[:80]!r} after reopening returned (id, score) "
+                found.append((AnomalyKind.REOPEN_DIVERGED, f"search {query[:80]!r} after reopening returned (id, score) "
                               f"{reopened.get(query)} but {other.get(query)} {label}"))
                 break
     return found
 
 
 def concurrency_anomalies(calls: list[tuple[str, str, list[dict]]], results: list[Any], history: list[Any],
-                          episodes: int, state: StoreState, dim: int) -> list[tuple[str, str]]:
+                          episodes: int, state: StoreState, dim: int) -> list[Witnessed]:
     """One user's writes sent from several threads at once, each request_id by more than one thread.
 
     `calls`: (path, request_id, messages) per thread, `results` in the same order. Each request id must be
     written exactly once (every other sender told duplicate), each success must land (episode and
     history), and history must be the written blocks whole, in some order, never interleaved.
     """
-    found: list[tuple[str, str]] = []
+    found: list[Witnessed] = []
     by_rid: dict[str, list[Any]] = {}
     for (_, rid, _), result in zip(calls, results, strict=True):
         by_rid.setdefault(rid, []).append(result)
@@ -100,14 +101,14 @@ def concurrency_anomalies(calls: list[tuple[str, str, list[dict]]], results: lis
     for rid, rs in sorted(by_rid.items()):
         fresh = [r for r in rs if r is not None and r.success and not r.duplicate]
         if len(fresh) > 1:
-            found.append(("DOUBLE_WRITE", f"request {rid} sent by {len(rs)} threads at once was written "
+            found.append((AnomalyKind.DOUBLE_WRITE, f"request {rid} sent by {len(rs)} threads at once was written "
                                           f"{len(fresh)} times"))
         failed = [r for r in rs if r is None or not r.success]
         if fresh and failed:
-            found.append(("CONCURRENT_WRITE_LOST", f"request {rid}: one sender succeeded, another failed "
+            found.append((AnomalyKind.CONCURRENT_WRITE_LOST, f"request {rid}: one sender succeeded, another failed "
                                                    f"instead of being told duplicate: {_codes(failed[0])}"))
     if episodes != len(written):
-        found.append(("CONCURRENT_WRITE_LOST", f"{len(written)} writes succeeded, the episode counter says "
+        found.append((AnomalyKind.CONCURRENT_WRITE_LOST, f"{len(written)} writes succeeded, the episode counter says "
                                                f"{episodes}"))
     blocks = {rid: history_block(messages) for path, rid, messages in calls if path == "chat" and rid in written}
     got = [Said(role=_get(m, "role"), name=_get(m, "name"), content=_get(m, "content") or "") for m in history]
@@ -115,14 +116,14 @@ def concurrency_anomalies(calls: list[tuple[str, str, list[dict]]], results: lis
     while position < len(got):
         match = next((rid for rid, block in left.items() if got[position:position + len(block)] == block), None)
         if match is None:
-            found.append(("CONCURRENT_WRITE_INTERLEAVED", f"history message {position} "
+            found.append((AnomalyKind.CONCURRENT_WRITE_INTERLEAVED, f"history message {position} "
                           f"({got[position].role}: {got[position].content[:100]!r}) starts no written block whole"))
             break
         position += len(left.pop(match))
     else:
         if left:
-            found.append(("CONCURRENT_WRITE_LOST", f"the messages of {sorted(left)} are missing from history"))
-    found += [(str(a.kind), a.witness) for a in consistency_anomalies(state, dim)]
+            found.append((AnomalyKind.CONCURRENT_WRITE_LOST, f"the messages of {sorted(left)} are missing from history"))
+    found += [(a.kind, a.witness) for a in consistency_anomalies(state, dim)]
     return list(dict.fromkeys(found))
 
 

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hymem.chain import ChainError, Round, jsonable, run_round
 from hymem.embedder import EmbeddingError, embed_checked, embedder_dim, make_embedder
@@ -26,10 +26,10 @@ from hymem.llm import make_lm, raise_if_programming_error
 from hymem.messages import normalize_messages
 from hymem.models import AppliedOp, ChatMessage, ErrorCode, Memory, WriteResult
 from hymem.program import MemoryProgram
-from hymem.reconciler import NewFact, ReconcilePlan, direct_plan, reconcile
+from hymem.reconciler import NewFact, PlannedOp, ReconcilePlan, direct_plan, reconcile
 from hymem.render import MAX_NAME_CHARS, conversation_language, parse_history, render_conversation, render_working
 from hymem.sites import calling, recording_calls
-from hymem.store import Store
+from hymem.store import Store, WriteTx
 from hymem.subjects import canonical_subject, subject_of
 from hymem.validation import (
     DEFAULT_MAX_MESSAGE_CHARS,
@@ -41,6 +41,8 @@ from hymem.validation import (
     size_problem,
     text_problem,
 )
+
+_T = TypeVar("_T")
 
 _EXTRACT_CODES = {"unavailable": ErrorCode.LLM_ERROR, "empty": ErrorCode.EMPTY_RESPONSE,
                   "parse": ErrorCode.JSON_PARSE_FAILED, "other": ErrorCode.LLM_ERROR}
@@ -318,24 +320,28 @@ class HyMemoryClient:
         return result
 
     @staticmethod
-    def _apply(tx: Any, user_id: str, rid: str, facts: list[NewFact], op: Any) -> AppliedOp:
+    def _apply(tx: WriteTx, user_id: str, rid: str, facts: list[NewFact], op: PlannedOp) -> AppliedOp:
         fact = facts[op.fact] if op.fact is not None else None
-        common = {"target_id": op.target_id, "refused": op.refused}
+        common: dict[str, Any] = {"target_id": op.target_id, "refused": op.refused}
         if fact is not None:
             common.update(text=fact.text, subject=fact.subject, owner=fact.owner, kind=fact.kind)
         if op.op == "ADD":
-            new_id = tx.add_memory(user_id, fact.text, fact.subject, fact.owner, fact.kind, fact.vector, rid)
+            new = _planned(fact, op)
+            new_id = tx.add_memory(user_id, new.text, new.subject, new.owner, new.kind, new.vector, rid)
             return AppliedOp(op="ADD", memory_id=new_id, **common)
         if op.op == "UPDATE":
-            tx.update_memory(op.target_id, fact.text, fact.subject, fact.owner, fact.vector, rid)
-            return AppliedOp(op="UPDATE", memory_id=op.target_id, **common)
+            new, target = _planned(fact, op), _planned(op.target_id, op)
+            tx.update_memory(target, new.text, new.subject, new.owner, new.vector, rid)
+            return AppliedOp(op="UPDATE", memory_id=target, **common)
         if op.op == "SUPERSEDE":
-            new_id = tx.add_memory(user_id, fact.text, fact.subject, fact.owner, fact.kind, fact.vector, rid)
-            tx.supersede(op.target_id, new_id)
+            new, target = _planned(fact, op), _planned(op.target_id, op)
+            new_id = tx.add_memory(user_id, new.text, new.subject, new.owner, new.kind, new.vector, rid)
+            tx.supersede(target, new_id)
             return AppliedOp(op="SUPERSEDE", memory_id=new_id, **common)
         if op.op == "DELETE":
-            tx.delete(op.target_id)
-            return AppliedOp(op="DELETE", memory_id=op.target_id, **common)
+            target = _planned(op.target_id, op)
+            tx.delete(target)
+            return AppliedOp(op="DELETE", memory_id=target, **common)
         return AppliedOp(op="NOOP", memory_id=op.target_id, **common)
 
 
@@ -357,6 +363,13 @@ def _fact_from_model(fact: Any, kind: str = "fact") -> NewFact:
     return NewFact(text=text, subject=str(fact.subject).strip() or "user", owner=fact.owner, kind=kind)
 
 
+def _planned(value: _T | None, op: PlannedOp) -> _T:
+    """The fact or target an op needs; validate_ops plans none without it, so None is an engine bug."""
+    if value is None:
+        raise ValueError(f"planned {op} lacks its fact or target")
+    return value
+
+
 _MEMORY_FIELDS = ("text", "owner", "subject", "kind")
 
 
@@ -373,6 +386,7 @@ def _fact_from_dict(index: int, memory: Any, max_chars: int | None) -> NewFact:
     text = memory.get("text")
     if (problem := text_problem(text, max_chars=max_chars, limit="max_message_chars")) is not None:
         raise refuse("text", problem)
+    assert isinstance(text, str)  # text_problem refuses anything else
     owner = memory.get("owner", "user")
     if not isinstance(owner, str) or owner not in ("user", "agent"):
         raise refuse("owner", f"must be 'user' or 'agent', got {owner!r}")

@@ -55,8 +55,9 @@ def _memoised_model_info(original: Any) -> Any:
         except TypeError:  # unhashable arguments: no memo
             return original(provider, model, namespaces=namespaces)
 
-    model_info.__wrapped_by_hymem__ = True
-    return model_info
+    marked: Any = model_info  # a function object takes the marker attribute install() looks for
+    marked.__wrapped_by_hymem__ = True
+    return marked
 
 
 def install() -> bool:

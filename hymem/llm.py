@@ -26,11 +26,13 @@ from hymem import dspy_caches  # noqa: E402
 
 dspy_caches.install()  # TypeAdapters and model metadata, which DSPy rebuilds on every call
 
-_HttpResponse: Any
+_HttpResponse: Any = None
 try:  # the vendored lm15 HTTP response builds the same ProviderError a real empty body gets
-    from dspy._vendor.lm15.providers.base import HttpResponse as _HttpResponse
+    from dspy._vendor.lm15.providers.base import HttpResponse
+
+    _HttpResponse = HttpResponse
 except ImportError:  # pragma: no cover - layout of a future dspy
-    _HttpResponse = None
+    pass
 
 FailureKind = Literal["unavailable", "empty", "parse", "other"]
 
@@ -51,7 +53,7 @@ class StrictJSONAdapter(dspy.JSONAdapter):
     def format_system_message(self, signature: type[dspy.Signature]) -> str:
         """Cached per signature: field descriptions, structure and instructions depend on nothing else."""
         try:
-            return _system_message_cached(signature)
+            return _system_message_cached(signature)  # type: ignore[arg-type]  # mypy takes type[Any] for unhashable
         except TypeError:  # an unhashable signature: format it every time
             return super().format_system_message(signature)
 
@@ -99,7 +101,7 @@ def _system_message_cached(signature: type[dspy.Signature]) -> str:
 
 def _field_structure(adapter: dspy.JSONAdapter, signature: type[dspy.Signature]) -> str:
     try:
-        return _structure_cached(signature)
+        return _structure_cached(signature)  # type: ignore[arg-type]  # mypy takes type[Any] for unhashable
     except TypeError:  # an unhashable signature: format it every time
         return dspy.JSONAdapter.format_field_structure(adapter, signature)
 

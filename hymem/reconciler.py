@@ -107,6 +107,7 @@ def validate_ops(proposed: list[dict[str, Any]], facts: list[NewFact], candidate
         if name == "ADD" or name == "NOOP":
             planned.append(PlannedOp(name, fact=fact, target_id=target if name == "NOOP" else None))
         elif name in ("UPDATE", "SUPERSEDE"):
+            assert fact is not None and target is not None  # both required above
             existing = by_id[target]
             if not same_subject(facts[fact].subject, existing.subject):
                 planned.append(PlannedOp("ADD", fact=fact, refused=f"cross-subject {name} of {target} refused"))
@@ -116,6 +117,7 @@ def validate_ops(proposed: list[dict[str, Any]], facts: list[NewFact], candidate
                 planned.append(PlannedOp(name, fact=fact, target_id=target))
                 changed_targets.add(target)
         elif name == "DELETE":
+            assert target is not None  # required above
             existing = by_id[target]
             subjects = [facts[fact].subject] if fact is not None else [f.subject for f in facts]
             if not any(same_subject(s, existing.subject) for s in subjects):

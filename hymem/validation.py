@@ -9,7 +9,7 @@ and for a list the element's index and field.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, overload
 
 DEFAULT_MAX_MESSAGE_CHARS = 32_000  # one message's (or extracted memory's, or query's) text, in characters
 DEFAULT_MAX_WRITE_CHARS = 128_000  # all the text of one write, in characters
@@ -78,6 +78,10 @@ def check_request_id(request_id: Any) -> str | None:
     return request_id
 
 
+@overload
+def check_positive_int(argument: str, value: Any) -> int: ...
+@overload
+def check_positive_int(argument: str, value: Any, *, allow_none: bool) -> int | None: ...
 def check_positive_int(argument: str, value: Any, *, allow_none: bool = False) -> int | None:
     if value is None and allow_none:
         return None

@@ -22,6 +22,7 @@ from evals.record._records import (
     Outcome,
     Record,
     Status,
+    Witnessed,
     WriteRecord,
 )
 from evals.record._rundir import (
@@ -67,6 +68,7 @@ __all__ = [
     "SchemaError",
     "Status",
     "UnitsWriter",
+    "Witnessed",
     "WriteRecord",
     "arrow_schema",
     "atomic_write",

@@ -57,6 +57,8 @@ STATE_KINDS = frozenset({AnomalyKind.PARTIAL_WRITE, AnomalyKind.L1_NOT_ROLLED_BA
                          AnomalyKind.DEGRADED_SUCCESS})
 RETRY_KINDS = frozenset({AnomalyKind.RETRY_DIVERGED, AnomalyKind.DOUBLE_WRITE})
 
+Witnessed = tuple[AnomalyKind, str]  # (kind, witness): what a contract check returns, before it is an Anomaly
+
 
 class Record(BaseModel):
     """Base of every persisted record: its schema version travels with it."""

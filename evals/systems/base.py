@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from pydantic import BaseModel, Field
 
@@ -68,6 +68,42 @@ class MemorySystem(Protocol):
     def shutdown(self) -> None: ...  # release what the unit started (fault proxies); the store is closed
 
 
+class HistorySystem(MemorySystem, Protocol):
+    """An engine that offers its L1 history (hymem): the history round-trip and replay checks run on it."""
+
+    def history(self, user_id: str) -> list[dict[str, Any]]: ...
+
+    @property
+    def history_limit(self) -> int: ...
+
+
+class ReopenSystem(MemorySystem, Protocol):
+    """An engine whose store can be reopened with its index rebuilt or a stale one planted (hymem)."""
+
+    def search_probe(self, user_id: str) -> dict[str, list[tuple[int, float]]]: ...
+
+    def without_index(self, store: Path, dest: Path, index_of: Path | None = None) -> Path: ...
+
+
+class ConcurrentSystem(MemorySystem, Protocol):
+    """An engine that can take one case's writes at once on one open store (hymem)."""
+
+    def write_concurrently(self, store: Path, calls: list[tuple[str, Any, str]], user_id: str
+                           ) -> tuple[list[Any], list[dict[str, Any]], int]: ...
+
+
+def offers_history(system: MemorySystem) -> TypeGuard[HistorySystem]:
+    return hasattr(system, "history")
+
+
+def offers_reopen(system: MemorySystem) -> TypeGuard[ReopenSystem]:
+    return hasattr(system, "search_probe")
+
+
+def offers_concurrency(system: MemorySystem) -> TypeGuard[ConcurrentSystem]:
+    return hasattr(system, "write_concurrently")
+
+
 def arm_label(system: str, provider: str) -> str:
     """The report's `provider` column for one (system, provider) arm: the provider for hymem, else SYSTEM/PROVIDER.
 
@@ -88,4 +124,5 @@ class Arm:
     close: Callable[[], None] = lambda: None
 
 
-__all__ = ["DEFAULT_SYSTEM", "Arm", "MemorySystem", "WriteOutcome", "arm_label"]
+__all__ = ["DEFAULT_SYSTEM", "Arm", "ConcurrentSystem", "HistorySystem", "MemorySystem", "ReopenSystem", "WriteOutcome",
+           "arm_label", "offers_concurrency", "offers_history", "offers_reopen"]

@@ -7,6 +7,7 @@ engine's real parsing and rollback code runs on every faulty reply.
 from __future__ import annotations
 
 import shutil
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +17,13 @@ from evals.faults import Expected, Fault, FaultPlan, expected_outcome, wire_kind
 from evals.inject import FaultyEmbedder, Injector, PromptTap, faulty_lm
 from evals.systems.base import WriteOutcome
 from hymem.client import HyMemoryClient
+from hymem.models import WriteResult
 from hymem.store import INDEX_FILE, SIDECAR_FILE
 
 _PRICES = price_table()
 
 
-def do_write(client: HyMemoryClient, path: str, payload: Any, user_id: str, request_id: str) -> Any:
+def do_write(client: HyMemoryClient, path: str, payload: Any, user_id: str, request_id: str) -> WriteResult:
     """One write of a case on its path: seeds (`add_extracted`), a working trajectory, or a chat turn."""
     if path == "extracted":
         return client.add_extracted(payload, user_id=user_id, request_id=request_id)
@@ -79,11 +81,18 @@ class HymemSystem:
                                      embedder=FaultyEmbedder(self.embedder, self.injector, self.log),
                                      reconcile_enabled=True, program=self.program,
                                      synchronous="NORMAL")  # scratch stores: a kill -9 still leaves all-or-nothing
-        self._dim = self.client.dim
+        self._dim = self._client.dim
 
     def close(self) -> None:
         if self.client is not None:
             self.client.close()
+
+    @property
+    def _client(self) -> HyMemoryClient:
+        """The open store's client; reading it before the first `open` is the harness's bug."""
+        if self.client is None:
+            raise RuntimeError("HymemSystem used before open()")
+        return self.client
 
     def write(self, path: str, payload: Any, user_id: str, request_id: str, fault: Fault | None = None, *,
               control: bool = False) -> WriteOutcome:
@@ -91,7 +100,7 @@ class HymemSystem:
         self._request_id, self._tags = request_id, []
         self._prompts.clear()
         with self.injector.store_hook():
-            result = do_write(self.client, path, payload, user_id, request_id)
+            result = do_write(self._client, path, payload, user_id, request_id)
         if control:
             self._cache_clean_success(result)
         return WriteOutcome(success=result.success, request_id=result.request_id, codes=codes_of(result),
@@ -131,10 +140,10 @@ class HymemSystem:
             self.cache.put_many(pending)
 
     def memories(self, user_id: str) -> list[dict[str, Any]]:
-        return [m.model_dump() for m in self.client.get_all(user_id)]
+        return [m.model_dump() for m in self._client.get_all(user_id)]
 
     def profile(self, user_id: str) -> dict[str, Any]:
-        return self.client.profile(user_id)
+        return self._client.profile(user_id)
 
     def snapshot(self, store: Path) -> StoreState:
         return read_state(store, self._rows)
@@ -148,20 +157,20 @@ class HymemSystem:
 
     # ---- what the write-contract checks read (evals.write_contract) ----
     def history(self, user_id: str) -> list[dict[str, Any]]:
-        return [m.model_dump() for m in self.client.history(user_id)]
+        return [m.model_dump() for m in self._client.history(user_id)]
 
     @property
     def history_limit(self) -> int:
-        return self.client.history_limit
+        return self._client.history_limit
 
     def search_probe(self, user_id: str) -> dict[str, list[tuple[int, float]]]:
         """The newest live memory's text searched on the open store with k = every live memory: query -> (id,
         score). One query suffices: with k that large, a memory missing from the index or a stale vector shows."""
-        live = self.client.get_all(user_id)
+        live = self._client.get_all(user_id)
         if not live:
             return {}
         query = max(live, key=lambda m: m.id).text
-        hits = self.client.search(query, user_id, k=len(live))
+        hits = self._client.search(query, user_id, k=len(live))
         return {query: sorted((r.id, round(float(r.score or 0.0), 4)) for r in hits)}
 
     def without_index(self, store: Path, dest: Path, index_of: Path | None = None) -> Path:
@@ -169,8 +178,8 @@ class HymemSystem:
         with those of `index_of`, an earlier copy: a stale index file, as a crash before persisting leaves."""
         shutil.rmtree(dest, ignore_errors=True)
         shutil.copytree(store, dest, ignore=shutil.ignore_patterns("*.lock", INDEX_FILE, SIDECAR_FILE))
-        for name in (INDEX_FILE, SIDECAR_FILE) if index_of is not None else ():
-            if (index_of / name).exists():
+        for name in (INDEX_FILE, SIDECAR_FILE):
+            if index_of is not None and (index_of / name).exists():
                 shutil.copy2(index_of / name, dest / name)
         return dest
 
@@ -184,8 +193,8 @@ class HymemSystem:
         self.injector.arm(None)
         self.open(store)
         try:
-            client = self.client
-            results = run_threads([lambda c=call: do_write(client, c[0], c[1], user_id, c[2]) for call in calls])
+            client = self._client
+            results = run_threads([partial(do_write, client, path, payload, user_id, rid) for path, payload, rid in calls])
             return results, self.history(user_id), client.store.episode(user_id)
         finally:
             self.close()

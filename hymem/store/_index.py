@@ -217,7 +217,7 @@ def persist_index(directory: Path, index: VectorIndex, generation: int, dim: int
     _atomic_write(directory / INDEX_FILE, data, durable)
     failpoint("store.persist")
     sidecar = {"generation": generation, "dim": dim, "size": int(data.nbytes),
-               "crc32": zlib.crc32(data), "ntotal": int(index.ntotal)}
+               "crc32": zlib.crc32(data), "ntotal": int(index.ntotal)}  # type: ignore[arg-type]  # numpy stubs: ndarray is a Buffer from 3.12
     _atomic_write(directory / SIDECAR_FILE, json.dumps(sidecar).encode(), durable)
 
 

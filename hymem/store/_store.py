@@ -69,7 +69,7 @@ class Store:
         self._in_tx = False
         self._closed = True
         self.path.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = self._acquire_dir_lock()
+        self._lock_fd: int | None = self._acquire_dir_lock()
         try:
             self._conn = sqlite3.connect(self.path / DB_FILE, isolation_level=None, check_same_thread=False)
             self._conn.execute("PRAGMA journal_mode=WAL")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -31,7 +31,7 @@ class WriteTx:
         self._open = True
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> Literal[False]:
         self._open = False
         if exc_type is not None:
             self._store._rollback()
@@ -65,7 +65,8 @@ class WriteTx:
             "INSERT INTO memories (user_id, text, subject, owner, kind, vector, created_at, updated_at, request_id)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (user_id, text, subject, owner, kind, vec.tobytes(), now, now, request_id))
-        memory_id = int(cur.lastrowid)
+        assert cur.lastrowid is not None  # an INSERT always sets it
+        memory_id = cur.lastrowid
         self._changes[memory_id] = (user_id, kind, vec.copy())
         self._checksum_delta += vector_digest(memory_id, vec.tobytes())
         return memory_id
