@@ -274,6 +274,7 @@ def _server_process(latency: float):
     """`hymem-eval serve` in its own process, as a provider would be (its CPU never holds our GIL); yields its URL."""
     proc = subprocess.Popen([sys.executable, "-m", "evals.cli", "serve", "--port", "0", "--latency", str(latency)],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None  # stdout=PIPE
     try:
         line = proc.stdout.readline()
         match = re.search(r"http://127\.0\.0\.1:\d+/v1", line)

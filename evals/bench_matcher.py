@@ -17,6 +17,7 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,7 @@ def run_share() -> dict[str, Any]:
         distinct: set[str] = set()
 
         class _Texts:
-            def prepare(self, gold: list[str], pred: list[str]) -> None:
+            def prepare(self, gold: Sequence[str], pred: Sequence[str]) -> None:
                 distinct.update(gold)
                 distinct.update(pred)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 VERDICT_MEANS = {
     "valid": "every faulted write that applies to each provider's transport was checked, and none left a "
@@ -165,7 +166,7 @@ def _port(text: str) -> int:
 class _Parser(argparse.ArgumentParser):
     """Usage errors as one line and exit 2 (argparse prints the whole usage block first)."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (see --help)\n")
 
 

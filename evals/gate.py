@@ -22,7 +22,7 @@ import os
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 from xml.etree import ElementTree as ET
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -167,7 +167,16 @@ def _measured(row: dict[str, Any] | None) -> float | None:
     return float(row["value"])
 
 
-def _bound(rule: Rule, base: dict[str, Any], value: float, n: int) -> Check:
+class _Measured(TypedDict):
+    """What every check of one rule on one (pair, dataset) starts from."""
+
+    provider: str
+    dataset: str
+    baseline: float | None
+    current: float | None
+
+
+def _bound(rule: Rule, base: _Measured, value: float, n: int) -> Check:
     kind, limit = rule.kind, rule.threshold
     ok = {"min": value >= limit, "max": value <= limit,
           "equals": math.isclose(value, limit, rel_tol=0, abs_tol=_EQUAL_TOL)}[kind]
@@ -176,10 +185,10 @@ def _bound(rule: Rule, base: dict[str, Any], value: float, n: int) -> Check:
                  detail=f"{shown} {_SYMBOL[kind]} {limit:g}" if ok else f"{shown} violates {_SYMBOL[kind]} {limit:g}")
 
 
-def _shift(rule: Rule, pair: Pair, dataset: str, baseline: Run, current: Run, base: dict[str, Any],
-           seed: int, confidence: float) -> Check:
+def _shift(rule: Rule, pair: Pair, dataset: str, baseline: Run, current: Run, base: _Measured,
+           values: tuple[float, float], seed: int, confidence: float) -> Check:
     tol = rule.threshold
-    delta = base["current"] - base["baseline"]
+    delta = values[1] - values[0]  # current − baseline
     if rule.kind == "max_increase":
         failed = delta > tol + _EQUAL_TOL
         verdict = f"increases by more than {tol:g}" if failed else f"within +{tol:g}"
@@ -208,15 +217,15 @@ def _check(rule: Rule, pair: Pair, dataset: str, baseline: Run, current: Run, se
     b_row = metric_row(baseline, pair.baseline, dataset, rule.metric)
     c_row = metric_row(current, pair.current, dataset, rule.metric)
     b_value, c_value = _measured(b_row), _measured(c_row)
-    base = {"provider": pair.label, "dataset": dataset, "baseline": b_value, "current": c_value}
-    if c_value is None:
+    base = _Measured(provider=pair.label, dataset=dataset, baseline=b_value, current=c_value)
+    if c_value is None or c_row is None:
         if b_value is None:
             return Check(**base, status="skipped", detail="measured in neither run")
         return Check(**base, status="fail", detail="measured in the baseline but not in the current run")
     if rule.kind in _SHIFTS:
         if b_value is None:
             return Check(**base, status="skipped", detail="not measured in the baseline: nothing to compare with")
-        return _shift(rule, pair, dataset, baseline, current, base, seed, confidence)
+        return _shift(rule, pair, dataset, baseline, current, base, (b_value, c_value), seed, confidence)
     return _bound(rule, base, c_value, int(c_row["n"]))
 
 
@@ -232,7 +241,7 @@ def _applies(rule: Rule, pair: Pair) -> bool:
     return rule.provider is None or rule.provider in (pair.baseline, pair.current)
 
 
-def _baseline_metrics(baseline: Run, current: Run, pair: Pair) -> tuple[Check | None, list[Check], list[Check]]:
+def _baseline_metrics(baseline: Run, current: Run, pair: Pair) -> tuple[Check, list[Check], list[Check]]:
     """Every (dataset, metric) the baseline measured, against the current run: the ones that vanished and the
     ones whose n fell. n is compared for rates and counts (the catalogue's kinds; their n are cases or
     units), not for durations, tokens or costs, whose n are LM attempts that retries and the cache move.
@@ -247,7 +256,7 @@ def _baseline_metrics(baseline: Run, current: Run, pair: Pair) -> tuple[Check | 
         dataset, metric = row["dataset"], row["metric"]
         c_row = metric_row(current, pair.current, dataset, metric)
         base = {"provider": pair.label, "dataset": dataset, "metric": metric, "baseline": float(row["value"])}
-        if _measured(c_row) is None:
+        if c_row is None or _measured(c_row) is None:
             vanished.append(Check(**base, status="fail", detail=f"{metric}: measured in the baseline (n={row['n']}) "
                                   "but not in the current run"))
         elif _counts_cases(metric, scored) and int(c_row["n"]) < int(row["n"]):

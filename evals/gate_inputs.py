@@ -83,12 +83,16 @@ def case_hashes(run: Run) -> dict[CaseKey, str | None]:
     return {(str(d), str(c)): None for d, c in zip(frame["dataset"], frame["case_id"], strict=True)}
 
 
+def dataset_hash_of(run: Run) -> str:
+    return run.manifest.dataset_hash if run.manifest else ""
+
+
 def compare_inputs(baseline: Run, current: Run) -> InputDiff:
     base, cur = case_hashes(baseline), case_hashes(current)
     compared = all(h is not None for h in base.values()) and all(h is not None for h in cur.values())
     both = base.keys() & cur.keys()
     changed = {k for k in both if compared and base[k] != cur[k]}
-    hashes = tuple(run.manifest.dataset_hash if run.manifest else "" for run in (baseline, current))
+    hashes = (dataset_hash_of(baseline), dataset_hash_of(current))
     return InputDiff(shared=both - changed, only_baseline=base.keys() - cur.keys(), only_current=cur.keys() - base.keys(),
                      changed=changed, dataset_hashes=hashes, plans=(plan_of(baseline), plan_of(current)),
                      contents_compared=compared)

@@ -25,7 +25,7 @@ import dspy
 from dspy import lm15
 from pydantic import BaseModel, ConfigDict
 
-from evals.dataset import Case, ExpectedFact
+from evals.dataset import Case, ExpectedFact, ProfileField
 from hymem.messages import normalize_messages
 from hymem.render import render_conversation, render_working
 from hymem.sites import current_call_site
@@ -34,7 +34,7 @@ from hymem.subjects import canonical_subject
 ErrorKind = Literal["flip_owner", "swap_subject", "drop"]
 ERROR_KINDS: tuple[ErrorKind, ...] = ("flip_owner", "swap_subject", "drop")
 MODEL = "oracle/gold"
-_PROFILE_FIELDS = ("name", "age", "gender", "occupation", "location")
+_PROFILE_FIELDS: tuple[ProfileField, ...] = ("name", "age", "gender", "occupation", "location")
 _SECTION = re.compile(r"^\[\[ ## (\w+) ## \]\]$", re.M)
 _TAIL = "\n\nRespond with "
 
@@ -237,7 +237,7 @@ class OracleEngine:
         return len(self.case.turns) - 1 in turns
 
     # ---- extraction
-    def emitted_facts(self) -> list[dict[str, str]]:
+    def emitted_facts(self) -> list[dict[str, str | None]]:
         """The gold facts as the oracle states them (dropped ones left out), with their kind."""
         by_fact: dict[int, list[Perturbation]] = {}
         for p in self.perturbations:

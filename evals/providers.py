@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evals.dataset import Case
 from evals.redact import register_secret
-from evals.slots import ConnectionSlots
+from evals.slots import ConnectionSlots, Slots
 
 LMFactory = Callable[[Case], dspy.BaseLM]
 
@@ -116,7 +116,7 @@ class Provider:
     def __init__(self, config: ProviderConfig, cases: Sequence[Case] = ()):
         self.config = config
         self.name = config.name
-        self.connections = ConnectionSlots(config.max_connections)  # a Ray run swaps in cluster-wide slots
+        self.connections: Slots = ConnectionSlots(config.max_connections)  # a Ray run swaps in cluster-wide slots
         self._cases = list(cases)
         self._factories: dict[tuple[int | None, float | None], LMFactory] = {}
         self._kwargs: dict[str, Any] = {}
@@ -157,6 +157,12 @@ class Provider:
 
     def lm(self, case: Case) -> dspy.BaseLM:
         return self._factory(case)
+
+    def http_lm(self) -> dspy.BaseLM:
+        """An HTTP provider's LM outside any case (the judge's), as its default factory makes it for every case."""
+        if not self.config.is_http:
+            raise ValueError(f"{self.config.name} is not an HTTP provider: its LM depends on the case")
+        return dspy.LM(self.config.model, **self._kwargs)
 
     @property
     def supports_inprocess_faults(self) -> bool:

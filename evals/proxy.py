@@ -131,7 +131,7 @@ class _State:
         parts = urllib.parse.urlsplit(upstream)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"upstream {upstream!r} must be an http(s) URL")
-        self.upstream = parts
+        self.upstream, self.upstream_host = parts, parts.hostname
         self.plan, self.seed, self.fault_delay, self.timeout = plan, seed, fault_delay, timeout
         self.log_path = log_path
         if max_body < 1:
@@ -276,7 +276,7 @@ def _handler(state: _State) -> type[JSONHandler]:
         def _upstream(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
             parts = state.upstream
             conn_class = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-            conn = conn_class(parts.hostname, parts.port, timeout=state.timeout)
+            conn = conn_class(state.upstream_host, parts.port, timeout=state.timeout)
             drop = _HOP_BY_HOP | {h.strip().lower() for h in self.headers.get("Connection", "").split(",")}
             headers = {k: v for k, v in self.headers.items() if k.lower() not in drop}
             headers["Accept-Encoding"] = "identity"  # so a reply can be rewritten as it is

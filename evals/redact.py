@@ -104,7 +104,7 @@ class RedactingStream(io.TextIOBase):
             return False
 
     @property
-    def closed(self) -> bool:  # type: ignore[override]
+    def closed(self) -> bool:
         return getattr(self.inner, "closed", False)
 
     def fileno(self) -> int:

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Generator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -172,11 +172,12 @@ def _load(specs: list[str], config: RunConfig) -> list[Case]:
 
     if config.gold not in ("all", "clean"):
         raise UsageError("--gold must be all or clean")
+    gold: Literal["all", "clean"] = "clean" if config.gold == "clean" else "all"
     if all(":" not in spec for spec in specs) and config.limit is None and config.sample is None:
         return load_cases(specs)  # one pass that reports every bad line of every file together
     cases: list[Case] = []
     for spec in specs:
-        cases += load_spec(spec, gold=config.gold, limit=config.limit, sample=config.sample, seed=config.seed)
+        cases += load_spec(spec, gold=gold, limit=config.limit, sample=config.sample, seed=config.seed)
     ids = [c.id for c in cases]
     if len(ids) != len(set(ids)):
         dupes = sorted({i for i in ids if ids.count(i) > 1})[:5]
@@ -451,7 +452,7 @@ def _execute(config: RunConfig, cases: list[Case], plan: FaultPlan, factories: d
 
     bar = _progress(len(todo), config.progress, total_done=len(done))
     calls, faults, started = 0, sum(len(r.faults) for r in runs), time.monotonic()
-    results = None
+    results: Generator[CaseRun, None, None] | None = None
     try:
         if config.executor == "ray":
             results = _ray_results(todo, config, factories, embedder_name, plan, cases, cache, program, manifest)
@@ -510,7 +511,8 @@ def _fast_sweep(units: list[tuple[Any, Case, int]], replay_with: Callable[[Fault
 
 
 def _ray_results(todo: list[tuple[Any, Case, int]], config: RunConfig, factories: dict[str, Any], embedder_spec: str,
-                 plan: FaultPlan, cases: list[Case], cache: Any, program: Any, manifest: Manifest):
+                 plan: FaultPlan, cases: list[Case], cache: Any, program: Any, manifest: Manifest
+                 ) -> Generator[CaseRun, None, None]:
     """The units as Ray tasks: each carries its case; the driver keeps writing `units.jsonl` itself."""
     from evals.executors.ray_executor import run_ray
 

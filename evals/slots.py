@@ -9,6 +9,17 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Protocol
+
+
+class Slots(Protocol):
+    """What an LM call holds while it runs: this process's `ConnectionSlots` or a Ray run's cluster-wide ones."""
+
+    def pause(self, seconds: float) -> None: ...
+
+    def __enter__(self) -> object: ...
+
+    def __exit__(self, *exc: object) -> None: ...
 
 
 class ConnectionSlots:

@@ -10,10 +10,14 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Hashable, Mapping, Sequence
+from typing import TypeVar
 
 import numpy as np
 
 NAN = float("nan")
+
+
+CaseKey = TypeVar("CaseKey", bound=Hashable)  # what pairs two runs' values: a case id, (dataset, case_id)
 
 
 def bootstrap_ci(per_case_num: Sequence[float], per_case_den: Sequence[float] | None = None, *, seed: int,
@@ -45,7 +49,7 @@ def bootstrap_ci(per_case_num: Sequence[float], per_case_den: Sequence[float] | 
     return (value, *_percentile_ci((num, den), _ratio, seed, n_resamples, confidence))
 
 
-def paired_bootstrap_delta(a_by_case: Mapping[Hashable, float], b_by_case: Mapping[Hashable, float], *, seed: int,
+def paired_bootstrap_delta(a_by_case: Mapping[CaseKey, float], b_by_case: Mapping[CaseKey, float], *, seed: int,
                            n_resamples: int = 2000, confidence: float = 0.95) -> tuple[float, float, float, int]:
     """(mean of b - a, ci_low, ci_high, n) over the cases scored in both runs.
 

@@ -115,7 +115,7 @@ def tune(config: TuneConfig) -> TuneOutcome:
     commit, dirty = git_state(REPO_ROOT)
     manifest = TuneManifest(
         program=config.program, predictors=names, optimizer=config.optimizer, settings=settings, seed=config.seed,
-        lm=_label(config.lm), teacher_lm=_label(config.teacher_lm), prompt_lm=_prompt_label(config),
+        lm=_model_label(config.lm), teacher_lm=_label(config.teacher_lm), prompt_lm=_prompt_label(config),
         train=list(config.train), dev=list(config.dev) if config.dev else None,
         dev_fraction=config.dev_fraction if split.seeded else None,
         train_hash=dataset_hash(split.train), dev_hash=dataset_hash(split.dev),
@@ -238,7 +238,13 @@ def _prompt_label(config: TuneConfig) -> str | None:
 
 def _label(lm: Any) -> str | None:
     """A model as the manifest records it: the spec, or class and model name (never a key)."""
-    if lm is None or isinstance(lm, str):
+    if lm is None:
+        return None
+    return _model_label(lm)
+
+
+def _model_label(lm: Any) -> str:
+    if isinstance(lm, str):
         return lm
     return f"{type(lm).__name__}:{getattr(lm, 'model', '?')}"
 

@@ -99,7 +99,7 @@ def _message(turn: dict[str, Any], user: str) -> dict[str, Any]:
     return {"role": role, "name": turn.get("speaker"), "content": text}
 
 
-def _labels(owner: str, items: Any, a: str, b: str, spoken_by: dict[str, str]) -> Iterator[Label]:
+def _labels(owner: str, items: Any, a: str, b: str, spoken_by: dict[Any, Any]) -> Iterator[Label]:
     if owner not in (a, b) or not isinstance(items, list):
         return
     other = b if owner == a else a

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import queue
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 
-def run_local(units: Sequence[Any], run_one: Callable[[Any], Any], concurrency: int) -> Iterator[Any]:
+def run_local(units: Sequence[Any], run_one: Callable[[Any], Any], concurrency: int) -> Generator[Any, None, None]:
     """Yield `run_one(unit)` for every unit as it finishes; an interrupt cancels the units not started.
 
     Each finished future hands itself to the consumer through a queue: O(1) per unit, where waiting on the

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 from evals.executors._unit import UnitTask, failed_unit
@@ -164,7 +164,7 @@ def connect(address: str | None, workers: int) -> bool:
 
 
 def run_ray(tasks: Sequence[UnitTask], *, workers: int, address: str | None, limits: dict[str, int],
-            cases: Sequence[Any], run_token: str, max_retries: int = MAX_RETRIES) -> Iterator[Any]:
+            cases: Sequence[Any], run_token: str, max_retries: int = MAX_RETRIES) -> Generator[Any, None, None]:
     """Yield each unit's `CaseRun` as it finishes, in any order. At most `workers` tasks are in flight.
 
     An interrupt (or the consumer closing the generator) cancels every task still running; what was

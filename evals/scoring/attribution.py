@@ -9,7 +9,8 @@ given to the user, not as a missing fact plus an extra one. Seeded memories are 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import pandas as pd
 from pydantic import BaseModel, Field
@@ -27,6 +28,12 @@ CLASSES = ("user", "named", "assistant")
 STAGES = {"stored": "", "proposed": "proposed_"}  # stage -> metric-name prefix
 FACTS_SCHEMA = pandas_dtypes("facts")  # facts.parquet: columns declared in evals.record
 FACTS_COLUMNS = columns("facts")
+
+
+class Preparer(Protocol):
+    """What `prepare_case` hands a case's texts to: a `Matcher`, or anything that collects them."""
+
+    def prepare(self, gold: Sequence[str], pred: Sequence[str]) -> None: ...
 
 
 class CaseScores(BaseModel):
@@ -111,12 +118,13 @@ def _stage(case: Case, run: CaseRun, stage: str, matcher: Matcher) -> tuple[dict
     tallies[f"{prefix}fact_f1"] = (2 * tp, n_pred + len(gold))
     tallies[f"{prefix}subject_accuracy"] = (subject_ok, tp)
     tallies[f"{prefix}owner_accuracy"] = (owner_ok, tp)
-    for g in CLASSES:
-        row_total = sum(confusion[(g, p)] for p in CLASSES)
-        for p in CLASSES:
-            tallies[f"{prefix}subject_confusion_{g}_to_{p}"] = (confusion[(g, p)], row_total)
-    named = sum(confusion[("named", p)] for p in CLASSES)
-    assistant = sum(confusion[("assistant", p)] for p in CLASSES)
+    for gold_class in CLASSES:
+        row_total = sum(confusion[(gold_class, pred_class)] for pred_class in CLASSES)
+        for pred_class in CLASSES:
+            tallies[f"{prefix}subject_confusion_{gold_class}_to_{pred_class}"] = (
+                confusion[(gold_class, pred_class)], row_total)
+    named = sum(confusion[("named", pred_class)] for pred_class in CLASSES)
+    assistant = sum(confusion[("assistant", pred_class)] for pred_class in CLASSES)
     tallies[f"{prefix}third_party_to_user_rate"] = (confusion[("named", "user")], named)
     tallies[f"{prefix}ai_to_user_rate"] = (confusion[("assistant", "user")], assistant)
     return tallies, rows
@@ -124,13 +132,14 @@ def _stage(case: Case, run: CaseRun, stage: str, matcher: Matcher) -> tuple[dict
 
 def _fact_row(run: CaseRun, stage: str, gold: Any, pred: dict | None, score: float | None) -> dict[str, Any]:
     both = gold is not None and pred is not None
+    matched = pred if gold is not None else None  # the prediction paired with a gold fact, if any
     return {
         "provider": run.provider, "dataset": run.dataset, "case_id": run.case_id, "epoch": run.epoch, "stage": stage,
         "gold_text": gold and gold.text, "gold_subject": gold and gold.subject, "gold_owner": gold and gold.owner,
         "pred_text": pred and pred.get("text"), "pred_subject": pred and pred.get("subject"),
         "pred_owner": pred and pred.get("owner"), "match_score": score, "matched": both,
-        "subject_ok": same_subject(gold.subject, pred.get("subject")) if both else None,
-        "owner_ok": gold.owner == pred.get("owner") if both else None,
+        "subject_ok": same_subject(gold.subject, matched.get("subject")) if matched is not None else None,
+        "owner_ok": gold.owner == matched.get("owner") if matched is not None else None,
         "gold_class": subject_class(gold.subject) if gold is not None else None,
         "pred_class": subject_class(pred.get("subject")) if pred is not None else None,
         "note": None,
@@ -191,7 +200,7 @@ class ScoredCase(BaseModel):
     rows: list[dict[str, Any]] = Field(default_factory=list)
 
 
-def prepare_case(case: Case, run: CaseRun, matcher: Matcher) -> None:
+def prepare_case(case: Case, run: CaseRun, matcher: Preparer) -> None:
     """Hand the matcher every text of the case at once: gold side (facts, absent statements, seeds,
     separate/update statements) and prediction side (proposed and stored facts, live memories)."""
     expect = case.expect
@@ -203,23 +212,24 @@ def prepare_case(case: Case, run: CaseRun, matcher: Matcher) -> None:
 
 def score_one(case: Case, run: CaseRun, matcher: Matcher = DEFAULT_MATCHER) -> ScoredCase:
     """Tallies and fact rows of one (case, run), each matrix built once."""
-    base = {"case_id": run.case_id, "dataset": run.dataset, "provider": run.provider, "lang": run.lang,
-            "epoch": run.epoch}
+    def scores(tallies: dict[str, Tally], notes: dict[str, int] | None = None) -> CaseScores:
+        return CaseScores(case_id=run.case_id, dataset=run.dataset, provider=run.provider, lang=run.lang,
+                          epoch=run.epoch, infra_error=run.status == "infra_error", tallies=tallies, notes=notes or {})
+
+    rows: list[dict[str, Any]] = []
     if run.status == "infra_error":
         rows = [{**_fact_row(run, stage, g, None, None), "note": "infra_error"}
                 for stage in STAGES for g in case.expect.facts or []]
-        return ScoredCase(scores=CaseScores(**base, infra_error=True, tallies=_error_tallies(case)), rows=rows)
+        return ScoredCase(scores=scores(_error_tallies(case)), rows=rows)
     prepare_case(case, run, matcher)
     tallies: dict[str, Tally] = {}
-    rows: list[dict[str, Any]] = []
     for stage in STAGES:
         stage_tallies, stage_rows = _stage(case, run, stage, matcher)
         tallies.update(stage_tallies)
         rows += stage_rows
     tallies.update(_case_tallies(case, run, matcher))
     merges, notes = merge_tallies(case, run, matcher)
-    return ScoredCase(scores=CaseScores(**base, infra_error=False, tallies={**tallies, **merges}, notes=notes),
-                      rows=rows)
+    return ScoredCase(scores=scores({**tallies, **merges}, notes), rows=rows)
 
 
 def score_pairs(pairs: list[tuple[Case, CaseRun]], matcher: Matcher = DEFAULT_MATCHER) -> list[ScoredCase]:

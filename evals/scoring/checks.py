@@ -131,7 +131,7 @@ def time_words(text: str) -> frozenset[str]:
 
 
 # ---------------------------------------------------------------- numbers
-_EN_NUMBERS = {w: i for i, w in enumerate(
+_EN_NUMBERS: dict[str, float] = {w: i for i, w in enumerate(
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
     "seventeen eighteen nineteen twenty".split())}
 _EN_NUMBERS.update({"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90,

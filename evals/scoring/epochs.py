@@ -44,7 +44,7 @@ def stability_frame(case_metrics: pd.DataFrame) -> pd.DataFrame:
         right = [_right(metric, v) for v in per_epoch]
         if None in right:
             continue
-        passes = sum(right)
+        passes = sum(1 for r in right if r)
         stability = STABLE_PASS if passes == len(right) else STABLE_FAIL if passes == 0 else FLAKY
         rows.append({"provider": provider, "dataset": dataset, "case_id": case_id, "metric": metric,
                      "epochs": len(per_epoch), "mean": float(per_epoch.mean()), "min": float(per_epoch.min()),

@@ -73,7 +73,7 @@ class JudgeMatcher(Matcher):
         provider = Provider(config)
         log = AttemptLog(provider=f"judge:{config.name}", case_id="(matcher)")
         cache = ResponseCache(cache_file) if cache_file is not None else None
-        lm = AccountingLM.wrap(provider.lm(None), provider=provider, log=log, injector=None, cache=cache, retries=True,
+        lm = AccountingLM.wrap(provider.http_lm(), provider=provider, log=log, injector=None, cache=cache, retries=True,
                                prices=price_table())
         return cls(lm, config.name, log, cache)
 

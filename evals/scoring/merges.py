@@ -41,7 +41,7 @@ def turn_memories(run: CaseRun) -> list[dict[str, Any]]:
     return [m for m in run.memories if seed is None or m.get("request_id") != seed]
 
 
-def _cross(name: str, fact_subject: str | None, target: dict | None, write_facts: list[dict]) -> bool | None:
+def _cross(name: str | None, fact_subject: str | None, target: dict | None, write_facts: list[dict]) -> bool | None:
     """Whether a merge op crosses subjects; None when it is no merge or the target is unknown.
     A DELETE without a fact is judged as the engine judges it: against every fact of its write."""
     if name not in MERGE_OPS or target is None:
@@ -68,14 +68,15 @@ def op_rows(run: CaseRun) -> list[dict[str, Any]]:
             fact = facts[index] if isinstance(index, int) and 0 <= index < len(facts) else None
             target = known(target_id)
             rows.append(_row(run, write.index, "proposed", name, fact, target_id, target,
-                             _cross(name, fact and fact.get("subject"), target, facts), None))
+                             _cross(name, fact.get("subject") if fact else None, target, facts), None))
         for op in write.ops:
             name, target_id = op.get("op"), op.get("target_id")
             fact = {"text": op.get("text"), "subject": op.get("subject")} if op.get("text") is not None else None
             target = known(target_id)
             merge = name if op.get("refused") is None else None  # a refused op was rewritten to ADD/NOOP
             rows.append(_row(run, write.index, "applied", name, fact, target_id, target,
-                             _cross(merge or "", fact and fact.get("subject"), target, facts), op.get("refused")))
+                             _cross(merge or "", fact.get("subject") if fact else None, target, facts),
+                             op.get("refused")))
         for op in write.ops:
             if op.get("op") in ("ADD", "SUPERSEDE", "UPDATE") and op.get("memory_id") is not None:
                 history[op["memory_id"]] = {"text": op.get("text"), "subject": op.get("subject")}

@@ -201,9 +201,9 @@ class SemanticMatcher(Matcher):
         if predicates or words:  # predicates and their content words in one batch
             vectors = np.asarray(self._embedder.embed(predicates + words), dtype=np.float32)
             norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-            vectors = vectors / np.where(norms == 0, 1.0, norms)
-            self._vectors.update(zip(predicates, vectors[:len(predicates)], strict=True))
-            self._word_vectors.update(zip(words, vectors[len(predicates):], strict=True))
+            unit = vectors / np.where(norms == 0, 1.0, norms)
+            self._vectors.update(zip(predicates, unit[:len(predicates)], strict=True))
+            self._word_vectors.update(zip(words, unit[len(predicates):], strict=True))
         self._texts.update(prepared)
 
     def probabilities(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:

@@ -30,9 +30,11 @@ def check_system(name: str) -> None:
 def site_kinds(system: str) -> list[tuple[str, str]]:
     """Every (fault site, kind) pair of a system, for the coverage table."""
     if system == "mem0":
-        from evals.systems.mem0_system import SITES, kinds_for
-    else:
-        from evals.faults import SITES, kinds_for
+        from evals.systems import mem0_system
+
+        return [(site, kind) for site in mem0_system.SITES for kind in mem0_system.kinds_for(site)]
+    from evals.faults import SITES, kinds_for
+
     return [(site, kind) for site in SITES for kind in kinds_for(site)]
 
 
@@ -95,11 +97,13 @@ def open_arm(system: str, provider: Any, embedder_spec: str) -> Arm:
     try:
         local = local_endpoints(server.url, embedder_spec if local_embedder else "hash") if server else None
         if config.model == "offline":
+            assert local is not None  # the offline model runs behind a local server
             llm, timeout = local[0], OFFLINE_TIMEOUT
         else:
             url, model, key = _llm_endpoint(config)
             llm, timeout = Endpoint(url, model, key), float(config.timeout)
         if local_embedder:
+            assert local is not None  # so do the local embedders
             _, embed, dim = local
         else:
             embed, dim = _embed_endpoint(embedder_spec)

@@ -31,7 +31,7 @@ MEM0_SITE = "mem0.extract"  # the call site mem0's wire (evals.systems.mem0_wire
 
 def is_mem0_prompt(system: str | None) -> bool:
     """True for mem0's extraction system prompt."""
-    return bool(system) and MARKER in system
+    return system is not None and MARKER in system
 
 
 def prompt_sections(user_prompt: str) -> dict[str, str]:

@@ -218,7 +218,7 @@ class Mem0System:
                 "text": item.get("memory"), "subject": subject_of(item.get("memory", "")),
                 "owner": attributed.get(item.get("memory"), "user"), "kind": "fact", "refused": None}
                for item in items]
-        codes = {"success": raised is None, "error_code": None, "agent_error_code": None,
+        codes: dict[str, Any] = {"success": raised is None, "error_code": None, "agent_error_code": None,
                  "reconcile_error_code": None, "retry_safe": True}
         if raised is not None:
             codes["raised"] = raised.split(":", 1)[0]

@@ -112,8 +112,9 @@ def engine_overhead(writes: int = 20, repeat: int = 3) -> dict[str, Any]:
         for r in range(repeat):
             samples["hymem"] += hymem_writes(server.url, turns, Path(tmp) / f"hymem-{r}")
             samples["mem0"] += mem0_writes(server.url, turns, Path(tmp) / f"mem0-{r}")
-    out = {name: _summary(s) for name, s in samples.items()}
-    out["ratio_hymem_over_mem0"] = out["hymem"]["overhead_ms_median"] / out["mem0"]["overhead_ms_median"]
+    summaries = {name: _summary(s) for name, s in samples.items()}
+    out: dict[str, Any] = dict(summaries)
+    out["ratio_hymem_over_mem0"] = summaries["hymem"]["overhead_ms_median"] / summaries["mem0"]["overhead_ms_median"]
     out["setup"] = {"writes": writes, "repeat": repeat, "facts_per_write": 2, "server": "offline model + hash over HTTP"}
     return out
 

@@ -27,7 +27,7 @@ import dspy
 from pydantic import BaseModel, Field
 
 from evals.dataset import Case
-from evals.record import CaseRun, WriteRecord
+from evals.record import CaseRun, Codes, WriteRecord
 from evals.scoring import DEFAULT_MATCHER, Matcher, facts_frame, score_pairs
 from evals.scoring.matcher import same_subject, subject_text_mismatch
 from evals.scoring.merges import MERGE_OPS
@@ -115,7 +115,7 @@ def extraction_run(case: Case, pred: Any) -> CaseRun:
     """The prediction as a CaseRun the scorer reads: one write per turn carrying its proposed facts."""
     offset = 1 if case.memories else 0
     path = "working" if case.path == "working" else "chat"
-    writes = [WriteRecord(index=i + offset, path=path, request_id=f"{case.id}/w{i + offset}", success=True, codes={},
+    writes = [WriteRecord(index=i + offset, path=path, request_id=f"{case.id}/w{i + offset}", success=True, codes=Codes(),
                           proposed_facts=facts) for i, facts in enumerate(pred.turn_facts)]
     return CaseRun(case_id=case.id, dataset="tune", provider="tune", lang=case.lang, tags=list(case.tags), status="ok",
                    writes=writes, profile=dict(pred.profile or {}))
@@ -236,7 +236,8 @@ def _decision_ok(want: dict, got: dict | None, deletes: set) -> bool:
 def _describe(op: dict | None, existing: Mapping[int, dict]) -> str:
     if op is None:
         return "no op (the fact would be lost)"
-    target = existing.get(op.get("id"))
+    target_id = op.get("id")
+    target = existing.get(target_id) if isinstance(target_id, int) else None
     if op.get("op") == "ADD" or target is None:
         return str(op.get("op"))
     return f'{op.get("op")} of id {target["id"]} ("{target["text"]}", subject {target["subject"]})'
