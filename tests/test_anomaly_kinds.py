@@ -186,11 +186,95 @@ def test_fault_not_reached_when_a_faulted_write_skips_the_planned_call(monkeypat
     assert all(f.outcome == "indeterminate" for f in run.faults if f.site == "lm.reconcile")
 
 
-# Kinds added with the write-contract checks (issue 17) whose planted-bug test is not written yet: they are
-# produced by the mutants in tests/mutants/ (`nox -s mutants`) but no test here asserts their witness. The
-# list must only shrink: a new kind without a test, or a test for a kind still listed, fails below.
-KINDS_WITHOUT_A_PLANTED_BUG_TEST = {"CONTROL_WRITE_FAILED", "CONCURRENT_WRITE_LOST", "CONCURRENT_WRITE_INTERLEAVED",
-                                    "CROSS_SUBJECT_MERGE_APPLIED", "THIRD_PARTY_AS_USER"}
+# A named human's fact next to a user memory of another subject: the offline model proposes "John lives in
+# Berlin." (subject John), which gives the sweep its adversarial chances (a cross-subject merge of the user's
+# memory, John's fact filed under the user); two chat turns of two messages each for the concurrency check.
+JOHN = Case.model_validate({
+    "id": "john", "lang": "en", "user_id": "tim", "tags": [],
+    "memories": [{"text": "The user lives in Paris.", "subject": "user", "owner": "user"}],
+    "turns": [[{"role": "assistant", "name": "John", "content": "I moved to Berlin."},
+               {"role": "user", "name": "Tim", "content": "Congratulations on the move!"}],
+              [{"role": "user", "name": "Tim", "content": "I work at IBM."},
+               {"role": "assistant", "content": "Nice."}]],
+    "expect": {"facts": [{"text": "John lives in Berlin.", "subject": "John", "owner": "user"},
+                         {"text": "The user works at IBM.", "subject": "user", "owner": "user"}]},
+})
+
+
+def findings(run: CaseRun, kind: AnomalyKind) -> list[tuple[str, int, str]]:
+    """(check, write, witness) of every write-contract finding of `kind` outside the faulted writes."""
+    return [(f.check, f.write, f.witness) for f in run.findings if f.kind == kind]
+
+
+def test_control_write_failed_when_nothing_to_remember_is_a_failure(monkeypatch):
+    real = client_module.HyMemoryClient._commit
+
+    def commit(self, user_id, rid, path, work, fingerprint):  # the bug: an empty extraction fails the write
+        if not work["facts"]:
+            return self._failure(rid, error_code=client_module.ErrorCode.EMPTY_RESPONSE, message="nothing to remember")
+        return real(self, user_id, rid, path, work, fingerprint)
+
+    monkeypatch.setattr(client_module.HyMemoryClient, "_commit", commit)
+    small_talk = Case.model_validate({
+        "id": "hello", "lang": "en", "user_id": "tim", "tags": [],
+        "turns": [[{"role": "user", "content": "I moved to Berlin."}],
+                  [{"role": "user", "content": "Hello! How are you today?"}]],
+        "expect": {"facts": [{"text": "The user lives in Berlin.", "subject": "user", "owner": "user"}]},
+    })
+    run = replay(small_talk)
+    found = findings(run, AnomalyKind.CONTROL_WRITE_FAILED)
+    assert [(check, write) for check, write, _ in found] == [("control", 1)]  # the small talk, not the move
+    assert found[0][2].startswith("fault-free write failed with every model reply delivered intact: ")
+    assert "'error_code': 'EMPTY_RESPONSE'" in found[0][2] and found[0][2].endswith("nothing to remember")
+    assert [w.success for w in run.writes] == [True, False]
+
+
+def test_concurrent_write_lost_when_a_duplicate_request_is_not_recognised(monkeypatch):
+    # The bug: the idempotency lookup never finds the recorded request, so the second sender of a request_id
+    # runs the write again and fails on the requests table's key instead of being told duplicate.
+    monkeypatch.setattr(store_module.Store, "recorded_request", lambda self, user_id, request_id: None)
+    found = findings(replay(JOHN), AnomalyKind.CONCURRENT_WRITE_LOST)
+    assert {(check, write) for check, write, _ in found} == {("concurrency", -1)}
+    assert {w for _, _, w in found} == {f"request john/c{i}: one sender succeeded, another failed instead of being "
+                                        "told duplicate: success=False error_code=STORE_FAILED" for i in range(3)}
+
+
+def test_concurrent_write_interleaved_when_history_groups_messages_by_speaker(monkeypatch):
+    # The bug: history() returns the user's messages first, then the others', so the messages of writes sent
+    # at once come back mixed (each write's block is no longer whole). A deterministic stand-in for writes
+    # whose messages are stored one by one outside the user lock.
+    real = client_module.HyMemoryClient.history
+    monkeypatch.setattr(client_module.HyMemoryClient, "history",
+                        lambda self, user_id: sorted(real(self, user_id), key=lambda m: m.role != "user"))
+    found = findings(replay(JOHN), AnomalyKind.CONCURRENT_WRITE_INTERLEAVED)
+    assert len(found) == 1 and found[0][:2] == ("concurrency", -1)
+    assert found[0][2].startswith("history message 0 (user: ") and found[0][2].endswith("starts no written block whole")
+
+
+def test_cross_subject_merge_applied_when_the_reconcile_guard_is_gone(monkeypatch):
+    import hymem.reconciler as reconciler_module
+
+    monkeypatch.setattr(reconciler_module, "same_subject", lambda a, b: True)  # every subject "matches"
+    found = witnesses(replay(JOHN), AnomalyKind.CROSS_SUBJECT_MERGE_APPLIED)
+    assert {(site, kind) for site, kind, _ in found} == {
+        ("lm.reconcile", kind) for kind in ("cross_subject_update", "cross_subject_supersede", "cross_subject_delete")}
+    assert ("lm.reconcile", "cross_subject_update",
+            "UPDATE of memory 1 ('The user lives in Paris.', subject user) by a fact about John ('John lives in "
+            "Berlin.') was applied: the memory is now 'John lives in Berlin.' (John)") in found
+    assert all(" was applied: the memory is " in w for _, _, w in found)
+
+
+def test_third_party_as_user_when_named_subjects_are_not_enforced(monkeypatch):
+    monkeypatch.setattr(client_module, "_named_subjects", lambda facts, msgs: facts)  # the model's subject stands
+    found = witnesses(replay(JOHN), AnomalyKind.THIRD_PARTY_AS_USER)
+    assert [(site, kind) for site, kind, _ in found] == [("lm.extract", "third_party_as_user")]
+    assert found[0][2].startswith("John's fact 'John lives in Berlin.' was stored as memory ")
+    assert found[0][2].endswith("with subject 'user'")
+
+
+def test_the_john_case_is_clean_on_a_correct_engine():
+    run = replay(JOHN)
+    assert [a for f in run.faults for a in f.anomalies] == [] and run.findings == []
 
 
 def test_every_anomaly_kind_has_a_planted_bug_test():
@@ -200,7 +284,7 @@ def test_every_anomaly_kind_has_a_planted_bug_test():
     names = " ".join(re.findall(r"^def (test_\w+)", "\n".join(
         path.read_text(encoding="utf-8") for path in Path(__file__).parent.glob("test_*.py")), re.M))
     untested = {kind.value for kind in AnomalyKind if kind.value.lower() not in names}
-    assert untested == KINDS_WITHOUT_A_PLANTED_BUG_TEST
+    assert untested == set(), f"anomaly kinds no test plants a bug for: {sorted(untested)}"
 
 
 @pytest.fixture(autouse=True)
