@@ -1,4 +1,5 @@
-"""Sessions: tests (default CI run), slow, lint, eval (the README's main job), gate, ci_gate, baseline, mutants, bench."""
+"""Sessions: tests (default CI run), slow, lint (ruff + mypy), typecheck, eval (the README's main job), gate, ci_gate,
+baseline, mutants, bench."""
 
 import shutil
 
@@ -36,16 +37,23 @@ def slow(session: nox.Session) -> None:
     session.run("pytest", "-m", "slow", *session.posargs, env=ENV)
 
 
+# What mypy reads types from: the typed libraries hymem/ and evals/ import. Every other import is named
+# untyped in pyproject.toml [tool.mypy], so the lint venv skips them (dspy, torch, ...): ~3x faster to build.
+TYPED_DEPS = ["mypy>=2.4,<2.5", "pydantic>=2.7", "numpy>=1.26", "faiss-cpu>=1.8", "matplotlib>=3.8", "openai>=1.40"]
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
-    session.install("ruff")
+    """ruff over the code and tests, then mypy over hymem/ and evals/ (pyproject.toml [tool.mypy]): zero errors."""
+    session.install("ruff", *TYPED_DEPS)
     session.run("ruff", "check", "hymem", "evals", "tests", "noxfile.py")
+    session.run("mypy")
 
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    """mypy over hymem/ and evals/ (pyproject.toml [tool.mypy]); not yet in the default run: errors remain."""
-    session.install("-e", ".[mem0,dev]", "mypy>=1.10")
+    """mypy alone (the second half of `lint`)."""
+    session.install(*TYPED_DEPS)
     session.run("mypy")
 
 

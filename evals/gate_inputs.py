@@ -74,10 +74,16 @@ def plan_of(run: Run) -> str:
     return f"{m.faults} seed {m.seed}" if m.faults.startswith("random") else m.faults
 
 
+def _case_key(key: str) -> CaseKey:
+    """The manifest's `dataset/case_id` key as (dataset, case_id); case ids may hold "/" themselves."""
+    dataset, _, case_id = key.partition("/")
+    return dataset, case_id
+
+
 def case_hashes(run: Run) -> dict[CaseKey, str | None]:
     """(dataset, case_id) -> content hash, or None per case when the manifest carries no hashes."""
     if run.manifest is not None and run.manifest.case_hashes:
-        return {tuple(key.split("/", 1)): h for key, h in run.manifest.case_hashes.items()}  # type: ignore[misc]
+        return {_case_key(key): h for key, h in run.manifest.case_hashes.items()}
     cases = run.table("cases")
     frame = cases if cases is not None and len(cases) else run.case_metrics
     return {(str(d), str(c)): None for d, c in zip(frame["dataset"], frame["case_id"], strict=True)}

@@ -111,7 +111,7 @@ class RedactingStream(io.TextIOBase):
         return self.inner.fileno()
 
     @property
-    def encoding(self) -> str:  # type: ignore[override]
+    def encoding(self) -> str:  # type: ignore[override]  # TextIO declares it a plain attribute
         return getattr(self.inner, "encoding", "utf-8")
 
 

@@ -351,8 +351,8 @@ class CaseReplayer:
 def stale_sources(writes: list[WriteRecord], snapshots: list[Path]) -> list[Path]:
     """Snapshots whose index file is stale for the final store: from before the last write that updated a
     memory in place (same ids, new vectors) and before the last write that changed any memory."""
-    changed = [w.index for w in writes if w.success and any(op.get("op") != "NOOP" for op in w.ops)]
-    updated = [w.index for w in writes if w.success and any(op.get("op") == "UPDATE" for op in w.ops)]
+    changed = [w.index for w in writes if w.success and any(op.op != "NOOP" for op in w.ops)]
+    updated = [w.index for w in writes if w.success and any(op.op == "UPDATE" for op in w.ops)]
     picks = [max(updated)] if updated else []
     picks += [max(changed)] if changed and max(changed) not in picks else []
     return [snapshots[i] for i in picks if i < len(snapshots)]

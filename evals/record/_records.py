@@ -119,6 +119,19 @@ class Attempt(Record):
     injected: str | None = None  # the fault kind injected into this attempt
 
 
+class OpRecord(BaseModel):
+    """One change an engine applied, or refused, in one write: hymem's `AppliedOp`, mem0's events alike."""
+
+    op: str  # ADD | UPDATE | SUPERSEDE | DELETE | NOOP (mem0: its event name)
+    memory_id: int | str | None = None  # the new or changed memory (mem0's ids are strings)
+    target_id: int | str | None = None  # the existing memory an UPDATE/SUPERSEDE/DELETE/NOOP names
+    text: str | None = None
+    subject: str | None = None
+    owner: str | None = None
+    kind: str = "fact"
+    refused: str | None = None  # why the engine refused the model's op (e.g. cross-subject)
+
+
 class WriteRecord(Record):
     """One write of the fault-free control run, as the engine reported it."""
 
@@ -128,9 +141,9 @@ class WriteRecord(Record):
     success: bool
     codes: Codes
     message: str = ""
-    ops: list[dict[str, Any]] = Field(default_factory=list)  # applied ops, AppliedOp-shaped
+    ops: list[OpRecord] = Field(default_factory=list)  # applied (and refused) ops
     proposed_facts: list[dict[str, Any]] = Field(default_factory=list)  # what the extractor proposed
-    proposed_ops: list[dict[str, Any]] = Field(default_factory=list)  # what the reconcile model proposed
+    proposed_ops: list[dict[str, Any]] = Field(default_factory=list)  # what the reconcile model proposed, as it said it
     reached: dict[str, int] = Field(default_factory=dict)  # call site -> calls made in this write
     seconds: float = 0.0
 

@@ -65,9 +65,9 @@ def _predictions(run: CaseRun, stage: str) -> list[dict[str, Any]]:
 
 def _replaced_later(run: CaseRun, fact: dict[str, Any]) -> bool:
     """A proposed fact whose memory a later write replaced: right when proposed, so not an extra."""
-    ids = {op.get("memory_id") for w in run.writes if w.index == fact.get("write") for op in w.ops
-           if op.get("op") in ("ADD", "SUPERSEDE", "UPDATE") and op.get("text") == fact.get("text")}
-    return any(op.get("target_id") in ids and op.get("op") in ("UPDATE", "SUPERSEDE", "DELETE") and not op.get("refused")
+    ids = {op.memory_id for w in run.writes if w.index == fact.get("write") for op in w.ops
+           if op.op in ("ADD", "SUPERSEDE", "UPDATE") and op.text == fact.get("text")}
+    return any(op.target_id in ids and op.op in ("UPDATE", "SUPERSEDE", "DELETE") and not op.refused
                for w in run.writes if w.index > fact.get("write", 0) for op in w.ops)
 
 

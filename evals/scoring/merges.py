@@ -56,7 +56,7 @@ def _cross(name: str | None, fact_subject: str | None, target: dict | None, writ
 def op_rows(run: CaseRun) -> list[dict[str, Any]]:
     """Every proposed and applied op of the run, with the fact and target subjects it involved."""
     live = {m["id"]: m for m in run.memories if "id" in m}
-    history: dict[int, dict[str, Any]] = {}
+    history: dict[int | str, dict[str, Any]] = {}
     rows: list[dict[str, Any]] = []
     for write in run.writes:
         def known(target_id: Any) -> dict | None:
@@ -69,17 +69,16 @@ def op_rows(run: CaseRun) -> list[dict[str, Any]]:
             target = known(target_id)
             rows.append(_row(run, write.index, "proposed", name, fact, target_id, target,
                              _cross(name, fact.get("subject") if fact else None, target, facts), None))
-        for op in write.ops:
-            name, target_id = op.get("op"), op.get("target_id")
-            fact = {"text": op.get("text"), "subject": op.get("subject")} if op.get("text") is not None else None
-            target = known(target_id)
-            merge = name if op.get("refused") is None else None  # a refused op was rewritten to ADD/NOOP
-            rows.append(_row(run, write.index, "applied", name, fact, target_id, target,
+        for applied in write.ops:
+            fact = {"text": applied.text, "subject": applied.subject} if applied.text is not None else None
+            target = known(applied.target_id)
+            merge = applied.op if applied.refused is None else None  # a refused op was rewritten to ADD/NOOP
+            rows.append(_row(run, write.index, "applied", applied.op, fact, applied.target_id, target,
                              _cross(merge or "", fact.get("subject") if fact else None, target, facts),
-                             op.get("refused")))
-        for op in write.ops:
-            if op.get("op") in ("ADD", "SUPERSEDE", "UPDATE") and op.get("memory_id") is not None:
-                history[op["memory_id"]] = {"text": op.get("text"), "subject": op.get("subject")}
+                             applied.refused))
+        for applied in write.ops:
+            if applied.op in ("ADD", "SUPERSEDE", "UPDATE") and applied.memory_id is not None:
+                history[applied.memory_id] = {"text": applied.text, "subject": applied.subject}
     return rows
 
 

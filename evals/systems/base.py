@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 
 from evals.checker import StoreState
 from evals.faults import Expected, Fault, FaultPlan
+from evals.record import OpRecord
 
 DEFAULT_SYSTEM = "hymem"
 
@@ -26,7 +27,7 @@ class WriteOutcome(BaseModel):
     success: bool  # the engine reported success (for an engine without result codes: it did not raise)
     request_id: str
     codes: dict[str, Any]  # success, error_code, agent_error_code, reconcile_error_code, retry_safe (+ raised)
-    ops: list[dict[str, Any]] = Field(default_factory=list)  # applied ops, AppliedOp-shaped
+    ops: list[OpRecord] = Field(default_factory=list)  # applied (and refused) ops
     proposed_facts: list[dict[str, Any]] = Field(default_factory=list)  # what the extraction proposed (ProposedFact)
     proposed_ops: list[dict[str, Any]] = Field(default_factory=list)  # what the reconcile model proposed
     message: str = ""

@@ -15,6 +15,7 @@ from evals.accounting import AccountingLM, price_table
 from evals.checker import RowMemo, StoreState, codes_of, read_state
 from evals.faults import Expected, Fault, FaultPlan, expected_outcome, wire_kinds_for
 from evals.inject import FaultyEmbedder, Injector, PromptTap, faulty_lm
+from evals.record import OpRecord
 from evals.systems.base import WriteOutcome
 from hymem.client import HyMemoryClient
 from hymem.models import WriteResult
@@ -104,7 +105,7 @@ class HymemSystem:
         if control:
             self._cache_clean_success(result)
         return WriteOutcome(success=result.success, request_id=result.request_id, codes=codes_of(result),
-                            ops=[op.model_dump() for op in result.ops],
+                            ops=[OpRecord.model_validate(op, from_attributes=True) for op in result.ops],
                             proposed_facts=[f.model_dump() for f in result.proposed_facts],
                             proposed_ops=result.proposed_ops, message=result.message,
                             reached=dict(self.injector.reached), fired=bool(self.injector.fired),

@@ -38,6 +38,7 @@ import numpy as np
 from evals.checker import StoreState
 from evals.faults import Expected, Fault, FaultPlan
 from evals.proxy import KINDS
+from evals.record import OpRecord
 from evals.systems.base import WriteOutcome
 from evals.systems.mem0_wire import Calls, Endpoint, Wire
 from hymem.subjects import subject_of as named_subject
@@ -214,9 +215,9 @@ class Mem0System:
             raised, items = f"{type(exc).__name__}: {exc}", []
         proposed = self._parse_reply(self.calls.reply) if infer else []
         attributed = {f["text"]: f["owner"] for f in proposed}
-        ops = [{"op": item.get("event", "ADD"), "memory_id": item.get("id"), "target_id": None,
-                "text": item.get("memory"), "subject": subject_of(item.get("memory", "")),
-                "owner": attributed.get(item.get("memory"), "user"), "kind": "fact", "refused": None}
+        ops = [OpRecord(op=item.get("event", "ADD"), memory_id=item.get("id"), target_id=None, text=item.get("memory"),
+                        subject=subject_of(item.get("memory", "")), owner=attributed.get(item.get("memory"), "user"),
+                        kind="fact", refused=None)
                for item in items]
         codes: dict[str, Any] = {"success": raised is None, "error_code": None, "agent_error_code": None,
                  "reconcile_error_code": None, "retry_safe": True}
