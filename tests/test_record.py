@@ -134,3 +134,23 @@ def test_fault_record_properties_follow_the_outcome():
 def test_write_manifest_round_trips(tmp_path: Path):
     write_manifest(tmp_path, manifest(verdict="valid"))
     assert read_manifest(tmp_path).verdict == "valid"
+
+
+def test_the_fact_and_op_row_types_are_the_declared_table_columns():
+    from evals.record import FactRow, OpRow, columns
+
+    assert set(FactRow.__required_keys__) | {"matcher"} == set(columns("facts"))  # the matcher spec: added on write
+    assert set(OpRow.__required_keys__) == set(columns("ops"))
+
+
+def test_a_writes_ops_keep_their_keys_and_ids_through_units_jsonl(tmp_path: Path):
+    applied = {"op": "UPDATE", "memory_id": 3, "target_id": 3, "text": "Tim lives in Oslo.", "subject": "user",
+               "owner": "user", "kind": "fact", "refused": None}
+    mem0 = {**applied, "op": "ADD", "memory_id": "9f1c-uuid", "target_id": None}  # mem0's ids are strings
+    unit = {**V1_UNIT, "writes": [{**V1_UNIT["writes"][0], "ops": [applied, mem0]}]}
+    writer = UnitsWriter(tmp_path)
+    writer.append(parse_unit(json.dumps(unit)))
+    writer.close()
+    (run,) = read_units(tmp_path)
+    assert [op.model_dump() for op in run.writes[0].ops] == [applied, mem0]
+    assert json.loads((tmp_path / "units.jsonl").read_text())["writes"][0]["ops"] == [applied, mem0]

@@ -8,7 +8,7 @@ dspy nor `evals.replay`). A unit is one line of `units.jsonl`; the Parquet table
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
@@ -210,6 +210,48 @@ class CaseRun(Record):
     findings: list[Finding] = Field(default_factory=list)  # write-contract anomalies outside faulted writes
     attempts: list[Attempt] = Field(default_factory=list)  # every LM and embedding attempt
     seconds: float = 0.0
+
+
+class FactRow(TypedDict):
+    """One row of facts.parquet as scored (the run's matcher spec is added when the table is written): a gold
+    fact and the prediction matched to it, a missed gold fact, or an unmatched prediction."""
+
+    provider: str
+    dataset: str
+    case_id: str
+    epoch: int
+    stage: str  # proposed | stored
+    gold_text: str | None
+    gold_subject: str | None
+    gold_owner: str | None
+    pred_text: str | None
+    pred_subject: str | None
+    pred_owner: str | None
+    match_score: float | None
+    matched: bool
+    subject_ok: bool | None  # None unless matched
+    owner_ok: bool | None
+    gold_class: str | None  # user | assistant | a named person, folded
+    pred_class: str | None
+    note: str | None  # why a prediction is left out of precision, or infra_error
+
+
+class OpRow(TypedDict):
+    """One row of ops.parquet: a proposed or applied op, with the fact and target subjects it involved."""
+
+    provider: str
+    dataset: str
+    case_id: str
+    write: int
+    source: str  # proposed | applied
+    op: str | None  # as the model or the engine named it
+    fact_text: str | None
+    fact_subject: str | None
+    target_id: int | str | None
+    target_text: str | None
+    target_subject: str | None
+    cross_subject: bool | None  # None when no merge or the target is unknown
+    refused: str | None
 
 
 class MetricRow(Record):

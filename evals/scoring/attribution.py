@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import pandas as pd
 from pydantic import BaseModel, Field
 
-from evals.dataset import Case
-from evals.record import CaseMetricRow, CaseRun, MetricRow, columns, pandas_dtypes
+from evals.dataset import Case, ExpectedFact
+from evals.record import CaseMetricRow, CaseRun, FactRow, MetricRow, columns, pandas_dtypes
 from evals.record.catalogue import note as catalogue_note
 from evals.scoring.epochs import pooled_by_case
 from evals.scoring.matcher import DEFAULT_MATCHER, Matcher, subject_text_mismatch
@@ -80,7 +81,7 @@ def _exclusion(case: Case, run: CaseRun, fact: dict[str, Any], matcher: Matcher)
     return None
 
 
-def _stage(case: Case, run: CaseRun, stage: str, matcher: Matcher) -> tuple[dict[str, Tally], list[dict]]:
+def _stage(case: Case, run: CaseRun, stage: str, matcher: Matcher) -> tuple[dict[str, Tally], list[FactRow]]:
     """Tallies and per-fact rows of one stage."""
     gold = case.expect.facts
     preds = _predictions(run, stage)
@@ -91,7 +92,7 @@ def _stage(case: Case, run: CaseRun, stage: str, matcher: Matcher) -> tuple[dict
     if gold is None:
         return tallies, []
     pairs = matcher.assign([(g.text, g.subject) for g in gold], [(p["text"], p.get("subject")) for p in preds])
-    rows: list[dict[str, Any]] = []
+    rows: list[FactRow] = []
     by_gold = {gi: (pi, score) for gi, pi, score in pairs}
     matched_preds = {pi for _, pi, _ in pairs}
     confusion: dict[tuple[str, str], int] = defaultdict(int)
@@ -101,16 +102,16 @@ def _stage(case: Case, run: CaseRun, stage: str, matcher: Matcher) -> tuple[dict
         p = preds[pi] if pi is not None else None
         row = _fact_row(run, stage, g, p, score)
         if p is not None:
-            confusion[(row["gold_class"], row["pred_class"])] += 1
-            subject_ok += row["subject_ok"]
-            owner_ok += row["owner_ok"]
+            confusion[(subject_class(g.subject), subject_class(p.get("subject")))] += 1  # the row's classes
+            subject_ok += bool(row["subject_ok"])
+            owner_ok += bool(row["owner_ok"])
         rows.append(row)
     excluded = 0
     for pi, p in enumerate(preds):
         if pi not in matched_preds:
             note = _exclusion(case, run, p, matcher) if stage == "proposed" else None
             excluded += note is not None
-            rows.append({**_fact_row(run, stage, None, p, None), "note": note})
+            rows.append(_fact_row(run, stage, None, p, None, note))
     tp = len(pairs)
     n_pred = len(preds) - excluded
     tallies[f"{prefix}fact_precision"] = (tp, n_pred)
@@ -130,20 +131,20 @@ def _stage(case: Case, run: CaseRun, stage: str, matcher: Matcher) -> tuple[dict
     return tallies, rows
 
 
-def _fact_row(run: CaseRun, stage: str, gold: Any, pred: dict | None, score: float | None) -> dict[str, Any]:
-    both = gold is not None and pred is not None
+def _fact_row(run: CaseRun, stage: str, gold: ExpectedFact | None, pred: dict | None, score: float | None,
+              note: str | None = None) -> FactRow:
     matched = pred if gold is not None else None  # the prediction paired with a gold fact, if any
-    return {
-        "provider": run.provider, "dataset": run.dataset, "case_id": run.case_id, "epoch": run.epoch, "stage": stage,
-        "gold_text": gold and gold.text, "gold_subject": gold and gold.subject, "gold_owner": gold and gold.owner,
-        "pred_text": pred and pred.get("text"), "pred_subject": pred and pred.get("subject"),
-        "pred_owner": pred and pred.get("owner"), "match_score": score, "matched": both,
-        "subject_ok": same_subject(gold.subject, matched.get("subject")) if matched is not None else None,
-        "owner_ok": gold.owner == matched.get("owner") if matched is not None else None,
-        "gold_class": subject_class(gold.subject) if gold is not None else None,
-        "pred_class": subject_class(pred.get("subject")) if pred is not None else None,
-        "note": None,
-    }
+    return FactRow(
+        provider=run.provider, dataset=run.dataset, case_id=run.case_id, epoch=run.epoch, stage=stage,
+        gold_text=gold.text if gold else None, gold_subject=gold.subject if gold else None,
+        gold_owner=gold.owner if gold else None,
+        pred_text=pred.get("text") if pred else None, pred_subject=pred.get("subject") if pred else None,
+        pred_owner=pred.get("owner") if pred else None, match_score=score, matched=matched is not None,
+        subject_ok=same_subject(gold.subject, matched.get("subject")) if gold and matched is not None else None,
+        owner_ok=gold.owner == matched.get("owner") if gold and matched is not None else None,
+        gold_class=subject_class(gold.subject) if gold is not None else None,
+        pred_class=subject_class(pred.get("subject")) if pred is not None else None,
+        note=note)
 
 
 def _case_tallies(case: Case, run: CaseRun, matcher: Matcher) -> dict[str, Tally]:
@@ -193,11 +194,12 @@ def _error_tallies(case: Case) -> dict[str, Tally]:
     return {**tallies, **merge_error_tallies(case)}
 
 
-class ScoredCase(BaseModel):
+@dataclass
+class ScoredCase:
     """A case scored once: its tallies and its facts.parquet rows (both stages)."""
 
     scores: CaseScores
-    rows: list[dict[str, Any]] = Field(default_factory=list)
+    rows: list[FactRow] = field(default_factory=list)
 
 
 def prepare_case(case: Case, run: CaseRun, matcher: Preparer) -> None:
@@ -216,10 +218,9 @@ def score_one(case: Case, run: CaseRun, matcher: Matcher = DEFAULT_MATCHER) -> S
         return CaseScores(case_id=run.case_id, dataset=run.dataset, provider=run.provider, lang=run.lang,
                           epoch=run.epoch, infra_error=run.status == "infra_error", tallies=tallies, notes=notes or {})
 
-    rows: list[dict[str, Any]] = []
+    rows: list[FactRow] = []
     if run.status == "infra_error":
-        rows = [{**_fact_row(run, stage, g, None, None), "note": "infra_error"}
-                for stage in STAGES for g in case.expect.facts or []]
+        rows = [_fact_row(run, stage, g, None, None, "infra_error") for stage in STAGES for g in case.expect.facts or []]
         return ScoredCase(scores=scores(_error_tallies(case)), rows=rows)
     prepare_case(case, run, matcher)
     tallies: dict[str, Tally] = {}

@@ -15,7 +15,7 @@ import pandas as pd
 
 from evals.adversarial import RECONCILE_ADVERSARIAL
 from evals.dataset import Case
-from evals.record import CaseRun, WriteRecord, columns, pandas_dtypes
+from evals.record import CaseRun, OpRow, WriteRecord, columns, pandas_dtypes
 from evals.scoring.matcher import DEFAULT_MATCHER, Matcher
 from hymem.subjects import same_subject, subject_of
 
@@ -53,11 +53,11 @@ def _cross(name: str | None, fact_subject: str | None, target: dict | None, writ
     return None
 
 
-def op_rows(run: CaseRun) -> list[dict[str, Any]]:
+def op_rows(run: CaseRun) -> list[OpRow]:
     """Every proposed and applied op of the run, with the fact and target subjects it involved."""
     live = {m["id"]: m for m in run.memories if "id" in m}
     history: dict[int | str, dict[str, Any]] = {}
-    rows: list[dict[str, Any]] = []
+    rows: list[OpRow] = []
     for write in run.writes:
         def known(target_id: Any) -> dict | None:
             return history.get(target_id) or live.get(target_id)
@@ -83,12 +83,11 @@ def op_rows(run: CaseRun) -> list[dict[str, Any]]:
 
 
 def _row(run: CaseRun, write: int, source: str, name: Any, fact: dict | None, target_id: Any, target: dict | None,
-         cross: bool | None, refused: str | None) -> dict[str, Any]:
-    return {"provider": run.provider, "dataset": run.dataset, "case_id": run.case_id, "write": write,
-            "source": source, "op": name, "fact_text": fact and fact.get("text"),
-            "fact_subject": fact and fact.get("subject"), "target_id": target_id,
-            "target_text": target and target.get("text"), "target_subject": target and target.get("subject"),
-            "cross_subject": cross, "refused": refused}
+         cross: bool | None, refused: str | None) -> OpRow:
+    return OpRow(provider=run.provider, dataset=run.dataset, case_id=run.case_id, write=write, source=source, op=name,
+                 fact_text=fact.get("text") if fact else None, fact_subject=fact.get("subject") if fact else None,
+                 target_id=target_id, target_text=target.get("text") if target else None,
+                 target_subject=target.get("subject") if target else None, cross_subject=cross, refused=refused)
 
 
 def _subject_of(case: Case, text: str) -> str | None:
@@ -117,7 +116,7 @@ def merge_tallies(case: Case, run: CaseRun, matcher: Matcher = DEFAULT_MATCHER
     for source in ("proposed", "applied"):
         merges = [r for r in rows if r["source"] == source and r["op"] in MERGE_OPS and not r["refused"]]
         judged = [r for r in merges if r["cross_subject"] is not None]
-        tallies[f"cross_subject_merge_{source}_rate"] = (sum(r["cross_subject"] for r in judged), len(judged))
+        tallies[f"cross_subject_merge_{source}_rate"] = (sum(1 for r in judged if r["cross_subject"]), len(judged))
         notes[f"cross_subject_merge_{source}_rate"] = len(merges) - len(judged)
     # Adversarial reconcile replies (evals.adversarial) each propose one cross-subject merge; one the guard let
     # through is an applied merge (and a CROSS_SUBJECT_MERGE_APPLIED anomaly), one it refused is not.
