@@ -30,8 +30,8 @@ from pydantic import BaseModel
 
 from evals.scoring.alignment import Words, difference, words_of
 from evals.scoring.checks import Qualifiers, is_chinese, mismatches, name_substitution
-from evals.scoring.quantities import quantities, same_quantities
 from evals.scoring.matcher import Matcher, _dice, negated, units
+from evals.scoring.quantities import quantities, same_quantities
 from hymem.subjects import canonical_subject, split_subject
 
 PARAMS_FILE = Path(__file__).with_name("semantic_params.json")
