@@ -146,7 +146,7 @@ def test_mem0_is_add_only_so_a_contradiction_leaves_both_facts(server):
     case = Case.model_validate(MOVED)
     mem0_run, hymem_run = replay_mem0(server, MOVED, plan="none"), replay_hymem(MOVED)
     assert sorted(m["text"] for m in mem0_run.memories) == ["The user lives in Berlin.", "The user lives in Paris."]
-    assert {op["op"] for w in mem0_run.writes for op in w.ops} == {"ADD"}
+    assert {op.op for w in mem0_run.writes for op in w.ops} == {"ADD"}
     assert score_case(case, mem0_run).tallies["same_subject_update_recall"] == (0, 1)
     assert score_case(case, hymem_run).tallies["same_subject_update_recall"] == (1, 1)
 

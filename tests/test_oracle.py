@@ -93,13 +93,13 @@ def test_updates_supersede_the_old_fact_and_never_cross_subjects():
     c = HAND_MADE[0]
     run = replay(c, provider_factory("oracle", [c]))
     seeds, last = run.writes[0], run.writes[-1]
-    assert [op["op"] for op in seeds.ops] == ["ADD", "ADD", "ADD"]
-    by_text = {op["text"]: op for op in last.ops}
-    paris = next(op["memory_id"] for op in seeds.ops if op["text"] == "The user lives in Paris.")
-    assert by_text["The user lives in Berlin."]["op"] == "SUPERSEDE"
-    assert by_text["The user lives in Berlin."]["target_id"] == paris
-    assert by_text["John is a nurse."]["op"] == "ADD"
-    assert not any(op["refused"] for w in run.writes for op in w.ops)
+    assert [op.op for op in seeds.ops] == ["ADD", "ADD", "ADD"]
+    by_text = {op.text: op for op in last.ops}
+    paris = next(op.memory_id for op in seeds.ops if op.text == "The user lives in Paris.")
+    assert by_text["The user lives in Berlin."].op == "SUPERSEDE"
+    assert by_text["The user lives in Berlin."].target_id == paris
+    assert by_text["John is a nurse."].op == "ADD"
+    assert not any(op.refused for w in run.writes for op in w.ops)
 
 
 def test_facts_are_emitted_once_at_the_last_turn():
