@@ -22,7 +22,14 @@ from evals.dataset import Case
 from evals.faults import Fault, FaultPlan
 from evals.prompt_contract import Said, check_prompts, read_messages, user_name
 from evals.record import Anomaly, AnomalyKind, CaseRun, Codes, FaultRecord, Finding, Witnessed, WriteRecord
-from evals.systems.base import MemorySystem, ReopenSystem, offers_concurrency, offers_history, offers_reopen
+from evals.systems.base import (
+    MemorySystem,
+    ReopenSystem,
+    offers_concurrency,
+    offers_history,
+    offers_live_snapshot,
+    offers_reopen,
+)
 from evals.systems.hymem_system import HymemSystem
 from evals.write_contract import (
     concurrency_anomalies,
@@ -260,7 +267,7 @@ class CaseReplayer:
         """The store's state between two writes of a faulted unit: read from the open store's files (`live`),
         else closed, read and opened again."""
         system = self.system
-        if live:
+        if live and offers_live_snapshot(system):
             return system.snapshot_open(work)
         system.close()
         state = system.snapshot(work)
@@ -280,7 +287,7 @@ class CaseReplayer:
                              fired=False, expected=Codes.model_validate(expected.model_dump()), actual=Codes(),
                              outcome="infra_error")
         stage = "open"
-        live = hasattr(system, "snapshot_open")  # reads its open store's files: one open and close per unit
+        live = offers_live_snapshot(system)  # reads its open store's files: one open and close per unit
         try:
             system.open(work)
             self.log.context = {"write": index, "unit": "fault"}
@@ -309,7 +316,7 @@ class CaseReplayer:
             self.log.context = {"write": index, "unit": "repeat"}
             stage = "repeat"
             engine_call(system.write, path, payload, self.case.user_id, repeat_rid)
-            repeat_after = system.snapshot_open(work) if live else None
+            repeat_after = system.snapshot_open(work) if offers_live_snapshot(system) else None
             stage = "close"
             system.close()
             closed = system.snapshot(work)

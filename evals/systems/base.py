@@ -86,6 +86,12 @@ class ReopenSystem(MemorySystem, Protocol):
     def without_index(self, store: Path, dest: Path, index_of: Path | None = None) -> Path: ...
 
 
+class LiveSnapshotSystem(MemorySystem, Protocol):
+    """An engine whose open store's files can be read as they are (hymem: SQLite in WAL mode)."""
+
+    def snapshot_open(self, store: Path) -> StoreState: ...
+
+
 class ConcurrentSystem(MemorySystem, Protocol):
     """An engine that can take one case's writes at once on one open store (hymem)."""
 
@@ -99,6 +105,10 @@ def offers_history(system: MemorySystem) -> TypeGuard[HistorySystem]:
 
 def offers_reopen(system: MemorySystem) -> TypeGuard[ReopenSystem]:
     return hasattr(system, "search_probe")
+
+
+def offers_live_snapshot(system: MemorySystem) -> TypeGuard[LiveSnapshotSystem]:
+    return hasattr(system, "snapshot_open")
 
 
 def offers_concurrency(system: MemorySystem) -> TypeGuard[ConcurrentSystem]:
@@ -125,5 +135,5 @@ class Arm:
     close: Callable[[], None] = lambda: None
 
 
-__all__ = ["DEFAULT_SYSTEM", "Arm", "ConcurrentSystem", "HistorySystem", "MemorySystem", "ReopenSystem", "WriteOutcome",
-           "arm_label", "offers_concurrency", "offers_history", "offers_reopen"]
+__all__ = ["DEFAULT_SYSTEM", "Arm", "ConcurrentSystem", "HistorySystem", "LiveSnapshotSystem", "MemorySystem", "ReopenSystem",
+           "WriteOutcome", "arm_label", "offers_concurrency", "offers_history", "offers_live_snapshot", "offers_reopen"]
