@@ -33,7 +33,7 @@ _ZH_RELATIONS = (
     "男朋友|女朋友|男友|女友|同事|老板|领导|上司|室友|邻居|同学|未婚夫|未婚妻|婆婆|岳母|公公")
 # Spellings of one relation, folded so "the user's mum" and "the user's mother" are one person.
 RELATION_FOLD = {"mom": "mother", "mum": "mother", "dad": "father", "grandma": "grandmother", "grandpa": "grandfather",
-                 "kids": "kid", "parents": "parent", "siblings": "sibling", "co-worker": "colleague",
+                 "kids": "child", "kid": "child", "children": "child", "parents": "parent", "siblings": "sibling", "co-worker": "colleague",
                  "coworker": "colleague", "neighbour": "neighbor", "妈妈": "母亲", "爸爸": "父亲", "老婆": "妻子",
                  "太太": "妻子", "老公": "丈夫", "男友": "男朋友", "女友": "女朋友", "好友": "朋友", "姥姥": "外婆",
                  "姥爷": "外公"}

@@ -43,7 +43,7 @@ _NUMBERISH = re.compile(r"^(?:\d[\d.,:]*[a-z]*|[零〇一二两三四五六七�
                         r"eight|nine|ten|eleven|twelve|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|"
                         r"thousand|million|dozen|decade|century|half|quarter|"
                         r"m|cm|mm|km|kg|g|l|ml|lb|ft|min|h|hr|metre|meter|centimetre|centimeter|kilometre|kilometer|"
-                        r"kilogram|gram|litre|liter|minute|hour|kilo|[a-z]+-(?:one|two|three|four|five|six|seven|eight|nine))s?$")
+                        r"kilogram|gram|litre|liter|minute|hour|kilo|day|week|month|year|decade|century|old|aged|[a-z]+-(?:one|two|three|four|five|six|seven|eight|nine))s?$")
 _SOURCE = frozenset(("from", "从", "向"))
 _GOAL = frozenset(("to", "给"))
 _ZH_PASSIVE = re.compile(r"^(?:[^被让]{0,3})(?:被|让|叫|受到)")

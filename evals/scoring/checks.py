@@ -5,7 +5,8 @@ as near-duplicates. Each check below reads one kind of qualifier off a sentence,
 Chinese, and the semantic matcher compares the two sides: polarity (negation, a negative verb),
 modality (desire, plan, past/ceased), time (time of day, weekday, month, season, relative time,
 frequency), numbers (digits, English and Chinese number words), names (capitalised words and Latin
-tokens, an abbreviation counts as its expansion) and relations ("sister" vs "cousin"). The word
+tokens, in Chinese the proper nouns of jieba's dictionary; an abbreviation counts as its expansion) and
+relations ("sister" vs "cousin"). The word
 lists are closed classes (function words, calendar words, kin terms); they are not a list of
 synonyms for content words.
 """
@@ -250,13 +251,52 @@ def _covered(name: str, raw_name: str, other_names: dict[str, str], other_text: 
     return False
 
 
-def name_substitution(a: str, b: str) -> bool:
-    """Each side states a name the other lacks (Berlin vs Paris, Java vs JavaScript is caught by the
-    word check only when the two words differ in their first four letters)."""
-    na, nb = names(a), names(b)
-    only_a = [n for n, raw in na.items() if not _covered(n, raw, nb, _norm(b))]
-    only_b = [n for n, raw in nb.items() if not _covered(n, raw, na, _norm(a))]
+_ZH_NAME_TAGS = frozenset(("nr", "nrt", "nrfg", "ns", "nt", "nz"))  # jieba: people, places, organisations, other names
+_ZH_NOT_NAME = frozenset(("用户", "助手", "当前用户"))
+
+
+def zh_names(text: str) -> dict[str, str]:
+    """The Chinese counterpart of capitalised words: proper nouns by the tags of jieba's bundled
+    dictionary (people, places, organisations, other names), plus Latin tokens."""
+    import logging
+
+    import jieba
+    import jieba.posseg
+
+    jieba.setLogLevel(logging.WARNING)
+    out = names(text)
+    for token in jieba.posseg.cut(_norm(text)):
+        if token.flag in _ZH_NAME_TAGS and is_chinese(token.word) and token.word not in _ZH_NOT_NAME:
+            out[token.word] = token.word
+    return out
+
+
+def name_table(text: str) -> dict[str, str]:
+    """The names a sentence states (folded → as written), read once per text."""
+    return zh_names(text) if is_chinese(text) else names(text)
+
+
+def _zh_abbreviates(short: str, long: str) -> bool:
+    """北大 / 北京大学, 央视 / 中央电视台: the short form's characters in order inside the long form."""
+    it = iter(long)
+    return len(short) < len(long) and all(c in it for c in short)
+
+
+def _zh_covered(name: str, other_names: dict[str, str]) -> bool:
+    return is_chinese(name) and any(_zh_abbreviates(o, name) or _zh_abbreviates(name, o) for o in other_names)
+
+
+def names_substituted(na: dict[str, str], a: str, nb: dict[str, str], b: str) -> bool:
+    """Each side states a name the other lacks (Berlin vs Paris, 武汉 vs 长沙); an abbreviation or a
+    longer form of a name on the other side covers it (NYC, Postgres, 北大)."""
+    only_a = [n for n, raw in na.items() if not _covered(n, raw, nb, _norm(b)) and not _zh_covered(n, nb)]
+    only_b = [n for n, raw in nb.items() if not _covered(n, raw, na, _norm(a)) and not _zh_covered(n, na)]
     return bool(only_a) and bool(only_b)
+
+
+def name_substitution(a: str, b: str) -> bool:
+    """`names_substituted` of two sentences."""
+    return names_substituted(name_table(a), a, name_table(b), b)
 
 
 # ---------------------------------------------------------------- relations
@@ -296,5 +336,5 @@ def mismatches(a: Qualifiers, b: Qualifiers, text_a: str, text_b: str) -> dict[s
     }
 
 
-__all__ = ["Qualifiers", "antonym_prefix", "is_chinese", "mismatches", "modality", "name_substitution", "names", "numbers", "polarity",
+__all__ = ["Qualifiers", "antonym_prefix", "is_chinese", "mismatches", "modality", "name_substitution", "name_table", "names", "names_substituted", "numbers", "polarity",
            "relations", "time_words"]

@@ -53,7 +53,7 @@ _EN_NUMBER_WORDS = {w: float(i) for i, w in enumerate(
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
     "seventeen eighteen nineteen".split())}
 _EN_NUMBER_WORDS.update({"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70,
-                         "eighty": 80, "ninety": 90, "dozen": 12, "half": 0.5, "quarter": 0.25, "a": 1, "an": 1,
+                         "eighty": 80, "ninety": 90, "dozen": 12, "half": 0.5, "quarter": 0.25, "quarters": 0.25, "halves": 0.5, "a": 1, "an": 1,
                          "once": 1, "twice": 2, "thrice": 3})
 _EN_SCALE = {"hundred": 100, "thousand": 1000, "million": 1e6, "billion": 1e9, "k": 1000}
 _EN_WORD = "|".join(sorted((w for w in _EN_NUMBER_WORDS if w not in ("a", "an")), key=len, reverse=True))
@@ -63,6 +63,14 @@ _EN_NUMBER = re.compile(
     rf"(?<![A-Za-z0-9_.])(?:(?P<digits>\d{{1,3}}(?:,\d{{3}})+(?:\.\d+)?|\d+(?:\.\d+)?)(?P<k>k\b)?|"
     rf"(?P<words>(?:(?:{_EN_WORD})(?:[\s-]+(?:{_EN_WORD}|hundred|thousand|million|and))*)(?:[\s-]+(?:hundred|thousand|million))?)\b"
     rf"|(?P<article>\ban?\b))", re.IGNORECASE)
+_FRACTIONS = {"half": 0.5, "halves": 0.5, "quarter": 0.25, "quarters": 0.25}
+_HOURS = "one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|noon|midnight"
+# Clock times in words: "half past six in the morning", "a quarter to eight", "seven o'clock", "six
+# in the evening"; a bare "six" is a count, so a clock time needs past/to, o'clock or a part of day.
+_WORD_CLOCK = re.compile(
+    rf"\b(?:(?P<minutes>half|(?:a\s+)?quarter|five|ten|twenty|twenty[\s-]five|\d{{1,2}})(?:\s+minutes)?\s+(?P<rel>past|to)\s+)?"
+    rf"(?P<hour>{_HOURS}|\d{{1,2}})(?P<oclock>\s+o'clock)?"
+    rf"(?:\s+(?P<part>in the morning|in the afternoon|in the evening|at night|tonight))?\b", re.IGNORECASE)
 _FREQUENCY = frozenset(("day", "week", "month", "year", "night", "hour", "minute"))
 _EN_UNIT_AFTER = re.compile(r"\s*(?:-\s*)?(?:of\s+)?(?:an?\s+)?(?P<unit>[a-z]+)\b", re.IGNORECASE)
 _CLOCK = re.compile(r"(?<!\d)(\d{1,2})(?:[:：](\d{2}))?\s*(?:(a\.?m\.?|p\.?m\.?)(?![a-z])|o'clock)|(?<!\d)(\d{1,2})[:：](\d{2})(?!\d)",
@@ -110,6 +118,8 @@ def _en_words_value(words: str) -> float:
             current = (current or 1) * _EN_SCALE[w]
             if _EN_SCALE[w] >= 1000:
                 total, current = total + current, 0.0
+        elif w in _FRACTIONS and current:
+            current *= _FRACTIONS[w]  # "three quarters"
         else:
             current += _EN_NUMBER_WORDS[w]
     return total + current
@@ -141,6 +151,29 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
         return " "
 
     t = _CLOCK.sub(clock, t)
+
+    def word_clock(m: re.Match[str]) -> str:
+        if not (m.group("rel") or m.group("oclock") or m.group("part")):
+            return m.group()
+        hour_word = m.group("hour").casefold()
+        hour = {"noon": 12.0, "midnight": 0.0}.get(hour_word)
+        if hour is None:
+            hour = float(hour_word) if hour_word.isdigit() else _EN_NUMBER_WORDS[hour_word]
+        minutes = 0.0
+        if m.group("minutes"):
+            word = m.group("minutes").casefold().replace("a ", "").strip()
+            minutes = {"half": 30.0, "quarter": 15.0}.get(word) or _en_words_value(word) if not word.isdigit() \
+                else float(word)
+            if m.group("rel").casefold() == "to":
+                hour, minutes = hour - 1, 60 - minutes
+        part = (m.group("part") or "").casefold()
+        meridiem = "pm" if part in ("in the afternoon", "in the evening", "at night", "tonight") and hour != 12 else ""
+        if part == "at night" and hour < 5:
+            meridiem = ""
+        found.append(("clock", _hour(hour % 24, minutes, meridiem)))
+        return " "
+
+    t = _WORD_CLOCK.sub(word_clock, t)
 
     def zh_clock(m: re.Match[str]) -> str:
         hour = float(m.group(2)) if m.group(2).isdigit() else _zh_value(m.group(2))

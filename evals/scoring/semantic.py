@@ -29,7 +29,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from evals.scoring.alignment import Words, difference, words_of
-from evals.scoring.checks import Qualifiers, is_chinese, mismatches, name_substitution
+from evals.scoring.checks import Qualifiers, is_chinese, mismatches, name_table, names_substituted
 from evals.scoring.matcher import Matcher, _dice, negated, units
 from evals.scoring.quantities import quantities, same_quantities
 from hymem.subjects import canonical_subject, split_subject
@@ -69,6 +69,7 @@ class _Prepared:
     words_in_order: Words
     quantities: tuple[tuple[str, float], ...]
     periods: frozenset[str]  # time-of-day words plus the part of day of each clock time
+    names: dict[str, str]  # the names the predicate states (`checks.name_table`)
 
 
 def _predicate(text: str) -> str:
@@ -95,7 +96,7 @@ def prepare_text(text: str) -> _Prepared:
     found = quantities(text)
     periods = qualifiers.time | {_part_of_day(v) for d, v in found if d == "clock"}
     return _Prepared(predicate, units(predicate), negated(predicate), _bigrams(predicate), qualifiers,
-                     is_chinese(text), words_of(predicate), found, frozenset(periods))
+                     is_chinese(text), words_of(predicate), found, frozenset(periods), name_table(predicate))
 
 
 def _latin_content(p: _Prepared) -> list[str]:
@@ -128,7 +129,7 @@ def pair_features(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[
     unmatched = (len(diff.unmatched_a) + len(diff.unmatched_b)) / max(n_content, 1)
     return [cosine, words, bigrams, zh, zh * cosine, zh * words, zh * bigrams, diff.substitution, flags["polarity"],
             max(flags["modality"], diff.tense), float(a.periods != b.periods), float(not same_quantities(a.quantities, b.quantities)),
-            flags["relation"], float(name_substitution(a.predicate, b.predicate)), align, unmatched, zh * unmatched,
+            flags["relation"], float(names_substituted(a.names, a.predicate, b.names, b.predicate)), align, unmatched, zh * unmatched,
             diff.shared, diff.slot_abbrev, diff.voice, diff.direction]
 
 
