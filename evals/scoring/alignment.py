@@ -220,7 +220,8 @@ _PRESENT, _PAST = frozenset(("is", "are", "am", "has", "have")), frozenset(("was
 
 
 def _tense(a: Words, b: Words) -> float:
-    first = {w.raw[0].casefold() for w in (a, b) if w.raw}
+    """The first auxiliary of each side, one present and one past ("is in July" / "was in July")."""
+    first = {next((t.casefold() for t in w.raw if t.casefold() in _PRESENT | _PAST), "") for w in (a, b)}
     return float(len(first) == 2 and bool(first & _PRESENT) and bool(first & _PAST))
 
 

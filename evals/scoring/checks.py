@@ -126,6 +126,8 @@ def time_words(text: str) -> frozenset[str]:
     t = _norm(text)
     table = _TIME_ZH_RE if is_chinese(t) else _TIME_EN_RE
     found = {k for k, pattern in table.items() if pattern.search(t)}
+    if is_chinese(t):  # "10月" is 十月
+        found |= {f"month{int(m)}" for m in re.findall(r"(?<![\d.])(\d{1,2})月", t) if 1 <= int(m) <= 12}
     if is_chinese(t):  # English words inside Chinese text too
         found |= {k for k, pattern in _TIME_EN_RE.items() if pattern.search(t) and k != "may_month"}
     return frozenset(found)

@@ -39,7 +39,7 @@ _EN_UNITS: dict[str, tuple[str, float]] = {
     **dict.fromkeys(("century", "centuries"), ("duration", 100 * _YEAR)),
 }
 _ZH_UNITS: dict[str, tuple[str, float]] = {
-    "米": ("length", 1.0), "厘米": ("length", 0.01), "公分": ("length", 0.01), "毫米": ("length", 0.001),
+    "平方米": ("area", 1.0), "平米": ("area", 1.0), "平方": ("area", 1.0), "米": ("length", 1.0), "厘米": ("length", 0.01), "公分": ("length", 0.01), "毫米": ("length", 0.001),
     "公里": ("length", 1000.0), "千米": ("length", 1000.0), "里": ("length", 500.0),
     "公斤": ("mass", 1.0), "千克": ("mass", 1.0), "克": ("mass", 0.001), "斤": ("mass", 0.5),
     "升": ("volume", 1.0), "毫升": ("volume", 0.001),
@@ -78,12 +78,12 @@ _CLOCK = re.compile(r"(?<!\d)(\d{1,2})(?:[:：](\d{2}))?\s*(?:(a\.?m\.?|p\.?m\.?
 _ZH_DIGIT = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "俩": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7,
              "八": 8, "九": 9}
 _ZH_NUMERAL = re.compile(r"[零〇一二两俩三四五六七八九十百千万亿]+|半")
-_ZH_NOT_NUMBER = re.compile(r"(?<![0-9零〇一二两三四五六七八九十百千万])一(?=[个名位只条家台辆本件张把双档门套所间种份座棵匹头口])|一起|一直|一下|一些|一点|一般|一定|一样|唯一|统一|万一|一向|一边|一切|一旦|"
+_ZH_NOT_NUMBER = re.compile(r"(?<![\d.])\d{1,2}(?=月)|(?<![0-9零〇一二两三四五六七八九十百千万])一(?=[个名位只条家台辆本件张把双档门套所间种份座棵匹头口])|一起|一直|一下|一些|一点|一般|一定|一样|唯一|统一|万一|一向|一边|一切|一旦|"
                             r"星期[一二三四五六日天]|周[一二三四五六日]|礼拜[一二三四五六日天]|(?<![0-9])[一二三四五六七八九十]+月")
 # A Chinese numeral counts only before a measure word, a unit or a non-Chinese character: 四川 and 三亚
 # are names, and 一 before a measure word is an article ("一家银行", "一名护士"), not a count.
 _ZH_MEASURE = "个名位只条家台辆本件张把双档门套所间种份座棵匹头口岁楼层号元块毛角倍成折次遍趟顿杯瓶碗"
-_ZH_COUNTED = rf"(?:[{_ZH_MEASURE}]|[^\u4e00-\u9fff]|$|米|厘|公|千|毫|克|斤|升|秒|分|小时|钟|天|周|星期|年|月|日)"
+_ZH_COUNTED = rf"(?:[{_ZH_MEASURE}]|[^\u4e00-\u9fff]|$|平|米|厘|公|千|毫|克|斤|升|秒|分|小时|钟|天|周|星期|年|月|日)"
 _ZH_AND_A_HALF = re.compile(r"(\d+|[一二两三四五六七八九十]+)个半(小时|钟头|月)")
 _ZH_METRES = re.compile(r"(\d|[一二两])米([一二三四五六七八九]|\d)(?![\d零一二三四五六七八九十百千万米])")
 _ZH_CLOCK = re.compile(r"(早上|上午|早晨|凌晨|中午|下午|晚上|傍晚|夜里)?(\d{1,2}|[一二两三四五六七八九十]{1,3})点(半|(\d{1,2})分)?")
@@ -221,6 +221,8 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
             dim, factor = "", 1.0  # one-letter units only straight after digits ("2 L", "5k")
         if dim == "duration" and re.match(r"\s*old\b", t[after.end():] if after else ""):
             dim, factor = "", 1.0  # an age: "34 years old" is "thirty-four"
+        if m.group("article") and after and t[after.end():after.end() + 1] == "-":
+            continue  # "a second-hand car"
         if m.group("article") and (not dim or unit in _FREQUENCY):
             continue  # "a cat", and "a day" / "a week": a frequency, not an amount
         consumed = after.end() if after and dim else m.end()
