@@ -1,15 +1,19 @@
 """The semantic matcher (`--matcher semantic`, the default): paraphrase similarity from the local
-MiniLM model, combined with explicit near-miss checks, weighed by a logistic regression with a
-dozen parameters fitted on the calibration split of the labelled pairs (`hymem-eval matcher fit`).
+MiniLM model, combined with explicit near-miss checks and with where the two predicates differ,
+weighed by a logistic regression of 21 weights fitted on the calibration split of the labelled
+pairs (`hymem-eval matcher fit`).
 
 Both sentences lose their subject first (`hymem.subjects.split_subject`): text is matched on what
 is said, and who it is said about is the subject rule's job, so "John is a nurse" filed as "The user
 is a nurse" is still matched and counted as an attribution error. The features of a pair are the
 cosine of the predicates' MiniLM vectors, the weighted word overlap of the text matcher, the
-character-bigram overlap (MiniLM is weak on Chinese, bigrams are not), those three again for Chinese
-pairs, and one flag per explicit check (`evals.scoring.checks`): polarity, modality, time, number,
-relation and a name on each side that the other lacks. Each text is prepared once (its vector in a
-batch with the rest of its case, its qualifiers, its words); a pair costs a dot product and a few
+character-bigram overlap (MiniLM is near-blind to Chinese characters, bigrams are not), those three
+again for Chinese pairs, one flag per explicit check (`evals.scoring.checks`, `evals.scoring.
+quantities`: polarity, modality and tense, time, quantities, relation, a name on each side that the
+other lacks) and the alignment features of `evals.scoring.alignment` (unmatched content words after
+abbreviations, their MiniLM closeness to the other side, the differing slot, voice, direction).
+Each text is prepared once (its predicate and content words embedded in one batch with the rest of
+its case, its qualifiers, its words); a pair costs a dot product, a few word-vector products and
 set comparisons.
 """
 
