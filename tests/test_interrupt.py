@@ -15,6 +15,12 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _default_sigint() -> None:
+    """In the child: Ctrl-C as a terminal delivers it, even when this suite runs in the background (nohup,
+    `cmd &`), where SIGINT starts ignored and Python would inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _cases(n: int) -> str:
     lines = []
     for i in range(n):
@@ -31,7 +37,7 @@ def test_sigint_exits_130_keeps_finished_units_and_resume_completes(tmp_path):
     cmd = [sys.executable, "-m", "evals.cli", "run", "--dataset", str(dataset), "--embedder", "hash",
            "--concurrency", "1", "--out", str(out), "--no-progress"]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=_default_sigint)
     units = out / "units.jsonl"
     deadline = time.monotonic() + 600  # a loaded machine can take minutes to finish the first unit
     while time.monotonic() < deadline and not (units.exists() and units.read_text().count("\n") >= 1):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 
 import pandas as pd
@@ -17,6 +18,12 @@ from evals.cli import main
 pytest.importorskip("ray")
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def _default_sigint() -> None:
+    """In the child: Ctrl-C as a terminal delivers it, even when this suite runs in the background (nohup,
+    `cmd &`), where SIGINT starts ignored and Python would inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 class _KillsItsWorker:
     """Unpickling it ends the process: a worker lost while it holds the task, every time it is retried."""
 
@@ -119,7 +126,8 @@ def test_ctrl_c_stops_the_tasks_and_leaves_a_resumable_run(tmp_path: Path) -> No
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "evals.cli", "run", "--dataset", str(REPO / "datasets/working.jsonl"),
            "--embedder", "hash", "--out", str(run), "--no-progress", "--executor", "ray", "--workers", "2"]
-    child = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=_default_sigint)
     units = run / "units.jsonl"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and not (units.exists() and units.read_text().count("\n") >= 2):

@@ -22,6 +22,12 @@ from evals.faults import WIRE_KINDS
 from evals.serve import start_server
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def _default_sigint() -> None:
+    """In the child: Ctrl-C as a terminal delivers it, even when this suite runs in the background (nohup,
+    `cmd &`), where SIGINT starts ignored and Python would inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 CASE = {"id": "a", "lang": "en", "user_id": "tim",
         "turns": [[{"role": "user", "name": "Tim", "content": "I moved to Berlin. I work at Stripe."}]],
         "expect": {"facts": [{"text": "The user lives in Berlin."}, {"text": "The user works at Stripe."}]}}
@@ -131,7 +137,8 @@ def test_ctrl_c_leaves_within_seconds_and_does_not_claim_unsaved_units(dataset, 
         cmd = [sys.executable, "-m", "evals.cli", "run", "--dataset", str(dataset), "--embedder", "hash",
                "--lm", f"openai/offline@{url}", "--faults", "none", "--out", str(tmp_path / "r"), "--no-progress"]
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)})
+                                env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)},
+                                    preexec_fn=_default_sigint)
         assert handler.started.wait(120), "the run never reached the model"
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
