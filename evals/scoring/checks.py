@@ -17,6 +17,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from evals.scoring.quantities import _zh_value  # one reading of Chinese numerals for both
 from hymem.subjects import _EN_RELATIONS, _ZH_RELATIONS, RELATION_FOLD
 
 _CJK = "\u3400-\u9fff\uf900-\ufaff"
@@ -145,29 +146,9 @@ _EN_NUMBER_RE = re.compile(r"(?i)\b(" + "|".join(sorted(_EN_NUMBERS, key=len, re
                            r")(?:[\s-]+(one|two|three|four|five|six|seven|eight|nine))?\b")
 _DIGITS = re.compile(r"\d+(?:[.,]\d+)?")
 _CLOCK = re.compile(r"\b(\d{1,2})[:：](\d{2})\b")
-_ZH_DIGIT = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "俩": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8,
-             "九": 9}
-_ZH_UNIT = {"十": 10, "百": 100, "千": 1000, "万": 10000}
 _ZH_NUMBER_RE = re.compile(r"[零〇一二两俩三四五六七八九十百千万]+|半")
 _ZH_NOT_NUMBER = re.compile(r"一(?=[名个位只条家台辆本件张把双次档门套所间种份座棵匹头口])|一起|一直|一下|一些|一点|一般|一定|一样|唯一|统一|第一次|万一|一向|一边|一切|"
                             r"星期[一二三四五六日天]|周[一二三四五六日]|礼拜[一二三四五六日天]|[一二三四五六七八九十]+月")
-
-
-def _zh_value(chunk: str) -> float:
-    if chunk == "半":
-        return 0.5
-    total, current, section = 0, 0, 0
-    for ch in chunk:
-        if ch in _ZH_DIGIT:
-            current = _ZH_DIGIT[ch]
-        elif ch == "万":
-            section = (section + (current or 0)) * 10000
-            total += section
-            section, current = 0, 0
-        else:
-            section += (current or 1) * _ZH_UNIT[ch]
-            current = 0
-    return float(total + section + current)
 
 
 def numbers(text: str) -> tuple[float, ...]:
