@@ -101,6 +101,7 @@ class CaseReplayer:
         snapshots: list[Path] = []
         states: list[StoreState] = []
         written: list[Said] = []  # what history() must hold: the successful chat writes' messages
+        latest: StoreState | None = None  # the open store's state when nothing was written since it was read
         system.open(store)
         try:
             for index, (path, payload) in enumerate(writes):
@@ -109,13 +110,14 @@ class CaseReplayer:
                     snapshots.append(_snapshot(store, tmp / f"snap-{index}"))
                     states.append(system.snapshot(store))
                     system.open(store)
+                latest = None
                 record = self._control_write(index, path, payload, result.findings)
                 result.writes.append(record)
                 if record.success:
-                    self._after_write(store, index, path, payload, record, written, result.findings)
+                    latest = self._after_write(store, index, path, payload, record, written, result.findings)
             result.memories = system.memories(self.case.user_id)
             result.profile = system.profile(self.case.user_id)
-            self._reopen(tmp, store, result.findings, stale_sources(result.writes, snapshots))
+            self._reopen(tmp, store, result.findings, stale_sources(result.writes, snapshots), latest)
         finally:
             _close_quietly(system)
         if not sweep:
@@ -131,14 +133,16 @@ class CaseReplayer:
         self._concurrently(tmp, writes, result.findings)
 
     def _after_write(self, store: Path, index: int, path: str, payload: Any, record: WriteRecord,
-                     written: list[Said], findings: list[Finding]) -> None:
+                     written: list[Said], findings: list[Finding]) -> StoreState | None:
         """History round-trip and an idempotent replay of the same request_id, after a successful write.
 
         Only for a system that offers history() and reads its open store (hymem); another engine's idempotency
-        is still checked by the faulted runs' re-sent request ids."""
+        is still checked by the faulted runs' re-sent request ids. Returns the store's state after the replay
+        (None when not read), which the reopen check takes as its state before closing when nothing was
+        written since."""
         system, user = self.system, self.case.user_id
         if not offers_history(system):
-            return
+            return None
         try:
             if path == "chat":
                 written += history_block(payload, system.history_limit)
@@ -153,22 +157,27 @@ class CaseReplayer:
             before = system.snapshot(store)
             self.log.context = {"write": index, "unit": "replay"}
             again = engine_call(system.write, path, payload, user, record.request_id)
+            after = system.snapshot(store)
             findings += [Finding(kind=kind, check="replay", write=index, path=path, witness=witness)
-                         for kind, witness in replay_anomalies(before, system.snapshot(store), again.duplicate,
-                                                               again.success)]
+                         for kind, witness in replay_anomalies(before, after, again.duplicate, again.success)]
+            return after
         except EngineRaised as exc:
             findings.append(Finding(kind=AnomalyKind.ENGINE_EXCEPTION, check="replay", write=index, path=path,
                                     witness=f"after write {index}: {exc}"))
+            return None
 
-    def _reopen(self, tmp: Path, store: Path, findings: list[Finding], stale: list[Path]) -> None:
+    def _reopen(self, tmp: Path, store: Path, findings: list[Finding], stale: list[Path],
+                state: StoreState | None = None) -> None:
         """Close and reopen the case's store: the same state and search answers, the same as an index rebuilt
         from SQLite; and with an earlier index file planted (`stale`: a crash before persisting), the same too.
+        `state`: the open store's state read after its last write, if any (else it is read here).
         Leaves the store closed (the case is done with it)."""
         system, user = self.system, self.case.user_id
         if not offers_reopen(system):
             return
         try:
-            before, searched = system.snapshot(store), engine_call(system.search_probe, user)
+            before = state if state is not None else system.snapshot(store)
+            searched = engine_call(system.search_probe, user)
             system.close()
             system.open(store)
             reopened = engine_call(system.search_probe, user)
