@@ -355,7 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="a local OpenAI-compatible server backed by the offline model")
     serve.add_argument("--port", type=_port, default=0, help="port on 127.0.0.1 (default: a free one)")
-    serve.add_argument("--latency", type=float, default=0.0, help="seconds slept per request")
+    serve.add_argument("--latency", type=float, default=0.0, help="seconds from a request to its reply (the model's work included)")
     serve.add_argument("--embedder", default="hash", choices=["hash", "minilm"])
     _body_limit_option(serve)
     serve.set_defaults(func=_serve)

@@ -330,6 +330,13 @@ def models_reply() -> dict:
 
 # --------------------------------------------------------------------------- the server
 
+def _sleep_until(deadline: float) -> None:
+    """Sleep until `deadline` (time.monotonic()); at once when it has passed."""
+    left = deadline - time.monotonic()
+    if left > 0:
+        time.sleep(left)
+
+
 def _handler(latency: float, embed: Callable[[list[str]], np.ndarray], body_limit: int) -> type[JSONHandler]:
     from evals.systems.mem0_offline import Mem0AwareEngine
     from hymem.sites import SITE_HEADER
@@ -340,7 +347,7 @@ def _handler(latency: float, embed: Callable[[list[str]], np.ndarray], body_limi
         max_body = body_limit
 
         def get(self) -> None:
-            time.sleep(latency)
+            _sleep_until(time.monotonic() + latency)
             if self.path.rstrip("/") in ("/v1/models", "/models"):
                 self.send_json(200, models_reply())
             else:
@@ -348,24 +355,29 @@ def _handler(latency: float, embed: Callable[[list[str]], np.ndarray], body_limi
 
         def post(self) -> None:
             raw = self.read_body()
-            time.sleep(latency)
+            deadline = time.monotonic() + latency  # the model's own work happens inside the latency, as a provider's
             route = self.path.split("?", 1)[0].rstrip("/")
-            if not route.endswith(("/chat/completions", "/embeddings")):
+            try:
+                reply = self._reply(route, raw) if route.endswith(("/chat/completions", "/embeddings")) else None
+            finally:
+                _sleep_until(deadline)
+            if reply is None:
                 self.send_error_json(404, f"no route POST {self.path}")
-                return
+            else:
+                self.send_json(200, reply)
+
+        def _reply(self, route: str, raw: bytes) -> dict:
             body = parse_json_body(raw)
             try:
                 if not isinstance(body, dict):
                     raise ValueError("the request body must be a JSON object")
                 if route.endswith("/embeddings"):
-                    reply = embeddings_reply(body, embed)
-                elif body.get("stream"):
+                    return embeddings_reply(body, embed)
+                if body.get("stream"):
                     raise ValueError("streaming is not supported by the offline server")
-                else:
-                    reply = chat_completion(body, engine, self.headers.get(SITE_HEADER))
+                return chat_completion(body, engine, self.headers.get(SITE_HEADER))
             except ValueError as exc:  # a bad shape, or a prompt the offline model cannot read
                 raise RequestError(400, str(exc)) from None
-            self.send_json(200, reply)
 
     return OfflineHandler
 
@@ -389,7 +401,8 @@ def start_server(port: int = 0, latency: float = 0.0, embedder: str = "hash",
                  max_body: int = DEFAULT_MAX_BODY) -> ServerHandle:
     """Start the offline OpenAI-compatible server on 127.0.0.1 in a background thread.
 
-    `latency` seconds are slept per request; `embedder` is `hash` (default) or `minilm`; a request body
+    Every reply leaves `latency` seconds after its request was read, or at once when computing it took longer
+    (the model's work is part of the latency, as at a provider); `embedder` is `hash` (default) or `minilm`; a request body
     over `max_body` bytes is refused with 413.
     """
     if latency < 0:
