@@ -94,9 +94,14 @@ MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [m001_initial, m002_req
 
 
 def migrate(conn: sqlite3.Connection) -> None:
-    """Apply, each in its own transaction, every migration not yet recorded in the `migrations` table."""
-    conn.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
-    done = {row[0] for row in conn.execute("SELECT name FROM migrations")}
+    """Apply, each in its own transaction, every migration not yet recorded in the `migrations` table.
+
+    An up-to-date store costs one read: the table is created only when it is missing."""
+    try:
+        done = {row[0] for row in conn.execute("SELECT name FROM migrations")}
+    except sqlite3.OperationalError:  # no such table: a new store (or one older than the table)
+        conn.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
+        done = {row[0] for row in conn.execute("SELECT name FROM migrations")}
     for migration in MIGRATIONS:
         if migration.__name__ in done:
             continue

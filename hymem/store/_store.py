@@ -105,7 +105,13 @@ class Store:
             self._lock_fd = None
 
     def _init_meta(self) -> int:
+        """The store's generation, after checking its dim; a new (or older) store gets its meta rows first.
+
+        An existing store is only read: the write transaction runs when a row is missing."""
         conn = self._conn
+        meta = dict(conn.execute("SELECT key, value FROM meta"))
+        if {"generation", "dim", "vectors_checksum"} <= meta.keys():
+            return self._checked_generation(meta)
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('generation', '0')")
@@ -118,6 +124,9 @@ class Store:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+        return self._checked_generation(meta)
+
+    def _checked_generation(self, meta: dict[str, str]) -> int:
         if int(meta["dim"]) != self.dim:
             raise DimensionMismatchError(
                 f"store {self.path} holds {meta['dim']}-dimensional vectors; opened with dim={self.dim}")
