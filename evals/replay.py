@@ -8,7 +8,6 @@ so a sweep's cost grows linearly with the number of writes.
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from evals.dataset import Case
 from evals.faults import Fault, FaultPlan
 from evals.prompt_contract import Said, check_prompts, read_messages, user_name
 from evals.record import Anomaly, AnomalyKind, CaseRun, Codes, FaultRecord, Finding, Witnessed, WriteRecord
+from evals.scratch import scratch_dir
 from evals.systems.base import (
     MemorySystem,
     ReopenSystem,
@@ -81,9 +81,9 @@ class CaseReplayer:
         result = CaseRun(case_id=self.case.id, dataset=self.dataset, provider=self.provider, system=self.system.name,
                          transport=getattr(self.system, "transport", "in-process"),
                          epoch=self.epoch, lang=self.case.lang, tags=list(self.case.tags), status="ok")
-        with tempfile.TemporaryDirectory(prefix="hymem-case-") as tmp:
+        with scratch_dir(prefix="hymem-case-") as tmp:  # removed in the background once the unit is done
             try:
-                self._run(Path(tmp), result)
+                self._run(tmp, result)
             except Exception as exc:  # a harness or provider failure is data, never a silent zero
                 result.status = "infra_error"
                 result.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=6)}"

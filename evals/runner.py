@@ -44,6 +44,7 @@ from evals.record import (
     write_manifest,
 )
 from evals.replay import CaseReplayer
+from evals.scratch import drain as drain_scratch
 from evals.systems import DEFAULT_SYSTEM, arm_label, check_system, open_arm, validate_arm
 
 log = logging.getLogger("hymem.eval")
@@ -481,6 +482,7 @@ def _execute(config: RunConfig, cases: list[Case], plan: FaultPlan, factories: d
             cache.close()
         for arm in arms:
             arm.close()
+    drain_scratch()  # the units' scratch directories, removed in the background, are gone too
     units_seconds = time.monotonic() - started
     runs.sort(key=lambda r: (names.index(r.provider) if r.provider in names else 99, r.case_id, r.epoch))
     verdict = report_run(run_dir, manifest, cases, runs, matcher)
