@@ -17,6 +17,7 @@ import numpy as np
 
 from evals.faults import Expected
 from evals.record import Anomaly, AnomalyKind
+from evals.store_view import PageDigests, view_digest
 from hymem.store import DB_FILE, INDEX_FILE, SIDECAR_FILE
 
 # Which anomaly a leftover change in each table is.
@@ -46,18 +47,37 @@ class StoreState:
     row_keys: dict[str, set[str]] | None = field(default=None, repr=False, compare=False)  # memo
 
 
-class RowMemo:
-    """Per-row work done once per distinct row, shared by every state read for one case.
+_Rows = tuple[dict[str, list[dict[str, Any]]], dict[str, set[str]], dict[str, list[str]], dict[str, str]]
 
-    Why: a sweep reads the store after every faulted write, retry and repeat; almost every row is one the
-    case's earlier states already held. Each state is still read whole from the files, and a row is looked up
-    by its full raw content (every column, the vector's bytes too), so a changed row is always a new entry.
+
+class RowMemo:
+    """Per-row work done once per distinct row, and the rows of each distinct database seen, for one case.
+
+    Why: a sweep reads the store after every faulted write, retry and repeat. Most of those reads find a
+    database already read (a failed write rolled back, an idempotent repeat, a close that checkpointed the
+    same pages): those reuse the earlier read's rows, found by a digest of every page a reader sees
+    (`evals.store_view`), so they cost no SQL and no per-row work. A database not seen before is read whole,
+    and each of its rows is looked up by its full raw content (every column, the vector's bytes too), so a
+    changed row is always a new entry.
     """
 
-    def __init__(self, max_rows: int = 50_000, max_index_bytes: int = 64 << 20):
+    def __init__(self, max_rows: int = 50_000, max_index_bytes: int = 64 << 20, max_databases: int = 256):
         self._rows: dict[tuple[Any, ...], tuple[dict[str, Any], str, str]] = {}
         self._faiss: dict[bytes, tuple[dict[int, bytes], list[str]]] = {}
         self._max_rows, self._max_index_bytes, self._index_bytes = max_rows, max_index_bytes, 0
+        self._databases: dict[bytes, _Rows] = {}
+        self._max_databases = max_databases
+        self.pages = PageDigests()
+        self.reads = {"rows": 0, "reused": 0}  # how many state reads read SQL, how many reused a digest's rows
+
+    def database(self, digest: bytes | None) -> _Rows | None:
+        """The rows read from a database with this digest, if one was read."""
+        return self._databases.get(digest) if digest is not None else None
+
+    def remember(self, digest: bytes, rows: _Rows) -> None:
+        if len(self._databases) >= self._max_databases:
+            self._databases.pop(next(iter(self._databases)))  # the oldest: a sweep's reads are close in time
+        self._databases[digest] = rows
 
     def row(self, table: str, columns: tuple[str, ...], raw: tuple[Any, ...]) -> tuple[dict[str, Any], str, str]:
         """(the row as a dict, its key for diffs, its key for `canonical`)."""
@@ -84,13 +104,39 @@ class RowMemo:
 
 
 def read_state(store_dir: Path, memo: RowMemo | None = None) -> StoreState:
-    """Read a (closed) store's files directly: every table and the FAISS index file, whole.
+    """Read a store's files directly: every table (as a new reader of its database sees it) and the FAISS
+    index file, whole.
 
-    `memo`: per-row work (dicts, keys) shared with earlier reads of the same case's stores.
+    `memo`: per-row work (dicts, keys) shared with earlier reads of the same case's stores, and the rows of
+    each database already read, reused when every page of this one is the same bytes.
     """
     store_dir = Path(store_dir)
     memo = memo if memo is not None else RowMemo()
-    db = sqlite3.connect(f"file:{store_dir / DB_FILE}?mode=ro", uri=True)
+    db_path = store_dir / DB_FILE
+    digest = view_digest(db_path, memo.pages)
+    rows = memo.database(digest)
+    if rows is None:
+        rows = _read_rows(db_path, memo)
+        memo.reads["rows"] += 1
+        if digest is not None and view_digest(db_path, memo.pages) == digest:  # unchanged while it was read
+            memo.remember(digest, rows)
+    else:
+        memo.reads["reused"] += 1
+    tables, keys, shared_canon, meta = rows
+    canon = dict(shared_canon)  # this state's own: its FAISS part is added below
+    read = _read_faiss(store_dir, int(meta.get("generation", 0)), memo)
+    if read is None:  # stale or missing: the engine rebuilds from SQLite on open, so that is the index it will use
+        faiss_vectors = {row["id"]: bytes(row["vector"] or b"") for row in tables.get("memories", []) if _live(row)}
+        canon["faiss"] = _faiss_canonical(faiss_vectors)
+    else:
+        faiss_vectors, canon["faiss"] = read
+    return StoreState(tables=tables, faiss=faiss_vectors, faiss_stale=read is None, canonical_form=canon,
+                      row_keys=keys)
+
+
+def _read_rows(db_path: Path, memo: RowMemo) -> _Rows:
+    """Every table's rows (as dicts, diff keys and sorted canonical keys) and the meta table, through SQL."""
+    db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     tables: dict[str, list[dict[str, Any]]] = {}
     keys: dict[str, set[str]] = {}
     canon: dict[str, list[str]] = {}
@@ -108,14 +154,7 @@ def read_state(store_dir: Path, memo: RowMemo | None = None) -> StoreState:
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall()) if "meta" in names else {}
     finally:
         db.close()
-    read = _read_faiss(store_dir, int(meta.get("generation", 0)), memo)
-    if read is None:  # stale or missing: the engine rebuilds from SQLite on open, so that is the index it will use
-        faiss_vectors = {row["id"]: bytes(row["vector"] or b"") for row in tables.get("memories", []) if _live(row)}
-        canon["faiss"] = _faiss_canonical(faiss_vectors)
-    else:
-        faiss_vectors, canon["faiss"] = read
-    return StoreState(tables=tables, faiss=faiss_vectors, faiss_stale=read is None, canonical_form=canon,
-                      row_keys=keys)
+    return tables, keys, canon, meta
 
 
 def _read_faiss(store_dir: Path, generation: int, memo: RowMemo) -> tuple[dict[int, bytes], list[str]] | None:
