@@ -17,7 +17,7 @@ import numpy as np
 
 from evals.faults import Expected
 from evals.record import Anomaly, AnomalyKind
-from evals.store_view import PageDigests, view_digest
+from evals.store_view import PageDigests, View, leaf_cells, read_view, table_leaves
 from hymem.store import DB_FILE, INDEX_FILE, SIDECAR_FILE
 
 # Which anomaly a leftover change in each table is.
@@ -28,6 +28,7 @@ _TABLE_ANOMALY = {"memories": _K.PARTIAL_WRITE, "profiles": _K.PARTIAL_WRITE, "r
                   # mem0's logical state (evals.systems.mem0_system): saved messages are its raw log
                   "messages": _K.L1_NOT_ROLLED_BACK, "history": _K.TRACE_APPENDED, "entities": _K.PARTIAL_WRITE}
 _IGNORED_TABLES = {"meta", "migrations", "sqlite_sequence"}
+_ROWID_NAMES = {"rowid", "oid", "_rowid_"}
 _VOLATILE = {"id", "created_at", "updated_at", "request_id", "deleted_at", "superseded_by", "result", "payload",
              "memory_id"}  # memory_id: a row's reference to a memory's (random) id, in mem0's history
 
@@ -48,38 +49,60 @@ class StoreState:
 
 
 _Rows = tuple[dict[str, list[dict[str, Any]]], dict[str, set[str]], dict[str, list[str]], dict[str, str]]
+_Row = tuple[dict[str, Any], str, str]  # a row as a dict, its key for diffs, its key for `canonical`
+_LeafKey = tuple[str, str, bytes]  # (table, its CREATE statement, the leaf page's SHA-256)
+_LeafRows = tuple[tuple[tuple[int, bytes], ...], list[_Row]]  # ((overflow page, its SHA-256), ...), the rows
 
 
 class RowMemo:
-    """Per-row work done once per distinct row, and the rows of each distinct database seen, for one case.
+    """Rows already read, for one case: each distinct database's, each distinct leaf page's, each distinct row's.
 
-    Why: a sweep reads the store after every faulted write, retry and repeat. Most of those reads find a
-    database already read (a failed write rolled back, an idempotent repeat, a close that checkpointed the
-    same pages): those reuse the earlier read's rows, found by a digest of every page a reader sees
-    (`evals.store_view`), so they cost no SQL and no per-row work. A database not seen before is read whole,
-    and each of its rows is looked up by its full raw content (every column, the vector's bytes too), so a
-    changed row is always a new entry.
+    Why: a sweep reads the store after every faulted write, retry and repeat, so reading every row each time
+    costs O(store) per faulted unit. A read trusts nothing the engine reports and nothing but bytes:
+    - a database whose pages are all the same bytes as an earlier read's (a failed write rolled back, an
+      idempotent repeat, a close that checkpointed the same pages) reuses that read's rows, found by a digest
+      of every page a reader sees (`evals.store_view`): no SQL at all;
+    - otherwise each table's b-tree is walked from its root page, and a leaf page (with its overflow pages)
+      that is the same bytes as one read before holds the same rows; only the rows of the other leaves are
+      read through SQL, by their rowid range, and the rowids must be the ones the page holds;
+    - a row is looked up by its full raw content (every column, the vector's bytes too), so a changed row is
+      always a new entry.
     """
 
-    def __init__(self, max_rows: int = 50_000, max_index_bytes: int = 64 << 20, max_databases: int = 256):
-        self._rows: dict[tuple[Any, ...], tuple[dict[str, Any], str, str]] = {}
+    def __init__(self, max_rows: int = 50_000, max_index_bytes: int = 64 << 20, max_databases: int = 256,
+                 max_leaves: int = 20_000):
+        self._rows: dict[tuple[Any, ...], _Row] = {}
         self._faiss: dict[bytes, tuple[dict[int, bytes], list[str]]] = {}
         self._max_rows, self._max_index_bytes, self._index_bytes = max_rows, max_index_bytes, 0
         self._databases: dict[bytes, _Rows] = {}
         self._max_databases = max_databases
+        self._leaves: dict[_LeafKey, _LeafRows] = {}
+        self._max_leaves = max_leaves
         self.pages = PageDigests()
-        self.reads = {"rows": 0, "reused": 0}  # how many state reads read SQL, how many reused a digest's rows
+        # state reads that read SQL / reused a whole database's rows; leaf pages read through SQL / reused
+        self.reads = {"rows": 0, "reused": 0, "leaves_read": 0, "leaves_reused": 0}
 
     def database(self, digest: bytes | None) -> _Rows | None:
         """The rows read from a database with this digest, if one was read."""
         return self._databases.get(digest) if digest is not None else None
 
-    def remember(self, digest: bytes, rows: _Rows) -> None:
+    def remember(self, digest: bytes, rows: _Rows, leaves: dict[_LeafKey, _LeafRows]) -> None:
+        """Keep a read's rows, and its leaf pages' rows, for later reads (oldest dropped first)."""
         if len(self._databases) >= self._max_databases:
             self._databases.pop(next(iter(self._databases)))  # the oldest: a sweep's reads are close in time
         self._databases[digest] = rows
+        if len(self._leaves) + len(leaves) > self._max_leaves:
+            self._leaves.clear()
+        self._leaves.update(leaves)
 
-    def row(self, table: str, columns: tuple[str, ...], raw: tuple[Any, ...]) -> tuple[dict[str, Any], str, str]:
+    def leaf(self, key: _LeafKey, view: View) -> list[_Row] | None:
+        """The rows of a leaf page read before, if its overflow pages are the same bytes too."""
+        hit = self._leaves.get(key)
+        if hit is None or any(view.page_digest(pgno) != digest for pgno, digest in hit[0]):
+            return None
+        return hit[1]
+
+    def row(self, table: str, columns: tuple[str, ...], raw: tuple[Any, ...]) -> _Row:
         """(the row as a dict, its key for diffs, its key for `canonical`)."""
         key = (table, columns, raw)
         hit = self._rows.get(key)
@@ -113,13 +136,15 @@ def read_state(store_dir: Path, memo: RowMemo | None = None) -> StoreState:
     store_dir = Path(store_dir)
     memo = memo if memo is not None else RowMemo()
     db_path = store_dir / DB_FILE
-    digest = view_digest(db_path, memo.pages)
-    rows = memo.database(digest)
+    view = read_view(db_path, memo.pages)
+    rows = memo.database(view.digest if view is not None else None)
     if rows is None:
-        rows = _read_rows(db_path, memo)
+        leaves: dict[_LeafKey, _LeafRows] = {}
+        rows = _read_rows(db_path, view, memo, leaves)
         memo.reads["rows"] += 1
-        if digest is not None and view_digest(db_path, memo.pages) == digest:  # unchanged while it was read
-            memo.remember(digest, rows)
+        after = read_view(db_path, memo.pages) if view is not None else None
+        if view is not None and after is not None and after.digest == view.digest:  # unchanged while read
+            memo.remember(view.digest, rows, leaves)
     else:
         memo.reads["reused"] += 1
     tables, keys, shared_canon, meta = rows
@@ -134,20 +159,27 @@ def read_state(store_dir: Path, memo: RowMemo | None = None) -> StoreState:
                       row_keys=keys)
 
 
-def _read_rows(db_path: Path, memo: RowMemo) -> _Rows:
-    """Every table's rows (as dicts, diff keys and sorted canonical keys) and the meta table, through SQL."""
+def _read_rows(db_path: Path, view: View | None, memo: RowMemo, leaves: dict[_LeafKey, _LeafRows]) -> _Rows:
+    """Every table's rows (as dicts, diff keys and sorted canonical keys) and the meta table.
+
+    A table is read leaf page by leaf page when `view` (the pages this read sees) is known: the rows of a leaf
+    read before are reused, the others read through SQL; their entries are added to `leaves`. Else, and for
+    a table that is not a plain rowid table, whole through SQL."""
     db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     tables: dict[str, list[dict[str, Any]]] = {}
     keys: dict[str, set[str]] = {}
     canon: dict[str, list[str]] = {}
     try:
-        names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
-        for name in names:
+        schema = db.execute("SELECT name, rootpage, sql FROM sqlite_master WHERE type='table' ORDER BY name").fetchall()
+        names = [name for name, _, _ in schema]
+        for name, root, sql in schema:
             if name in _IGNORED_TABLES:
                 continue
-            cursor = db.execute(f'SELECT * FROM "{name}"')
-            columns = tuple(d[0] for d in cursor.description)
-            rows = [memo.row(name, columns, raw) for raw in cursor.fetchall()]
+            rows = _table_by_leaves(db, view, memo, name, root, sql or "", leaves) if view is not None else None
+            if rows is None:
+                cursor = db.execute(f'SELECT * FROM "{name}"')
+                columns = tuple(d[0] for d in cursor.description)
+                rows = [memo.row(name, columns, raw) for raw in cursor.fetchall()]
             tables[name] = [r[0] for r in rows]
             keys[name] = {r[1] for r in rows}
             canon[name] = sorted(r[2] for r in rows)
@@ -155,6 +187,42 @@ def _read_rows(db_path: Path, memo: RowMemo) -> _Rows:
     finally:
         db.close()
     return tables, keys, canon, meta
+
+
+def _table_by_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: str, root: Any, sql: str,
+                     leaves: dict[_LeafKey, _LeafRows]) -> list[_Row] | None:
+    """A rowid table's rows in rowid order, leaf page by leaf page; None when the table cannot be read so
+    (not a rowid b-tree, a page out of place, rowids that are not the page's): the caller reads it whole."""
+    try:
+        pages = table_leaves(view, int(root or 0))
+        if pages is None:
+            return None
+        rows: list[_Row] = []
+        read_here: dict[_LeafKey, _LeafRows] = {}  # kept only when the whole table reads so
+        for pgno in pages:
+            key = (name, sql, view.page_digest(pgno))
+            known = memo.leaf(key, view)
+            if known is not None:
+                memo.reads["leaves_reused"] += 1
+                rows += known
+                continue
+            cells = leaf_cells(view, pgno)
+            read: list[_Row] = []
+            if cells.rowids:
+                cursor = db.execute(f'SELECT rowid, * FROM "{name}" WHERE rowid BETWEEN ? AND ? ORDER BY rowid',
+                                    (cells.rowids[0], cells.rowids[-1]))
+                columns = tuple(d[0] for d in cursor.description[1:])
+                fetched = cursor.fetchall()
+                if {c.lower() for c in columns} & _ROWID_NAMES or [r[0] for r in fetched] != cells.rowids:
+                    return None  # a column that hides the rowid, or the page and SQL disagree: read it whole
+                read = [memo.row(name, columns, raw[1:]) for raw in fetched]
+            read_here[key] = (tuple((p, view.page_digest(p)) for p in cells.overflow), read)
+            rows += read
+        memo.reads["leaves_read"] += len(read_here)
+        leaves.update(read_here)
+        return rows
+    except (ValueError, IndexError):  # a pointer out of the database or a page cut short: not a b-tree we read
+        return None
 
 
 def _read_faiss(store_dir: Path, generation: int, memo: RowMemo) -> tuple[dict[int, bytes], list[str]] | None:

@@ -16,8 +16,10 @@ that do not match, a page found nowhere) gives None: the caller reads the rows i
 from __future__ import annotations
 
 import hashlib
+import os
 import struct
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -26,6 +28,7 @@ _WAL_MAGICS = (0x377F0682, 0x377F0683)
 _WAL_HEADER, _FRAME_HEADER = 32, 24
 _SHM_HEADER = struct.Struct("=IIIBBHII8s8s8s")  # WalIndexHdr, in the writer's native byte order
 _WAL_VERSION = 3007000
+_INTERIOR_TABLE, _LEAF_TABLE = 0x05, 0x0D
 
 
 class PageDigests:
@@ -65,50 +68,148 @@ def _digest(data: bytes, at: int, size: int) -> bytes:
     return hashlib.sha256(memoryview(data)[at:at + size]).digest()
 
 
-def view_digest(db_path: Path, pages: PageDigests | None = None) -> bytes | None:
-    """A digest of the database at `db_path` as a new reader would see it now, or None when it cannot tell.
+class View:
+    """The pages of a database as a new reader sees them now: each page's bytes and SHA-256, and a digest of all.
 
     Equal digests: every page a reader reads is the same bytes, so every query answers the same.
     """
+
+    def __init__(self, page_size: int, usable: int, count: int, file: bytes, file_digests: list[bytes],
+                 wal: bytes, frames: dict[int, tuple[int, bytes]]):
+        self.page_size, self.usable, self.count = page_size, usable, count
+        self._file, self._file_digests, self._wal, self._frames = file, file_digests, wal, frames
+        digest = hashlib.sha256(struct.pack(">II", page_size, count))
+        for pgno in range(1, count + 1):
+            digest.update(self.page_digest(pgno))
+        self.digest = digest.digest()
+
+    def page_digest(self, pgno: int) -> bytes:
+        frame = self._frames.get(pgno)
+        return frame[1] if frame is not None else self._file_digests[pgno - 1]
+
+    def page(self, pgno: int) -> memoryview:
+        if not 1 <= pgno <= self.count:
+            raise ValueError(f"page {pgno} is outside the database (1..{self.count})")
+        frame = self._frames.get(pgno)
+        if frame is not None:
+            return memoryview(self._wal)[frame[0]:frame[0] + self.page_size]
+        return memoryview(self._file)[(pgno - 1) * self.page_size:pgno * self.page_size]
+
+
+def read_view(db_path: str | Path, pages: PageDigests | None = None) -> View | None:
+    """The database at `db_path` as a new reader would see it now (its main file overlaid with the WAL's
+    published frames), or None when the files do not say it exactly."""
     pages = pages if pages is not None else PageDigests()
+    db = str(db_path)
     try:
-        data = db_path.read_bytes()
+        with open(db, "rb") as f:
+            data = f.read()
     except OSError:
         return None
     if len(data) < 100 or not data.startswith(_DB_MAGIC):
         return None
-    page_size = _page_size(struct.unpack(">H", data[16:18])[0])
+    page_size = _page_size(int.from_bytes(data[16:18], "big"))
     if len(data) % page_size:
         return None
-    wal_path, shm_path = Path(f"{db_path}-wal"), Path(f"{db_path}-shm")
-    frames: dict[int, bytes] = {}
+    wal_path, shm_path = db + "-wal", db + "-shm"
+    wal: bytes = b""
+    frames: dict[int, tuple[int, bytes]] = {}
     count = len(data) // page_size
-    if wal_path.exists() or shm_path.exists():  # WAL mode with a wal-index: both, or the caller reads rows
+    if os.path.exists(wal_path) or os.path.exists(shm_path):  # WAL mode: both, or the caller reads rows
         published = _published_frames(wal_path, shm_path, page_size, pages)
         if published is None:
             return None
-        frames, n_page = published
+        wal, frames, n_page = published
         if n_page:  # 0: no commit in this WAL; the main file's size is the database's
             count = n_page
-    file_digests = pages.of_pages(str(db_path), data, 0, page_size, 0, len(data) // page_size)
-    digest = hashlib.sha256(struct.pack(">II", page_size, count))
-    for pgno in range(1, count + 1):
-        if pgno in frames:
-            digest.update(frames[pgno])
-        elif pgno <= len(file_digests):
-            digest.update(file_digests[pgno - 1])
-        else:  # a page neither the WAL nor the main file holds: not a state a reader can see
+    file_digests = pages.of_pages(db, data, 0, page_size, 0, len(data) // page_size)
+    if any(pgno > len(file_digests) and pgno not in frames for pgno in range(1, count + 1)):
+        return None  # a page neither the WAL nor the main file holds: not a state a reader can see
+    return View(page_size, page_size - data[20], count, data, file_digests, wal, frames)
+
+
+class Leaf(NamedTuple):
+    """A leaf page of a table's b-tree: the rowid of each of its cells, in order, and its overflow pages."""
+
+    rowids: list[int]
+    overflow: list[int]
+
+
+def table_leaves(view: View, root: int) -> list[int] | None:
+    """The leaf pages of the rowid table whose b-tree starts at `root`, in rowid order: the pages a full scan
+    of the table reads its rows from. None when a page is not a table b-tree page or one is reached twice."""
+    leaves: list[int] = []
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        pgno = stack.pop()
+        if pgno in seen or not 1 <= pgno <= view.count:
             return None
-    return digest.digest()
+        seen.add(pgno)
+        page = view.page(pgno)
+        at = 100 if pgno == 1 else 0
+        kind, cells = page[at], int.from_bytes(page[at + 3:at + 5], "big")
+        if kind == _LEAF_TABLE:
+            leaves.append(pgno)
+        elif kind == _INTERIOR_TABLE:
+            pointers = page[at + 12:at + 12 + 2 * cells]
+            children = [int.from_bytes(page[o:o + 4], "big")
+                        for o in (int.from_bytes(pointers[2 * i:2 * i + 2], "big") for i in range(cells))]
+            children.append(int.from_bytes(page[at + 8:at + 12], "big"))  # the right-most child: the largest keys
+            stack.extend(reversed(children))
+        else:
+            return None
+    return leaves
+
+
+def leaf_cells(view: View, pgno: int) -> Leaf:
+    """The rowids and overflow pages of a table leaf page (https://sqlite.org/fileformat2.html#b_tree_pages)."""
+    page = view.page(pgno)
+    at = 100 if pgno == 1 else 0
+    cells = int.from_bytes(page[at + 3:at + 5], "big")
+    usable = view.usable
+    most, least = usable - 35, (usable - 12) * 32 // 255 - 23  # the largest and smallest local payloads
+    rowids, overflow = [], []
+    for i in range(cells):
+        cell = int.from_bytes(page[at + 8 + 2 * i:at + 10 + 2 * i], "big")
+        size, cell = _varint(page, cell)
+        rowid, cell = _varint(page, cell)
+        rowids.append(rowid - (1 << 64) if rowid >= 1 << 63 else rowid)
+        if size > most:
+            local = least + (size - least) % (usable - 4)
+            local = local if local <= most else least
+            chain = int.from_bytes(page[cell + local:cell + local + 4], "big")
+            for _ in range(-(-(size - local) // (usable - 4))):
+                overflow.append(chain)
+                chain = int.from_bytes(view.page(chain)[:4], "big")
+    return Leaf(rowids, overflow)
+
+
+def _varint(page: memoryview, at: int) -> tuple[int, int]:
+    """SQLite's big-endian varint at `at`: (value, the offset after it)."""
+    value = 0
+    for i in range(8):
+        byte = page[at + i]
+        value = (value << 7) | (byte & 0x7F)
+        if byte < 0x80:
+            return value, at + i + 1
+    return (value << 8) | page[at + 8], at + 9
+
+
+def view_digest(db_path: str | Path, pages: PageDigests | None = None) -> bytes | None:
+    """The digest of `read_view`, or None."""
+    view = read_view(db_path, pages)
+    return view.digest if view is not None else None
 
 
 def _page_size(raw: int) -> int:
     return 65536 if raw == 1 else raw
 
 
-def _published_frames(wal_path: Path, shm_path: Path, page_size: int, pages: PageDigests
-                      ) -> tuple[dict[int, bytes], int] | None:
-    """(page number -> digest of its newest published frame, the database's size in pages; 0: the main file's).
+def _published_frames(wal_path: str, shm_path: str, page_size: int, pages: PageDigests
+                      ) -> tuple[bytes, dict[int, tuple[int, bytes]], int] | None:
+    """(the WAL's bytes, page number -> (offset, digest) of its newest published frame, the database's size in
+    pages; 0: the main file's).
 
     The published frames are those up to `mxFrame` of the wal-index header: what a reader starting now uses.
     A frame after them that belongs to this WAL (its salts) is either a rolled-back spill or a commit a crashed
@@ -117,7 +218,8 @@ def _published_frames(wal_path: Path, shm_path: Path, page_size: int, pages: Pag
     try:
         with open(shm_path, "rb") as f:
             shm = f.read(2 * _SHM_HEADER.size)
-        wal = wal_path.read_bytes()
+        with open(wal_path, "rb") as f:
+            wal = f.read()
     except OSError:
         return None
     if len(shm) < 2 * _SHM_HEADER.size or shm[:_SHM_HEADER.size] != shm[_SHM_HEADER.size:]:
@@ -127,7 +229,7 @@ def _published_frames(wal_path: Path, shm_path: Path, page_size: int, pages: Pag
         return None
     frame_size = _FRAME_HEADER + page_size
     if len(wal) < _WAL_HEADER + frame_size:  # no whole frame in the file
-        return ({}, 0) if mx_frame == 0 else None
+        return (wal, {}, 0) if mx_frame == 0 else None
     magic, _, wal_page_size = struct.unpack(">III", wal[:12])
     if magic not in _WAL_MAGICS or wal_page_size != page_size:
         return None
@@ -140,13 +242,13 @@ def _published_frames(wal_path: Path, shm_path: Path, page_size: int, pages: Pag
         if wal[at + 8:at + 16] == wal[16:24]:
             return None
     digests = pages.of_pages(str(wal_path), wal, _WAL_HEADER, frame_size, _FRAME_HEADER, mx_frame)
-    newest: dict[int, bytes] = {}
+    newest: dict[int, tuple[int, bytes]] = {}
     for frame in range(mx_frame):  # in order: a page's newest frame is the one a reader uses
         at = _WAL_HEADER + frame * frame_size
         if wal[at + 8:at + 16] != salts:  # a frame of an earlier WAL generation below mxFrame: not expected
             return None
-        newest[int.from_bytes(wal[at:at + 4], "big")] = digests[frame]
-    return newest, n_page
+        newest[int.from_bytes(wal[at:at + 4], "big")] = (at + _FRAME_HEADER, digests[frame])
+    return wal, newest, n_page
 
 
-__all__ = ["PageDigests", "view_digest"]
+__all__ = ["Leaf", "PageDigests", "View", "leaf_cells", "read_view", "table_leaves", "view_digest"]
