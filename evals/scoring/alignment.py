@@ -88,6 +88,17 @@ def words_of(predicate: str) -> Words:
     return Words(zh, tokens, raw, content, passive)
 
 
+def chinese_words(predicate: str) -> tuple[str, ...]:
+    """The Chinese content words of a predicate, as jieba's bundled dictionary segments them."""
+    import logging
+
+    import jieba
+
+    jieba.setLogLevel(logging.WARNING)
+    return tuple(w for w in jieba.cut(_fold(predicate)) if re.search(f"[{_CJK}]", w)
+                 and not all(c in _ZH_FUNCTION for c in w))
+
+
 # ------------------------------------------------------------------ abbreviations
 
 def _initials(words: list[str]) -> set[str]:
@@ -225,4 +236,4 @@ def _tense(a: Words, b: Words) -> float:
     return float(len(first) == 2 and bool(first & _PRESENT) and bool(first & _PAST))
 
 
-__all__ = ["Difference", "Words", "difference", "words_of"]
+__all__ = ["Difference", "Words", "chinese_words", "difference", "words_of"]

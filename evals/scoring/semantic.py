@@ -1,6 +1,6 @@
 """The semantic matcher (`--matcher semantic`, the default): paraphrase similarity from the local
 MiniLM model, combined with explicit near-miss checks and with where the two predicates differ,
-weighed by a logistic regression of 21 weights fitted on the calibration split of the labelled
+weighed by a logistic regression of 23 weights fitted on the calibration split of the labelled
 pairs (`hymem-eval matcher fit`).
 
 Both sentences lose their subject first (`hymem.subjects.split_subject`): text is matched on what
@@ -11,7 +11,8 @@ character-bigram overlap (MiniLM is near-blind to Chinese characters, bigrams ar
 again for Chinese pairs, one flag per explicit check (`evals.scoring.checks`, `evals.scoring.
 quantities`: polarity, modality and tense, time, quantities, relation, a name on each side that the
 other lacks) and the alignment features of `evals.scoring.alignment` (unmatched content words after
-abbreviations, their MiniLM closeness to the other side, the differing slot, voice, direction).
+abbreviations, their MiniLM closeness to the other side, the differing slot, voice, direction) and
+what a thesaurus says of those words (`evals.scoring.lexicon`: WordNet, Cilin).
 Each text is prepared once (its predicate and content words embedded in one batch with the rest of
 its case, its qualifiers, its words); a pair costs a dot product, a few word-vector products and
 set comparisons.
@@ -32,8 +33,9 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from evals.scoring.alignment import Words, difference, words_of
+from evals.scoring.alignment import Words, chinese_words, difference, words_of
 from evals.scoring.checks import Qualifiers, is_chinese, mismatches, name_table, names_substituted
+from evals.scoring.lexicon import knows, same_sense
 from evals.scoring.matcher import Matcher, _dice, negated, units
 from evals.scoring.quantities import quantities, same_quantities
 from hymem.subjects import canonical_subject, split_subject
@@ -41,7 +43,7 @@ from hymem.subjects import canonical_subject, split_subject
 PARAMS_FILE = Path(__file__).with_name("semantic_params.json")
 FEATURES = ("cosine", "words", "bigrams", "zh", "zh_cosine", "zh_words", "zh_bigrams", "substitution", "polarity",
             "modality", "time", "number", "relation", "name", "align", "unmatched", "zh_unmatched", "shared",
-            "slot_abbrev", "voice", "direction")
+            "slot_abbrev", "voice", "direction", "lex_same", "lex_unexplained")
 _PUNCT = re.compile(r"[\W_]+", re.UNICODE)
 
 
@@ -74,6 +76,7 @@ class _Prepared:
     quantities: tuple[tuple[str, float], ...]
     periods: frozenset[str]  # time-of-day words plus the part of day of each clock time
     names: dict[str, str]  # the names the predicate states (`checks.name_table`)
+    zh_words: tuple[str, ...]  # Chinese content words (jieba), for the thesaurus; () for English
 
 
 def _predicate(text: str) -> str:
@@ -99,8 +102,10 @@ def prepare_text(text: str) -> _Prepared:
     qualifiers = Qualifiers.of(text)
     found = quantities(text)
     periods = qualifiers.time | {_part_of_day(v) for d, v in found if d == "clock"}
+    zh = is_chinese(text)
     return _Prepared(predicate, units(predicate), negated(predicate), _bigrams(predicate), qualifiers,
-                     is_chinese(text), words_of(predicate), found, frozenset(periods), name_table(predicate))
+                     zh, words_of(predicate), found, frozenset(periods), name_table(predicate),
+                     chinese_words(predicate) if zh else ())
 
 
 def _latin_content(p: _Prepared) -> list[str]:
@@ -120,6 +125,23 @@ def _alignment(unmatched: Sequence[str], other: Sequence[str], vectors: dict[str
     return worst
 
 
+def _lexical(a: _Prepared, b: _Prepared, unmatched_a: Sequence[str], unmatched_b: Sequence[str]) -> tuple[float, float]:
+    """Of the words one side has and the other lacks (English: the alignment's unmatched content words;
+    Chinese: jieba words absent from the other predicate): the share that a thesaurus pairs with a
+    word of the other side (a synonym), and the share that it lists but cannot pair (a different word)."""
+    if a.zh or b.zh:
+        unmatched_a = [w for w in a.zh_words if w not in b.predicate]
+        unmatched_b = [w for w in b.zh_words if w not in a.predicate]
+    n = len(unmatched_a) + len(unmatched_b)
+    if not n:
+        return 0.0, 0.0
+    paired_a = {x for x in unmatched_a if any(same_sense(x, y) for y in unmatched_b)}
+    paired_b = {y for y in unmatched_b if any(same_sense(x, y) for x in unmatched_a)}
+    unexplained = (sum(1 for w in unmatched_a if w not in paired_a and knows(w))
+                   + sum(1 for w in unmatched_b if w not in paired_b and knows(w)))
+    return (len(paired_a) + len(paired_b)) / n, unexplained / n
+
+
 def pair_features(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.ndarray]) -> list[float]:
     words = _dice(a.words, b.words, False, False) if (a.words or b.words) else float(a.predicate == b.predicate)
     union = a.bigrams | b.bigrams
@@ -134,7 +156,8 @@ def pair_features(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[
     return [cosine, words, bigrams, zh, zh * cosine, zh * words, zh * bigrams, diff.substitution, flags["polarity"],
             max(flags["modality"], diff.tense), float(a.periods != b.periods), float(not same_quantities(a.quantities, b.quantities)),
             flags["relation"], float(names_substituted(a.names, a.predicate, b.names, b.predicate)), align, unmatched, zh * unmatched,
-            diff.shared, diff.slot_abbrev, diff.voice, diff.direction]
+            diff.shared, diff.slot_abbrev, diff.voice, diff.direction,
+            *_lexical(a, b, diff.unmatched_a, diff.unmatched_b)]
 
 
 class SemanticMatcher(Matcher):

