@@ -301,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="concurrent requests per provider (default: 8, or the providers file)")
     run.add_argument("--no-cache", action="store_true",
                      help="do not reuse successful HTTP replies from reports/.cache/responses.sqlite")
-    run.add_argument("--embedder", default=None, help="minilm | hash | openai[/MODEL][@URL] (default: minilm "
+    run.add_argument("--embedder", default=None, help="minilm | e5 | hash | openai[/MODEL][@URL] (default: minilm "
                      "when installed, else hash)")
     run.add_argument("--faults", default="sweep", help="none | sweep | sweep:fast | random:RATE (default: sweep; sweep:fast: each (site, kind) pair in at most 2 units, for a quick CI gate)")
     run.add_argument("--seed", type=int, default=0)

