@@ -137,15 +137,19 @@ def run_unit(task: UnitTask, run_token: str, cases_ref: list, slots: Any) -> Any
     """A worker runs one unit exactly as the local executor would, and returns its `CaseRun`."""
     from evals.faults import FaultPlan
     from evals.replay import CaseReplayer
+    from evals.scratch import drain as drain_scratch
 
     logging.getLogger("hymem.store").setLevel(logging.CRITICAL)  # injected FAISS faults are logged by design
     provider = _provider(task, run_token, cases_ref, slots)
     arm = _arm(task, provider)
     cache = _cache(task.cache_path, task.prompt_hash) if task.provider.is_http else None
     lm = provider.sampling(task.sampling_seed, task.temperature)
-    return CaseReplayer(task.case, task.dataset, task.label, lm, _embedder(task.embedder),
-                        FaultPlan.parse(task.plan), task.seed, program=task.program, accounting=provider,
-                        cache=cache, system=arm.make, epoch=task.epoch).run()
+    try:
+        return CaseReplayer(task.case, task.dataset, task.label, lm, _embedder(task.embedder),
+                            FaultPlan.parse(task.plan), task.seed, program=task.program, accounting=provider,
+                            cache=cache, system=arm.make, epoch=task.epoch).run()
+    finally:
+        drain_scratch()  # a worker may be stopped without running exit handlers: leave no scratch behind
 
 
 def connect(address: str | None, workers: int) -> bool:
