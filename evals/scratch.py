@@ -10,6 +10,7 @@ so nothing is left behind by a finished run.
 from __future__ import annotations
 
 import atexit
+import os
 import queue
 import shutil
 import tempfile
@@ -19,33 +20,37 @@ from contextlib import contextmanager
 from pathlib import Path
 
 _pending: queue.Queue[Path] = queue.Queue()
-_started = False
+_started_in: int | None = None  # the process whose remover thread runs (a forked child starts its own)
 _start_lock = threading.Lock()
 
 
-def _remove_forever() -> None:
+def _remove_forever(pending: queue.Queue[Path]) -> None:
     while True:
-        path = _pending.get()
+        path = pending.get()
         try:
             shutil.rmtree(path, ignore_errors=True)
         finally:
-            _pending.task_done()
+            pending.task_done()
 
 
 def discard(path: Path) -> None:
     """Remove `path` (a directory tree) in the background."""
-    global _started
+    global _pending, _started_in
     with _start_lock:
-        if not _started:
-            threading.Thread(target=_remove_forever, name="hymem-scratch-remover", daemon=True).start()
+        if _started_in != os.getpid():
+            if _started_in is not None:  # a forked child: the parent's queue and thread are not ours
+                _pending = queue.Queue()
+            threading.Thread(target=_remove_forever, args=(_pending,), name="hymem-scratch-remover",
+                             daemon=True).start()
             atexit.register(drain)
-            _started = True
+            _started_in = os.getpid()
     _pending.put(path)
 
 
 def drain() -> None:
-    """Wait until every discarded directory is removed."""
-    _pending.join()
+    """Wait until every directory this process discarded is removed."""
+    if _started_in == os.getpid():
+        _pending.join()
 
 
 @contextmanager

@@ -183,3 +183,24 @@ def test_usage_errors_exit_2(dataset, tmp_path):
     with pytest.raises(SystemExit) as exc:
         main(["run", "--bogus"])
     assert exc.value.code == 2
+
+
+def test_a_finished_run_leaves_no_unit_scratch_directory_behind(dataset, tmp_path, monkeypatch):
+    """Units' scratch directories are removed in the background, and all of them are gone when run_eval returns."""
+    import tempfile
+
+    import evals.scratch
+
+    made: list[Path] = []
+    real_mkdtemp = tempfile.mkdtemp
+
+    def mkdtemp(prefix=None, **kwargs):
+        if prefix != "hymem-case-":
+            return real_mkdtemp(prefix=prefix, **kwargs)
+        made.append(Path(real_mkdtemp(prefix=prefix, dir=tmp_path, **kwargs)))
+        return str(made[-1])
+
+    monkeypatch.setattr(evals.scratch.tempfile, "mkdtemp", mkdtemp)
+    run_eval(config(dataset, tmp_path / "out", faults="random:0.3", seed=3, concurrency=3))
+    assert len(made) == len(CASES)
+    assert [p for p in made if p.exists()] == []
