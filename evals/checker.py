@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,8 @@ class StoreState:
 _Rows = tuple[dict[str, list[dict[str, Any]]], dict[str, set[str]], dict[str, list[str]], dict[str, str]]
 _Row = tuple[dict[str, Any], str, str]  # a row as a dict, its key for diffs, its key for `canonical`
 _LeafKey = tuple[str, str, bytes]  # (table, its CREATE statement, the leaf page's SHA-256)
-_LeafRows = tuple[tuple[tuple[int, bytes], ...], list[_Row]]  # ((overflow page, its SHA-256), ...), the rows
+_Part = tuple[list[dict[str, Any]], list[str], list[str]]  # rows as dicts, their diff keys, their canonical keys
+_LeafRows = tuple[tuple[tuple[int, bytes], ...], _Part]  # ((overflow page, its SHA-256), ...), the leaf's rows
 
 
 class RowMemo:
@@ -95,7 +97,7 @@ class RowMemo:
             self._leaves.clear()
         self._leaves.update(leaves)
 
-    def leaf(self, key: _LeafKey, view: View) -> list[_Row] | None:
+    def leaf(self, key: _LeafKey, view: View) -> _Part | None:
         """The rows of a leaf page read before, if its overflow pages are the same bytes too."""
         hit = self._leaves.get(key)
         if hit is None or any(view.page_digest(pgno) != digest for pgno, digest in hit[0]):
@@ -175,14 +177,14 @@ def _read_rows(db_path: Path, view: View | None, memo: RowMemo, leaves: dict[_Le
         for name, root, sql in schema:
             if name in _IGNORED_TABLES:
                 continue
-            rows = _table_by_leaves(db, view, memo, name, root, sql or "", leaves) if view is not None else None
-            if rows is None:
+            parts = _table_by_leaves(db, view, memo, name, root, sql or "", leaves) if view is not None else None
+            if parts is None:
                 cursor = db.execute(f'SELECT * FROM "{name}"')
                 columns = tuple(d[0] for d in cursor.description)
-                rows = [memo.row(name, columns, raw) for raw in cursor.fetchall()]
-            tables[name] = [r[0] for r in rows]
-            keys[name] = {r[1] for r in rows}
-            canon[name] = sorted(r[2] for r in rows)
+                parts = [_part([memo.row(name, columns, raw) for raw in cursor.fetchall()])]
+            tables[name] = list(chain.from_iterable(part[0] for part in parts))  # no Python work per row
+            keys[name] = set(chain.from_iterable(part[1] for part in parts))
+            canon[name] = sorted(chain.from_iterable(part[2] for part in parts))
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall()) if "meta" in names else {}
     finally:
         db.close()
@@ -190,24 +192,24 @@ def _read_rows(db_path: Path, view: View | None, memo: RowMemo, leaves: dict[_Le
 
 
 def _table_by_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: str, root: Any, sql: str,
-                     leaves: dict[_LeafKey, _LeafRows]) -> list[_Row] | None:
-    """A rowid table's rows in rowid order, leaf page by leaf page; None when the table cannot be read so
+                     leaves: dict[_LeafKey, _LeafRows]) -> list[_Part] | None:
+    """A rowid table's rows in rowid order, one part per leaf page; None when the table cannot be read so
     (not a rowid b-tree, a page out of place, rowids that are not the page's): the caller reads it whole."""
     try:
         pages = table_leaves(view, int(root or 0))
         if pages is None:
             return None
-        rows: list[_Row] = []
+        parts: list[_Part] = []
         read_here: dict[_LeafKey, _LeafRows] = {}  # kept only when the whole table reads so
         for pgno in pages:
             key = (name, sql, view.page_digest(pgno))
             known = memo.leaf(key, view)
             if known is not None:
                 memo.reads["leaves_reused"] += 1
-                rows += known
+                parts.append(known)
                 continue
             cells = leaf_cells(view, pgno)
-            read: list[_Row] = []
+            read: _Part = ([], [], [])
             if cells.rowids:
                 cursor = db.execute(f'SELECT rowid, * FROM "{name}" WHERE rowid BETWEEN ? AND ? ORDER BY rowid',
                                     (cells.rowids[0], cells.rowids[-1]))
@@ -215,14 +217,18 @@ def _table_by_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: st
                 fetched = cursor.fetchall()
                 if {c.lower() for c in columns} & _ROWID_NAMES or [r[0] for r in fetched] != cells.rowids:
                     return None  # a column that hides the rowid, or the page and SQL disagree: read it whole
-                read = [memo.row(name, columns, raw[1:]) for raw in fetched]
+                read = _part([memo.row(name, columns, raw[1:]) for raw in fetched])
             read_here[key] = (tuple((p, view.page_digest(p)) for p in cells.overflow), read)
-            rows += read
+            parts.append(read)
         memo.reads["leaves_read"] += len(read_here)
         leaves.update(read_here)
-        return rows
+        return parts
     except (ValueError, IndexError):  # a pointer out of the database or a page cut short: not a b-tree we read
         return None
+
+
+def _part(rows: list[_Row]) -> _Part:
+    return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]
 
 
 def _read_faiss(store_dir: Path, generation: int, memo: RowMemo) -> tuple[dict[int, bytes], list[str]] | None:
