@@ -71,13 +71,13 @@ class RowMemo:
       always a new entry.
     """
 
-    def __init__(self, max_rows: int = 50_000, max_index_bytes: int = 64 << 20, max_databases: int = 256,
+    def __init__(self, max_rows: int = 50_000, max_index_bytes: int = 64 << 20, max_database_rows: int = 500_000,
                  max_leaves: int = 20_000):
         self._rows: dict[tuple[Any, ...], _Row] = {}
         self._faiss: dict[bytes, tuple[dict[int, bytes], list[str]]] = {}
         self._max_rows, self._max_index_bytes, self._index_bytes = max_rows, max_index_bytes, 0
         self._databases: dict[bytes, _Rows] = {}
-        self._max_databases = max_databases
+        self._max_database_rows, self._database_rows = max_database_rows, 0  # rows the kept databases hold
         self._leaves: dict[_LeafKey, _LeafRows] = {}
         self._max_leaves = max_leaves
         self.pages = PageDigests()
@@ -89,10 +89,18 @@ class RowMemo:
         return self._databases.get(digest) if digest is not None else None
 
     def remember(self, digest: bytes, rows: _Rows, leaves: dict[_LeafKey, _LeafRows]) -> None:
-        """Keep a read's rows, and its leaf pages' rows, for later reads (oldest dropped first)."""
-        if len(self._databases) >= self._max_databases:
-            self._databases.pop(next(iter(self._databases)))  # the oldest: a sweep's reads are close in time
-        self._databases[digest] = rows
+        """Keep a read's rows, and its leaf pages' rows, for later reads (oldest dropped first: a sweep's
+        reads of one database are close in time). Bounded in rows held, so a large store's reads stay cheap
+        in memory."""
+        if digest in self._databases:
+            return
+        size = sum(len(t) for t in rows[0].values())
+        while self._databases and self._database_rows + size > self._max_database_rows:
+            dropped = self._databases.pop(next(iter(self._databases)))
+            self._database_rows -= sum(len(t) for t in dropped[0].values())
+        if size <= self._max_database_rows:
+            self._databases[digest] = rows
+            self._database_rows += size
         if len(self._leaves) + len(leaves) > self._max_leaves:
             self._leaves.clear()
         self._leaves.update(leaves)

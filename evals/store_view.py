@@ -35,12 +35,12 @@ class PageDigests:
     """Per-page digests of each file, kept per file so an unchanged page is never hashed twice.
 
     A file's pages are compared with that file's at the last call, page by page (numpy, at memory speed):
-    only the pages whose bytes differ are hashed again.
+    only the pages whose bytes differ are hashed again. The files kept are bounded in bytes (oldest dropped).
     """
 
-    def __init__(self, max_files: int = 32):
+    def __init__(self, max_bytes: int = 64 << 20):
         self._files: dict[tuple[str, int], tuple[bytes, int, list[bytes]]] = {}
-        self._max_files = max_files
+        self._max_bytes, self._bytes = max_bytes, 0
 
     def of_pages(self, name: str, data: bytes, start: int, stride: int, header: int, count: int) -> list[bytes]:
         """The SHA-256 of each of `count` pages of `data`: the i-th is the `stride - header` bytes after a
@@ -58,9 +58,13 @@ class PageDigests:
             digests = [old[i] if same[i] else _digest(data, start + i * stride + header, stride - header)
                        for i in range(shared)]
         digests += [_digest(data, start + i * stride + header, stride - header) for i in range(len(digests), count)]
-        if key not in self._files and len(self._files) >= self._max_files:
-            self._files.pop(next(iter(self._files)))
-        self._files[key] = (data, start, digests)
+        if last is not None:
+            self._bytes -= len(self._files.pop(key)[0])
+        while self._files and self._bytes + len(data) > self._max_bytes:
+            self._bytes -= len(self._files.pop(next(iter(self._files)))[0])
+        if len(data) <= self._max_bytes:
+            self._files[key] = (data, start, digests)  # the newest last
+            self._bytes += len(data)
         return digests
 
 

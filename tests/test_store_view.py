@@ -17,7 +17,7 @@ from evals.checker import RowMemo, StoreState, _canonical_row_key, _row_key, can
 from evals.dataset import Case
 from evals.faults import FaultPlan
 from evals.replay import CaseReplayer
-from evals.store_view import view_digest
+from evals.store_view import PageDigests, view_digest
 from hymem import HashEmbedder
 from hymem.offline import offline_lm
 from hymem.store import DB_FILE
@@ -191,17 +191,20 @@ def test_only_the_leaf_pages_a_write_changed_are_read_again(store):
     conn.close()
 
 
+@pytest.mark.parametrize("small", [False, True], ids=["default", "tiny-memo"])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.sampled_from(["insert", "update", "delete", "rollback", "checkpoint", "reopen"]),
+@given(ops=st.lists(st.tuples(st.sampled_from(["insert", "update", "delete", "rollback", "checkpoint", "reopen"]),
                           st.integers(0, 60), st.integers(0, 6000)), max_size=12))
-def test_any_history_of_writes_reads_as_a_read_from_scratch(tmp_path_factory, ops):
+def test_any_history_of_writes_reads_as_a_read_from_scratch(tmp_path_factory, ops, small):
     """Random writes, rolled-back writes, checkpoints and reopens, each followed by a read with the reuse and
-    one from scratch: always the same state."""
+    one from scratch: always the same state, also when the memo keeps almost nothing (`small`)."""
     path = tmp_path_factory.mktemp("history")
     conn = writer(path)
     conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, text TEXT, blob BLOB)")
     conn.executemany("INSERT INTO t (text, blob) VALUES (?, ?)", [(f"row {i}", b"\x01" * (i * 97)) for i in range(40)])
-    memo = RowMemo()
+    memo = RowMemo(max_database_rows=30, max_leaves=3) if small else RowMemo()
+    if small:
+        memo.pages = PageDigests(max_bytes=3 * 4096)
     for op, row, size in ops:
         if op == "insert":
             conn.execute("INSERT INTO t (text, blob) VALUES (?, ?)", (f"new {row}", bytes([row % 256]) * size))
