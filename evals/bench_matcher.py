@@ -2,6 +2,7 @@
 
 - throughput: labelled pairs decided per second by `semantic` and `text` (each text prepared once;
   the model load is reported apart), and their ratio;
+- sentence models: seconds per sentence of e5 (the matcher's sentence model) over MiniLM's;
 - share of a run: the wall time of scoring a finished run with a fresh matcher over the run's wall
   time (bundled suites, offline model, `--faults none`);
 - linear in distinct texts: texts the semantic matcher embedded over the distinct texts of the run's
@@ -60,6 +61,27 @@ def throughput(repeat: int) -> dict[str, Any]:
             "text_over_semantic": [round(t / s, 1) for t, s in zip(rates["text"], rates["semantic"], strict=True)]}
 
 
+def sentence_models(repeat: int) -> dict[str, Any]:
+    """Seconds per sentence of the matcher's sentence model (e5) over MiniLM's, alternated on the same
+    texts (the labelled pairs' distinct gold texts), each model loaded and warmed first."""
+    from evals.scoring.pairs import load_pairs
+    from hymem.embedder import make_embedder
+
+    texts = list(dict.fromkeys(p.gold.text for p in load_pairs(split="all")))
+    models = {name: make_embedder(name) for name in ("minilm", "e5")}
+    for model in models.values():
+        model.embed(["warm up"])
+    ratios = []
+    for _ in range(repeat):
+        seconds = {}
+        for name, model in models.items():
+            started = time.perf_counter()
+            model.embed(texts)
+            seconds[name] = time.perf_counter() - started
+        ratios.append(round(seconds["e5"] / seconds["minilm"], 2))
+    return {"sentences": len(texts), "e5_over_minilm_seconds": ratios}
+
+
 def run_share() -> dict[str, Any]:
     from evals.dataset import load_cases
     from evals.record import read_units
@@ -106,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     through = throughput(args.repeat)
     print(json.dumps({"throughput": through,
                       "median_semantic_pairs_per_s": statistics.median(through["semantic_pairs_per_s"]),
+                      "sentence_models": sentence_models(args.repeat),
                       "run": run_share()}, indent=1))
     return 0
 

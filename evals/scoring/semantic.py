@@ -14,8 +14,8 @@ quantities`: polarity, modality and tense, time, quantities, relation, a name on
 other lacks) and the alignment features of `evals.scoring.alignment` (unmatched content words after
 abbreviations, their MiniLM closeness to the other side, the differing slot, voice, direction) and
 what a thesaurus says of those words (`evals.scoring.lexicon`: WordNet, Cilin).
-Each text is prepared once (its predicate and content words embedded in one batch with the rest of
-its case, its qualifiers, its words); a pair costs a dot product, a few word-vector products and
+Each text is prepared once (its predicate and its content words embedded in one batch per model with
+the rest of its case, its qualifiers, its words); a pair costs a dot product, a few word-vector products and
 set comparisons.
 """
 
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from evals.scoring.alignment import Words, chinese_words, difference, words_of
+from evals.scoring.alignment import Difference, Words, chinese_words, difference, words_of
 from evals.scoring.checks import Qualifiers, is_chinese, mismatches, name_table, names_substituted
 from evals.scoring.lexicon import knows, same_sense
 from evals.scoring.matcher import Matcher, _dice, negated, units
@@ -127,13 +127,15 @@ def _alignment(unmatched: Sequence[str], other: Sequence[str], vectors: dict[str
     return worst
 
 
-def _lexical(a: _Prepared, b: _Prepared, unmatched_a: Sequence[str], unmatched_b: Sequence[str]) -> tuple[float, float]:
+def _lexical(a: _Prepared, b: _Prepared, diff: Difference) -> tuple[float, float]:
     """Of the words one side has and the other lacks (English: the alignment's unmatched content words;
     Chinese: jieba words absent from the other predicate): the share that a thesaurus pairs with a
     word of the other side (a synonym), and the share that it lists but cannot pair (a different word)."""
     if a.zh or b.zh:
         unmatched_a = [w for w in a.zh_words if w not in b.predicate]
         unmatched_b = [w for w in b.zh_words if w not in a.predicate]
+    else:
+        unmatched_a, unmatched_b = list(diff.unmatched_a), list(diff.unmatched_b)
     n = len(unmatched_a) + len(unmatched_b)
     if not n:
         return 0.0, 0.0
@@ -159,7 +161,7 @@ def pair_features(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[
             max(flags["modality"], diff.tense), float(a.periods != b.periods), float(not same_quantities(a.quantities, b.quantities)),
             flags["relation"], float(names_substituted(a.names, a.predicate, b.names, b.predicate)), align, unmatched, zh * unmatched,
             diff.shared, diff.slot_abbrev, diff.voice, diff.direction,
-            *_lexical(a, b, diff.unmatched_a, diff.unmatched_b)]
+            *_lexical(a, b, diff)]
 
 
 class SemanticMatcher(Matcher):
@@ -228,13 +230,8 @@ class SemanticMatcher(Matcher):
         predicates = [p for p in dict.fromkeys(x.predicate for x in prepared.values()) if p not in self._vectors]
         words = [w for w in dict.fromkeys(w for x in prepared.values() for w in _latin_content(x))
                  if w not in self._word_vectors]
-        if self._sentence_embedder is self._embedder:  # predicates and their content words in one batch
-            unit = _unit(self._embedder, predicates + words)
-            self._vectors.update(zip(predicates, unit[:len(predicates)], strict=True))
-            self._word_vectors.update(zip(words, unit[len(predicates):], strict=True))
-        else:
-            self._vectors.update(zip(predicates, _unit(self._sentence_embedder, predicates), strict=True))
-            self._word_vectors.update(zip(words, _unit(self._embedder, words), strict=True))
+        self._vectors.update(zip(predicates, _unit(self._sentence_embedder, predicates), strict=True))
+        self._word_vectors.update(zip(words, _unit(self._embedder, words), strict=True))
         self._texts.update(prepared)
 
     def probabilities(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
