@@ -195,8 +195,11 @@ def run_ray(tasks: Sequence[UnitTask], *, workers: int, address: str | None, lim
                     except ray.exceptions.RayError as exc:  # the worker died max_retries + 1 times, or the task raised
                         yield failed_unit(task, f"ray: {type(exc).__name__}: {_last_line(exc)}")
         except BaseException:
-            for ref in pending:
-                ray.cancel(ref, force=True)
+            if not started:  # a cluster's tasks outlive this driver: cancel them; a local instance we
+                # started is shut down below, which stops its workers. (Cancelling there too races a
+                # task's reply in Ray's own task manager, which then aborts the driver: seen under load.)
+                for ref in pending:
+                    ray.cancel(ref, force=True)
             raise
     finally:
         if started:
