@@ -175,6 +175,20 @@ def _ideal_write_seconds(rows: list, writes: int) -> float:
     return seconds
 
 
+def embed_seconds(models: dict[str, Any], texts: list[str], repeat: int) -> list[dict[str, float]]:
+    """Seconds each embedder takes for all `texts`, the embedders alternated within every repeat (so a
+    change in the machine's load hits them alike): one {name: seconds} per repeat."""
+    rounds = []
+    for _ in range(repeat):
+        seconds = {}
+        for name, model in models.items():
+            started = time.perf_counter()
+            model.embed(texts)
+            seconds[name] = time.perf_counter() - started
+        rounds.append(seconds)
+    return rounds
+
+
 def _seed_store(path: Path, memories: int, users: int, dim: int) -> None:
     """A store holding `memories` live memories spread evenly over `users` users (user u0 is the writer)."""
     from hymem.store import Store
@@ -257,14 +271,7 @@ def minilm_throughput(repeat: int) -> dict[str, Any]:
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
         loads[spec] = float(done.stdout.strip().splitlines()[-1])
     models = {spec: make_embedder(spec) for spec in ("minilm", "minilm-torch")}
-    ratios = []
-    for _ in range(repeat):
-        rate = {}
-        for spec, model in models.items():
-            start = time.perf_counter()
-            model.embed(texts)
-            rate[spec] = len(texts) / (time.perf_counter() - start)
-        ratios.append(rate["minilm"] / rate["minilm-torch"])
+    ratios = [seconds["minilm-torch"] / seconds["minilm"] for seconds in embed_seconds(models, texts, repeat)]
     return {"sentences": len(texts), "repeats": repeat, "throughput_numpy_over_torch_min": min(ratios),
             "throughput_numpy_over_torch_max": max(ratios), "load_seconds_numpy_over_torch": loads["minilm"] / loads["minilm-torch"]}
 

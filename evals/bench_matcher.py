@@ -64,6 +64,7 @@ def throughput(repeat: int) -> dict[str, Any]:
 def sentence_models(repeat: int) -> dict[str, Any]:
     """Seconds per sentence of the matcher's sentence model (e5) over MiniLM's, alternated on the same
     texts (the labelled pairs' distinct gold texts), each model loaded and warmed first."""
+    from evals.bench import embed_seconds
     from evals.scoring.pairs import load_pairs
     from hymem.embedder import make_embedder
 
@@ -71,15 +72,8 @@ def sentence_models(repeat: int) -> dict[str, Any]:
     models = {name: make_embedder(name) for name in ("minilm", "e5")}
     for model in models.values():
         model.embed(["warm up"])
-    ratios = []
-    for _ in range(repeat):
-        seconds = {}
-        for name, model in models.items():
-            started = time.perf_counter()
-            model.embed(texts)
-            seconds[name] = time.perf_counter() - started
-        ratios.append(round(seconds["e5"] / seconds["minilm"], 2))
-    return {"sentences": len(texts), "e5_over_minilm_seconds": ratios}
+    return {"sentences": len(texts), "e5_over_minilm_seconds": [
+        round(seconds["e5"] / seconds["minilm"], 2) for seconds in embed_seconds(models, texts, repeat)]}
 
 
 def run_share() -> dict[str, Any]:
