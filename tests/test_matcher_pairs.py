@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hymem.subjects import canonical_subject, same_subject
+from hymem.subjects import canonical_subject, same_subject, subject_of
 
 HERE = Path(__file__).resolve().parents[1] / "datasets" / "matcher"
 PAIRS = HERE / "pairs.jsonl"
@@ -87,6 +87,10 @@ def test_each_text_names_its_subject_in_the_suites_vocabulary(pairs):
     for row in pairs:
         for side in ("gold", "pred"):
             subject, text = canonical_subject(row[side]["subject"]), row[side]["text"].casefold()
+            # A subjectless prediction ("works at Stripe", "在腾讯工作"), the way mem0-style extractors write
+            # memories, is the user's: the engine files a memory that names no subject under the user.
+            if side == "pred" and subject == "user" and subject_of(row[side]["text"]) is None:
+                continue
             assert any(w in text for w in words.get(subject, (subject,))), (row["id"], side)
         assert _in_vocabulary(row["gold"]["subject"]), row["id"]
         if row["category"] == "subject_alias":  # another spelling of the same subject, never the same string
