@@ -30,7 +30,7 @@ _EN_RELATIONS = (
 _ZH_RELATIONS = (
     "妈妈|母亲|爸爸|父亲|父母|姐姐|妹妹|哥哥|弟弟|兄弟|姐妹|妻子|老婆|太太|丈夫|老公|先生|儿子|女儿|孩子|"
     "奶奶|爷爷|外婆|外公|姥姥|姥爷|阿姨|叔叔|舅舅|姑姑|表哥|表姐|表妹|表弟|堂哥|堂姐|朋友|好友|闺蜜|"
-    "男朋友|女朋友|男友|女友|同事|老板|领导|上司|室友|邻居|同学|未婚夫|未婚妻|婆婆|岳母|公公")
+    "男朋友|女朋友|男友|女友|同事|老板|领导|上司|室友|邻居|同学|未婚夫|未婚妻|婆婆|岳母|岳父|公公")
 # Spellings of one relation, folded so "the user's mum" and "the user's mother" are one person.
 RELATION_FOLD = {"mom": "mother", "mum": "mother", "dad": "father", "grandma": "grandmother", "grandpa": "grandfather",
                  "kids": "child", "kid": "child", "children": "child", "parents": "parent", "siblings": "sibling", "co-worker": "colleague",
@@ -45,7 +45,7 @@ _EN_RELATION = re.compile(rf"^(?:the\s+)?(?:current\s+)?user(?:'s|s')\s+(?:(?:ol
                           rf"best|close|old|new|former|ex-)\s*)*({_EN_RELATIONS})\b(?:[\s,]+(?-i:([A-Z][\w'-]*"
                           rf"(?:\s+[A-Z][\w'-]*)?|[^\W\d_A-Za-z][^\s,.]*)))?", re.IGNORECASE)
 _ZH_RELATION = re.compile(rf"^(?:当前)?用户的?(?:(?:大|小|亲|好|前|老))?({_ZH_RELATIONS})(?:[,，]?"
-                          r"([\u4e00-\u9fff]{2,3}?|[A-Za-z][\w-]*)(?=[,，]|是|在|住|喜欢|有|的|叫|做|从|也|已|养|"
+                          r"(?!的)([\u4e00-\u9fff]{2,3}?|[A-Za-z][\w-]*)(?=[,，]|是|在|住|喜欢|有|的|叫|做|从|也|已|养|"
                           r"每|会|正|要|想|和|不|没|刚|最近|现在|今年|去年|明年))?")
 _APPOSITION = re.compile(r"^([^\s,，\u4e00-\u9fff]{1,24}|[\u4e00-\u9fff]{2,4}|[^\s,，]{1,24}\s[^\s,，]{1,24})[,，]\s*"
                          r"(?:the|a|an|用户的|当前用户的)")  # "Jack, the user's friend, ..." / "김민수, ..."
@@ -57,6 +57,26 @@ _RELATION_APPOSITION = re.compile(r"^[,，]\s*(?:the\s+)?(?:user's|用户的|当
                                   re.IGNORECASE)
 _FRONTED = re.compile(r"^([^,，]{1,40}[,，]\s*)((?:the\s+)?user|用户|the\s+(?:ai\s+)?assistant|(?:ai|AI)?助手)(?!'s|的|[A-Za-z])",
                       re.IGNORECASE)
+# Sentences that open with a thing but are about a subject named later: a passive with its agent ("The
+# kitchen was painted by the user", "旧车被用户卖掉了", "分公司由用户管理"), a copula whose complement is the
+# subject's own thing ("Marrakech is the user's favourite city", "麦香坊是用户面包店的名字"), and "has a
+# <relation> who …", which is about that relation ("The user has a brother who is a plumber").
+_EN_SUBJECT_PHRASE = (rf"(?:the\s+)?(?:current\s+)?user(?:'s|s')\s+(?:\w+\s+)?(?:{_EN_RELATIONS})\b(?:\s+[A-Z][\w'-]*)?|"
+                      r"(?:the\s+)?(?:current\s+)?user\b(?!'|-)|(?:the\s+)?(?:ai\s+)?assistant\b(?!')|the\s+ai\b(?!')")
+_EN_AGENT = re.compile(r"^(?P<head>.{1,80}?\s(?:is|are|was|were|be|been|being|will be|got|gets)\s+(?:\w+ly\s+)?"
+                       r"[a-z]+(?:ed|en|wn|ght|ung|id|t|de|ne)\b.*?)\s+by\s+(?P<agent>" + _EN_SUBJECT_PHRASE +
+                       r")(?P<tail>.*)$", re.IGNORECASE)
+_EN_INVERTED = re.compile(r"^(?P<head>.{1,60}?\s+(?:is|are|was|were|will be)\s+(?:(?:the|a|an)\s+\w+\s+of\s+)?)"
+                          r"(?P<owner>(?:the\s+)?(?:current\s+)?user|(?:the\s+)?(?:ai\s+)?assistant)'s\s+"
+                          rf"(?!(?:\w+\s+)?(?:{_EN_RELATIONS})\b)(?P<tail>.*)$", re.IGNORECASE)
+_EN_HAS_RELATION = re.compile(rf"^(?:the\s+)?(?:current\s+)?user\s+(?:has|had)\s+(?:a|an|one)\s+(?:\w+\s+)?"
+                              rf"(?P<relation>{_EN_RELATIONS})\b(?:\s+(?:named|called)\s+(?-i:(?P<name>[A-Z][\w'-]*)))?"
+                              r",?\s+(?:who|that)\s+(?P<tail>.*)$", re.IGNORECASE)
+_ZH_AGENT = re.compile(r"^(?P<head>[^，,。]{1,30}?)(?:被|由|让)(?P<agent>(?:当前)?用户|(?:AI|ai|智能)?助手)(?P<tail>.*)$")
+_ZH_INVERTED = re.compile(rf"^(?P<head>[^，,。]{{1,30}}?)是(?P<owner>(?:当前)?用户|(?:AI|ai|智能)?助手)"
+                          rf"(?!的?(?:大|小|亲|好|前|老)?(?:{_ZH_RELATIONS}))(?P<tail>.*)$")
+_ZH_HAS_RELATION = re.compile(rf"^(?:当前)?用户有(?:一)?(?:个|位|名)?(?P<relation>{_ZH_RELATIONS})"
+                              r"(?:叫(?P<name>[\u4e00-\u9fff]{2,3}))?[，,]?(?P<tail>[是在住喜做会每].*)$")
 # Capitalised words that open a sentence without naming anyone.
 _NOT_NAMES = frozenset("""the a an this that these those it its they their he his she her we our you your i my me
 there here in on at after before during every each today tonight yesterday tomorrow last next when while if
@@ -93,6 +113,12 @@ def _clean(text: str) -> str:
     return unicodedata.normalize("NFKC", str(text or "")).replace("’", "'").strip().lstrip("-*•·> ").strip()
 
 
+def _opens_with_subject(text: str) -> bool:
+    """The sentence opens with the user, the assistant or a relation of the user's (checked above) or
+    with an apposition ("Jack, the user's friend, …")."""
+    return bool(_APPOSITION.match(text))
+
+
 def split_subject(text: str) -> tuple[str | None, str]:
     """(the subject the sentence names, the rest of the sentence): "The user lives in Berlin." →
     ("user", "lives in Berlin."); ("Jack", "is a chef.") for "The user's friend Jack is a chef.";
@@ -103,6 +129,12 @@ def split_subject(text: str) -> tuple[str | None, str]:
         return match.group(2) or f"the user's {RELATION_FOLD.get(relation, relation)}", stripped[match.end():]
     if match := _ZH_RELATION.match(stripped):
         return match.group(2) or f"用户的{RELATION_FOLD.get(match.group(1), match.group(1))}", stripped[match.end():]
+    if match := _EN_HAS_RELATION.match(stripped):
+        relation = match.group("relation").casefold()
+        return match.group("name") or f"the user's {RELATION_FOLD.get(relation, relation)}", " " + match.group("tail")
+    if match := _ZH_HAS_RELATION.match(stripped):
+        relation = match.group("relation")
+        return match.group("name") or f"用户的{RELATION_FOLD.get(relation, relation)}", match.group("tail")
     for pattern, subject in ((_EN_ASSISTANT, "assistant"), (_ZH_ASSISTANT, "assistant"), (_EN_USER, "user"),
                              (_ZH_USER, "user")):
         if match := pattern.match(stripped):
@@ -110,6 +142,17 @@ def split_subject(text: str) -> tuple[str | None, str]:
     if (match := _APPOSITION.match(stripped)) and match.group(1).split()[0].casefold() not in _NOT_NAMES:
         rest = stripped[len(match.group(1)):]  # ", the user's friend, is a chef." → "is a chef."
         return match.group(1), _RELATION_APPOSITION.sub("", rest, count=1)
+    if not _opens_with_subject(stripped):
+        for pattern in (_EN_AGENT, _ZH_AGENT):  # "The kitchen was painted by the user." → the user
+            if match := pattern.match(stripped):
+                subject, _ = split_subject(match.group("agent"))
+                if subject is not None:
+                    return subject, match.group("head") + match.group("tail")
+        for pattern in (_EN_INVERTED, _ZH_INVERTED):  # "Marrakech is the user's favourite city." → the user
+            if match := pattern.match(stripped):
+                subject, _ = split_subject(match.group("owner"))
+                if subject is not None:
+                    return subject, match.group("head") + match.group("tail")
     if match := _FRONTED.match(stripped):  # "On Sundays, the user plays tennis." / "每天晚上，用户都会看书。"
         subject = "assistant" if re.match(r"(?i)the (?:ai )?assistant|(?:ai)?助手", match.group(2)) else "user"
         return subject, match.group(1) + stripped[match.end():]

@@ -187,6 +187,8 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
     t = _ZH_AND_A_HALF.sub(lambda m: f"{_number(m.group(1)) + 0.5:g}{m.group(2)}", t)
     t = _ZH_METRES.sub(lambda m: f"{_number(m.group(1)) + _number(m.group(2)) / 10:g}米", t)
     t = _ZH_NOT_NUMBER.sub(" ", t)
+    # digits with a Chinese multiplier: "1.2万" is 12000, "3亿" 300000000
+    t = re.sub(r"(?<![\d.])(\d+(?:\.\d+)?)\s*([万亿])", lambda m: f"{float(m.group(1)) * (1e4 if m.group(2) == '万' else 1e8):.6g}", t)
 
     def zh(m: re.Match[str]) -> str:
         value = float(m.group(1).replace(",", "")) if m.group(1)[0].isdigit() else _zh_value(m.group(1))

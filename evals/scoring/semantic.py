@@ -36,7 +36,7 @@ from pydantic import BaseModel
 
 from evals.scoring.alignment import Difference, Words, chinese_words, difference, words_of
 from evals.scoring.checks import Qualifiers, is_chinese, mismatches, name_table, names_substituted
-from evals.scoring.lexicon import knows, same_sense
+from evals.scoring.lexicon import knows, opposite, same_sense
 from evals.scoring.matcher import Matcher, _dice, negated, units
 from evals.scoring.quantities import quantities, same_quantities
 from hymem.subjects import canonical_subject, split_subject
@@ -61,6 +61,7 @@ class SemanticParams(BaseModel):
     n_unrelated: int = 0  # added "not the same" pairs of different calibration facts (`unrelated_pairs`)
     embedder: str = "minilm"  # word vectors (the alignment's closeness of unmatched words)
     sentence_embedder: str = "minilm"  # the predicates' cosine; "e5" reads Chinese, MiniLM does not
+    antonym_check: bool = False  # the explicit WordNet antonym check (`_opposed`) overrides the regression
     calibration_agreement: float | None = None  # in-sample, for reference only; held-out is measured apart
     calibration_cv_agreement: float | None = None  # grouped 5-fold cross-validation on calibration (base facts apart)
     heldout: dict | None = None  # measured after fitting on the held-out split (never used to fit): the card
@@ -79,14 +80,16 @@ class _Prepared:
     periods: frozenset[str]  # time-of-day words plus the part of day of each clock time
     names: dict[str, str]  # the names the predicate states (`checks.name_table`)
     zh_words: tuple[str, ...]  # Chinese content words (jieba), for the thesaurus; () for English
+    opens_with_subject: bool  # a subject was split off (voice flips count only when both keep theirs)
 
 
-def _predicate(text: str) -> str:
+def _predicate(text: str) -> tuple[str, bool]:
+    """The sentence without its subject, and whether it had one."""
     subject, rest = split_subject(text)
     if subject is None and text[:1].islower():  # "mia is a dentist": a name written in lower case
         subject, rest = split_subject(text[:1].upper() + text[1:])
     rest = rest.strip(" ,，:：")
-    return rest if subject is not None and rest else text.strip()
+    return (rest, True) if subject is not None and rest else (text.strip(), False)
 
 
 def _part_of_day(hour: float) -> str:
@@ -100,14 +103,14 @@ def _bigrams(text: str) -> frozenset[str]:
 
 
 def prepare_text(text: str) -> _Prepared:
-    predicate = _predicate(text)
+    predicate, has_subject = _predicate(text)
     qualifiers = Qualifiers.of(text)
     found = quantities(text)
     periods = qualifiers.time | {_part_of_day(v) for d, v in found if d == "clock"}
     zh = is_chinese(text)
     return _Prepared(predicate, units(predicate), negated(predicate), _bigrams(predicate), qualifiers,
                      zh, words_of(predicate), found, frozenset(periods), name_table(predicate),
-                     chinese_words(predicate) if zh else ())
+                     chinese_words(predicate) if zh else (), has_subject)
 
 
 def _latin_content(p: _Prepared) -> list[str]:
@@ -146,7 +149,20 @@ def _lexical(a: _Prepared, b: _Prepared, diff: Difference) -> tuple[float, float
     return (len(paired_a) + len(paired_b)) / n, unexplained / n
 
 
+def _opposed(a: _Prepared, b: _Prepared, diff: Difference) -> bool:
+    """The explicit antonym check: a word only one side has is a WordNet antonym of a word only the other
+    has ("sells" / "buys", "lent" / "borrowed", "employer" / "employee", "likes" / "dislikes"), and
+    no negation on one side alone turns it back ("does not like" / "dislikes")."""
+    return (a.negated == b.negated and not (a.zh or b.zh)
+            and any(opposite(x, y) for x in diff.unmatched_a for y in diff.unmatched_b))
+
+
 def pair_features(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.ndarray]) -> list[float]:
+    return _pair(a, b, cosine, word_vectors)[0]
+
+
+def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.ndarray]) -> tuple[list[float], bool]:
+    """The pair's features, and whether the antonym check rules it out whatever they say."""
     words = _dice(a.words, b.words, False, False) if (a.words or b.words) else float(a.predicate == b.predicate)
     union = a.bigrams | b.bigrams
     bigrams = len(a.bigrams & b.bigrams) / len(union) if union else 1.0
@@ -157,11 +173,11 @@ def pair_features(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[
                 _alignment(diff.unmatched_b, _latin_content(a), word_vectors))
     n_content = len(a.words_in_order.content) + len(b.words_in_order.content)
     unmatched = (len(diff.unmatched_a) + len(diff.unmatched_b)) / max(n_content, 1)
-    return [cosine, words, bigrams, zh, zh * cosine, zh * words, zh * bigrams, diff.substitution, flags["polarity"],
+    return ([cosine, words, bigrams, zh, zh * cosine, zh * words, zh * bigrams, diff.substitution, flags["polarity"],
             max(flags["modality"], diff.tense), float(a.periods != b.periods), float(not same_quantities(a.quantities, b.quantities)),
             flags["relation"], float(names_substituted(a.names, a.predicate, b.names, b.predicate)), align, unmatched, zh * unmatched,
-            diff.shared, diff.slot_abbrev, diff.voice, diff.direction,
-            *_lexical(a, b, diff)]
+            diff.shared, diff.slot_abbrev, diff.voice * float(a.opens_with_subject and b.opens_with_subject), diff.direction,
+            *_lexical(a, b, diff)], _opposed(a, b, diff))
 
 
 class SemanticMatcher(Matcher):
@@ -235,10 +251,17 @@ class SemanticMatcher(Matcher):
         self._texts.update(prepared)
 
     def probabilities(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
-        return 1.0 / (1.0 + np.exp(-(self.features(gold, pred) @ self._weights + self.params.intercept)))
+        """The fitted regression's probability, 0 where the antonym check rules a pair out."""
+        x, opposed = self.evaluate(gold, pred)
+        p = 1.0 / (1.0 + np.exp(-(x @ self._weights + self.params.intercept)))
+        return np.where(opposed, 0.0, p) if self.params.antonym_check else p
 
     def features(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
         """[len(gold), len(pred), len(FEATURES)]."""
+        return self.evaluate(gold, pred)[0]
+
+    def evaluate(self, gold: Sequence[str], pred: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The features [len(gold), len(pred), len(FEATURES)] and the antonym check [len(gold), len(pred)]."""
         self.prepare(gold, pred)
         left = [self._texts[g] for g in gold]
         right = [self._texts[p] for p in pred]
@@ -246,10 +269,11 @@ class SemanticMatcher(Matcher):
         rv = np.stack([self._vectors[x.predicate] for x in right]) if right else np.zeros((0, 1))
         cosine = lv @ rv.T if left and right else np.zeros((len(left), len(right)))
         out = np.zeros((len(left), len(right), len(FEATURES)))
+        opposed = np.zeros((len(left), len(right)), dtype=bool)
         for i, a in enumerate(left):
             for j, b in enumerate(right):
-                out[i, j] = pair_features(a, b, float(cosine[i, j]), self._word_vectors)
-        return out
+                out[i, j], opposed[i, j] = _pair(a, b, float(cosine[i, j]), self._word_vectors)
+        return out, opposed
 
     def scores(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
         if not gold or not pred:
@@ -330,7 +354,9 @@ def fit_semantic(calibration: Sequence[Any], *, source: str, embedder: Any = Non
     matcher = SemanticMatcher(placeholder, embedder)
     texts = [(p.gold.text, p.pred.text) for p in usable] + unrelated_pairs(usable)
     matcher.prepare([g for g, _ in texts], [p for _, p in texts])
-    x = np.stack([matcher.features([g], [p])[0, 0] for g, p in texts])
+    evaluated = [matcher.evaluate([g], [p]) for g, p in texts]
+    x = np.stack([f[0, 0] for f, _ in evaluated])
+    opposed = np.array([o[0, 0] for _, o in evaluated])
     y = np.array([p.same for p in usable] + [False] * (len(texts) - len(usable)), dtype=int)
     base: dict[str, int] = {}
     groups = np.array([base.setdefault(g, len(base)) for g, _ in texts])
@@ -339,18 +365,18 @@ def fit_semantic(calibration: Sequence[Any], *, source: str, embedder: Any = Non
     for c in (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0):
         said = np.zeros(len(y), dtype=int)
         for train, test in GroupKFold(folds).split(x, y, groups):
-            said[test] = model(c).fit(x[train], y[train]).predict(x[test])
+            said[test] = model(c).fit(x[train], y[train]).predict(x[test]) & ~opposed[test]
         score = float((said[:len(usable)] == y[:len(usable)]).mean())
         if score > best + 1e-9:
             best_c, best = c, score
     fitted = model(best_c).fit(x, y)
-    agreement = float((fitted.predict(x[:len(usable)]) == y[:len(usable)]).mean())
+    agreement = float(((fitted.predict(x) & ~opposed)[:len(usable)] == y[:len(usable)]).mean())
     scaler, regression = fitted[0], fitted[1]
     weights = regression.coef_[0] / scaler.scale_
     intercept = float(regression.intercept_[0] - weights @ scaler.mean_)
     return SemanticParams(features=list(FEATURES), weights=[round(float(w), 8) for w in weights],
                           intercept=round(intercept, 8), regularisation_c=best_c,
-                          sentence_embedder=sentence_embedder,
+                          sentence_embedder=sentence_embedder, antonym_check=True,
                           fitted_on=f"{source} (calibration split)", n_pairs=len(usable),
                           n_unrelated=len(texts) - len(usable),
                           calibration_agreement=round(agreement, 4), calibration_cv_agreement=round(best, 4))
