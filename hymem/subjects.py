@@ -109,8 +109,15 @@ def subject_class(subject: str | None) -> str:
     return canonical if canonical in ("user", "assistant") else "named"
 
 
+_QUOTED = re.compile(r'^(["“「『\'])(.*)(["”」』\'])[.。]?$', re.DOTALL)
+
+
 def _clean(text: str) -> str:
-    return unicodedata.normalize("NFKC", str(text or "")).replace("’", "'").strip().lstrip("-*•·> ").strip()
+    """NFKC, one apostrophe, no list bullet, and no quotes around the whole memory ("「用户…」")."""
+    cleaned = unicodedata.normalize("NFKC", str(text or "")).replace("’", "'").strip().lstrip("-*•·> ").strip()
+    if (match := _QUOTED.match(cleaned)) and match.group(2).strip():
+        cleaned = match.group(2).strip()
+    return cleaned
 
 
 def _opens_with_subject(text: str) -> bool:

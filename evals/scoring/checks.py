@@ -71,11 +71,12 @@ _MODALITY = {
                r"想要|想|希望|渴望|梦想|愿望|向往|盼望|有意"),
     "plan": (r"(?i)\b(?:plans?|planning|planned|intends?|intending|going to|gonna|considering|considers|"
              r"thinking (?:about|of)|about to|aims?|aiming|preparing|prepares|scheduled|"
-             r"hoping to|trying to|tries to)\b",
-             r"打算|计划|准备|将要|即将|考虑|筹备|要去|可能|也许|或许|争取"),
-    "past": (r"(?i)\b(?:used to|formerly|former|previously|in the past|ex-|no longer|any ?more|quit|quits|"
-             r"stopped|gave up|retired)\b",
-             r"以前|曾经|过去|原来|从前|不再|戒了|戒掉|戒烟|戒酒|退休|前任|已经不|曾"),
+             r"hoping to|trying to|tries to|applying|applies|applied (?:for|to)|interviewing)\b",
+             r"打算|计划|准备|将要|即将|考虑|筹备|要去|可能|也许|或许|争取|申请|报考|应聘|投.{0,8}简历"),
+    "past": (r"(?i)\b(?:used to|formerly|former|previously|in the past|ex-|no longer|any ?more|quit|quits|quitting|"
+             r"stopped|gave up|given up|gives up|giving up|retired)\b",
+             r"以前|曾经|过去|原来|从前|不再|戒了|戒掉|戒烟|戒酒|退休|前任|已经不|曾|离职|辞职|搬离|搬出|"
+             r"不[\u4e00-\u9fff]{1,4}了"),
 }
 _MODALITY_RE = {k: (re.compile(en), re.compile(zh)) for k, (en, zh) in _MODALITY.items()}
 
