@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-_USER = {"user", "the user", "current user", "the current user", "用户", "当前用户"}
+_USER = {"user", "the user", "current user", "the current user", "用户", "当前用户", "该用户", "这位用户", "此用户"}
 _ASSISTANT = {"assistant", "the assistant", "ai", "the ai", "agent", "ai assistant", "the ai assistant",
               "助手", "ai助手", "智能助手"}
 
@@ -39,12 +39,12 @@ RELATION_FOLD = {"mom": "mother", "mum": "mother", "dad": "father", "grandma": "
                  "姥爷": "外公"}
 _EN_USER = re.compile(r"^(?:the\s+)?(?:current\s+)?user\b(?!-)", re.IGNORECASE)
 _EN_ASSISTANT = re.compile(r"^(?:the\s+)?(?:ai\s+)?assistant\b|^the\s+ai\b", re.IGNORECASE)
-_ZH_USER = re.compile(r"^(?:当前)?用户")
+_ZH_USER = re.compile(r"^(?:当前|该|这位|此)?用户")
 _ZH_ASSISTANT = re.compile(r"^(?:ai|AI|智能)?助手")
 _EN_RELATION = re.compile(rf"^(?:the\s+)?(?:current\s+)?user(?:'s|s')\s+(?:(?:older|younger|elder|little|big|"
                           rf"best|close|old|new|former|ex-)\s*)*({_EN_RELATIONS})\b(?:[\s,]+(?-i:([A-Z][\w'-]*"
                           rf"(?:\s+[A-Z][\w'-]*)?|[^\W\d_A-Za-z][^\s,.]*)))?", re.IGNORECASE)
-_ZH_RELATION = re.compile(rf"^(?:当前)?用户的?(?:(?:大|小|亲|好|前|老))?({_ZH_RELATIONS})(?:[,，]?"
+_ZH_RELATION = re.compile(rf"^(?:当前|该|这位|此)?用户的?(?:(?:大|小|亲|好|前|老))?({_ZH_RELATIONS})(?:[,，]?"
                           r"(?!的)([\u4e00-\u9fff]{2,3}?|[A-Za-z][\w-]*)(?=[,，]|是|在|住|喜欢|有|的|叫|做|从|也|已|养|"
                           r"每|会|正|要|想|和|不|没|刚|最近|现在|今年|去年|明年))?")
 _APPOSITION = re.compile(r"^([^\s,，\u4e00-\u9fff]{1,24}|[\u4e00-\u9fff]{2,4}|[^\s,，]{1,24}\s[^\s,，]{1,24})[,，]\s*"

@@ -89,15 +89,15 @@ def modality(text: str) -> frozenset[str]:
 
 # ---------------------------------------------------------------- time
 _TIME_EN = {
-    "morning": r"mornings?|a\.?m\.?|breakfast|dawn|sunrise", "noon": r"noon|midday|lunch(?:time)?",
-    "afternoon": r"afternoons?", "evening": r"evenings?|dinner|after work|sunset|dusk|p\.?m\.?",
+    "morning": r"mornings?|breakfast|dawn|sunrise", "noon": r"noon|midday|lunch(?:time)?",
+    "afternoon": r"afternoons?", "evening": r"evenings?|dinner|after work|sunset|dusk",
     "night": r"nights?|tonight|midnight|bedtime|before bed|late at night",
     "monday": r"mondays?", "tuesday": r"tuesdays?", "wednesday": r"wednesdays?", "thursday": r"thursdays?",
     "friday": r"fridays?", "saturday": r"saturdays?", "sunday": r"sundays?", "weekend": r"weekends?",
     "weekday": r"weekdays?|workdays?", "spring": r"spring", "summer": r"summer", "autumn": r"autumn|fall",
     "winter": r"winter", "daily": r"daily|every day|each day|everyday|a day|per day",
     "weekly": r"weekly|every week|a week|per week|each week", "monthly": r"monthly|every month|a month|per month|each month",
-    "yearly": r"yearly|annually|every year|a year|per year|each year", "past_year": r"last year",
+    "yearly": r"yearly|annually|every year|(?<!half )a year|per year|each year", "past_year": r"last year",
     "next_year": r"next year", "last_week": r"last week", "next_week": r"next week", "this_week": r"this week",
     "last_month": r"last month", "next_month": r"next month", "this_month": r"this month",
     "this_year": r"this year", "yesterday": r"yesterday", "tomorrow": r"tomorrow", "today": r"today",

@@ -83,12 +83,21 @@ class _Prepared:
     opens_with_subject: bool  # a subject was split off (voice flips count only when both keep theirs)
 
 
+# How extractors report what was said, which is not part of the fact: "The user mentioned (that) …",
+# "用户表示…", "用户提到自己…".
+_REPORTED = re.compile(r"^(?:(?:has\s+)?(?:mentioned|mentions|said|says|stated|states|noted|notes|reported|reports|"
+                       r"shared|shares|explained|explains|indicated|indicates|told the assistant|revealed|reveals)"
+                       r"(?:\s+that)?\s+|(?:表示|提到|提及|说|称|透露|告诉助手)(?:自己|他|她)?[，,:：]?\s*)", re.IGNORECASE)
+
+
 def _predicate(text: str) -> tuple[str, bool]:
-    """The sentence without its subject, and whether it had one."""
+    """The sentence without its subject and any reporting frame, and whether it had a subject."""
     subject, rest = split_subject(text)
     if subject is None and text[:1].islower():  # "mia is a dentist": a name written in lower case
         subject, rest = split_subject(text[:1].upper() + text[1:])
     rest = rest.strip(" ,，:：")
+    if subject is not None and (reported := _REPORTED.sub("", rest, count=1)):
+        rest = reported
     return (rest, True) if subject is not None and rest else (text.strip(), False)
 
 
