@@ -12,8 +12,9 @@ Only a lemma's most frequent senses count (WordNet lists them by frequency): "le
 sense "teach", and letting it count would make the role swap a synonym. Antonyms are used as an
 explicit check (`opposite`), not as a weighted feature: as a feature, the fit leaned on it for the
 role pairs it covers and less on the thesaurus for the others, which lost more pairs than it won in
-cross-validation. Co-hyponyms and WordNet's cause links ("teach" causes "learn", but "start" causes
-"begin") were tried as a contrast signal and did not help.
+cross-validation. WordNet's cause links count too ("teach" causes "learn"), except between words
+that share a sense ("start" causes "begin"). Co-hyponyms were tried as a contrast signal and did not
+help.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ _RULES = {"n": (("s", ""), ("ses", "s"), ("xes", "x"), ("zes", "z"), ("ches", "c
 # derivation, similar-to, verb group, also-see, hypernym: one idea in another form or a broader word
 _SAME = frozenset(("+", "&", "$", "^", "@", "@i"))
 _OPPOSITE = frozenset(("!",))  # antonym
+_CAUSE = frozenset((">",))  # a verb that causes another (teach > learn, show > see)
 
 
 class LexiconMissing(RuntimeError):
@@ -105,11 +107,14 @@ class WordNet:
 
 
     def opposite(self, a: str, b: str) -> bool:
-        """A frequent sense of one is an antonym of a frequent sense of the other: WordNet lists the
-        converse roles and the polar pairs among them (sell / buy, lend / borrow, employer / employee,
-        plaintiff / defendant, like / dislike)."""
+        """The two words take opposite roles: a frequent sense of one is an antonym of one of the other
+        (sell / buy, lend / borrow, employer / employee, plaintiff / defendant, like / dislike), or
+        causes it without sharing a sense with it (teach causes learn; start causes begin, but the two
+        are synonyms)."""
         sa, sb = self.senses(a), self.senses(b)
-        return bool(self._linked(sa, _OPPOSITE) & sb) or bool(self._linked(sb, _OPPOSITE) & sa)
+        if self._linked(sa, _OPPOSITE) & sb or self._linked(sb, _OPPOSITE) & sa:
+            return True
+        return bool(self._linked(sa, _CAUSE) & sb or self._linked(sb, _CAUSE) & sa) and not self.same_sense(a, b)
 
 
 class Cilin:
@@ -200,8 +205,15 @@ def same_sense(a: str, b: str) -> bool:
 
 @functools.lru_cache(maxsize=65_536)
 def opposite(a: str, b: str) -> bool:
-    """WordNet lists the two English words as antonyms (Cilin has no antonyms: False for Chinese)."""
+    """WordNet gives the two English words opposite roles (`WordNet.opposite`; Cilin has no antonyms:
+    False for Chinese)."""
     return bool(_LATIN.match(a) and _LATIN.match(b)) and _wordnet().opposite(a, b)
+
+
+@functools.lru_cache(maxsize=65_536)
+def verb_form(word: str) -> bool:
+    """WordNet lists the English word (or the lemma it inflects) as a verb in a frequent sense."""
+    return bool(_LATIN.match(word)) and any(k.startswith("v") for k in _wordnet().senses(word))
 
 
 @functools.lru_cache(maxsize=65_536)
@@ -210,4 +222,4 @@ def knows(word: str) -> bool:
     return _wordnet().knows(word) if _LATIN.match(word) else _cilin().knows(word)
 
 
-__all__ = ["Cilin", "LexiconMissing", "WordNet", "installed", "knows", "opposite", "require", "same_sense"]
+__all__ = ["Cilin", "LexiconMissing", "WordNet", "installed", "knows", "opposite", "verb_form", "require", "same_sense"]

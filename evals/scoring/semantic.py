@@ -36,7 +36,7 @@ from pydantic import BaseModel
 
 from evals.scoring.alignment import Difference, Words, chinese_words, difference, words_of
 from evals.scoring.checks import Qualifiers, is_chinese, mismatches, name_table, names_substituted
-from evals.scoring.lexicon import knows, opposite, same_sense
+from evals.scoring.lexicon import knows, opposite, same_sense, verb_form
 from evals.scoring.matcher import Matcher, _dice, negated, units
 from evals.scoring.quantities import quantities, same_quantities
 from hymem.subjects import canonical_subject, split_subject
@@ -61,7 +61,7 @@ class SemanticParams(BaseModel):
     n_unrelated: int = 0  # added "not the same" pairs of different calibration facts (`unrelated_pairs`)
     embedder: str = "minilm"  # word vectors (the alignment's closeness of unmatched words)
     sentence_embedder: str = "minilm"  # the predicates' cosine; "e5" reads Chinese, MiniLM does not
-    antonym_check: bool = False  # the explicit WordNet antonym check (`_opposed`) overrides the regression
+    role_checks: bool = False  # the explicit role checks (`_opposed`, `_displaced`) override the regression
     calibration_agreement: float | None = None  # in-sample, for reference only; held-out is measured apart
     calibration_cv_agreement: float | None = None  # grouped 5-fold cross-validation on calibration (base facts apart)
     heldout: dict | None = None  # measured after fitting on the held-out split (never used to fit): the card
@@ -81,6 +81,8 @@ class _Prepared:
     names: dict[str, str]  # the names the predicate states (`checks.name_table`)
     zh_words: tuple[str, ...]  # Chinese content words (jieba), for the thesaurus; () for English
     opens_with_subject: bool  # a subject was split off (voice flips count only when both keep theirs)
+    subject: str | None  # that subject, canonical
+    objects: frozenset[str]  # without a subject: who it names as acted on (`_objects`)
 
 
 # How extractors report what was said, which is not part of the fact: "The user mentioned (that) …",
@@ -90,15 +92,52 @@ _REPORTED = re.compile(r"^(?:(?:has\s+)?(?:mentioned|mentions|said|says|stated|s
                        r"(?:\s+that)?\s+|(?:表示|提到|提及|说|称|透露|告诉助手)(?:自己|他|她)?[，,:：]?\s*)", re.IGNORECASE)
 
 
-def _predicate(text: str) -> tuple[str, bool]:
-    """The sentence without its subject and any reporting frame, and whether it had a subject."""
+def _predicate(text: str) -> tuple[str, str | None]:
+    """The sentence without its subject and any reporting frame, and that subject (canonical)."""
     subject, rest = split_subject(text)
     if subject is None and text[:1].islower():  # "mia is a dentist": a name written in lower case
         subject, rest = split_subject(text[:1].upper() + text[1:])
     rest = rest.strip(" ,，:：")
     if subject is not None and (reported := _REPORTED.sub("", rest, count=1)):
         rest = reported
-    return (rest, True) if subject is not None and rest else (text.strip(), False)
+    return (rest, canonical_subject(subject)) if subject is not None and rest else (text.strip(), None)
+
+
+_EN_PREPOSITIONS = frozenset("to for from with at about of".split())
+_EN_PARTICIPANT = re.compile(r"\b([A-Za-z]+)\s+(the\s+(?:ai\s+)?assistant|the\s+user|user|[A-Z][a-z]+)\b")
+_ZH_PASSIVE_MARK = re.compile(r"被|把|由|让")
+
+
+def _objects(text: str, zh: bool) -> frozenset[str]:
+    """Who a sentence with no subject names after a verb or a preposition, as the one acted on or for
+    ("朋友欠了用户一笔钱", "小陈给用户当家教", "Ben lent money to the user"): the user, the assistant or a name."""
+    found = set()
+    if zh:
+        if _ZH_PASSIVE_MARK.search(text):
+            return frozenset()
+        import jieba.posseg
+
+        # aspect particles (了, 着, 过) do not separate a verb from its object
+        tokens = [(w.word, w.flag) for w in jieba.posseg.cut(text) if w.flag not in ("ul", "uz", "ug")]
+        for (_, before), (word, flag) in zip(tokens, tokens[1:], strict=False):
+            if before[:1] in ("v", "p"):
+                if word in ("用户", "助手"):
+                    found.add(canonical_subject(word))
+                elif flag == "nr":
+                    found.add(canonical_subject(word))
+        return frozenset(found)
+    if re.search(r"\bby\s+(?:the\s+)?(?:user|assistant|[A-Z])", text):
+        return frozenset()
+    for m in _EN_PARTICIPANT.finditer(text):
+        before, who = m.group(1).casefold(), m.group(2)
+        if who.split()[-1].casefold() not in ("user", "assistant") and who.casefold() in _NOT_WORDS:
+            continue
+        if before in _EN_PREPOSITIONS or verb_form(before):
+            found.add(canonical_subject(who))
+    return frozenset(found)
+
+
+_NOT_WORDS = frozenset("the a an this that it its his her their on in at every each last next".split())
 
 
 def _part_of_day(hour: float) -> str:
@@ -112,14 +151,15 @@ def _bigrams(text: str) -> frozenset[str]:
 
 
 def prepare_text(text: str) -> _Prepared:
-    predicate, has_subject = _predicate(text)
+    predicate, subject = _predicate(text)
     qualifiers = Qualifiers.of(text)
     found = quantities(text)
     periods = qualifiers.time | {_part_of_day(v) for d, v in found if d == "clock"}
     zh = is_chinese(text)
     return _Prepared(predicate, units(predicate), negated(predicate), _bigrams(predicate), qualifiers,
                      zh, words_of(predicate), found, frozenset(periods), name_table(predicate),
-                     chinese_words(predicate) if zh else (), has_subject)
+                     chinese_words(predicate) if zh else (), subject is not None, subject,
+                     _objects(predicate, zh) if subject is None else frozenset())
 
 
 def _latin_content(p: _Prepared) -> list[str]:
@@ -166,12 +206,19 @@ def _opposed(a: _Prepared, b: _Prepared, diff: Difference) -> bool:
             and any(opposite(x, y) for x in diff.unmatched_a for y in diff.unmatched_b))
 
 
+def _displaced(a: _Prepared, b: _Prepared) -> bool:
+    """One side says its subject does something (active voice); the other names that subject only as
+    the one acted on ("用户欠了朋友一笔钱" / "朋友欠了用户一笔钱"): the roles are swapped."""
+    return a.subject is not None and a.words_in_order.passive is None and a.subject in b.objects
+
+
 def pair_features(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.ndarray]) -> list[float]:
     return _pair(a, b, cosine, word_vectors)[0]
 
 
 def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.ndarray]) -> tuple[list[float], bool]:
-    """The pair's features, and whether the antonym check rules it out whatever they say."""
+    """The pair's features, and whether a role check rules it out whatever they say: an antonym
+    (`_opposed`) or the subject turned into the one acted on (`_displaced`)."""
     words = _dice(a.words, b.words, False, False) if (a.words or b.words) else float(a.predicate == b.predicate)
     union = a.bigrams | b.bigrams
     bigrams = len(a.bigrams & b.bigrams) / len(union) if union else 1.0
@@ -186,7 +233,7 @@ def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.
             max(flags["modality"], diff.tense), float(a.periods != b.periods), float(not same_quantities(a.quantities, b.quantities)),
             flags["relation"], float(names_substituted(a.names, a.predicate, b.names, b.predicate)), align, unmatched, zh * unmatched,
             diff.shared, diff.slot_abbrev, diff.voice * float(a.opens_with_subject and b.opens_with_subject), diff.direction,
-            *_lexical(a, b, diff)], _opposed(a, b, diff))
+            *_lexical(a, b, diff)], _opposed(a, b, diff) or _displaced(a, b) or _displaced(b, a))
 
 
 class SemanticMatcher(Matcher):
@@ -260,17 +307,17 @@ class SemanticMatcher(Matcher):
         self._texts.update(prepared)
 
     def probabilities(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
-        """The fitted regression's probability, 0 where the antonym check rules a pair out."""
+        """The fitted regression's probability, 0 where a role check rules a pair out."""
         x, opposed = self.evaluate(gold, pred)
         p = 1.0 / (1.0 + np.exp(-(x @ self._weights + self.params.intercept)))
-        return np.where(opposed, 0.0, p) if self.params.antonym_check else p
+        return np.where(opposed, 0.0, p) if self.params.role_checks else p
 
     def features(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
         """[len(gold), len(pred), len(FEATURES)]."""
         return self.evaluate(gold, pred)[0]
 
     def evaluate(self, gold: Sequence[str], pred: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """The features [len(gold), len(pred), len(FEATURES)] and the antonym check [len(gold), len(pred)]."""
+        """The features [len(gold), len(pred), len(FEATURES)] and the role checks [len(gold), len(pred)]."""
         self.prepare(gold, pred)
         left = [self._texts[g] for g in gold]
         right = [self._texts[p] for p in pred]
@@ -385,7 +432,7 @@ def fit_semantic(calibration: Sequence[Any], *, source: str, embedder: Any = Non
     intercept = float(regression.intercept_[0] - weights @ scaler.mean_)
     return SemanticParams(features=list(FEATURES), weights=[round(float(w), 8) for w in weights],
                           intercept=round(intercept, 8), regularisation_c=best_c,
-                          sentence_embedder=sentence_embedder, antonym_check=True,
+                          sentence_embedder=sentence_embedder, role_checks=True,
                           fitted_on=f"{source} (calibration split)", n_pairs=len(usable),
                           n_unrelated=len(texts) - len(usable),
                           calibration_agreement=round(agreement, 4), calibration_cv_agreement=round(best, 4))
