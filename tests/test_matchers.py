@@ -25,7 +25,13 @@ from hymem.testing import ScriptedLM
     ("The user's friend Jack is a chef.", "Jack"), ("Jack, the user's friend, is a chef.", "Jack"),
     ("John is a pilot.", "John"), ("用户的姐姐小丽是律师。", "小丽"), ("用户的妈妈是护士。", "用户的母亲"), ("The user's mum is a nurse.", "the user's mother"),
     ("王芳是护士。", "王芳"), ("助手建议用户早睡。", "assistant"), ("On Sundays, the user plays tennis.", "user"),
-    ("In 2020 the user moved.", None)])
+    ("In 2020 the user moved.", None),
+    # a sentence that opens with a thing is about the subject it names as agent or owner
+    ("The fence was painted by the user.", "user"), ("旧车被用户卖掉了。", "user"), ("分公司由用户管理。", "user"),
+    ("Marrakech is the user's favourite city.", "user"), ("麦香坊是用户面包店的名字。", "user"),
+    ("Jack is the user's friend.", "Jack"), ("大伟是用户的哥哥。", "大伟"), ("Mia was hired by a hospital.", "Mia"),
+    ("The user has a brother who is a plumber.", "the user's brother"), ("用户有个哥哥是水管工。", "用户的哥哥"),
+    ("The user has a sister.", "user"), ("该用户在银行工作。", "user"), ("「用户的女儿今年上初中」", "用户的女儿")])
 def test_one_definition_names_the_subject_of_a_sentence(text, subject):
     assert subject_of(text) == subject
 
