@@ -120,12 +120,6 @@ def _clean(text: str) -> str:
     return cleaned
 
 
-def _opens_with_subject(text: str) -> bool:
-    """The sentence opens with the user, the assistant or a relation of the user's (checked above) or
-    with an apposition ("Jack, the user's friend, …")."""
-    return bool(_APPOSITION.match(text))
-
-
 def split_subject(text: str) -> tuple[str | None, str]:
     """(the subject the sentence names, the rest of the sentence): "The user lives in Berlin." →
     ("user", "lives in Berlin."); ("Jack", "is a chef.") for "The user's friend Jack is a chef.";
@@ -149,17 +143,10 @@ def split_subject(text: str) -> tuple[str | None, str]:
     if (match := _APPOSITION.match(stripped)) and match.group(1).split()[0].casefold() not in _NOT_NAMES:
         rest = stripped[len(match.group(1)):]  # ", the user's friend, is a chef." → "is a chef."
         return match.group(1), _RELATION_APPOSITION.sub("", rest, count=1)
-    if not _opens_with_subject(stripped):
-        for pattern in (_EN_AGENT, _ZH_AGENT):  # "The kitchen was painted by the user." → the user
-            if match := pattern.match(stripped):
-                subject, _ = split_subject(match.group("agent"))
-                if subject is not None:
-                    return subject, match.group("head") + match.group("tail")
-        for pattern in (_EN_INVERTED, _ZH_INVERTED):  # "Marrakech is the user's favourite city." → the user
-            if match := pattern.match(stripped):
-                subject, _ = split_subject(match.group("owner"))
-                if subject is not None:
-                    return subject, match.group("head") + match.group("tail")
+    for pattern, role in ((_EN_AGENT, "agent"), (_ZH_AGENT, "agent"), (_EN_INVERTED, "owner"), (_ZH_INVERTED, "owner")):
+        # "The kitchen was painted by the user." / "Marrakech is the user's favourite city." → the user
+        if (match := pattern.match(stripped)) and (named := split_subject(match.group(role))[0]) is not None:
+            return named, match.group("head") + match.group("tail")
     if match := _FRONTED.match(stripped):  # "On Sundays, the user plays tennis." / "每天晚上，用户都会看书。"
         subject = "assistant" if re.match(r"(?i)the (?:ai )?assistant|(?:ai)?助手", match.group(2)) else "user"
         return subject, match.group(1) + stripped[match.end():]

@@ -4,8 +4,13 @@ words), combined with explicit near-miss checks and with where the two predicate
 by a logistic regression of 23 weights fitted on the calibration split of the labelled pairs
 (`hymem-eval matcher fit`).
 
-Both sentences lose their subject first (`hymem.subjects.split_subject`): text is matched on what
-is said, and who it is said about is the subject rule's job, so "John is a nurse" filed as "The user
+Two role checks override the regression: a WordNet antonym or cause link between the words only one
+side has (sells / buys, teaches / learns), and a subject that one side names as the one acted on
+("朋友欠了用户一笔钱" against "用户欠了朋友一笔钱"). A weight could not learn them from the few
+calibration pairs each covers without unlearning the thesaurus features for the rest.
+
+Both sentences lose their subject and any reporting frame first (`hymem.subjects.split_subject`,
+"The user mentioned that …", "用户表示…"): text is matched on what is said, and who it is said about is the subject rule's job, so "John is a nurse" filed as "The user
 is a nurse" is still matched and counted as an attribution error. The features of a pair are the
 cosine of the predicates' sentence vectors, the weighted word overlap of the text matcher, the
 character-bigram overlap (MiniLM is near-blind to Chinese characters, bigrams are not), those three
