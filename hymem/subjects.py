@@ -7,7 +7,11 @@ fact from being "the user's" in one component and John's in another.
 A subject is `user`, `assistant` or a person's name. A sentence names the assistant when it opens
 with "The (AI) assistant" / "助手", the user when it opens with "The user" / "用户" — unless it goes
 on with a relation ("The user's mother …", "用户的妈妈…"), which is another person: their name when
-the sentence gives one ("The user's friend Jack …"), else the relation phrase itself.
+the sentence gives one ("The user's friend Jack …"), else the relation phrase itself. A sentence that
+opens with a thing names the subject it gives later as a passive's agent or a copula's owner ("The fence
+was painted by the user", "Marrakech is the user's favourite city"). Memories written the way mem0-style
+extractors write them name no subject ("Works at Stripe", "最近在瘦身": None, which the engine files under
+the user) or a relative with no "the user's" ("Mother is a nurse", "母亲是护士").
 Kept apart from the reconciler (which imports dspy) so the harness's scorers load no model stack.
 """
 
@@ -50,9 +54,27 @@ _ZH_RELATION = re.compile(rf"^(?:当前|该|这位|此)?用户的?(?:(?:大|小|
 _APPOSITION = re.compile(r"^([^\s,，\u4e00-\u9fff]{1,24}|[\u4e00-\u9fff]{2,4}|[^\s,，]{1,24}\s[^\s,，]{1,24})[,，]\s*"
                          r"(?:the|a|an|用户的|当前用户的)")  # "Jack, the user's friend, ..." / "김민수, ..."
 _LATIN = r"[A-Z][A-Za-z\u00c0-\u024f-]*"
+# A person named first is followed by a verb; a memory with no subject opens with its verb or label, which
+# a preposition, an article or a colon follows ("Works at Stripe", "Allergic to peanuts", "Job: nurse").
+_NOT_AFTER_A_NAME = re.compile(r"\s*(?::|(?:at|in|on|to|for|with|from|of|about|as|into|onto|by|a|an|the|my|his|her|"
+                               r"their|its|our|your)\b)", re.IGNORECASE)
+# Mem0-style memories name the user's relatives with no "the user's": "Mother is a nurse", "母亲是护士".
+_EN_BARE_RELATION = re.compile(rf"^(?:my\s+)?({_EN_RELATIONS})\b(?:\s+(?-i:([A-Z][\w'-]*)))?(?=\s)", re.IGNORECASE)
+_ZH_BARE_RELATION = re.compile(rf"^(?:我的?)?(?:(?:大|小|亲|好|老))?({_ZH_RELATIONS})"
+                               r"(?:([\u4e00-\u9fff]{2,3}?)(?=是|在|住|喜欢|有|叫|做|今年|已|每|会|正|要|想|不|没|刚|，|,))?"
+                               r"(?=是|在|住|喜欢|有|叫|做|今年|已|每|会|正|要|想|不|没|刚|很|最|一直|经常|，|,)")
 _EN_NAME = re.compile(rf"^({_LATIN}(?:\s+{_LATIN})*)(?:'s\s+(?i:({_EN_RELATIONS}))\b|'s)?(?=[\s,.;:!?\u4e00-\u9fff]|$)")
-_ZH_NAME = re.compile(r"^([\u4e00-\u9fff]{2,3}?)(?=是|在|住|喜欢|有|的|叫|做|从|也|已|养|每|会|正|要|想|和|不|没|刚|，|,)")
-_OTHER_NAME = re.compile(r"^([^\W\d_\u3040-\u30ff\u3400-\u9fff][^\s,，.。\u3400-\u9fff]{0,23})(?=\s|[是在住喜有的])")  # 김민수 / Олег / Lucas是
+# A Chinese name opens with a common surname (the 300 most frequent cover about 95% of people) or a
+# nickname prefix (小陈, 老赵, 阿杰, 大伟); "最近在瘦身" or "对现在的工作不满意" opens with no name.
+_ZH_SURNAMES = ("王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘于蒋蔡余杜叶程苏魏吕丁任沈"
+                "姚卢姜崔钟谭陆汪范金石廖贾夏韦付傅方白邹孟熊秦邱江尹薛闫阎段雷侯龙史陶黎贺顾毛郝龚邵万钱严覃武戴莫孔向汤"
+                "常温康施文牛樊葛邢安齐易乔伍庞颜倪庄聂章鲁岳翟殷詹申欧耿关兰焦俞左柳甘祝包宁尚符舒阮柯纪梅童凌毕单季裴"
+                "霍涂成苗谷盛曲翁冉骆蓝路游辛靳管柴蒙鲍华喻祁蒲房滕屈饶解牟艾尤阳时穆农司卓古吉缪简车项连芦麦褚娄窦戚岑"
+                "景党宫费卜冷晏席卫米柏宗瞿桂全佟应臧闵苟邬边卞姬师和仇栾隋商刁沙荣巫寇桑郎甄丛仲虞敖巩明佘池查麻苑迟邝"
+                "诸上欧司端皇慕令东西南北")
+_ZH_NAME = re.compile(rf"^([{_ZH_SURNAMES}小老阿大][\u4e00-\u9fff]{{1,2}}?)"
+                      r"(?=是|在|住|喜欢|有|的|叫|做|从|也|已|养|每|会|正|要|想|和|不|没|刚|，|,)")
+_OTHER_NAME = re.compile(r"^([^\W\d_\u3040-\u30ff\u3400-\u9fff][^\s,，.。:：\u3400-\u9fff]{0,23})(?=\s|[是在住喜有的])")  # 김민수 / Олег / Lucas是
 _RELATION_APPOSITION = re.compile(r"^[,，]\s*(?:the\s+)?(?:user's|用户的|当前用户的)\s*[^,，]{1,30}[,，]\s*",
                                   re.IGNORECASE)
 _FRONTED = re.compile(r"^([^,，]{1,40}[,，]\s*)((?:the\s+)?user|用户|the\s+(?:ai\s+)?assistant|(?:ai|AI)?助手)(?!'s|的|[A-Za-z])",
@@ -81,7 +103,8 @@ _ZH_HAS_RELATION = re.compile(rf"^(?:当前)?用户有(?:一)?(?:个|位|名)?(?
 _NOT_NAMES = frozenset("""the a an this that these those it its they their he his she her we our you your i my me
 there here in on at after before during every each today tonight yesterday tomorrow last next when while if
 since because although as for from to with by both all some many most no not one two three user users
-assistant ai memory note fact""".split())
+assistant ai memory note fact name is are am was were be been being has have had does do did can could
+would shall should might must""".split())
 
 
 def _fold(text: str | None) -> str:
@@ -150,16 +173,29 @@ def split_subject(text: str) -> tuple[str | None, str]:
     if match := _FRONTED.match(stripped):  # "On Sundays, the user plays tennis." / "每天晚上，用户都会看书。"
         subject = "assistant" if re.match(r"(?i)the (?:ai )?assistant|(?:ai)?助手", match.group(2)) else "user"
         return subject, match.group(1) + stripped[match.end():]
+    if (match := _EN_BARE_RELATION.match(stripped)) and not _NOT_AFTER_A_NAME.match(stripped, match.end()):
+        relation = match.group(1).casefold()  # "Mother is a nurse", "Daughter Emma is 7" (not "Manager at Google")
+        return match.group(2) or f"the user's {RELATION_FOLD.get(relation, relation)}", stripped[match.end():]
+    if match := _ZH_BARE_RELATION.match(stripped):
+        return match.group(2) or f"用户的{RELATION_FOLD.get(match.group(1), match.group(1))}", stripped[match.end():]
     if match := _EN_NAME.match(stripped):
         name = match.group(1)
-        if name.split()[0].casefold() not in _NOT_NAMES:
+        if name.split()[0].casefold() not in _NOT_NAMES and not _opens_without_a_name(match, stripped):
             return (f"{name}'s {match.group(2).casefold()}" if match.group(2) else name), stripped[match.end():]
     for pattern in (_ZH_NAME, _OTHER_NAME):
         if match := pattern.match(stripped):
             name = match.group(1)
-            if name.casefold() not in _NOT_NAMES and not name[0].islower():
+            if name.casefold() not in _NOT_NAMES and not name[0].islower() and not _opens_without_a_name(match, stripped):
                 return name, stripped[match.end():]
     return None, stripped
+
+
+def _opens_without_a_name(match: re.Match[str], text: str) -> bool:
+    """One capitalised Latin word with a preposition, an article or a colon after it: a verb or a label
+    ("Works at Stripe", "Job: nurse"), not a person."""
+    word = match.group(1)
+    return (" " not in word and bool(re.match(r"[A-Za-z]", word)) and match.lastindex == 1
+            and bool(_NOT_AFTER_A_NAME.match(text, match.end())))
 
 
 def subject_of(text: str) -> str | None:

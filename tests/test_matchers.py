@@ -31,7 +31,11 @@ from hymem.testing import ScriptedLM
     ("Marrakech is the user's favourite city.", "user"), ("麦香坊是用户面包店的名字。", "user"),
     ("Jack is the user's friend.", "Jack"), ("大伟是用户的哥哥。", "大伟"), ("Mia was hired by a hospital.", "Mia"),
     ("The user has a brother who is a plumber.", "the user's brother"), ("用户有个哥哥是水管工。", "用户的哥哥"),
-    ("The user has a sister.", "user"), ("该用户在银行工作。", "user"), ("「用户的女儿今年上初中」", "用户的女儿")])
+    ("The user has a sister.", "user"), ("该用户在银行工作。", "user"), ("「用户的女儿今年上初中」", "用户的女儿"),
+    # mem0-style memories name no subject, or a relative with no "the user's"; a capitalised verb is no name
+    ("Works at Stripe as a backend engineer", None), ("Is vegetarian", None), ("Allergic to peanuts", None),
+    ("Job: nurse", None), ("最近在瘦身", None), ("对现在的工作不满意", None), ("Mother is a nurse", "the user's mother"),
+    ("母亲是护士", "用户的母亲"), ("Priya lives in Leeds.", "Priya"), ("高翔要在下周去青岛出差", "高翔")])
 def test_one_definition_names_the_subject_of_a_sentence(text, subject):
     assert subject_of(text) == subject
 
