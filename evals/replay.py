@@ -183,17 +183,15 @@ class CaseReplayer:
             reopened = engine_call(system.search_probe, user)
             system.close()
             after = system.snapshot(store)
-            references = {"before closing": searched}
-            for label, index_of in [("from an index rebuilt from SQLite", None)] + [
-                    (f"with the index file of {source.name} planted", source) for source in stale]:
-                system.open(system.without_index(store, tmp / "reopened", index_of))
+            references = {"before closing": searched,
+                          "from an index rebuilt from SQLite": engine_call(system.rebuilt_probe, store, user)}
+            for source in stale:  # a real open of a copy with the stale file: its checks must refuse the file
+                system.open(system.without_index(store, tmp / "reopened", source))
                 answers = engine_call(system.search_probe, user)
                 system.close()
-                if index_of is None:
-                    references[label] = answers
-                elif answers != reopened:  # the planted file is stale: it must be rebuilt, never served
+                if answers != reopened:  # the planted file is stale: it must be rebuilt, never served
                     findings.append(Finding(kind=AnomalyKind.REOPEN_DIVERGED, check="reopen", witness=(
-                        f"a stale index file ({index_of.name}'s) was served on reopen: search returned {answers}, "
+                        f"a stale index file ({source.name}'s) was served on reopen: search returned {answers}, "
                         f"the current index {reopened}")))
         except EngineRaised as exc:
             findings.append(Finding(kind=AnomalyKind.ENGINE_EXCEPTION, check="reopen", witness=f"reopening: {exc}"))
@@ -259,16 +257,14 @@ class CaseReplayer:
         """A model or embedding attempt of this control write failed at the provider (an infra error)."""
         return any(a.write == index and a.unit == "control" and a.status not in ("ok",) for a in self.log.rows)
 
-    def _reopen_faulted(self, system: ReopenSystem, tmp: Path, work: Path) -> list[Witnessed]:
+    def _reopen_faulted(self, system: ReopenSystem, work: Path) -> list[Witnessed]:
         """After a faulted write that must succeed (e.g. its FAISS update failed): reopening the store answers
         searches as an index rebuilt from SQLite does; a stale index file must not be served."""
         user = self.case.user_id
         system.open(work)
         reopened = engine_call(system.search_probe, user)
         system.close()
-        system.open(system.without_index(work, tmp / "fault-rebuilt"))
-        rebuilt = engine_call(system.search_probe, user)
-        system.close()
+        rebuilt = engine_call(system.rebuilt_probe, work, user)
         return [(kind, "after the faulted write: " + witness)
                 for kind, witness in reopen_anomalies(None, None, reopened, {"from an index rebuilt from SQLite": rebuilt})]
 
@@ -310,7 +306,7 @@ class CaseReplayer:
                 system.close()  # a store fault that must not fail the write: the index it left is reopened
                 after = system.snapshot(work)
                 stage = "reopen"
-                reopen = self._reopen_faulted(system, tmp, work)
+                reopen = self._reopen_faulted(system, work)
                 system.open(work)
             else:
                 after = self._state_between(work, live)

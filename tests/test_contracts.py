@@ -174,29 +174,47 @@ def test_a_request_id_replayed_twice_is_double_write(tmp_path, monkeypatch):
     assert {f.kind for f in run.findings if f.check == "replay"} == {"DOUBLE_WRITE"}
 
 
+def _any_readable_index_file(directory, conn, dim, generation):  # generation, checksum and ids unchecked
+    import faiss
+    import numpy as np
+
+    from hymem.store import INDEX_FILE
+    from hymem.store._index import LIVE, VectorIndex
+
+    path = Path(directory) / INDEX_FILE
+    if not path.exists():
+        return None, "index file missing"
+    index = faiss.deserialize_index(np.frombuffer(path.read_bytes(), dtype=np.uint8))
+    ids = faiss.vector_to_array(index.id_map).astype(np.int64)
+    vectors = index.index.reconstruct_n(0, index.ntotal) if index.ntotal else np.zeros((0, dim), np.float32)
+    position = {int(mid): i for i, mid in enumerate(ids)}
+    live = conn.execute(f"SELECT id, user_id, kind FROM memories WHERE {LIVE} ORDER BY id").fetchall()
+    return VectorIndex.from_rows(dim, ((m, u, k, vectors[position[m]]) for m, u, k in live if m in position)), None
+
+
 def test_a_stale_faiss_index_accepted_on_reopen_is_reopen_diverged(tmp_path, monkeypatch):
     import hymem.store._store as store_module
 
-    def any_readable_file(directory, conn, dim, generation):  # generation, checksum and ids unchecked
-        import faiss
-        import numpy as np
-
-        from hymem.store import INDEX_FILE
-        from hymem.store._index import LIVE, VectorIndex
-
-        path = Path(directory) / INDEX_FILE
-        if not path.exists():
-            return None, "index file missing"
-        index = faiss.deserialize_index(np.frombuffer(path.read_bytes(), dtype=np.uint8))
-        ids = faiss.vector_to_array(index.id_map).astype(np.int64)
-        vectors = index.index.reconstruct_n(0, index.ntotal) if index.ntotal else np.zeros((0, dim), np.float32)
-        position = {int(mid): i for i, mid in enumerate(ids)}
-        live = conn.execute(f"SELECT id, user_id, kind FROM memories WHERE {LIVE} ORDER BY id").fetchall()
-        return VectorIndex.from_rows(dim, ((m, u, k, vectors[position[m]]) for m, u, k in live if m in position)), None
-
-    monkeypatch.setattr(store_module, "load_index", any_readable_file)
+    monkeypatch.setattr(store_module, "load_index", _any_readable_index_file)
     run = replay(tmp_path, "sweep")
     assert "REOPEN_DIVERGED" in {f.kind for f in run.findings if f.check == "reopen"}
+
+
+def test_an_index_that_differs_from_sqlite_but_reopens_the_same_is_reopen_diverged_from_the_rebuilt_one(
+        tmp_path, monkeypatch):
+    import hymem.store._store as store_module
+
+    real_apply = store_module.apply_changes
+
+    def halved(index, changes):  # the index gets other vectors than the BLOBs SQLite keeps
+        real_apply(index, {mid: None if live is None else (live[0], live[1], live[2] * 0.5)
+                           for mid, live in changes.items()})
+
+    monkeypatch.setattr(store_module, "apply_changes", halved)
+    monkeypatch.setattr(store_module, "load_index", _any_readable_index_file)  # and is served on reopen
+    run = replay(tmp_path)
+    searches = [f.witness for f in run.findings if f.kind == "REOPEN_DIVERGED" and f.witness.startswith("search")]
+    assert len(searches) == 1 and searches[0].endswith("from an index rebuilt from SQLite")  # not "before closing"
 
 
 def test_an_embedding_error_raised_instead_of_returned_is_engine_exception_not_infra(tmp_path, monkeypatch):

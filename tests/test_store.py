@@ -15,7 +15,15 @@ import numpy as np
 import pytest
 
 from hymem.failpoints import FailpointError
-from hymem.store import DB_FILE, INDEX_FILE, SIDECAR_FILE, DimensionMismatchError, Store, StoreLockedError
+from hymem.store import (
+    DB_FILE,
+    INDEX_FILE,
+    SIDECAR_FILE,
+    DimensionMismatchError,
+    Store,
+    StoreLockedError,
+    rebuilt_index,
+)
 
 DIM = 8
 REPO = Path(__file__).resolve().parents[1]
@@ -78,6 +86,27 @@ def test_reopen_loads_the_same_store_without_rebuilding(tmp_path):
         assert [m.id for m in s.live_memories("u1")] == ids
         assert s.search("u1", vec(3), k=5) == before
         assert s.check_consistency() == []
+
+
+def test_rebuilt_index_of_a_closed_store_answers_as_an_open_that_rebuilds_it_and_writes_nothing(tmp_path):
+    with Store(tmp_path, DIM) as s:
+        a, b, c = (add(s, "u1", t, i) for i, t in enumerate(["old job", "new job", "a pet"]))
+        add(s, "u1", "fixing a build", 3, kind="experience")
+        add(s, "u2", "someone else", 4)
+        with s.write() as tx:
+            tx.supersede(a, b)
+            tx.delete(c)
+    files = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    index = rebuilt_index(tmp_path, DIM)
+    after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if not p.name.endswith("-shm")}  # SQLite's reader
+    assert after.pop(DB_FILE + "-wal", b"") == b"" and after == files  # read-only: no row, index file or lock changed
+    (tmp_path / INDEX_FILE).unlink()
+    with Store(tmp_path, DIM) as s:
+        assert "missing" in s.index_rebuild_reason
+        for user in ("u1", "u2"):
+            for seed in range(5):
+                expected = [(m.id, m.score) for m in s.search(user, vec(seed), k=10)]
+                assert index.search(user, vec(seed), 10, ("fact", "experience")) == expected
 
 
 def test_superseded_and_deleted_memories_leave_live_set_and_index_but_stay_readable(store):

@@ -24,7 +24,7 @@ persist), `_tx` (WriteTx), `_store` (Store). All log to the one logger `hymem.st
 
 from __future__ import annotations
 
-from hymem.store._index import INDEX_FILE, SIDECAR_FILE
+from hymem.store._index import INDEX_FILE, SIDECAR_FILE, VectorIndex, rebuilt_index
 from hymem.store._schema import DB_FILE, MIGRATIONS, m001_initial
 from hymem.store._store import LOCK_FILE, DimensionMismatchError, Store, StoreForkedError, StoreLockedError
 from hymem.store._tx import WriteTx
@@ -39,6 +39,8 @@ __all__ = [
     "Store",
     "StoreForkedError",
     "StoreLockedError",
+    "VectorIndex",
     "WriteTx",
     "m001_initial",
+    "rebuilt_index",
 ]

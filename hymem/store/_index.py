@@ -29,7 +29,7 @@ import faiss
 import numpy as np
 
 from hymem.failpoints import failpoint
-from hymem.store._schema import LIVE
+from hymem.store._schema import DB_FILE, LIVE
 from hymem.store._vectors import checksum_of, from_blob
 
 INDEX_FILE = "hymem.faiss"
@@ -168,6 +168,20 @@ def _live_rows(conn: sqlite3.Connection, dim: int) -> Iterator[tuple[int, str, s
 def build_index(conn: sqlite3.Connection, dim: int) -> VectorIndex:
     """A fresh index of every live memory's vector."""
     return VectorIndex.from_rows(dim, _live_rows(conn, dim))
+
+
+def rebuilt_index(directory: Path, dim: int) -> VectorIndex:
+    """The index an open of this closed store rebuilds when its index file is missing or refused (`build_index`
+    over the live rows), read through a read-only connection: no row, index file or lock is written (SQLite's
+    reader may leave an empty `-wal` and its `-shm`, as any reader of a WAL database does).
+
+    Why: a harness comparing a reopened index with the one SQLite implies gets the engine's own rebuild without
+    copying the store and opening the copy."""
+    conn = sqlite3.connect(f"{(Path(directory) / DB_FILE).resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        return build_index(conn, dim)
+    finally:
+        conn.close()
 
 
 def load_index(directory: Path, conn: sqlite3.Connection, dim: int,
