@@ -184,7 +184,7 @@ class CaseReplayer:
             system.close()
             after = system.snapshot(store)
             references = {"before closing": searched,
-                          "from an index rebuilt from SQLite": engine_call(system.rebuilt_probe, store, user)}
+                          "from an index rebuilt from SQLite": engine_call(system.rebuilt_probe, store, user, after)}
             for source in stale:  # a real open of a copy with the stale file: its checks must refuse the file
                 system.open(system.without_index(store, tmp / "reopened", source))
                 answers = engine_call(system.search_probe, user)
@@ -257,14 +257,15 @@ class CaseReplayer:
         """A model or embedding attempt of this control write failed at the provider (an infra error)."""
         return any(a.write == index and a.unit == "control" and a.status not in ("ok",) for a in self.log.rows)
 
-    def _reopen_faulted(self, system: ReopenSystem, work: Path) -> list[Witnessed]:
+    def _reopen_faulted(self, system: ReopenSystem, work: Path, state: StoreState) -> list[Witnessed]:
         """After a faulted write that must succeed (e.g. its FAISS update failed): reopening the store answers
-        searches as an index rebuilt from SQLite does; a stale index file must not be served."""
+        searches as an index rebuilt from SQLite does; a stale index file must not be served. `state`: the closed
+        store's, read before this reopen."""
         user = self.case.user_id
         system.open(work)
         reopened = engine_call(system.search_probe, user)
         system.close()
-        rebuilt = engine_call(system.rebuilt_probe, work, user)
+        rebuilt = engine_call(system.rebuilt_probe, work, user, state)
         return [(kind, "after the faulted write: " + witness)
                 for kind, witness in reopen_anomalies(None, None, reopened, {"from an index rebuilt from SQLite": rebuilt})]
 
@@ -306,7 +307,7 @@ class CaseReplayer:
                 system.close()  # a store fault that must not fail the write: the index it left is reopened
                 after = system.snapshot(work)
                 stage = "reopen"
-                reopen = self._reopen_faulted(system, work)
+                reopen = self._reopen_faulted(system, work, after)
                 system.open(work)
             else:
                 after = self._state_between(work, live)

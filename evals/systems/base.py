@@ -83,8 +83,9 @@ class ReopenSystem(MemorySystem, Protocol):
 
     def search_probe(self, user_id: str) -> dict[str, list[tuple[int, float]]]: ...
 
-    def rebuilt_probe(self, store: Path, user_id: str) -> dict[str, list[tuple[int, float]]]: ...  # on the closed
-    # store, with the index the engine rebuilds from its source of truth (as an open without its index files)
+    def rebuilt_probe(self, store: Path, user_id: str, state: StoreState) -> dict[str, list[tuple[int, float]]]: ...
+    # search_probe on the closed store (whose state is `state`) with the index the engine rebuilds from its source
+    # of truth, as an open without its index files would
 
     def without_index(self, store: Path, dest: Path, index_of: Path | None = None) -> Path: ...
 

@@ -7,9 +7,7 @@ engine's real parsing and rollback code runs on every faulty reply.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import shutil
-import sqlite3
 import tempfile
 import threading
 from functools import partial
@@ -25,8 +23,8 @@ from evals.systems.base import WriteOutcome
 from hymem.client import HyMemoryClient
 from hymem.embedder import embed_checked
 from hymem.models import WriteResult
-from hymem.store import DB_FILE, INDEX_FILE, SIDECAR_FILE, Store, rebuilt_index
-from hymem.store._schema import KINDS, LIVE
+from hymem.store import INDEX_FILE, SIDECAR_FILE, Store, rebuilt_index
+from hymem.store._schema import KINDS
 from hymem.store._vectors import query_vector
 
 _PRICES = price_table()
@@ -205,17 +203,16 @@ class HymemSystem:
         hits = self._client.search(query, user_id, k=len(live))
         return {query: sorted((r.id, round(float(r.score or 0.0), 4)) for r in hits)}
 
-    def rebuilt_probe(self, store: Path, user_id: str) -> dict[str, list[tuple[int, float]]]:
+    def rebuilt_probe(self, store: Path, user_id: str, state: StoreState) -> dict[str, list[tuple[int, float]]]:
         """`search_probe` on the closed `store` with its index rebuilt from SQLite by the engine's own rebuild
-        (`hymem.store.rebuilt_index`, what an open does when the index file is missing or refused), read-only.
+        (`hymem.store.rebuilt_index`: what an open does when the index file is missing or refused), read-only.
 
-        The same query (the newest live memory's text, embedded through the unit's embedder and logged as the
-        client's search is), k = every live memory, the same index search as `Store.search`: the answers of
-        opening a copy without its index files, without the copy, the open, the rebuilt file's persist and the
-        close (about 3.5 ms of CPU per case)."""
-        with contextlib.closing(sqlite3.connect(f"{(store / DB_FILE).resolve().as_uri()}?mode=ro", uri=True)) as db:
-            live = db.execute(f"SELECT id, text FROM memories WHERE user_id = ? AND {LIVE} ORDER BY id",
-                              (user_id,)).fetchall()
+        `state`: the closed store's state, just read from its files; its live memories give the probe's query (the
+        newest one's text, embedded through the unit's embedder and logged as the client's search is) and k (all
+        of them). The same index search as `Store.search`: the answers of opening a copy without its index files,
+        without the copy, the open, the rebuilt file's persist and the close."""
+        live = sorted((row["id"], row["text"]) for row in state.tables.get("memories", [])
+                      if row["user_id"] == user_id and row["superseded_by"] is None and row["deleted_at"] is None)
         if not live:
             return {}
         index = rebuilt_index(store, self.dim)
