@@ -6,7 +6,7 @@ engine's real parsing and rollback code runs on every faulty reply.
 
 from __future__ import annotations
 
-import atexit
+import os
 import shutil
 import tempfile
 import threading
@@ -23,12 +23,12 @@ from evals.systems.base import WriteOutcome
 from hymem.client import HyMemoryClient
 from hymem.embedder import embed_checked
 from hymem.models import WriteResult
-from hymem.store import INDEX_FILE, SIDECAR_FILE, Store, rebuilt_index
+from hymem.store import INDEX_FILE, LOCK_FILE, SIDECAR_FILE, Store, rebuilt_index
 from hymem.store._schema import KINDS
 from hymem.store._vectors import query_vector
 
 _PRICES = price_table()
-_NEW_STORES: dict[int, Path] = {}  # dim -> a new, empty store the engine made and closed, once per process
+_NEW_STORES: dict[int, dict[str, bytes]] = {}  # dim -> the files of a new, empty store the engine made, once per process
 _NEW_STORES_LOCK = threading.Lock()
 
 
@@ -36,18 +36,28 @@ def start_new_store(store: Path, dim: int) -> None:
     """Make `store` a copy of a new, empty store of `dim` that the engine itself created (once per process).
 
     Why: creating a store switches SQLite to WAL and runs the schema migrations, about eight fsyncs and 3 ms of
-    CPU; every unit starts at least one. A copy of the closed files is the same store, byte for byte, with no
-    fsync. The engine's creation path still runs (for the template), and every open of the copy is real.
+    CPU; every unit starts at least one. The closed store's files (not its lock file) are kept in memory and
+    written out: the same store, byte for byte, with no fsync, for about a tenth of a copy's CPU (no stat, no
+    permission or timestamp copy). The engine's creation path still runs (for the template), and every open of
+    the copy is real.
     """
     with _NEW_STORES_LOCK:
-        template = _NEW_STORES.get(dim)
-        if template is None or not template.is_dir():
-            root = Path(tempfile.mkdtemp(prefix="hymem-new-store-"))
-            atexit.register(shutil.rmtree, root, True)
-            template = root / "store"
-            Store(template, dim=dim, synchronous="NORMAL").close()
-            _NEW_STORES[dim] = template
-    shutil.copytree(template, store, ignore=shutil.ignore_patterns("*.lock"))
+        files = _NEW_STORES.get(dim)
+        if files is None:
+            with tempfile.TemporaryDirectory(prefix="hymem-new-store-") as root:
+                template = Path(root) / "store"
+                Store(template, dim=dim, synchronous="NORMAL").close()
+                files = {p.name: p.read_bytes() for p in template.iterdir() if p.name != LOCK_FILE}
+            _NEW_STORES[dim] = files
+    os.makedirs(store)
+    for name, data in files.items():
+        fd = os.open(store / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            view = memoryview(data)
+            while view:  # a regular file takes it whole; a short write (a signal) goes on where it stopped
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
 
 
 def do_write(client: HyMemoryClient, path: str, payload: Any, user_id: str, request_id: str) -> WriteResult:
