@@ -72,8 +72,10 @@ def do_write(client: HyMemoryClient, path: str, payload: Any, user_id: str, requ
 class HymemSystem:
     """hymem for one unit: a client per open store, faulted through one `Injector`.
 
-    `lm_factory(case)` makes the unit's LM on every open (as the replayer always did); `accounting`, `cache`
-    and `log` are the provider's attempt accounting, the response cache and the unit's attempt log.
+    `lm_factory(case)` makes the unit's model once, on its first open (the offline, oracle and HTTP models keep
+    no state between calls that a write reads); every open wraps it afresh (fault injection, accounting with its
+    pending replies, the prompt tap). `accounting`, `cache` and `log` are the provider's attempt accounting, the
+    response cache and the unit's attempt log.
     """
 
     name = "hymem"
@@ -87,6 +89,7 @@ class HymemSystem:
         self.injector = Injector()
         self.client: HyMemoryClient | None = None
         self._lm: Any = None
+        self._base_lm: Any = None  # lm_factory(case), made on the first open
         self._dim = 0
         # An HTTP provider under a fault plan is faulted on the wire: the targeted call goes through a fault
         # proxy (one per kind, started on first use); embedding and store faults stay in-process.
@@ -107,7 +110,9 @@ class HymemSystem:
         return self._dim
 
     def open(self, store: Path) -> None:
-        base = self.lm_factory(self.case)
+        if self._base_lm is None:
+            self._base_lm = self.lm_factory(self.case)
+        base = self._base_lm
         lm = faulty_lm(base, self.injector) if self.plan.name != "none" and not self.wire else base
         if self.accounting is not None:
             lm = AccountingLM.wrap(lm, provider=self.accounting, log=self.log, injector=self.injector,
