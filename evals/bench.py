@@ -3,7 +3,8 @@
 - sweep cost growth: time(sweep of a 2N-write case) / time(sweep of an N-write case); linear → 2.0.
 - engine overhead per write: wall time of a write minus the time inside model and embedding calls,
   as a share of the write, and against an ideal write (the same rows and vectors stored directly).
-- runner wall time / ideal against `serve` with a fixed latency L at concurrency C = 1, 4, 16.
+- runner wall time / ideal against `serve` with a fixed latency L at concurrency C = 1, 4, 16 (C connections; as many
+  units in flight unless --units-per-connection says more).
 - minilm throughput: sentences/s of the numpy MiniLM over the torch one on the bundled data's sentences.
 - write growth: time of a write into a store already holding N memories / into a fresh store (flat → 1.0).
 Run with `nox -s bench` or `python -m evals.bench [--writes N] [--repeat R]`.
@@ -15,6 +16,7 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -297,11 +299,12 @@ def _server_process(latency: float):
 
 
 def runner_vs_ideal(latency: float, concurrency: int, cases_per_slot: int = 20,
-                    model: str = "offline") -> dict[str, Any]:
+                    model: str = "offline", units: int | None = None) -> dict[str, Any]:
     """Runner wall time against `serve` with fixed latency, over the ideal schedule.
 
     ideal = max(total LM calls × L / C, the longest case's chain of calls × L), over
-    `cases_per_slot` × C one-write cases (each write: extract, then reconcile).
+    `cases_per_slot` × C one-write cases (each write: extract, then reconcile). C is `--max-connections`;
+    `units` (`--concurrency`, units in flight) defaults to C.
     """
     import pandas as pd
 
@@ -313,20 +316,23 @@ def runner_vs_ideal(latency: float, concurrency: int, cases_per_slot: int = 20,
         data.write_text("\n".join(synthetic_case(1, f"b{i}").model_copy(update={"user_id": f"u{i}"})
                                    .model_dump_json(exclude={"source", "line"}) for i in range(n)) + "\n")
         outcome = run_eval(RunConfig(datasets=[str(data)], providers=[f"openai/{model}@{url}"],
-                                     embedder="hash", faults="none", concurrency=concurrency,
+                                     embedder="hash", faults="none", concurrency=units or concurrency,
                                      max_connections=concurrency, cache=False, out=Path(tmp) / "run",
                                      progress=False))
         attempts = pd.read_parquet(outcome.run_dir / "attempts.parquet")
     lm = attempts[attempts["site"] != "embed"]
     chain = int(lm.groupby("case_id").size().max())
     ideal = max(len(lm) * latency / concurrency, chain * latency)
-    return {"model": model, "latency_s": latency, "concurrency": concurrency, "cases": n, "lm_calls": int(len(lm)),
+    return {"model": model, "latency_s": latency, "concurrency": concurrency, "units_in_flight": units or concurrency,
+            "cases": n, "lm_calls": int(len(lm)),
             "wall_over_ideal": outcome.units_seconds / ideal, "target": 1.10, "load_average_1min": os.getloadavg()[0]}
 
 
-def runner_repeated(latency: float, concurrency: int, repeat: int, model: str = "offline") -> dict[str, Any]:
+def runner_repeated(latency: float, concurrency: int, repeat: int, model: str = "offline",
+                    units_per_connection: float = 1.0) -> dict[str, Any]:
     """`runner_vs_ideal` `repeat` times: the range of wall / ideal, with the machine's load average."""
-    runs = [runner_vs_ideal(latency, concurrency, model=model) for _ in range(repeat)]
+    units = max(concurrency, math.ceil(concurrency * units_per_connection))
+    runs = [runner_vs_ideal(latency, concurrency, model=model, units=units) for _ in range(repeat)]
     return {**{k: v for k, v in runs[0].items() if k not in ("wall_over_ideal", "load_average_1min")},
             "repeats": repeat, "wall_over_ideal": _spread([r["wall_over_ideal"] for r in runs]),
             "load_average_1min": _spread([r["load_average_1min"] for r in runs])}
@@ -344,6 +350,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="store sizes N for write_growth (memories already stored); none skips it")
     parser.add_argument("--only", choices=["sweep", "overhead", "runner", "growth", "minilm"], action="append", default=None,
                         help="run only these benchmarks (repeatable)")
+    parser.add_argument("--units-per-connection", type=float, default=1.0, metavar="X",
+                        help="runner_vs_ideal: units in flight (--concurrency) = ceil(C × X), over C connections "
+                        "(--max-connections C); default 1: as many units as connections")
     parser.add_argument("--model", default="offline",
                         help="the model name the runner asks `serve` for (it answers any name); DSPy scans its "
                         "metadata table for a name it does not know, e.g. offline, on every call")
@@ -356,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     if "overhead" in only:
         results["engine_overhead"] = [engine_overhead(4 * args.writes, sync) for sync in ("FULL", "NORMAL")]
     if "runner" in only:
-        results["runner_vs_ideal"] = [runner_repeated(args.latency, c, args.repeat, model=args.model)
+        results["runner_vs_ideal"] = [runner_repeated(args.latency, c, args.repeat, model=args.model,
+                                                      units_per_connection=args.units_per_connection)
                                       for c in args.concurrency or [1, 4, 16]]
     if "minilm" in only:
         from hymem.embedder import minilm_available
