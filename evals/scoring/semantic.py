@@ -9,9 +9,9 @@ side has (sells / buys, teaches / learns), and a subject that one side names as 
 ("朋友欠了用户一笔钱" against "用户欠了朋友一笔钱"). A weight could not learn them from the few
 calibration pairs each covers without unlearning the thesaurus features for the rest.
 
-Both sentences lose their subject and any reporting frame first (`hymem.subjects.split_subject`,
-"The user mentioned that …", "用户表示…"): text is matched on what is said, and who it is said about is the subject rule's job, so "John is a nurse" filed as "The user
-is a nurse" is still matched and counted as an attribution error. The features of a pair are the
+Both sentences lose their subject and any reporting frame first (`hymem.subjects.split_subject`;
+"The user mentioned that …", "用户表示…"): text is matched on what is said, and who it is said about
+is the subject rule's job, so "John is a nurse" filed as "The user is a nurse" is still matched and counted as an attribution error. The features of a pair are the
 cosine of the predicates' sentence vectors, the weighted word overlap of the text matcher, the
 character-bigram overlap (MiniLM is near-blind to Chinese characters, bigrams are not), those three
 again for Chinese pairs, one flag per explicit check (`evals.scoring.checks`, `evals.scoring.
@@ -85,8 +85,7 @@ class _Prepared:
     periods: frozenset[str]  # time-of-day words plus the part of day of each clock time
     names: dict[str, str]  # the names the predicate states (`checks.name_table`)
     zh_words: tuple[str, ...]  # Chinese content words (jieba), for the thesaurus; () for English
-    opens_with_subject: bool  # a subject was split off (voice flips count only when both keep theirs)
-    subject: str | None  # that subject, canonical
+    subject: str | None  # the subject split off, canonical (voice flips count only when both keep theirs)
     objects: frozenset[str]  # without a subject: who it names as acted on (`_objects`)
 
 
@@ -109,6 +108,7 @@ def _predicate(text: str) -> tuple[str, str | None]:
 
 
 _EN_PREPOSITIONS = frozenset("to for from with at about of".split())
+_NOT_WORDS = frozenset("the a an this that it its his her their on in at every each last next".split())
 _EN_PARTICIPANT = re.compile(r"\b([A-Za-z]+)\s+(the\s+(?:ai\s+)?assistant|the\s+user|user|[A-Z][a-z]+)\b")
 _ZH_PASSIVE_MARK = re.compile(r"被|把|由|让")
 
@@ -125,11 +125,8 @@ def _objects(text: str, zh: bool) -> frozenset[str]:
         # aspect particles (了, 着, 过) do not separate a verb from its object
         tokens = [(w.word, w.flag) for w in jieba.posseg.cut(text) if w.flag not in ("ul", "uz", "ug")]
         for (_, before), (word, flag) in zip(tokens, tokens[1:], strict=False):
-            if before[:1] in ("v", "p"):
-                if word in ("用户", "助手"):
-                    found.add(canonical_subject(word))
-                elif flag == "nr":
-                    found.add(canonical_subject(word))
+            if before[:1] in ("v", "p") and (word in ("用户", "助手") or flag == "nr"):
+                found.add(canonical_subject(word))
         return frozenset(found)
     if re.search(r"\bby\s+(?:the\s+)?(?:user|assistant|[A-Z])", text):
         return frozenset()
@@ -140,9 +137,6 @@ def _objects(text: str, zh: bool) -> frozenset[str]:
         if before in _EN_PREPOSITIONS or verb_form(before):
             found.add(canonical_subject(who))
     return frozenset(found)
-
-
-_NOT_WORDS = frozenset("the a an this that it its his her their on in at every each last next".split())
 
 
 def _part_of_day(hour: float) -> str:
@@ -163,7 +157,7 @@ def prepare_text(text: str) -> _Prepared:
     zh = is_chinese(text)
     return _Prepared(predicate, units(predicate), negated(predicate), _bigrams(predicate), qualifiers,
                      zh, words_of(predicate), found, frozenset(periods), name_table(predicate),
-                     chinese_words(predicate) if zh else (), subject is not None, subject,
+                     chinese_words(predicate) if zh else (), subject,
                      _objects(predicate, zh) if subject is None else frozenset())
 
 
@@ -237,7 +231,7 @@ def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.
     return ([cosine, words, bigrams, zh, zh * cosine, zh * words, zh * bigrams, diff.substitution, flags["polarity"],
             max(flags["modality"], diff.tense), float(a.periods != b.periods), float(not same_quantities(a.quantities, b.quantities)),
             flags["relation"], float(names_substituted(a.names, a.predicate, b.names, b.predicate)), align, unmatched, zh * unmatched,
-            diff.shared, diff.slot_abbrev, diff.voice * float(a.opens_with_subject and b.opens_with_subject), diff.direction,
+            diff.shared, diff.slot_abbrev, diff.voice * float(a.subject is not None and b.subject is not None), diff.direction,
             *_lexical(a, b, diff)], _opposed(a, b, diff) or _displaced(a, b) or _displaced(b, a))
 
 
@@ -313,9 +307,9 @@ class SemanticMatcher(Matcher):
 
     def probabilities(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
         """The fitted regression's probability, 0 where a role check rules a pair out."""
-        x, opposed = self.evaluate(gold, pred)
+        x, ruled_out = self.evaluate(gold, pred)
         p = 1.0 / (1.0 + np.exp(-(x @ self._weights + self.params.intercept)))
-        return np.where(opposed, 0.0, p) if self.params.role_checks else p
+        return np.where(ruled_out, 0.0, p) if self.params.role_checks else p
 
     def features(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
         """[len(gold), len(pred), len(FEATURES)]."""
@@ -330,11 +324,11 @@ class SemanticMatcher(Matcher):
         rv = np.stack([self._vectors[x.predicate] for x in right]) if right else np.zeros((0, 1))
         cosine = lv @ rv.T if left and right else np.zeros((len(left), len(right)))
         out = np.zeros((len(left), len(right), len(FEATURES)))
-        opposed = np.zeros((len(left), len(right)), dtype=bool)
+        ruled_out = np.zeros((len(left), len(right)), dtype=bool)
         for i, a in enumerate(left):
             for j, b in enumerate(right):
-                out[i, j], opposed[i, j] = _pair(a, b, float(cosine[i, j]), self._word_vectors)
-        return out, opposed
+                out[i, j], ruled_out[i, j] = _pair(a, b, float(cosine[i, j]), self._word_vectors)
+        return out, ruled_out
 
     def scores(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
         if not gold or not pred:
@@ -417,7 +411,7 @@ def fit_semantic(calibration: Sequence[Any], *, source: str, embedder: Any = Non
     matcher.prepare([g for g, _ in texts], [p for _, p in texts])
     evaluated = [matcher.evaluate([g], [p]) for g, p in texts]
     x = np.stack([f[0, 0] for f, _ in evaluated])
-    opposed = np.array([o[0, 0] for _, o in evaluated])
+    ruled_out = np.array([o[0, 0] for _, o in evaluated])
     y = np.array([p.same for p in usable] + [False] * (len(texts) - len(usable)), dtype=int)
     base: dict[str, int] = {}
     groups = np.array([base.setdefault(g, len(base)) for g, _ in texts])
@@ -426,12 +420,12 @@ def fit_semantic(calibration: Sequence[Any], *, source: str, embedder: Any = Non
     for c in (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0):
         said = np.zeros(len(y), dtype=int)
         for train, test in GroupKFold(folds).split(x, y, groups):
-            said[test] = model(c).fit(x[train], y[train]).predict(x[test]) & ~opposed[test]
+            said[test] = model(c).fit(x[train], y[train]).predict(x[test]) & ~ruled_out[test]
         score = float((said[:len(usable)] == y[:len(usable)]).mean())
         if score > best + 1e-9:
             best_c, best = c, score
     fitted = model(best_c).fit(x, y)
-    agreement = float(((fitted.predict(x) & ~opposed)[:len(usable)] == y[:len(usable)]).mean())
+    agreement = float(((fitted.predict(x) & ~ruled_out)[:len(usable)] == y[:len(usable)]).mean())
     scaler, regression = fitted[0], fitted[1]
     weights = regression.coef_[0] / scaler.scale_
     intercept = float(regression.intercept_[0] - weights @ scaler.mean_)
