@@ -185,14 +185,19 @@ class CaseReplayer:
             after = system.snapshot(store)
             references = {"before closing": searched,
                           "from an index rebuilt from SQLite": engine_call(system.rebuilt_probe, store, user, after)}
-            for source in stale:  # a real open of a copy with the stale file: its checks must refuse the file
+            # Real opens of a copy: with a stale index file planted (its checks must refuse the file), or, when
+            # there is none to plant (a run without faults), with no index file at all, so that the engine's
+            # rebuild-on-open runs in every run, not only after a crash.
+            sources: list[Path | None] = [*stale] if stale else [None]
+            for source in sources:
                 system.open(system.without_index(store, tmp / "reopened", source))
                 answers = engine_call(system.search_probe, user)
                 system.close()
                 if answers != reopened:  # the planted file is stale: it must be rebuilt, never served
+                    what = (f"a stale index file ({source.name}'s) was served on reopen" if source is not None
+                            else "an open without its index files rebuilt another index")
                     findings.append(Finding(kind=AnomalyKind.REOPEN_DIVERGED, check="reopen", witness=(
-                        f"a stale index file ({source.name}'s) was served on reopen: search returned {answers}, "
-                        f"the current index {reopened}")))
+                        f"{what}: search returned {answers}, the current index {reopened}")))
         except EngineRaised as exc:
             findings.append(Finding(kind=AnomalyKind.ENGINE_EXCEPTION, check="reopen", witness=f"reopening: {exc}"))
             return
