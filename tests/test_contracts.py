@@ -311,3 +311,12 @@ def test_the_profile_named_after_another_speaker_is_profile_from_third_party(tmp
     run = CaseReplayer(load_cases([path])[0], "d", "offline", lambda c: make_lm("offline"),
                        resolve_embedder("hash")[1], FaultPlan.parse("none"), 0).run()
     assert [f.kind for f in run.findings] == ["PROFILE_FROM_THIRD_PARTY"] and "'Grace'" in run.findings[0].witness
+
+
+def test_an_open_that_rebuilds_an_empty_index_is_reopen_diverged_even_in_a_run_without_faults(tmp_path, monkeypatch):
+    import hymem.store._store as store_module
+
+    real_build = store_module.build_index
+    monkeypatch.setattr(store_module, "build_index", lambda conn, dim: type(real_build(conn, dim))(dim))  # empty
+    run = replay(tmp_path)  # --faults none: no stale index file to plant, so the check opens a copy without one
+    assert "REOPEN_DIVERGED" in {f.kind for f in run.findings if f.check == "reopen"}
