@@ -43,12 +43,14 @@ RELATION_FOLD = {"mom": "mother", "mum": "mother", "dad": "father", "grandma": "
                  "姥爷": "外公"}
 _EN_USER = re.compile(r"^(?:the\s+)?(?:current\s+)?user\b(?!-)", re.IGNORECASE)
 _EN_ASSISTANT = re.compile(r"^(?:the\s+)?(?:ai\s+)?assistant\b|^the\s+ai\b", re.IGNORECASE)
-_ZH_USER = re.compile(r"^(?:当前|该|这位|此)?用户")
-_ZH_ASSISTANT = re.compile(r"^(?:ai|AI|智能)?助手")
+_ZH_USER_WORD = r"(?:当前|该|这位|此)?用户"  # the spellings of _USER in Chinese, as a pattern
+_ZH_ASSISTANT_WORD = r"(?:ai|AI|智能)?助手"
+_ZH_USER = re.compile(rf"^{_ZH_USER_WORD}")
+_ZH_ASSISTANT = re.compile(rf"^{_ZH_ASSISTANT_WORD}")
 _EN_RELATION = re.compile(rf"^(?:the\s+)?(?:current\s+)?user(?:'s|s')\s+(?:(?:older|younger|elder|little|big|"
                           rf"best|close|old|new|former|ex-)\s*)*({_EN_RELATIONS})\b(?:[\s,]+(?-i:([A-Z][\w'-]*"
                           rf"(?:\s+[A-Z][\w'-]*)?|[^\W\d_A-Za-z][^\s,.]*)))?", re.IGNORECASE)
-_ZH_RELATION = re.compile(rf"^(?:当前|该|这位|此)?用户的?(?:(?:大|小|亲|好|前|老))?({_ZH_RELATIONS})(?:[,，]?"
+_ZH_RELATION = re.compile(rf"^{_ZH_USER_WORD}的?(?:(?:大|小|亲|好|前|老))?({_ZH_RELATIONS})(?:[,，]?"
                           r"(?!的)([\u4e00-\u9fff]{2,3}?|[A-Za-z][\w-]*)(?=[,，]|是|在|住|喜欢|有|的|叫|做|从|也|已|养|"
                           r"每|会|正|要|想|和|不|没|刚|最近|现在|今年|去年|明年))?")
 _APPOSITION = re.compile(r"^([^\s,，\u4e00-\u9fff]{1,24}|[\u4e00-\u9fff]{2,4}|[^\s,，]{1,24}\s[^\s,，]{1,24})[,，]\s*"
@@ -94,10 +96,10 @@ _EN_INVERTED = re.compile(r"^(?P<head>.{1,60}?\s+(?:is|are|was|were|will be)\s+(
 _EN_HAS_RELATION = re.compile(rf"^(?:the\s+)?(?:current\s+)?user\s+(?:has|had)\s+(?:a|an|one)\s+(?:\w+\s+)?"
                               rf"(?P<relation>{_EN_RELATIONS})\b(?:\s+(?:named|called)\s+(?-i:(?P<name>[A-Z][\w'-]*)))?"
                               r",?\s+(?:who|that)\s+(?P<tail>.*)$", re.IGNORECASE)
-_ZH_AGENT = re.compile(r"^(?P<head>[^，,。]{1,30}?)(?:被|由|让)(?P<agent>(?:当前)?用户|(?:AI|ai|智能)?助手)(?P<tail>.*)$")
-_ZH_INVERTED = re.compile(rf"^(?P<head>[^，,。]{{1,30}}?)是(?P<owner>(?:当前)?用户|(?:AI|ai|智能)?助手)"
+_ZH_AGENT = re.compile(rf"^(?P<head>[^，,。]{{1,30}}?)(?:被|由|让)(?P<agent>{_ZH_USER_WORD}|{_ZH_ASSISTANT_WORD})(?P<tail>.*)$")
+_ZH_INVERTED = re.compile(rf"^(?P<head>[^，,。]{{1,30}}?)是(?P<owner>{_ZH_USER_WORD}|{_ZH_ASSISTANT_WORD})"
                           rf"(?!的?(?:大|小|亲|好|前|老)?(?:{_ZH_RELATIONS}))(?P<tail>.*)$")
-_ZH_HAS_RELATION = re.compile(rf"^(?:当前)?用户有(?:一)?(?:个|位|名)?(?P<relation>{_ZH_RELATIONS})"
+_ZH_HAS_RELATION = re.compile(rf"^{_ZH_USER_WORD}有(?:一)?(?:个|位|名)?(?P<relation>{_ZH_RELATIONS})"
                               r"(?:叫(?P<name>[\u4e00-\u9fff]{2,3}))?[，,]?(?P<tail>[是在住喜做会每].*)$")
 # Capitalised words that open a sentence without naming anyone.
 _NOT_NAMES = frozenset("""the a an this that these those it its they their he his she her we our you your i my me
@@ -143,22 +145,24 @@ def _clean(text: str) -> str:
     return cleaned
 
 
+def _relative(relation: str, name: str | None, zh: bool) -> str:
+    """The subject a relative of the user's names: their name when the sentence gives one, else the folded
+    relation ("the user's mother", "用户的母亲")."""
+    folded = RELATION_FOLD.get(relation if zh else relation.casefold(), relation if zh else relation.casefold())
+    return name or (f"用户的{folded}" if zh else f"the user's {folded}")
+
+
 def split_subject(text: str) -> tuple[str | None, str]:
     """(the subject the sentence names, the rest of the sentence): "The user lives in Berlin." →
     ("user", "lives in Berlin."); ("Jack", "is a chef.") for "The user's friend Jack is a chef.";
     (None, the whole sentence) when it opens with no subject."""
     stripped = _clean(text)
-    if match := _EN_RELATION.match(stripped):
-        relation = match.group(1).casefold()
-        return match.group(2) or f"the user's {RELATION_FOLD.get(relation, relation)}", stripped[match.end():]
-    if match := _ZH_RELATION.match(stripped):
-        return match.group(2) or f"用户的{RELATION_FOLD.get(match.group(1), match.group(1))}", stripped[match.end():]
-    if match := _EN_HAS_RELATION.match(stripped):
-        relation = match.group("relation").casefold()
-        return match.group("name") or f"the user's {RELATION_FOLD.get(relation, relation)}", " " + match.group("tail")
-    if match := _ZH_HAS_RELATION.match(stripped):
-        relation = match.group("relation")
-        return match.group("name") or f"用户的{RELATION_FOLD.get(relation, relation)}", match.group("tail")
+    for pattern, zh in ((_EN_RELATION, False), (_ZH_RELATION, True)):  # "The user's friend Jack …"
+        if match := pattern.match(stripped):
+            return _relative(match.group(1), match.group(2), zh), stripped[match.end():]
+    for pattern, zh in ((_EN_HAS_RELATION, False), (_ZH_HAS_RELATION, True)):  # "The user has a brother who …"
+        if match := pattern.match(stripped):
+            return _relative(match.group("relation"), match.group("name"), zh), (" " if not zh else "") + match.group("tail")
     for pattern, subject in ((_EN_ASSISTANT, "assistant"), (_ZH_ASSISTANT, "assistant"), (_EN_USER, "user"),
                              (_ZH_USER, "user")):
         if match := pattern.match(stripped):
@@ -173,11 +177,11 @@ def split_subject(text: str) -> tuple[str | None, str]:
     if match := _FRONTED.match(stripped):  # "On Sundays, the user plays tennis." / "每天晚上，用户都会看书。"
         subject = "assistant" if re.match(r"(?i)the (?:ai )?assistant|(?:ai)?助手", match.group(2)) else "user"
         return subject, match.group(1) + stripped[match.end():]
+    # "Mother is a nurse", "Daughter Emma is 7", "母亲是护士" (not "Manager at Google")
     if (match := _EN_BARE_RELATION.match(stripped)) and not _NOT_AFTER_A_NAME.match(stripped, match.end()):
-        relation = match.group(1).casefold()  # "Mother is a nurse", "Daughter Emma is 7" (not "Manager at Google")
-        return match.group(2) or f"the user's {RELATION_FOLD.get(relation, relation)}", stripped[match.end():]
+        return _relative(match.group(1), match.group(2), False), stripped[match.end():]
     if match := _ZH_BARE_RELATION.match(stripped):
-        return match.group(2) or f"用户的{RELATION_FOLD.get(match.group(1), match.group(1))}", stripped[match.end():]
+        return _relative(match.group(1), match.group(2), True), stripped[match.end():]
     if match := _EN_NAME.match(stripped):
         name = match.group(1)
         if name.split()[0].casefold() not in _NOT_NAMES and not _opens_without_a_name(match, stripped):

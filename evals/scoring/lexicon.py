@@ -105,7 +105,6 @@ class WordNet:
         sa, sb = self.senses(a), self.senses(b)
         return bool(sa & sb) or bool(self._linked(sa, _SAME) & sb) or bool(self._linked(sb, _SAME) & sa)
 
-
     def opposite(self, a: str, b: str) -> bool:
         """The two words take opposite roles: a frequent sense of one is an antonym of one of the other
         (sell / buy, lend / borrow, employer / employee, plaintiff / defendant, like / dislike), or
