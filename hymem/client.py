@@ -311,9 +311,9 @@ class HyMemoryClient:
                     "applied_ops": [a.model_dump() for a in applied],
                     "reconciled": bool(plan.round),
                 })
-                for number, round_ in enumerate(work["rounds"], start=1):
-                    tx.add_chain_round(user_id, rid, number, round_.stage,
-                                       {"outputs": jsonable(round_.outputs), "seconds": round_.seconds})
+                tx.add_chain_rounds(user_id, rid, [
+                    (number, round_.stage, {"outputs": jsonable(round_.outputs), "seconds": round_.seconds})
+                    for number, round_ in enumerate(work["rounds"], start=1)])
                 tx.record_request(rid, user_id, result.model_dump(), fingerprint)
         except Exception as exc:  # the transaction rolled back: nothing was stored
             return self._failure(rid, error_code=ErrorCode.STORE_FAILED, message=f"{type(exc).__name__}: {exc}")

@@ -1,4 +1,4 @@
-"""Memoise what DSPy 3.4 rebuilds on every call but never changes: pydantic TypeAdapters and model metadata.
+"""Memoise what DSPy 3.4 rebuilds on every call but never changes: TypeAdapters, model metadata, adapter choice.
 
 Per predictor call DSPy builds a `pydantic.TypeAdapter` for every input it formats and every output it
 parses (a schema build each time), and, for a model name its metadata table does not hold (`offline`, a
@@ -8,7 +8,9 @@ only on their arguments, so they are cached here, keyed by those arguments:
 - `dspy.adapters.utils.TypeAdapter` becomes a cached factory (same type → the same adapter; a type that
   cannot be hashed gets a fresh one, as before);
 - `model_info(provider, model, namespaces)` is memoised where DSPy's cost and capability code call it, and
-  each caller gets its own deep copy, as DSPy's own function returns.
+  each caller gets its own deep copy, as DSPy's own function returns;
+- `resolve_adapter` (called by every `Predict`) remembers, per signature, that a predictor with no decision
+  fields gets the adapter it passed in (see `_memoised_resolve_adapter`).
 
 `install()` runs once when `hymem.llm` is imported; it checks that DSPy still has the names it replaces and
 leaves DSPy untouched otherwise.
@@ -60,6 +62,47 @@ def _memoised_model_info(original: Any) -> Any:
     return marked
 
 
+def _memoised_resolve_adapter(original: Any) -> Any:
+    """`resolve_adapter` answering "the adapter itself" from a memo for a predictor with no decision fields.
+
+    With no per-field decision settings, DSPy's answer depends only on the signature (its output types), the
+    declared signature and whether the LM takes decision requests: either the adapter it was given, or a
+    DecisionAdapter wrapping it. Only "the adapter itself" is remembered, and only for a signature with no
+    decision type nested in an output (for which DSPy warns on every call): anything else calls DSPy.
+    """
+    from dspy.adapters.types.decision import Choice, Noul, Score
+
+    sentinel = object()
+
+    @functools.lru_cache(maxsize=1024)
+    def plain(signature: Any, declared: Any, system_one: bool) -> bool:
+        nested = any(kind.extract_custom_type_from_annotation(field.rebuild_annotation())
+                     for field in signature.output_fields.values() for kind in (Noul, Choice, Score))
+        return not nested and original(_DecisionLM(system_one), sentinel, signature, {}, declared) is sentinel
+
+    @functools.wraps(original)
+    def resolve_adapter(lm: Any, adapter: Any, signature: Any, fields: Any, declared_signature: Any = None) -> Any:
+        if isinstance(fields, dict) and not fields:
+            system_one = getattr(lm, "supports_decision_requests", False) is True
+            try:
+                if plain(signature, declared_signature, system_one):
+                    return adapter
+            except TypeError:  # an unhashable signature: no memo
+                pass
+        return original(lm, adapter, signature, fields, declared_signature)
+
+    marked: Any = resolve_adapter
+    marked.__wrapped_by_hymem__ = True
+    return marked
+
+
+class _DecisionLM:
+    """Stands for an LM in `resolve_adapter`, which reads only its `supports_decision_requests`."""
+
+    def __init__(self, system_one: bool):
+        self.supports_decision_requests = system_one
+
+
 def install() -> bool:
     """Install both caches into DSPy (idempotent); False when DSPy's layout is not the one expected."""
     global _installed
@@ -79,5 +122,12 @@ def install() -> bool:
         for module in (costs, capabilities):
             if getattr(module, "model_info", None) is original:
                 module.model_info = memo
+    try:
+        from dspy.predict import predict as predict_module
+    except ImportError:  # pragma: no cover - layout of a future dspy
+        predict_module = None
+    resolver = getattr(predict_module, "resolve_adapter", None)
+    if resolver is not None and not getattr(resolver, "__wrapped_by_hymem__", False):
+        predict_module.resolve_adapter = _memoised_resolve_adapter(resolver)  # type: ignore[union-attr]
     _installed = True
     return True

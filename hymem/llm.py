@@ -57,6 +57,23 @@ class StrictJSONAdapter(dspy.JSONAdapter):
         except TypeError:  # an unhashable signature: format it every time
             return super().format_system_message(signature)
 
+    # Pure functions of the signature that DSPy recomputes on every call: memoised per signature class.
+    def user_message_output_requirements(self, signature: type[dspy.Signature]) -> str:
+        return _per_signature(_output_requirements_cached, signature,
+                              lambda: dspy.JSONAdapter.user_message_output_requirements(self, signature))
+
+    def _get_history_field_name(self, signature: type[dspy.Signature]) -> str | None:
+        return _per_signature(_history_field_cached, signature,
+                              lambda: dspy.JSONAdapter._get_history_field_name(self, signature))
+
+    def _get_tool_call_input_field_name(self, signature: type[dspy.Signature]) -> str | None:
+        return _per_signature(_tool_input_field_cached, signature,
+                              lambda: dspy.JSONAdapter._get_tool_call_input_field_name(self, signature))
+
+    def _get_tool_call_output_field_name(self, signature: type[dspy.Signature]) -> str | None:
+        return _per_signature(_tool_output_field_cached, signature,
+                              lambda: dspy.JSONAdapter._get_tool_call_output_field_name(self, signature))
+
     def parse(self, signature: type[dspy.Signature], completion: str) -> dict[str, Any]:
         text = completion.strip()
         fenced = _FENCE.match(text)
@@ -97,6 +114,34 @@ def _structure_cached(signature: type[dspy.Signature]) -> str:
 @functools.lru_cache(maxsize=256)
 def _system_message_cached(signature: type[dspy.Signature]) -> str:
     return dspy.JSONAdapter.format_system_message(_STRICT, signature)
+
+
+@functools.lru_cache(maxsize=256)
+def _output_requirements_cached(signature: type[dspy.Signature]) -> str:
+    return dspy.JSONAdapter.user_message_output_requirements(_PLAIN, signature)
+
+
+@functools.lru_cache(maxsize=256)
+def _history_field_cached(signature: type[dspy.Signature]) -> str | None:
+    return dspy.JSONAdapter._get_history_field_name(_PLAIN, signature)
+
+
+@functools.lru_cache(maxsize=256)
+def _tool_input_field_cached(signature: type[dspy.Signature]) -> str | None:
+    return dspy.JSONAdapter._get_tool_call_input_field_name(_PLAIN, signature)
+
+
+@functools.lru_cache(maxsize=256)
+def _tool_output_field_cached(signature: type[dspy.Signature]) -> str | None:
+    return dspy.JSONAdapter._get_tool_call_output_field_name(_PLAIN, signature)
+
+
+def _per_signature(cached: Any, signature: type[dspy.Signature], uncached: Any) -> Any:
+    """`cached(signature)`, or `uncached()` for a signature that cannot be hashed."""
+    try:
+        return cached(signature)
+    except TypeError:
+        return uncached()
 
 
 def _field_structure(adapter: dspy.JSONAdapter, signature: type[dspy.Signature]) -> str:

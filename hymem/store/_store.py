@@ -47,6 +47,20 @@ def _memory(row: tuple, score: float | None = None) -> Memory:
                   request_id=request_id, created_at=created_at, updated_at=updated_at)
 
 
+def _add_checksum(checksum: str, delta: str) -> str:
+    return add_to_checksum(checksum, int(delta))  # the delta travels as text: it may not fit SQLite's int64
+
+
+def _merge_json(known: str, updates: str) -> str:
+    return json.dumps({**json.loads(known), **json.loads(updates)}, ensure_ascii=False)
+
+
+def _register_functions(conn: sqlite3.Connection) -> None:
+    """The SQL functions a write transaction uses, so it needs one statement where it would read then write."""
+    conn.create_function("hymem_add_checksum", 2, _add_checksum, deterministic=True)
+    conn.create_function("hymem_merge_json", 2, _merge_json, deterministic=True)
+
+
 class Store:
     """Memories, L1 history, episodes, profiles, traces and idempotency records of all users."""
 
@@ -75,6 +89,7 @@ class Store:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute(f"PRAGMA synchronous={synchronous}")
             self._conn.execute("PRAGMA foreign_keys=ON")
+            _register_functions(self._conn)
             migrate(self._conn)
             self._generation = self._init_meta()
             self._needs_rebuild = False
@@ -239,14 +254,18 @@ class Store:
 
     def _commit(self, changes: dict[int, tuple[str, str, np.ndarray] | None], checksum_delta: int) -> None:
         try:
-            if checksum_delta:
-                (checksum,) = self._conn.execute("SELECT value FROM meta WHERE key = 'vectors_checksum'").fetchone()
-                self._conn.execute("UPDATE meta SET value = ? WHERE key = 'vectors_checksum'",
-                                   (add_to_checksum(checksum, checksum_delta),))
             # the generation is counted in the transaction itself: no process can reuse a number
-            generation = int(self._conn.execute(
-                "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation' RETURNING value"
-            ).fetchone()[0])
+            if checksum_delta:  # and the live vectors' checksum moved by the same statement
+                rows = dict(self._conn.execute(
+                    "UPDATE meta SET value = CASE key WHEN 'generation' THEN CAST(value AS INTEGER) + 1"
+                    " ELSE hymem_add_checksum(value, ?) END"
+                    " WHERE key IN ('generation', 'vectors_checksum') RETURNING key, value",
+                    (str(checksum_delta),)).fetchall())
+                generation = int(rows["generation"])
+            else:
+                generation = int(self._conn.execute(
+                    "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation' RETURNING value"
+                ).fetchone()[0])
             failpoint("store.before_commit")
             self._conn.execute("COMMIT")
         except BaseException:

@@ -113,13 +113,13 @@ class WriteTx:
         updates = {k: v for k, v in updates.items() if v is not None}
         if not updates:
             return
-        conn = self._conn()
-        row = conn.execute("SELECT basic_info FROM profiles WHERE user_id = ?", (user_id,)).fetchone()
-        merged = {**(json.loads(row[0]) if row else {}), **updates}
-        conn.execute(
+        # One statement: a new row holds the updates; a known user's basic_info is merged with them by
+        # `hymem_merge_json` ({**known, **updates}, as JSON), a function the store registers on its connection.
+        self._conn().execute(
             "INSERT INTO profiles (user_id, basic_info, updated_at) VALUES (?, ?, ?) ON CONFLICT(user_id)"
-            " DO UPDATE SET basic_info = excluded.basic_info, updated_at = excluded.updated_at",
-            (user_id, json.dumps(merged, ensure_ascii=False), time.time()))
+            " DO UPDATE SET basic_info = hymem_merge_json(basic_info, excluded.basic_info),"
+            " updated_at = excluded.updated_at",
+            (user_id, json.dumps(updates, ensure_ascii=False), time.time()))
 
     def advance_episode(self, user_id: str) -> int:
         """Increment the user's episode counter; returns the new value (1 for the first episode)."""
@@ -136,10 +136,18 @@ class WriteTx:
 
     def add_chain_round(self, user_id: str, request_id: str | None, round: int, stage: str, payload: dict) -> None:
         """Record one LM round of the chain (extract, reconcile, ...)."""
-        self._conn().execute(
+        self.add_chain_rounds(user_id, request_id, [(round, stage, payload)])
+
+    def add_chain_rounds(self, user_id: str, request_id: str | None, rounds: list[tuple[int, str, dict]]) -> None:
+        """Record a write's LM rounds, (round number, stage, payload) each, in order, with one statement."""
+        if not rounds:
+            return
+        conn, now = self._conn(), time.time()
+        conn.executemany(
             "INSERT INTO chain_rounds (user_id, request_id, round, stage, payload, created_at)"
             " VALUES (?, ?, ?, ?, ?, ?)",
-            (user_id, request_id, round, stage, json.dumps(payload, ensure_ascii=False), time.time()))
+            [(user_id, request_id, number, stage, json.dumps(payload, ensure_ascii=False), now)
+             for number, stage, payload in rounds])
 
     def record_request(self, request_id: str, user_id: str, result: dict, fingerprint: str | None = None) -> None:
         """Record a successful write's result and payload fingerprint; a second record of one
