@@ -9,6 +9,8 @@ only on their arguments, so they are cached here, keyed by those arguments:
   cannot be hashed gets a fresh one, as before);
 - `model_info(provider, model, namespaces)` is memoised where DSPy's cost and capability code call it, and
   each caller gets its own deep copy, as DSPy's own function returns;
+- the HTTP transport's proxy lookup (`getproxies`) is answered from a memo while `os.environ` is unchanged,
+  checked on every call (see `_memoised_getproxies`);
 - `resolve_adapter` (called by every `Predict`) remembers, per signature, that a predictor with no decision
   fields gets the adapter it passed in (see `_memoised_resolve_adapter`).
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import copy
 import functools
 import logging
+import os
 from typing import Any
 
 import pydantic
@@ -96,6 +99,34 @@ def _memoised_resolve_adapter(original: Any) -> Any:
     return marked
 
 
+def _memoised_getproxies(original: Any) -> Any:
+    """`urllib.request.getproxies` (the environment's `*_proxy` variables) answered from a memo while the
+    environment is unchanged.
+
+    DSPy's HTTP transport asks on every request, and the answer, a function of `os.environ` alone, costs a
+    walk over the whole environment decoding every name and value (~0.2 ms). Here every call still compares
+    the environment as it is now with the one the memo was made from (one C-level dict comparison of its raw
+    bytes); any change, in any variable, recomputes. Each caller gets its own dict, as from urllib.
+    """
+    raw = os.environ._data  # type: ignore[attr-defined]  # the bytes mapping os.environ wraps (POSIX CPython)
+    memo: list[tuple[dict, dict]] = []
+
+    @functools.wraps(original)
+    def getproxies() -> dict:
+        held = memo[-1] if memo else None
+        if held is not None and held[0] == raw:
+            return dict(held[1])
+        before = dict(raw)
+        proxies = original()
+        if raw == before:  # the environment did not change while it was read
+            memo[:] = [(before, dict(proxies))]
+        return proxies
+
+    marked: Any = getproxies
+    marked.__wrapped_by_hymem__ = True
+    return marked
+
+
 class _DecisionLM:
     """Stands for an LM in `resolve_adapter`, which reads only its `supports_decision_requests`."""
 
@@ -129,5 +160,23 @@ def install() -> bool:
     resolver = getattr(predict_module, "resolve_adapter", None)
     if resolver is not None and not getattr(resolver, "__wrapped_by_hymem__", False):
         predict_module.resolve_adapter = _memoised_resolve_adapter(resolver)  # type: ignore[union-attr]
+    _install_proxy_memo()
     _installed = True
     return True
+
+
+def _install_proxy_memo() -> None:
+    """Where urllib's `getproxies` is the environment reader (POSIX but macOS, whose answer also reads the system
+    configuration) and DSPy's transport calls it, memoise it there (see `_memoised_getproxies`)."""
+    import urllib.request
+
+    try:
+        from dspy._vendor.lm15.transports import _proxy
+    except ImportError:  # pragma: no cover - layout of a future dspy
+        return
+    if not isinstance(getattr(os.environ, "_data", None), dict):
+        return
+    if urllib.request.getproxies is not urllib.request.getproxies_environment:
+        return
+    if getattr(_proxy, "getproxies", None) is urllib.request.getproxies_environment:
+        _proxy.getproxies = _memoised_getproxies(urllib.request.getproxies_environment)

@@ -204,6 +204,44 @@ def test_profile_merge_ignores_none_and_episodes_count_up(store):
     assert store.episode("u1") == 2 and store.episode("u2") == 0
 
 
+def test_the_stored_profile_json_keeps_key_order_and_non_ascii_text_and_two_rounds_of_a_write_are_both_kept(
+        store, tmp_path):
+    with store.write() as tx:
+        tx.merge_profile("u1", {"name": "李雷", "location": "北京"})
+        tx.add_chain_rounds("u1", "r1", [(1, "extract", {"outputs": {"facts": []}}), (2, "reconcile", {"ops": []})])
+    with store.write() as tx:
+        tx.merge_profile("u1", {"occupation": "老师", "name": "Li Lei"})
+    raw = sqlite3.connect(tmp_path / "s" / "hymem.sqlite3").execute(
+        "SELECT basic_info FROM profiles WHERE user_id = 'u1'").fetchone()[0]
+    assert raw == json.dumps({"name": "Li Lei", "location": "北京", "occupation": "老师"}, ensure_ascii=False)
+    assert [(c["round"], c["stage"], c["payload"]) for c in store.chain_rounds("u1", "r1")] == [
+        (1, "extract", {"outputs": {"facts": []}}), (2, "reconcile", {"ops": []})]
+
+
+def test_the_vectors_checksum_and_generation_follow_every_kind_of_change(tmp_path):
+    from hymem.store._vectors import checksum_of
+
+    def meta(s: Store) -> dict:
+        return dict(s._conn.execute("SELECT key, value FROM meta"))
+
+    with Store(tmp_path / "s", DIM) as s:
+        a, b = add(s, "u1", "one", 1), add(s, "u1", "two", 2)
+        with s.write() as tx:
+            tx.update_memory(a, "one, again", "user", "user", vec(3), "r")
+            c = tx.add_memory("u1", "three", "user", "user", "fact", vec(4), "r")
+            tx.supersede(b, c)
+        with s.write() as tx:
+            tx.delete(c)
+        with s.write() as tx:
+            tx.append_l1_raw("u1", "r", "[user]: hello")  # no vector moved: the checksum stays
+        live = s._conn.execute("SELECT id, vector FROM memories WHERE superseded_by IS NULL AND deleted_at IS NULL")
+        assert meta(s)["vectors_checksum"] == checksum_of(live)
+        assert meta(s)["generation"] == "5"
+        assert s.check_consistency() == []
+    with Store(tmp_path / "s", DIM) as s:  # the index file's sidecar agrees with SQLite: loaded, not rebuilt
+        assert s.index_rebuild_reason is None
+
+
 def test_failed_faiss_update_after_commit_is_not_a_failed_write(store, monkeypatch):
     keep, gone = add(store, "u1", "keep", 1), add(store, "u1", "gone", 2)
     monkeypatch.setenv("HYMEM_FAILPOINT_RAISE", "store.faiss_update")
