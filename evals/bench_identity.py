@@ -150,7 +150,7 @@ def _over_http(tmp: Path, out: dict[str, Any]) -> None:
         out["http_bodies"].append(raw.decode("utf-8"))
         return original(raw, *args, **kwargs)
 
-    serve.parse_json_body = recording  # type: ignore[assignment]  # the handler looks it up per request
+    serve.parse_json_body = recording  # the handler looks it up per request
     try:
         with serve.start_server(0, 0.0) as server:
             lm = dspy.LM("openai/offline", api_base=server.url, api_key="x", cache=False, num_retries=0)
@@ -163,7 +163,7 @@ def _over_http(tmp: Path, out: dict[str, Any]) -> None:
             client.close()
             out["stores"].append(_store_rows(tmp / "http"))
     finally:
-        serve.parse_json_body = original  # type: ignore[assignment]
+        serve.parse_json_body = original
 
 
 def main() -> int:

@@ -159,7 +159,7 @@ def install() -> bool:
         predict_module = None
     resolver = getattr(predict_module, "resolve_adapter", None)
     if resolver is not None and not getattr(resolver, "__wrapped_by_hymem__", False):
-        predict_module.resolve_adapter = _memoised_resolve_adapter(resolver)  # type: ignore[union-attr]
+        predict_module.resolve_adapter = _memoised_resolve_adapter(resolver)
     _install_proxy_memo()
     _installed = True
     return True
