@@ -47,20 +47,6 @@ def _memory(row: tuple, score: float | None = None) -> Memory:
                   request_id=request_id, created_at=created_at, updated_at=updated_at)
 
 
-def _add_checksum(checksum: str, delta: str) -> str:
-    return add_to_checksum(checksum, int(delta))  # the delta travels as text: it may not fit SQLite's int64
-
-
-def _merge_json(known: str, updates: str) -> str:
-    return json.dumps({**json.loads(known), **json.loads(updates)}, ensure_ascii=False)
-
-
-def _register_functions(conn: sqlite3.Connection) -> None:
-    """The SQL functions a write transaction uses, so it needs one statement where it would read then write."""
-    conn.create_function("hymem_add_checksum", 2, _add_checksum, deterministic=True)
-    conn.create_function("hymem_merge_json", 2, _merge_json, deterministic=True)
-
-
 class Store:
     """Memories, L1 history, episodes, profiles, traces and idempotency records of all users."""
 
@@ -89,7 +75,6 @@ class Store:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute(f"PRAGMA synchronous={synchronous}")
             self._conn.execute("PRAGMA foreign_keys=ON")
-            _register_functions(self._conn)
             migrate(self._conn)
             self._generation = self._init_meta()
             self._needs_rebuild = False
@@ -256,11 +241,11 @@ class Store:
         try:
             # the generation is counted in the transaction itself: no process can reuse a number
             if checksum_delta:  # and the live vectors' checksum moved by the same statement
+                (checksum,) = self._conn.execute("SELECT value FROM meta WHERE key = 'vectors_checksum'").fetchone()
                 rows = dict(self._conn.execute(
-                    "UPDATE meta SET value = CASE key WHEN 'generation' THEN CAST(value AS INTEGER) + 1"
-                    " ELSE hymem_add_checksum(value, ?) END"
+                    "UPDATE meta SET value = CASE key WHEN 'generation' THEN CAST(value AS INTEGER) + 1 ELSE ? END"
                     " WHERE key IN ('generation', 'vectors_checksum') RETURNING key, value",
-                    (str(checksum_delta),)).fetchall())
+                    (add_to_checksum(checksum, checksum_delta),)).fetchall())
                 generation = int(rows["generation"])
             else:
                 generation = int(self._conn.execute(

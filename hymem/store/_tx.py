@@ -113,13 +113,13 @@ class WriteTx:
         updates = {k: v for k, v in updates.items() if v is not None}
         if not updates:
             return
-        # One statement: a new row holds the updates; a known user's basic_info is merged with them by
-        # `hymem_merge_json` ({**known, **updates}, as JSON), a function the store registers on its connection.
-        self._conn().execute(
+        conn = self._conn()
+        row = conn.execute("SELECT basic_info FROM profiles WHERE user_id = ?", (user_id,)).fetchone()
+        merged = {**(json.loads(row[0]) if row else {}), **updates}
+        conn.execute(
             "INSERT INTO profiles (user_id, basic_info, updated_at) VALUES (?, ?, ?) ON CONFLICT(user_id)"
-            " DO UPDATE SET basic_info = hymem_merge_json(basic_info, excluded.basic_info),"
-            " updated_at = excluded.updated_at",
-            (user_id, json.dumps(updates, ensure_ascii=False), time.time()))
+            " DO UPDATE SET basic_info = excluded.basic_info, updated_at = excluded.updated_at",
+            (user_id, json.dumps(merged, ensure_ascii=False), time.time()))
 
     def advance_episode(self, user_id: str) -> int:
         """Increment the user's episode counter; returns the new value (1 for the first episode)."""
