@@ -135,7 +135,7 @@ class _DecisionLM:
 
 
 def install() -> bool:
-    """Install both caches into DSPy (idempotent); False when DSPy's layout is not the one expected."""
+    """Install the memos into DSPy (idempotent); False when DSPy's layout is not the one expected."""
     global _installed
     if _installed:
         return True
