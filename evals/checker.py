@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -47,12 +48,16 @@ class StoreState:
     notes: list[str] = field(default_factory=list)
     canonical_form: dict[str, list[str]] | None = field(default=None, repr=False, compare=False)  # memo
     row_keys: dict[str, set[str]] | None = field(default=None, repr=False, compare=False)  # memo
+    live_memories: list[dict[str, Any]] | None = field(default=None, repr=False, compare=False)  # memo
 
 
-_Rows = tuple[dict[str, list[dict[str, Any]]], dict[str, set[str]], dict[str, list[str]], dict[str, str]]
-_Row = tuple[dict[str, Any], str, str]  # a row as a dict, its key for diffs, its key for `canonical`
+# every table's rows, diff keys and sorted canonical keys, the meta table, and each table's live rows
+_Rows = tuple[dict[str, list[dict[str, Any]]], dict[str, set[str]], dict[str, list[str]], dict[str, str],
+              dict[str, list[dict[str, Any]]]]
+_Row = tuple[dict[str, Any], str, str, bool]  # a row as a dict, its key for diffs, its key for `canonical`, live
 _LeafKey = tuple[str, str, bytes]  # (table, its CREATE statement, the leaf page's SHA-256)
-_Part = tuple[list[dict[str, Any]], list[str], list[str]]  # rows as dicts, their diff keys, their canonical keys
+# rows as dicts, their diff keys, their canonical keys, the live ones among them (not superseded or deleted)
+_Part = tuple[list[dict[str, Any]], list[str], list[str], list[dict[str, Any]]]
 _LeafRows = tuple[tuple[tuple[int, bytes], ...], _Part]  # ((overflow page, its SHA-256), ...), the leaf's rows
 
 
@@ -113,14 +118,14 @@ class RowMemo:
         return hit[1]
 
     def row(self, table: str, columns: tuple[str, ...], raw: tuple[Any, ...]) -> _Row:
-        """(the row as a dict, its key for diffs, its key for `canonical`)."""
+        """(the row as a dict, its key for diffs, its key for `canonical`, whether it is live)."""
         key = (table, columns, raw)
         hit = self._rows.get(key)
         if hit is None:
             if len(self._rows) >= self._max_rows:
                 self._rows.clear()
             row = dict(zip(columns, raw, strict=True))
-            hit = self._rows[key] = (row, _row_key(row), _canonical_row_key(row))
+            hit = self._rows[key] = (row, _row_key(row), _canonical_row_key(row), _live(row))
         return hit
 
     def faiss(self, data: bytes, read: Any) -> tuple[dict[int, bytes], list[str]]:
@@ -157,16 +162,17 @@ def read_state(store_dir: Path, memo: RowMemo | None = None) -> StoreState:
             memo.remember(view.digest, rows, leaves)
     else:
         memo.reads["reused"] += 1
-    tables, keys, shared_canon, meta = rows
+    tables, keys, shared_canon, meta, live = rows
     canon = dict(shared_canon)  # this state's own: its FAISS part is added below
+    live_memories = live.get("memories", [])
     read = _read_faiss(store_dir, int(meta.get("generation", 0)), memo)
     if read is None:  # stale or missing: the engine rebuilds from SQLite on open, so that is the index it will use
-        faiss_vectors = {row["id"]: bytes(row["vector"] or b"") for row in tables.get("memories", []) if _live(row)}
+        faiss_vectors = {row["id"]: bytes(row["vector"] or b"") for row in live_memories}
         canon["faiss"] = _faiss_canonical(faiss_vectors)
     else:
         faiss_vectors, canon["faiss"] = read
     return StoreState(tables=tables, faiss=faiss_vectors, faiss_stale=read is None, canonical_form=canon,
-                      row_keys=keys)
+                      row_keys=keys, live_memories=live_memories)
 
 
 def _read_rows(db_path: Path, view: View | None, memo: RowMemo, leaves: dict[_LeafKey, _LeafRows]) -> _Rows:
@@ -179,6 +185,7 @@ def _read_rows(db_path: Path, view: View | None, memo: RowMemo, leaves: dict[_Le
     tables: dict[str, list[dict[str, Any]]] = {}
     keys: dict[str, set[str]] = {}
     canon: dict[str, list[str]] = {}
+    live: dict[str, list[dict[str, Any]]] = {}
     try:
         schema = db.execute("SELECT name, rootpage, sql FROM sqlite_master WHERE type='table' ORDER BY name").fetchall()
         names = [name for name, _, _ in schema]
@@ -193,10 +200,11 @@ def _read_rows(db_path: Path, view: View | None, memo: RowMemo, leaves: dict[_Le
             tables[name] = list(chain.from_iterable(part[0] for part in parts))  # no Python work per row
             keys[name] = set(chain.from_iterable(part[1] for part in parts))
             canon[name] = sorted(chain.from_iterable(part[2] for part in parts))
+            live[name] = list(chain.from_iterable(part[3] for part in parts))  # found once per distinct leaf
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall()) if "meta" in names else {}
     finally:
         db.close()
-    return tables, keys, canon, meta
+    return tables, keys, canon, meta, live
 
 
 def _table_by_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: str, root: Any, sql: str,
@@ -204,7 +212,7 @@ def _table_by_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: st
     """A rowid table's rows in rowid order, one part per leaf page; None when the table cannot be read so
     (not a rowid b-tree, a page out of place, rowids that are not the page's): the caller reads it whole."""
     try:
-        pages = table_leaves(view, int(root or 0))
+        pages = table_leaves(view, int(root or 0), memo.pages.btree)
         if pages is None:
             return None
         parts: list[_Part] = []
@@ -217,7 +225,7 @@ def _table_by_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: st
                 parts.append(known)
                 continue
             cells = leaf_cells(view, pgno)
-            read: _Part = ([], [], [])
+            read: _Part = ([], [], [], [])
             if cells.rowids:
                 cursor = db.execute(f'SELECT rowid, * FROM "{name}" WHERE rowid BETWEEN ? AND ? ORDER BY rowid',
                                     (cells.rowids[0], cells.rowids[-1]))
@@ -236,7 +244,7 @@ def _table_by_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: st
 
 
 def _part(rows: list[_Row]) -> _Part:
-    return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]
+    return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], [r[0] for r in rows if r[3]]
 
 
 def _read_faiss(store_dir: Path, generation: int, memo: RowMemo) -> tuple[dict[int, bytes], list[str]] | None:
@@ -329,13 +337,28 @@ def canonical(state: StoreState) -> dict[str, list[str]]:
     return out
 
 
+def _live_memories(state: StoreState) -> list[dict[str, Any]]:
+    """The state's live memory rows: found once per distinct leaf page by `read_state`, else here."""
+    if state.live_memories is None:
+        state.live_memories = [row for row in state.tables.get("memories", []) if _live(row)]
+    return state.live_memories
+
+
+@lru_cache(maxsize=8192)
+def _usable_vector(blob: bytes, dim: int) -> bool:
+    """A vector BLOB of `dim` finite float32s (checked once per distinct BLOB)."""
+    return len(blob) == 4 * dim and bool(np.isfinite(np.frombuffer(blob, dtype=np.float32)).all())
+
+
 def consistency_anomalies(state: StoreState, dim: int) -> list[Anomaly]:
     """An anomaly for every live row without exactly one good vector and every orphan vector."""
     found: list[Anomaly] = []
-    live = {row["id"]: row for row in state.tables.get("memories", []) if _live(row)}
+    live = {row["id"]: row for row in _live_memories(state)}
     for mid, row in sorted(live.items()):
         blob = row.get("vector") or b""
-        if len(blob) != 4 * dim or not np.isfinite(np.frombuffer(blob, dtype=np.float32)).all():
+        if isinstance(blob, (bytearray, memoryview)):
+            blob = bytes(blob)
+        if not isinstance(blob, bytes) or not _usable_vector(blob, dim):
             found.append(Anomaly(kind=_K.VECTORLESS_NODE,
                                  witness=f"memory {mid} ({row.get('text')!r}) has no usable vector BLOB"))
         elif mid not in state.faiss:
@@ -424,7 +447,4 @@ def check_faulted_write(expected: Expected, result: Any, before: StoreState, aft
 
 def _extra_rows(control: StoreState, other: StoreState) -> bool:
     """True when `other` holds more live memories than the control run: a write landed twice."""
-    def live_count(state: StoreState) -> int:
-        return sum(1 for r in state.tables.get("memories", []) if _live(r))
-
-    return live_count(other) > live_count(control)
+    return len(_live_memories(other)) > len(_live_memories(control))

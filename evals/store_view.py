@@ -41,6 +41,7 @@ class PageDigests:
     def __init__(self, max_bytes: int = 64 << 20):
         self._files: dict[tuple[str, int], tuple[bytes, int, list[bytes]]] = {}
         self._max_bytes, self._bytes = max_bytes, 0
+        self.btree: dict[tuple[bool, bytes], tuple[int, list[int]]] = {}  # `table_leaves`' parsed pages
 
     def of_pages(self, name: str, data: bytes, start: int, stride: int, header: int, count: int) -> list[bytes]:
         """The SHA-256 of each of `count` pages of `data`: the i-th is the `stride - header` bytes after a
@@ -82,10 +83,12 @@ class View:
                  wal: bytes, frames: dict[int, tuple[int, bytes]]):
         self.page_size, self.usable, self.count = page_size, usable, count
         self._file, self._file_digests, self._wal, self._frames = file, file_digests, wal, frames
-        digest = hashlib.sha256(struct.pack(">II", page_size, count))
-        for pgno in range(1, count + 1):
-            digest.update(self.page_digest(pgno))
-        self.digest = digest.digest()
+        # every page's digest in page order, the WAL's frames over the main file's: one hash over their bytes
+        pages = file_digests[:count] + [b""] * (count - len(file_digests))
+        for pgno, (_, frame_digest) in frames.items():
+            if pgno <= count:
+                pages[pgno - 1] = frame_digest  # read_view: every page past the main file's end is a frame
+        self.digest = hashlib.sha256(struct.pack(">II", page_size, count) + b"".join(pages)).digest()
 
     def page_digest(self, pgno: int) -> bytes:
         frame = self._frames.get(pgno)
@@ -127,7 +130,7 @@ def read_view(db_path: str | Path, pages: PageDigests | None = None) -> View | N
         if n_page:  # 0: no commit in this WAL; the main file's size is the database's
             count = n_page
     file_digests = pages.of_pages(db, data, 0, page_size, 0, len(data) // page_size)
-    if any(pgno > len(file_digests) and pgno not in frames for pgno in range(1, count + 1)):
+    if any(pgno not in frames for pgno in range(len(file_digests) + 1, count + 1)):
         return None  # a page neither the WAL nor the main file holds: not a state a reader can see
     return View(page_size, page_size - data[20], count, data, file_digests, wal, frames)
 
@@ -139,9 +142,13 @@ class Leaf(NamedTuple):
     overflow: list[int]
 
 
-def table_leaves(view: View, root: int) -> list[int] | None:
+def table_leaves(view: View, root: int, parsed: dict[tuple[bool, bytes], tuple[int, list[int]]] | None = None
+                 ) -> list[int] | None:
     """The leaf pages of the rowid table whose b-tree starts at `root`, in rowid order: the pages a full scan
-    of the table reads its rows from. None when a page is not a table b-tree page or one is reached twice."""
+    of the table reads its rows from. None when a page is not a table b-tree page or one is reached twice.
+
+    `parsed`: each page's kind and children, by (page 1 or not, its SHA-256), shared between reads, so a page
+    that is the same bytes as one walked before is not parsed again."""
     leaves: list[int] = []
     seen: set[int] = set()
     stack = [root]
@@ -150,20 +157,36 @@ def table_leaves(view: View, root: int) -> list[int] | None:
         if pgno in seen or not 1 <= pgno <= view.count:
             return None
         seen.add(pgno)
-        page = view.page(pgno)
-        at = 100 if pgno == 1 else 0
-        kind, cells = page[at], int.from_bytes(page[at + 3:at + 5], "big")
+        key = (pgno == 1, view.page_digest(pgno))
+        known = parsed.get(key) if parsed is not None else None
+        kind, children = known if known is not None else _btree_page(view.page(pgno), pgno)
+        if parsed is not None and known is None:
+            if len(parsed) >= _MAX_PARSED:
+                parsed.clear()
+            parsed[key] = (kind, children)
         if kind == _LEAF_TABLE:
             leaves.append(pgno)
         elif kind == _INTERIOR_TABLE:
-            pointers = page[at + 12:at + 12 + 2 * cells]
-            children = [int.from_bytes(page[o:o + 4], "big")
-                        for o in (int.from_bytes(pointers[2 * i:2 * i + 2], "big") for i in range(cells))]
-            children.append(int.from_bytes(page[at + 8:at + 12], "big"))  # the right-most child: the largest keys
             stack.extend(reversed(children))
         else:
             return None
     return leaves
+
+
+_MAX_PARSED = 20_000  # pages whose parse `table_leaves` keeps
+
+
+def _btree_page(page: memoryview, pgno: int) -> tuple[int, list[int]]:
+    """(the page's kind, its child pages in key order when it is an interior table page)."""
+    at = 100 if pgno == 1 else 0
+    kind, cells = page[at], int.from_bytes(page[at + 3:at + 5], "big")
+    if kind != _INTERIOR_TABLE:
+        return kind, []
+    pointers = page[at + 12:at + 12 + 2 * cells]
+    children = [int.from_bytes(page[o:o + 4], "big")
+                for o in (int.from_bytes(pointers[2 * i:2 * i + 2], "big") for i in range(cells))]
+    children.append(int.from_bytes(page[at + 8:at + 12], "big"))  # the right-most child: the largest keys
+    return kind, children
 
 
 def leaf_cells(view: View, pgno: int) -> Leaf:

@@ -14,6 +14,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import dspy
+
 from evals.accounting import AccountingLM, price_table
 from evals.checker import RowMemo, StoreState, codes_of, read_state
 from evals.faults import Expected, Fault, FaultPlan, expected_outcome, wire_kinds_for
@@ -61,12 +63,18 @@ def start_new_store(store: Path, dim: int) -> None:
 
 
 def do_write(client: HyMemoryClient, path: str, payload: Any, user_id: str, request_id: str) -> WriteResult:
-    """One write of a case on its path: seeds (`add_extracted`), a working trajectory, or a chat turn."""
-    if path == "extracted":
-        return client.add_extracted(payload, user_id=user_id, request_id=request_id)
-    if path == "working":
-        return client.add_working(payload, user_id=user_id, request_id=request_id)
-    return client.add(payload, user_id=user_id, request_id=request_id)
+    """One write of a case on its path: seeds (`add_extracted`), a working trajectory, or a chat turn.
+
+    Run without DSPy's trace (`dspy.settings.trace`): DSPy appends every predictor call to one process-wide list
+    (up to 10,000 calls, each holding the predictor, its inputs and its prediction), which an optimiser reads and
+    nothing here does. Kept, it grew the heap by every write of every unit, and each full garbage collection
+    walks the whole heap, so a unit cost more the later it ran."""
+    with dspy.context(trace=None):
+        if path == "extracted":
+            return client.add_extracted(payload, user_id=user_id, request_id=request_id)
+        if path == "working":
+            return client.add_working(payload, user_id=user_id, request_id=request_id)
+        return client.add(payload, user_id=user_id, request_id=request_id)
 
 
 class HymemSystem:
