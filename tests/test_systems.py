@@ -142,3 +142,18 @@ def test_an_unknown_system_is_refused_before_any_work(dataset, tmp_path):
     with pytest.raises(UsageError, match="--system 'nope'"):
         prepare(RunConfig(datasets=[str(dataset)], systems=["nope"], embedder="hash", out=tmp_path / "o"))
     assert not (tmp_path / "o").exists()
+
+
+def test_a_sweep_leaves_dspys_process_wide_trace_as_it_found_it(tmp_path):
+    """A long run's memory does not grow by every write: the harness's writes are not appended to DSPy's trace
+    (which an optimiser reads and the checks do not), so later units cost what earlier ones did."""
+    import dspy
+
+    from evals.replay import CaseReplayer
+
+    trace = dspy.settings.trace
+    before = len(trace) if trace is not None else 0
+    run = CaseReplayer(Case.model_validate(CASE), "one", "offline", lambda c: offline_lm(), HashEmbedder(),
+                       FaultPlan.parse("sweep"), 0).run()
+    assert run.status == "ok" and run.faults and all(f.outcome == "ok" for f in run.faults)
+    assert (len(dspy.settings.trace) if dspy.settings.trace is not None else 0) == before
