@@ -46,7 +46,19 @@ def test_a_thesaurus_knows_opposite_roles_but_not_synonyms():
     from evals.scoring.lexicon import opposite
 
     assert opposite("sells", "buys") and opposite("lent", "borrowed") and opposite("teaches", "learns")
-    assert not opposite("started", "began") and not opposite("quit", "resigned") and not opposite("教", "学")
+    assert not opposite("started", "began") and not opposite("quit", "resigned")
+    # Chinese words through their CC-CEDICT glosses; 借 is both "lend" and "borrow", so it opposes neither
+    assert opposite("教", "学") and opposite("卖", "买") and opposite("赢", "输")
+    assert not opposite("借", "借给") and not opposite("医生", "大夫")
+
+
+def test_english_number_forms_read_as_one_quantity():
+    pairs = [("18 months old", "a year and a half old"), ("six months old", "half a year old"),
+             ("15 years", "a decade and a half"), ("15 half-marathons", "fifteen half-marathons"),
+             ("two and a half hours", "150 minutes"), ("cost 18,000 pounds", "cost £18k")]
+    for a, b in pairs:
+        assert same_quantities(quantities(a), quantities(b)), (a, b)
+    assert not same_quantities(quantities("owes 50 pounds"), quantities("owes 60 pounds"))
 
 
 def test_a_numeral_inside_a_chinese_name_is_not_a_number():

