@@ -50,22 +50,6 @@ _ZH_ASSISTANT = re.compile(rf"^{_ZH_ASSISTANT_WORD}")
 _EN_RELATION = re.compile(rf"^(?:the\s+)?(?:current\s+)?user(?:'s|s')\s+(?:(?:older|younger|elder|little|big|"
                           rf"best|close|old|new|former|ex-)\s*)*({_EN_RELATIONS})\b(?:[\s,]+(?-i:([A-Z][\w'-]*"
                           rf"(?:\s+[A-Z][\w'-]*)?|[^\W\d_A-Za-z][^\s,.]*)))?", re.IGNORECASE)
-_ZH_RELATION = re.compile(rf"^{_ZH_USER_WORD}的?(?:(?:大|小|亲|好|前|老))?({_ZH_RELATIONS})(?:[,，]?"
-                          r"(?!的)([\u4e00-\u9fff]{2,3}?|[A-Za-z][\w-]*)(?=[,，]|是|在|住|喜欢|有|的|叫|做|从|也|已|养|"
-                          r"每|会|正|要|想|和|不|没|刚|最近|现在|今年|去年|明年))?")
-_APPOSITION = re.compile(r"^([^\s,，\u4e00-\u9fff]{1,24}|[\u4e00-\u9fff]{2,4}|[^\s,，]{1,24}\s[^\s,，]{1,24})[,，]\s*"
-                         r"(?:the|a|an|用户的|当前用户的)")  # "Jack, the user's friend, ..." / "김민수, ..."
-_LATIN = r"[A-Z][A-Za-z\u00c0-\u024f-]*"
-# A person named first is followed by a verb; a memory with no subject opens with its verb or label, which
-# a preposition, an article or a colon follows ("Works at Stripe", "Allergic to peanuts", "Job: nurse").
-_NOT_AFTER_A_NAME = re.compile(r"\s*(?::|(?:at|in|on|to|for|with|from|of|about|as|into|onto|by|a|an|the|my|his|her|"
-                               r"their|its|our|your)\b)", re.IGNORECASE)
-# Mem0-style memories name the user's relatives with no "the user's": "Mother is a nurse", "母亲是护士".
-_EN_BARE_RELATION = re.compile(rf"^(?:my\s+)?({_EN_RELATIONS})\b(?:\s+(?-i:([A-Z][\w'-]*)))?(?=\s)", re.IGNORECASE)
-_ZH_BARE_RELATION = re.compile(rf"^(?:我的?)?(?:(?:大|小|亲|好|老))?({_ZH_RELATIONS})"
-                               r"(?:([\u4e00-\u9fff]{2,3}?)(?=是|在|住|喜欢|有|叫|做|今年|已|每|会|正|要|想|不|没|刚|，|,))?"
-                               r"(?=是|在|住|喜欢|有|叫|做|今年|已|每|会|正|要|想|不|没|刚|很|最|一直|经常|，|,)")
-_EN_NAME = re.compile(rf"^({_LATIN}(?:\s+{_LATIN})*)(?:'s\s+(?i:({_EN_RELATIONS}))\b|'s)?(?=[\s,.;:!?\u4e00-\u9fff]|$)")
 # A Chinese name opens with a common surname (the 300 most frequent cover about 95% of people) or a
 # nickname prefix (小陈, 老赵, 阿杰, 大伟); "最近在瘦身" or "对现在的工作不满意" opens with no name.
 _ZH_SURNAMES = ("王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘于蒋蔡余杜叶程苏魏吕丁任沈"
@@ -74,7 +58,32 @@ _ZH_SURNAMES = ("王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑
                 "霍涂成苗谷盛曲翁冉骆蓝路游辛靳管柴蒙鲍华喻祁蒲房滕屈饶解牟艾尤阳时穆农司卓古吉缪简车项连芦麦褚娄窦戚岑"
                 "景党宫费卜冷晏席卫米柏宗瞿桂全佟应臧闵苟邬边卞姬师和仇栾隋商刁沙荣巫寇桑郎甄丛仲虞敖巩明佘池查麻苑迟邝"
                 "诸上欧司端皇慕令东西南北")
-_ZH_NAME = re.compile(rf"^([{_ZH_SURNAMES}小老阿大][\u4e00-\u9fff]{{1,2}}?)"
+# A Chinese name: a surname or a nickname prefix and one or two characters (not 以前, 的职业).
+_ZH_PERSON = rf"[{_ZH_SURNAMES}小老阿大][\u4e00-\u9fff]{{1,2}}?"
+_ZH_RELATION = re.compile(rf"^{_ZH_USER_WORD}的?(?:(?:大|小|亲|好|前|老))?({_ZH_RELATIONS})(?:[,，]?"
+                          rf"({_ZH_PERSON}|[A-Za-z][\w-]*)(?=[,，]|是|在|住|喜欢|有|的|叫|做|从|也|已|养|"
+                          r"每|会|正|要|想|和|不|没|刚|最近|现在|今年|去年|明年))?")
+_APPOSITION = re.compile(r"^([^\s,，\u4e00-\u9fff]{1,24}|[\u4e00-\u9fff]{2,4}|[^\s,，]{1,24}\s[^\s,，]{1,24})[,，]\s*"
+                         r"(?:the|a|an|用户的|当前用户的)")  # "Jack, the user's friend, ..." / "김민수, ..."
+_LATIN = r"[A-Z][A-Za-z\u00c0-\u024f-]*"
+# A person named first is followed by a verb; a memory with no subject opens with its verb or label, which
+# a preposition, an article or a colon follows ("Works at Stripe", "Allergic to peanuts", "Job: nurse").
+_NOT_AFTER_A_NAME = re.compile(r"\s*(?:(?:[a-z]+\s*)?:|(?:at|in|on|to|for|with|from|of|about|as|into|onto|by|a|an|the|my|his|her|"
+                               r"their|its|our|your|up|out|off|down|over|back|away|around)\b)", re.IGNORECASE)
+# A verb opening a subjectless memory: the third person of a verb ending in a sound no given name ends in
+# ("Cultivates orchids", "Enjoys hiking", "Loves sushi", "Teaches piano", "Studies law", "Likes dogs").
+_VERB_ENDING = re.compile(r"(?:ates|izes|ises|ies|[aeou]ys|ches|shes|sses|xes|ves|kes|ks|ts|ds|ps)$")
+# What follows a person's name: a finite verb (which these words or an -s/-ed ending mark) or an adverb.
+_AFTER_A_NAME = frozenset("""is are was were has had have can could will would shall should may might must does did do
+used never always often also just still now recently currently usually really already sometimes once and or not
+rarely first then mostly only even finally""".split())
+# Mem0-style memories name the user's relatives with no "the user's": "Mother is a nurse", "母亲是护士".
+_EN_BARE_RELATION = re.compile(rf"^(?:my\s+)?({_EN_RELATIONS})\b(?:\s+(?-i:([A-Z][\w'-]*)))?(?=\s|'s\s)", re.IGNORECASE)
+_ZH_BARE_RELATION = re.compile(rf"^(?:我的?)?(?:(?:大|小|亲|好|老))?({_ZH_RELATIONS})"
+                               rf"(?:({_ZH_PERSON})(?=是|在|住|喜欢|有|叫|做|今年|已|每|会|正|要|想|不|没|刚|，|,))?"
+                               r"(?=是|在|住|喜欢|有|叫|做|今年|已|每|会|正|要|想|不|没|刚|很|最|一直|经常|的|，|,)")
+_EN_NAME = re.compile(rf"^({_LATIN}(?:\s+{_LATIN})*)(?:'s\s+(?i:({_EN_RELATIONS}))\b|'s)?(?=[\s,.;:!?\u4e00-\u9fff]|$)")
+_ZH_NAME = re.compile(rf"^({_ZH_PERSON})"
                       r"(?=是|在|住|喜欢|有|的|叫|做|从|也|已|养|每|会|正|要|想|和|不|没|刚|，|,)")
 _OTHER_NAME = re.compile(r"^([^\W\d_\u3040-\u30ff\u3400-\u9fff][^\s,，.。:：\u3400-\u9fff]{0,23})(?=\s|[是在住喜有的])")  # 김민수 / Олег / Lucas是
 _RELATION_APPOSITION = re.compile(r"^[,，]\s*(?:the\s+)?(?:user's|用户的|当前用户的)\s*[^,，]{1,30}[,，]\s*",
@@ -195,11 +204,24 @@ def split_subject(text: str) -> tuple[str | None, str]:
 
 
 def _opens_without_a_name(match: re.Match[str], text: str) -> bool:
-    """One capitalised Latin word with a preposition, an article or a colon after it: a verb or a label
-    ("Works at Stripe", "Job: nurse"), not a person."""
-    word = match.group(1)
-    return (" " not in word and bool(re.match(r"[A-Za-z]", word)) and match.lastindex == 1
-            and bool(_NOT_AFTER_A_NAME.match(text, match.end())))
+    """A verb or a label, not a person: nothing after it ("Supports Aston Villa"), a contraction ("Can't
+    stand cilantro"), or one capitalised Latin word with a preposition, a particle, an article or a colon
+    after it ("Works at Stripe", "Grew up in NOLA", "Job: nurse"), with a gerund after it ("Started learning
+    Spanish"), or with a verb's ending and no finite verb after it ("Loves sushi", "Cultivates orchids")."""
+    word, rest = match.group(1), text[match.end():]
+    if not re.search(r"\w", rest) or "n't" in word.casefold():
+        return True
+    if " " in word or not re.match(r"[A-Za-z]", word) or match.lastindex != 1:
+        return False
+    if _NOT_AFTER_A_NAME.match(text, match.end()):
+        return True
+    verb = bool(_VERB_ENDING.search(word.casefold()))
+    after = re.match(r"\s+([a-z]+)\b", rest)
+    if after is None:  # "Speaks French" (a name with a surname was read whole by _EN_NAME)
+        return verb and bool(re.match(r"\s+[A-Z]", rest))
+    if after.group(1) in _AFTER_A_NAME:
+        return False
+    return after.group(1).endswith("ing") or (verb and not after.group(1).endswith("ed"))
 
 
 def subject_of(text: str) -> str | None:

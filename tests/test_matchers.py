@@ -35,7 +35,16 @@ from hymem.testing import ScriptedLM
     # mem0-style memories name no subject, or a relative with no "the user's"; a capitalised verb is no name
     ("Works at Stripe as a backend engineer", None), ("Is vegetarian", None), ("Allergic to peanuts", None),
     ("Job: nurse", None), ("最近在瘦身", None), ("对现在的工作不满意", None), ("Mother is a nurse", "the user's mother"),
-    ("母亲是护士", "用户的母亲"), ("Priya lives in Leeds.", "Priya"), ("高翔要在下周去青岛出差", "高翔")])
+    ("母亲是护士", "用户的母亲"), ("Priya lives in Leeds.", "Priya"), ("高翔要在下周去青岛出差", "高翔"),
+    # ChatGPT-memory style: a verb, a particle, a contraction or a label opens; a name is followed by a verb
+    ("Loves sushi", None), ("Cultivates orchids", None), ("Enjoys hiking", None), ("Grew up in NOLA", None),
+    ("Can't stand cilantro", None), ("Job title: product manager", None), ("- Supports Aston Villa", None),
+    ("Speaks French", None), ("Started learning Spanish", None), ("James cooks dinner", "James"),
+    ("Charles likes sushi", "Charles"), ("Hans works at SAP", "Hans"), ("Thomas plays chess", "Thomas"),
+    ("Mia recently moved to Oslo", "Mia"),
+    # a relative's name opens like any Chinese name; a time word after the relation is no name
+    ("用户的奶奶以前是裁缝。", "用户的奶奶"), ("用户的母亲因病住院了。", "用户的母亲"), ("弟弟的职业是律师", "用户的弟弟"), ("Mother's name is Ann", "the user's mother"),
+    ("用户的朋友李雷是医生", "李雷")])
 def test_one_definition_names_the_subject_of_a_sentence(text, subject):
     assert subject_of(text) == subject
 

@@ -231,8 +231,14 @@ _PRESENT, _PAST = frozenset(("is", "are", "am", "has", "have")), frozenset(("was
 
 
 def _tense(a: Words, b: Words) -> float:
-    """The first auxiliary of each side, one present and one past ("is in July" / "was in July")."""
-    first = {next((t.casefold() for t in w.raw if t.casefold() in _PRESENT | _PAST), "") for w in (a, b)}
+    """The first auxiliary of each side, one present and one past ("is in July" / "was in July").
+    "was born" is no tense: a birth is only ever told in the past ("was born in Lagos" / "birthplace is")."""
+    def auxiliary(w: Words) -> str:
+        raw = [t.casefold() for t in w.raw]
+        return next((t for i, t in enumerate(raw) if t in _PRESENT | _PAST
+                     and not (t in _PAST and raw[i + 1:i + 2] == ["born"])), "")
+
+    first = {auxiliary(w) for w in (a, b)}
     return float(len(first) == 2 and bool(first & _PRESENT) and bool(first & _PAST))
 
 
