@@ -96,9 +96,9 @@ _FRONTED = re.compile(r"^([^,，]{1,40}[,，]\s*)((?:the\s+)?user|用户|the\s+(
 # <relation> who …", which is about that relation ("The user has a brother who is a plumber").
 _EN_SUBJECT_PHRASE = (rf"(?:the\s+)?(?:current\s+)?user(?:'s|s')\s+(?:\w+\s+)?(?:{_EN_RELATIONS})\b(?:\s+[A-Z][\w'-]*)?|"
                       r"(?:the\s+)?(?:current\s+)?user\b(?!'|-)|(?:the\s+)?(?:ai\s+)?assistant\b(?!')|the\s+ai\b(?!')")
-_EN_AGENT = re.compile(r"^(?P<head>.{1,80}?\s(?:is|are|was|were|be|been|being|will be|got|gets)\s+(?:\w+ly\s+)?"
-                       r"[a-z]+(?:ed|en|wn|ght|ung|id|t|de|ne)\b.*?)\s+by\s+(?P<agent>" + _EN_SUBJECT_PHRASE +
-                       r")(?P<tail>.*)$", re.IGNORECASE)
+_EN_AGENT = re.compile(r"^(?P<head>(?P<thing>.{1,80}?)\s(?:is|are|was|were|be|been|being|will be|got|gets)\s+(?:\w+ly\s+)?"
+                       r"(?P<verb>[a-z]+(?:ed|en|wn|ght|ung|id|t|de|ne))\b(?P<between>.*?))\s+by\s+(?P<agent>"
+                       + _EN_SUBJECT_PHRASE + r")(?P<tail>.*)$", re.IGNORECASE)
 _EN_INVERTED = re.compile(r"^(?P<head>.{1,60}?\s+(?:is|are|was|were|will be)\s+(?:(?:the|a|an)\s+\w+\s+of\s+)?)"
                           r"(?P<owner>(?:the\s+)?(?:current\s+)?user|(?:the\s+)?(?:ai\s+)?assistant)'s\s+"
                           rf"(?!(?:\w+\s+)?(?:{_EN_RELATIONS})\b)(?P<tail>.*)$", re.IGNORECASE)
@@ -172,6 +172,8 @@ def split_subject(text: str) -> tuple[str | None, str]:
     for pattern, zh in ((_EN_HAS_RELATION, False), (_ZH_HAS_RELATION, True)):  # "The user has a brother who …"
         if match := pattern.match(stripped):
             return _relative(match.group("relation"), match.group("name"), zh), (" " if not zh else "") + match.group("tail")
+    if _POSSESSIVE_OPENER.match(stripped) and (agent := _agent(stripped)) is not None:
+        return agent  # "The user's speech was drafted by the assistant." → the assistant
     for pattern, subject in ((_EN_ASSISTANT, "assistant"), (_ZH_ASSISTANT, "assistant"), (_EN_USER, "user"),
                              (_ZH_USER, "user")):
         if match := pattern.match(stripped):
@@ -179,9 +181,10 @@ def split_subject(text: str) -> tuple[str | None, str]:
     if (match := _APPOSITION.match(stripped)) and match.group(1).split()[0].casefold() not in _NOT_NAMES:
         rest = stripped[len(match.group(1)):]  # ", the user's friend, is a chef." → "is a chef."
         return match.group(1), _RELATION_APPOSITION.sub("", rest, count=1)
-    for pattern, role in ((_EN_AGENT, "agent"), (_ZH_AGENT, "agent"), (_EN_INVERTED, "owner"), (_ZH_INVERTED, "owner")):
-        # "The kitchen was painted by the user." / "Marrakech is the user's favourite city." → the user
-        if (match := pattern.match(stripped)) and (named := split_subject(match.group(role))[0]) is not None:
+    if (agent := _agent(stripped)) is not None:  # "The kitchen was painted by the user." → the user
+        return agent
+    for pattern in (_EN_INVERTED, _ZH_INVERTED):  # "Marrakech is the user's favourite city." → the user
+        if (match := pattern.match(stripped)) and (named := split_subject(match.group("owner"))[0]) is not None:
             return named, match.group("head") + match.group("tail")
     if match := _FRONTED.match(stripped):  # "On Sundays, the user plays tennis." / "每天晚上，用户都会看书。"
         subject = "assistant" if re.match(r"(?i)the (?:ai )?assistant|(?:ai)?助手", match.group(2)) else "user"
@@ -201,6 +204,26 @@ def split_subject(text: str) -> tuple[str | None, str]:
             if name.casefold() not in _NOT_NAMES and not name[0].islower() and not _opens_without_a_name(match, stripped):
                 return name, stripped[match.end():]
     return None, stripped
+
+
+_POSSESSIVE_OPENER = re.compile(rf"^(?:(?:the\s+)?(?:current\s+)?user's|(?:the\s+)?(?:ai\s+)?assistant's|"
+                                rf"{_ZH_USER_WORD}的|{_ZH_ASSISTANT_WORD}的)", re.IGNORECASE)
+
+
+def _agent(text: str) -> tuple[str, str] | None:
+    """A passive's agent as the subject, and the rest: in the active voice in English ("The fence was
+    painted by the user." → ("user", " painted the fence.")), without the agent in Chinese ("旧车被用户卖掉了。"
+    → ("user", "旧车卖掉了。"); reordering it did not help the matcher in cross-validation)."""
+    if (match := _EN_AGENT.match(text)) and (named := split_subject(match.group("agent"))[0]) is not None:
+        thing = match.group("thing")
+        thing = thing[:1].lower() + thing[1:] if re.match(r"(?:The|A|An|This|That|These|Those|His|Her|Their|Its)\b", thing) else thing
+        tail = match.group("tail")
+        end = re.search(r"[.!?。]+\s*$", tail)
+        return named, (f" {match.group('verb')} {thing}{match.group('between')}{tail[:end.start()] if end else tail}"
+                       f"{end.group() if end else ''}")
+    if (match := _ZH_AGENT.match(text)) and (named := split_subject(match.group("agent"))[0]) is not None:
+        return named, match.group("head") + match.group("tail")
+    return None
 
 
 def _opens_without_a_name(match: re.Match[str], text: str) -> bool:

@@ -44,7 +44,10 @@ from hymem.testing import ScriptedLM
     ("Mia recently moved to Oslo", "Mia"),
     # a relative's name opens like any Chinese name; a time word after the relation is no name
     ("用户的奶奶以前是裁缝。", "用户的奶奶"), ("用户的母亲因病住院了。", "用户的母亲"), ("弟弟的职业是律师", "用户的弟弟"), ("Mother's name is Ann", "the user's mother"),
-    ("用户的朋友李雷是医生", "李雷")])
+    ("用户的朋友李雷是医生", "李雷"),
+    # a passive whose agent is the assistant, about the user's thing, is the assistant's act
+    ("The user's resignation letter was drafted by the assistant.", "assistant"),
+    ("The user's luggage was lost by the airline.", "user"), ("The user was praised by the assistant.", "user")])
 def test_one_definition_names_the_subject_of_a_sentence(text, subject):
     assert subject_of(text) == subject
 

@@ -138,3 +138,18 @@ def test_a_clear_paraphrase_matches(semantic, gold, pred):
 @pytest.mark.parametrize(("gold", "pred"), NEAR_MISSES + UNRELATED)
 def test_a_near_miss_or_an_unrelated_fact_does_not_match(semantic, gold, pred):
     assert not semantic.same_fact(gold, "user", pred, "user")
+
+
+@pytest.mark.slow
+def test_a_passive_that_swaps_who_does_what_is_ruled_out_but_a_voice_paraphrase_is_not(semantic):
+    gold = ["The user tutors Mateo in chemistry.", "The user owes Ben 50 dollars.", "The user works at Siemens."]
+    pred = ["is tutored in chemistry by Mateo", "The user is owed 50 dollars by Ben.", "User is employed by Siemens"]
+    _, ruled_out = semantic.evaluate(gold, pred)
+    assert ruled_out[0, 0] and ruled_out[1, 1] and not ruled_out[2, 2]
+
+
+@pytest.mark.slow
+def test_chinese_converse_verbs_are_ruled_out_through_a_dictionary(semantic):
+    _, ruled_out = semantic.evaluate(["周敏在大学教化学。", "用户在闲鱼上卖二手相机。", "用户讨厌排队。"],
+                                     ["周敏在大学学化学。", "用户在闲鱼上买二手相机。", "用户很反感排队。"])
+    assert ruled_out[0, 0] and ruled_out[1, 1] and not ruled_out[2, 2]

@@ -93,7 +93,7 @@ class _Prepared:
 # "用户表示…", "用户提到自己…".
 _REPORTED = re.compile(r"^(?:(?:has\s+)?(?:mentioned|mentions|said|says|stated|states|noted|notes|reported|reports|"
                        r"shared|shares|explained|explains|indicated|indicates|told the assistant|revealed|reveals)"
-                       r"(?:\s+that)?\s+|(?:表示|提到|提及|说|称|透露|告诉助手)(?:自己|他|她)?[，,:：]?\s*)", re.IGNORECASE)
+                       r"(?:\s+that\s+|\s+(?=(?:they|he|she|i|we|it)\b|\w+ing\b))|(?:表示|提到|提及|说|称|透露|告诉助手)(?:自己|他|她)?[，,:：]?\s*)", re.IGNORECASE)
 
 
 def _predicate(text: str) -> tuple[str, str | None]:
@@ -245,6 +245,32 @@ def _displaced(a: _Prepared, b: _Prepared) -> bool:
     return a.subject is not None and a.words_in_order.passive is None and a.subject in b.objects
 
 
+_BY_AGENT = re.compile(r"\bby\s+(?:(?:the|a|an|his|her|their|its|my|our)\s+)?(?:\w+\s+){0,2}?([A-Za-z][\w'-]*)\b"
+                       r"(?=\s*(?:[,.;]|$|\s+(?:at|in|on|for|to|with|from|of|about|after|before|last|every|this|next)\b))")
+
+
+def _voice_swapped(a: _Prepared, b: _Prepared) -> bool:
+    """One side is passive with an agent ("is tutored in chemistry by Mateo", "User was reported to the
+    council by their neighbour"), the other active about the same subject, with that agent after its verb
+    ("tutors Mateo in chemistry"): who does what to whom is swapped. Only for the same verb ("is employed by
+    Siemens" / "works at Siemens" is a paraphrase) and not when the active side opens with the agent ("The
+    airline lost the user's luggage")."""
+    if a.zh or b.zh or a.words_in_order.passive is None or b.words_in_order.passive is not None:
+        return False
+    if a.subject is not None and b.subject is not None and a.subject != b.subject:
+        return False
+    if (agent := _BY_AGENT.search(a.predicate)) is None:
+        return False
+    head = agent.group(1).casefold()
+    words = [w.casefold().removesuffix("'s") for w in re.findall(r"[A-Za-z][\w'-]*", b.predicate)]
+    if head not in words or (head in ("user", "assistant") and b.subject in (None, head)):
+        return False
+    verb = a.words_in_order.passive  # the same verb, active before the agent ("employed by" is not "works at")
+    n = min(4, len(verb) - 1)
+    return any(w[:n] == verb[:n] for w in words[:words.index(head)])
+
+
+
 def pair_features(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.ndarray]) -> list[float]:
     return _pair(a, b, cosine, word_vectors)[0]
 
@@ -266,7 +292,8 @@ def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.
             max(flags["modality"], diff.tense), float(a.periods != b.periods), float(not same_quantities(a.quantities, b.quantities)),
             flags["relation"], float(names_substituted(a.names, a.predicate, b.names, b.predicate)), align, unmatched, zh * unmatched,
             diff.shared, diff.slot_abbrev, diff.voice * float(a.subject is not None and b.subject is not None), diff.direction,
-            *_lexical(a, b, diff)], _opposed(a, b, diff) or _displaced(a, b) or _displaced(b, a))
+            *_lexical(a, b, diff)], (_opposed(a, b, diff) or _displaced(a, b) or _displaced(b, a)
+                                     or _voice_swapped(a, b) or _voice_swapped(b, a)))
 
 
 class SemanticMatcher(Matcher):
