@@ -52,10 +52,12 @@ def test_a_thesaurus_knows_opposite_roles_but_not_synonyms():
     assert not opposite("借", "借给") and not opposite("医生", "大夫")
 
 
-def test_english_number_forms_read_as_one_quantity():
+def test_number_forms_read_as_one_quantity():
     pairs = [("18 months old", "a year and a half old"), ("six months old", "half a year old"),
              ("15 years", "a decade and a half"), ("15 half-marathons", "fifteen half-marathons"),
-             ("two and a half hours", "150 minutes"), ("cost 18,000 pounds", "cost £18k")]
+             ("two and a half hours", "150 minutes"), ("cost 18,000 pounds", "cost £18k"),
+             ("45 minutes", "three quarters of an hour"), ("ran a 10 km race", "ran a 10K race"),
+             ("房租每月两千五", "房租每月2500元"), ("练琴一个钟头", "练琴60分钟"), ("住了三个月", "住了3个月")]
     for a, b in pairs:
         assert same_quantities(quantities(a), quantities(b)), (a, b)
     assert not same_quantities(quantities("owes 50 pounds"), quantities("owes 60 pounds"))

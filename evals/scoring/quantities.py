@@ -59,9 +59,9 @@ _EN_NUMBER_WORDS.update({"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "
                          "once": 1, "twice": 2, "thrice": 3})
 _EN_SCALE = {"hundred": 100, "thousand": 1000, "million": 1e6, "billion": 1e9, "k": 1000}
 _EN_WORD = "|".join(sorted((w for w in _EN_NUMBER_WORDS if w not in ("a", "an")), key=len, reverse=True))
-# a number word that may follow another in one number ("thirty-four", "two hundred"): not a fraction, so
-# "fifteen half-marathons" is fifteen
-_EN_NEXT_WORD = "|".join(sorted((w for w in _EN_NUMBER_WORDS if w not in ("a", "an", *("half halves quarter quarters".split()))),
+# a number word that may follow another in one number ("thirty-four", "two hundred", "three quarters"):
+# not a single "half" or "quarter", so "fifteen half-marathons" is fifteen
+_EN_NEXT_WORD = "|".join(sorted((w for w in _EN_NUMBER_WORDS if w not in ("a", "an", "half", "quarter")),
                                 key=len, reverse=True))
 _EN_UNIT_WORDS = "|".join(sorted((u for u in _EN_UNITS if len(u) > 2), key=len, reverse=True))
 # "a year and a half", "two and a half hours", "half an hour": a half added to or taken of a unit
@@ -89,7 +89,7 @@ _CLOCK = re.compile(r"(?<!\d)(\d{1,2})(?:[:：](\d{2}))?\s*(?:(a\.?m\.?|p\.?m\.?
 _ZH_DIGIT = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "俩": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7,
              "八": 8, "九": 9}
 _ZH_NUMERAL = re.compile(r"[零〇一二两俩三四五六七八九十百千万亿]+|半")
-_ZH_NOT_NUMBER = re.compile(r"(?<![\d.])\d{1,2}(?=月)|(?<![0-9零〇一二两三四五六七八九十百千万])一(?=[个名位只条家台辆本件张把双档门套所间种份座棵匹头口])|一起|一直|一下|一些|一点|一般|一定|一样|唯一|统一|万一|一向|一边|一切|一旦|"
+_ZH_NOT_NUMBER = re.compile(r"(?<![\d.])\d{1,2}(?=月)|(?<![0-9零〇一二两三四五六七八九十百千万])一(?=个(?!月|钟头|小时|星期|礼拜|半)|[名位只条家台辆本件张把双档门套所间种份座棵匹头口])|一起|一直|一下|一些|一点|一般|一定|一样|唯一|统一|万一|一向|一边|一切|一旦|"
                             r"星期[一二三四五六日天]|周[一二三四五六日]|礼拜[一二三四五六日天]|(?<![0-9])[一二三四五六七八九十]+月")
 # A Chinese numeral counts only before a measure word, a unit or a non-Chinese character: 四川 and 三亚
 # are names, and 一 before a measure word is an article ("一家银行", "一名护士"), not a count.
@@ -103,16 +103,19 @@ _ZH_CLOCK = re.compile(r"(早上|上午|早晨|凌晨|中午|下午|晚上|傍�
 def _zh_value(chunk: str) -> float:
     if chunk == "半":
         return 0.5
-    total, section, current = 0.0, 0.0, 0.0
+    total, section, current, unit = 0.0, 0.0, 0.0, 0.0
     for ch in chunk:
         if ch in _ZH_DIGIT:
             current = _ZH_DIGIT[ch]
         elif ch in "万亿":
             total += (section + current) * (10000 if ch == "万" else 1e8)
-            section, current = 0, 0
+            section, current, unit = 0, 0, (10000 if ch == "万" else 1e8)
         else:
-            section += (current or 1) * {"十": 10, "百": 100, "千": 1000}[ch]
+            unit = {"十": 10, "百": 100, "千": 1000}[ch]
+            section += (current or 1) * unit
             current = 0
+    if current and chunk[-2:-1] in ("百", "千", "万", "亿"):
+        current *= unit / 10  # "两千五" is 2500, "三万五" 35000, "一百五" 150
     return total + section + current
 
 
@@ -195,7 +198,7 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
     t = _ZH_CLOCK.sub(zh_clock, t)
     # "一个半小时" (1.5 hours) and "一米八" (1.8 m), then Chinese numerals (with an optional 个 and a
     # unit) and digits with a Chinese unit
-    t = _ZH_AND_A_HALF.sub(lambda m: f"{_number(m.group(1)) + 0.5:g}{m.group(2)}", t)
+    t = _ZH_AND_A_HALF.sub(lambda m: f"{_number(m.group(1)) + 0.5:g}{'个月' if m.group(2) == '月' else m.group(2)}", t)
     t = _ZH_METRES.sub(lambda m: f"{_number(m.group(1)) + _number(m.group(2)) / 10:g}米", t)
     t = _ZH_NOT_NUMBER.sub(" ", t)
     # digits with a Chinese multiplier: "1.2万" is 12000, "3亿" 300000000
@@ -214,7 +217,7 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
         return " "
 
     t = re.sub(rf"(?<![\d.,])(\d+(?:[.,]\d+)*(?![\d.,a-zA-Z])|[零〇一二两俩三四五六七八九十百千万亿]+(?={_ZH_COUNTED})|半)"
-               rf"\s*个?\s*({_ZH_UNIT_RE})?(?![a-zA-Z])"
+               rf"\s*(?:个(?!月))?\s*({_ZH_UNIT_RE})?(?![a-zA-Z])"
                if re.search(r"[\u4e00-\u9fff]", t) else r"(?!x)x", zh, t)
     def and_a_half(m: re.Match[str]) -> str:
         n = m.group("n").casefold()
@@ -229,6 +232,10 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
             continue
         if m.group("digits"):
             value = float(m.group("digits").replace(",", "")) * (1000 if m.group("k") else 1)
+            if m.group("k"):  # "£18k" is 18,000; "a 10K race" is 10 km: `_readings` tries both
+                found.append(("k", value))
+                consumed = m.end()
+                continue
         elif m.group("words"):
             value = _en_words_value(m.group("words"))
         else:
@@ -257,8 +264,9 @@ _POUND = 0.45359237
 
 def _readings(q: tuple[tuple[str, float], ...]) -> list[set[tuple[str, float]]]:
     """Each way to read the quantities (a repeated one counts once): "pounds" is an amount of money
-    ("18,000 pounds" / "£18k") or a weight ("150 pounds" / "68 kg")."""
-    options = [[("", v), ("mass", v * _POUND)] if d == "pound" else [(d, v)] for d, v in q]
+    ("18,000 pounds" / "£18k") or a weight ("150 pounds" / "68 kg"), and "10K" ten thousand or 10 km."""
+    options = [[("", v), ("mass", v * _POUND)] if d == "pound" else [("", v), ("length", v)] if d == "k" else [(d, v)]
+               for d, v in q]
     return [{(d, float(f"{v:.6g}")) for d, v in choice} for choice in itertools.islice(itertools.product(*options), 16)]
 
 

@@ -242,7 +242,8 @@ def _opposed(a: _Prepared, b: _Prepared, diff: Difference) -> bool:
 def _displaced(a: _Prepared, b: _Prepared) -> bool:
     """One side says its subject does something (active voice); the other names that subject only as
     the one acted on ("用户欠了朋友一笔钱" / "朋友欠了用户一笔钱"): the roles are swapped."""
-    return a.subject is not None and a.words_in_order.passive is None and a.subject in b.objects
+    return (a.subject is not None and a.words_in_order.passive is None and a.subject in b.objects
+            and not re.match(r"\s*(?:'s?\b|的)", a.predicate))  # "The user's luggage was lost": the user owns, not acts
 
 
 _BY_AGENT = re.compile(r"\bby\s+(?:(?:the|a|an|his|her|their|its|my|our)\s+)?(?:\w+\s+){0,2}?([A-Za-z][\w'-]*)\b"
