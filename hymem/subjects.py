@@ -30,13 +30,14 @@ _EN_RELATIONS = (
     "child|children|kids?|baby|grandmother|grandfather|grandma|grandpa|grandparents?|aunt|uncle|cousin|niece|"
     "nephew|friend|best friend|girlfriend|boyfriend|fianc[ée]e?|colleague|coworker|co-worker|boss|manager|"
     "roommate|flatmate|neighbou?r|classmate|teammate|in-laws?|"
-    "mother-in-law|father-in-law|stepmother|stepfather|twin")
+    "mother-in-law|father-in-law|stepmother|stepfather|stepmom|stepmum|stepdad|twin")
 _ZH_RELATIONS = (
     "妈妈|母亲|爸爸|父亲|父母|姐姐|妹妹|哥哥|弟弟|兄弟|姐妹|妻子|老婆|太太|丈夫|老公|先生|儿子|女儿|孩子|"
     "奶奶|爷爷|外婆|外公|姥姥|姥爷|阿姨|叔叔|舅舅|姑姑|表哥|表姐|表妹|表弟|堂哥|堂姐|朋友|好友|闺蜜|"
     "男朋友|女朋友|男友|女友|同事|老板|领导|上司|室友|邻居|同学|未婚夫|未婚妻|婆婆|岳母|岳父|公公")
 # Spellings of one relation, folded so "the user's mum" and "the user's mother" are one person.
-RELATION_FOLD = {"mom": "mother", "mum": "mother", "dad": "father", "grandma": "grandmother", "grandpa": "grandfather",
+RELATION_FOLD = {"mom": "mother", "mum": "mother", "dad": "father", "stepmom": "stepmother", "stepmum": "stepmother",
+                 "stepdad": "stepfather", "grandma": "grandmother", "grandpa": "grandfather",
                  "kids": "child", "kid": "child", "children": "child", "parents": "parent", "siblings": "sibling", "co-worker": "colleague",
                  "coworker": "colleague", "neighbour": "neighbor", "妈妈": "母亲", "爸爸": "父亲", "老婆": "妻子",
                  "太太": "妻子", "老公": "丈夫", "男友": "男朋友", "女友": "女朋友", "好友": "朋友", "姥姥": "外婆",
@@ -47,7 +48,17 @@ _ZH_USER_WORD = r"(?:当前|该|这位|此)?用户"  # the spellings of _USER in
 _ZH_ASSISTANT_WORD = r"(?:ai|AI|智能)?助手"
 _ZH_USER = re.compile(rf"^{_ZH_USER_WORD}")
 _ZH_ASSISTANT = re.compile(rf"^{_ZH_ASSISTANT_WORD}")
-_EN_RELATION = re.compile(rf"^(?:the\s+)?(?:current\s+)?user(?:'s|s')\s+(?:(?:older|younger|elder|little|big|"
+# A relative's relative, by the one kinship term for it ("the user's mother's brother" is their uncle).
+_KIN = {("mother", "mother"): "grandmother", ("father", "mother"): "grandmother", ("mother", "father"): "grandfather",
+        ("father", "father"): "grandfather", ("mother", "brother"): "uncle", ("father", "brother"): "uncle",
+        ("mother", "sister"): "aunt", ("father", "sister"): "aunt", ("husband", "father"): "father-in-law",
+        ("wife", "father"): "father-in-law", ("husband", "mother"): "mother-in-law", ("wife", "mother"): "mother-in-law",
+        ("brother", "son"): "nephew", ("sister", "son"): "nephew", ("brother", "daughter"): "niece",
+        ("sister", "daughter"): "niece", ("母亲", "母亲"): "外婆", ("母亲", "父亲"): "外公", ("父亲", "母亲"): "奶奶",
+        ("父亲", "父亲"): "爷爷", ("母亲", "兄弟"): "舅舅", ("母亲", "哥哥"): "舅舅", ("母亲", "弟弟"): "舅舅",
+        ("父亲", "弟弟"): "叔叔", ("父亲", "姐姐"): "姑姑", ("父亲", "妹妹"): "姑姑", ("丈夫", "父亲"): "公公",
+        ("丈夫", "母亲"): "婆婆", ("妻子", "父亲"): "岳父", ("妻子", "母亲"): "岳母"}
+_EN_RELATION = re.compile(rf"^(?:the\s+)?(?:current\s+)?user(?:'s|s')\s+(?:(?:older|younger|elder|little|big|maternal|paternal|"
                           rf"best|close|old|new|former|ex-)\s*)*({_EN_RELATIONS})\b(?:[\s,]+(?-i:([A-Z][\w'-]*"
                           rf"(?:\s+[A-Z][\w'-]*)?|[^\W\d_A-Za-z][^\s,.]*)))?", re.IGNORECASE)
 # A Chinese name opens with a common surname (the 300 most frequent cover about 95% of people) or a
@@ -154,10 +165,18 @@ def _clean(text: str) -> str:
     return cleaned
 
 
+_EN_SECOND = re.compile(rf"'s\s+({_EN_RELATIONS})\b", re.IGNORECASE)
+_ZH_SECOND = re.compile(rf"的({_ZH_RELATIONS})")
+
+
+def _fold_relation(relation: str, zh: bool) -> str:
+    return RELATION_FOLD.get(relation if zh else relation.casefold(), relation if zh else relation.casefold())
+
+
 def _relative(relation: str, name: str | None, zh: bool) -> str:
     """The subject a relative of the user's names: their name when the sentence gives one, else the folded
     relation ("the user's mother", "用户的母亲")."""
-    folded = RELATION_FOLD.get(relation if zh else relation.casefold(), relation if zh else relation.casefold())
+    folded = _fold_relation(relation, zh)
     return name or (f"用户的{folded}" if zh else f"the user's {folded}")
 
 
@@ -168,7 +187,13 @@ def split_subject(text: str) -> tuple[str | None, str]:
     stripped = _clean(text)
     for pattern, zh in ((_EN_RELATION, False), (_ZH_RELATION, True)):  # "The user's friend Jack …"
         if match := pattern.match(stripped):
-            return _relative(match.group(1), match.group(2), zh), stripped[match.end():]
+            rest = stripped[match.end():]
+            if match.group(2) is None and (second := (_ZH_SECOND if zh else _EN_SECOND).match(rest)):
+                first = _relative(match.group(1), None, zh)  # "The user's mother's brother …" → the uncle
+                kin = _KIN.get((first.split("的" if zh else " ")[-1], _fold_relation(second.group(1), zh)))
+                return (_relative(kin, None, zh) if kin else f"{first}{'的' if zh else chr(39) + 's '}"
+                        f"{_fold_relation(second.group(1), zh)}"), rest[second.end():]
+            return _relative(match.group(1), match.group(2), zh), rest
     for pattern, zh in ((_EN_HAS_RELATION, False), (_ZH_HAS_RELATION, True)):  # "The user has a brother who …"
         if match := pattern.match(stripped):
             return _relative(match.group("relation"), match.group("name"), zh), (" " if not zh else "") + match.group("tail")

@@ -47,7 +47,12 @@ from hymem.testing import ScriptedLM
     ("用户的朋友李雷是医生", "李雷"),
     # a passive whose agent is the assistant, about the user's thing, is the assistant's act
     ("The user's resignation letter was drafted by the assistant.", "assistant"),
-    ("The user's luggage was lost by the airline.", "user"), ("The user was praised by the assistant.", "user")])
+    ("The user's luggage was lost by the airline.", "user"), ("The user was praised by the assistant.", "user"),
+    # a relative's relative is named by the one kinship term for it
+    ("The user's mother's mother is Irish.", "the user's grandmother"),
+    ("The user's maternal grandmother is Irish.", "the user's grandmother"),
+    ("The user's stepdad is a mechanic.", "the user's stepfather"), ("用户妈妈的兄弟是厨师。", "用户的舅舅"),
+    ("用户丈夫的父亲是退休教师。", "用户的公公"), ("The user's friend's mother is a nurse.", "the user's friend's mother")])
 def test_one_definition_names_the_subject_of_a_sentence(text, subject):
     assert subject_of(text) == subject
 

@@ -144,10 +144,13 @@ def test_a_near_miss_or_an_unrelated_fact_does_not_match(semantic, gold, pred):
 
 @pytest.mark.slow
 def test_a_passive_that_swaps_who_does_what_is_ruled_out_but_a_voice_paraphrase_is_not(semantic):
-    gold = ["The user tutors Mateo in chemistry.", "The user owes Ben 50 dollars.", "The user works at Siemens."]
-    pred = ["is tutored in chemistry by Mateo", "The user is owed 50 dollars by Ben.", "User is employed by Siemens"]
+    gold = ["The user tutors Mateo in chemistry.", "The user owes Ben 50 dollars.", "用户起诉了前公司。",
+            "The user works at Siemens.", "The user's luggage was lost by the airline."]
+    pred = ["is tutored in chemistry by Mateo", "The user is owed 50 dollars by Ben.", "用户被前公司起诉了。",
+            "User is employed by Siemens", "The airline lost the user's luggage."]
     _, ruled_out = semantic.evaluate(gold, pred)
-    assert ruled_out[0, 0] and ruled_out[1, 1] and not ruled_out[2, 2]
+    assert ruled_out[0, 0] and ruled_out[1, 1] and ruled_out[2, 2]
+    assert not ruled_out[3, 3] and not ruled_out[4, 4]
 
 
 @pytest.mark.slow

@@ -39,7 +39,7 @@ could should may might must there here than then so such into onto about also ve
 now which who whom whose when where while any some longer anymore named called not no never nor without
 """.split())
 _ZH_LIGHT = frozenset("的了是在一个名位只条着过和与及也都很呢吗吧啊这那目前现正还已经会将被把对于为从到叫称有用户助手不没未别无")
-_EN_NEGATION = frozenset({"not", "no", "never", "nor", "without", "neither"})
+_EN_NEGATION = frozenset({"not", "no", "never", "nor", "without", "neither", "cannot"})
 _ZH_NEGATION = re.compile(r"[不没未别无勿]")
 _ZH_NOT_NEGATION = re.compile(r"不错|不过|不少|不断|不同|别人|无论|非常")
 # Predicates that memory sentences say in several ways; folded so a paraphrase is not a substitution.

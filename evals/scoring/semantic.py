@@ -31,6 +31,7 @@ import hashlib
 import re
 import threading
 import unicodedata
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -250,15 +251,22 @@ _BY_AGENT = re.compile(r"\bby\s+(?:(?:the|a|an|his|her|their|its|my|our)\s+)?(?:
                        r"(?=\s*(?:[,.;]|$|\s+(?:at|in|on|for|to|with|from|of|about|after|before|last|every|this|next)\b))")
 
 
+_ZH_FILLER = re.compile(r"[了过着\W]")
+
+
 def _voice_swapped(a: _Prepared, b: _Prepared) -> bool:
     """One side is passive with an agent ("is tutored in chemistry by Mateo", "User was reported to the
     council by their neighbour"), the other active about the same subject, with that agent after its verb
     ("tutors Mateo in chemistry"): who does what to whom is swapped. Only for the same verb ("is employed by
     Siemens" / "works at Siemens" is a paraphrase) and not when the active side opens with the agent ("The
     airline lost the user's luggage")."""
-    if a.zh or b.zh or a.words_in_order.passive is None or b.words_in_order.passive is not None:
-        return False
     if a.subject is not None and b.subject is not None and a.subject != b.subject:
+        return False
+    if a.zh or b.zh:  # "用户被前公司起诉了" / "用户起诉了前公司": the same characters with 被 on one side only
+        if "被" not in a.predicate or "被" in b.predicate or re.match(r"\s*的", a.predicate):
+            return False
+        return Counter(_ZH_FILLER.sub("", a.predicate.replace("被", "", 1))) == Counter(_ZH_FILLER.sub("", b.predicate))
+    if a.words_in_order.passive is None or b.words_in_order.passive is not None:
         return False
     if (agent := _BY_AGENT.search(a.predicate)) is None:
         return False
