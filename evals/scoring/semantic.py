@@ -4,10 +4,11 @@ words), combined with explicit near-miss checks and with where the two predicate
 by a logistic regression of 23 weights fitted on the calibration split of the labelled pairs
 (`hymem-eval matcher fit`).
 
-Two role checks override the regression: a WordNet antonym or cause link between the words only one
-side has (sells / buys, teaches / learns), and a subject that one side names as the one acted on
-("朋友欠了用户一笔钱" against "用户欠了朋友一笔钱"). A weight could not learn them from the few
-calibration pairs each covers without unlearning the thesaurus features for the rest.
+Role checks override the regression: a WordNet antonym or cause link between the words only one side
+has (sells / buys, teaches / learns; Chinese words through their CC-CEDICT glosses, 卖 / 买), a subject
+that one side names as the one acted on ("朋友欠了用户一笔钱" against "用户欠了朋友一笔钱"), and a passive
+that swaps who does what with the same verb ("tutors Mateo" / "is tutored by Mateo"). A weight could not
+learn them from the few calibration pairs each covers without unlearning the thesaurus features for the rest.
 
 Both sentences lose their subject and any reporting frame first (`hymem.subjects.split_subject`;
 "The user mentioned that …", "用户表示…"): text is matched on what is said, and who it is said about
@@ -67,7 +68,7 @@ class SemanticParams(BaseModel):
     n_unrelated: int = 0  # added "not the same" pairs of different calibration facts (`unrelated_pairs`)
     embedder: str = "minilm"  # word vectors (the alignment's closeness of unmatched words)
     sentence_embedder: str = "minilm"  # the predicates' cosine; "e5" reads Chinese, MiniLM does not
-    role_checks: bool = False  # the explicit role checks (`_opposed`, `_displaced`) override the regression
+    role_checks: bool = False  # the explicit role checks (`_opposed`, `_displaced`, `_voice_swapped`) override the regression
     calibration_agreement: float | None = None  # in-sample, for reference only; held-out is measured apart
     calibration_cv_agreement: float | None = None  # grouped 5-fold cross-validation on calibration (base facts apart)
     heldout: dict | None = None  # measured after fitting on the held-out split (never used to fit): the card
@@ -179,12 +180,10 @@ def _alignment(unmatched: Sequence[str], other: Sequence[str], vectors: dict[str
     return worst
 
 
-def _unmatched(a: _Prepared, b: _Prepared, diff: Difference) -> tuple[list[str], list[str]]:
-    """The words one side has and the other lacks. English: the alignment's unmatched content words;
-    Chinese: jieba words absent from the other predicate."""
-    if a.zh or b.zh:
-        return [w for w in a.zh_words if w not in b.predicate], [w for w in b.zh_words if w not in a.predicate]
-    return list(diff.unmatched_a), list(diff.unmatched_b)
+def _differing(a: _Prepared, b: _Prepared, diff: Difference) -> tuple[list[str], list[str]]:
+    """The words one side has and the other lacks: the alignment's unmatched content words in English,
+    `_changed_zh` in Chinese."""
+    return _changed_zh(a, b) if a.zh or b.zh else (list(diff.unmatched_a), list(diff.unmatched_b))
 
 
 def _changed_zh(a: _Prepared, b: _Prepared) -> tuple[list[str], list[str]]:
@@ -216,10 +215,10 @@ def _changed_zh(a: _Prepared, b: _Prepared) -> tuple[list[str], list[str]]:
 
 
 def _lexical(a: _Prepared, b: _Prepared, diff: Difference) -> tuple[float, float]:
-    """Of the words one side has and the other lacks (`_unmatched`): the share that a thesaurus pairs
+    """Of the words one side has and the other lacks (`_differing`): the share that a thesaurus pairs
     with a word of the other side (a synonym), and the share that it lists but cannot pair (a
     different word)."""
-    unmatched_a, unmatched_b = _changed_zh(a, b) if a.zh or b.zh else _unmatched(a, b, diff)
+    unmatched_a, unmatched_b = _differing(a, b, diff)
     n = len(unmatched_a) + len(unmatched_b)
     if not n:
         return 0.0, 0.0
@@ -232,11 +231,12 @@ def _lexical(a: _Prepared, b: _Prepared, diff: Difference) -> tuple[float, float
 
 def _opposed(a: _Prepared, b: _Prepared, diff: Difference) -> bool:
     """The explicit antonym check: a word only one side has is a WordNet antonym of a word only the other
-    has ("sells" / "buys", "lent" / "borrowed", "employer" / "employee", "likes" / "dislikes"), and
-    no negation on one side alone turns it back ("does not like" / "dislikes")."""
+    has ("sells" / "buys", "lent" / "borrowed", "employer" / "employee", "likes" / "dislikes"; Chinese
+    words through their CC-CEDICT glosses: 卖 / 买), and no negation on one side alone turns it back
+    ("does not like" / "dislikes")."""
     if a.negated != b.negated:
         return False
-    unmatched_a, unmatched_b = _changed_zh(a, b) if a.zh or b.zh else _unmatched(a, b, diff)
+    unmatched_a, unmatched_b = _differing(a, b, diff)
     return any(opposite(x, y) for x in unmatched_a for y in unmatched_b)
 
 
@@ -249,8 +249,6 @@ def _displaced(a: _Prepared, b: _Prepared) -> bool:
 
 _BY_AGENT = re.compile(r"\bby\s+(?:(?:the|a|an|his|her|their|its|my|our)\s+)?(?:\w+\s+){0,2}?([A-Za-z][\w'-]*)\b"
                        r"(?=\s*(?:[,.;]|$|\s+(?:at|in|on|for|to|with|from|of|about|after|before|last|every|this|next)\b))")
-
-
 _ZH_FILLER = re.compile(r"[了过着\W]")
 
 
@@ -279,14 +277,14 @@ def _voice_swapped(a: _Prepared, b: _Prepared) -> bool:
     return any(w[:n] == verb[:n] for w in words[:words.index(head)])
 
 
-
 def pair_features(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.ndarray]) -> list[float]:
     return _pair(a, b, cosine, word_vectors)[0]
 
 
 def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.ndarray]) -> tuple[list[float], bool]:
     """The pair's features, and whether a role check rules it out whatever they say: an antonym
-    (`_opposed`) or the subject turned into the one acted on (`_displaced`)."""
+    (`_opposed`), the subject turned into the one acted on (`_displaced`) or a passive that swaps the
+    roles (`_voice_swapped`)."""
     words = _dice(a.words, b.words, False, False) if (a.words or b.words) else float(a.predicate == b.predicate)
     union = a.bigrams | b.bigrams
     bigrams = len(a.bigrams & b.bigrams) / len(union) if union else 1.0
