@@ -259,7 +259,7 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
     return tuple(sorted(found))
 
 
-_POUND = 0.45359237
+_POUND = _EN_UNITS["lb"][1]  # kilograms per pound
 
 
 def _readings(q: tuple[tuple[str, float], ...]) -> list[set[tuple[str, float]]]:

@@ -27,6 +27,7 @@ set comparisons.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import hashlib
 import re
@@ -190,8 +191,6 @@ def _changed_zh(a: _Prepared, b: _Prepared) -> tuple[list[str], list[str]]:
     """Chinese: the characters that differ between the two predicates (difflib), each side's run of
     them and the jieba words that overlap one. A word of one side can hide inside a longer word of
     the other (学 in 大学), and jieba can join a name to its verb (李雷学), so words alone miss them."""
-    import difflib
-
     sa, sb = a.predicate, b.predicate
     out: tuple[list[str], list[str]] = ([], [])
     changed: tuple[set[int], set[int]] = (set(), set())
