@@ -17,7 +17,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from evals.scoring.quantities import _zh_value  # one reading of Chinese numerals for both
+from evals.scoring.quantities import _zh_value, frequencies  # one reading of Chinese numerals for both
 from hymem.subjects import _EN_RELATIONS, _ZH_RELATIONS, RELATION_FOLD
 
 _CJK = "\u3400-\u9fff\uf900-\ufaff"
@@ -40,7 +40,8 @@ _EN_NEG_VERB = re.compile(r"(?i)\b(?:dislike[sd]?|hate[sd]?|hating|detest[sd]?|c
                           r"fail(?:ed|s)?|lost|loses|against|oppose[sd]?|reject(?:ed|s)?|unable|broken)\b")
 _ZH_CEASED = re.compile(r"不再|已经不|戒了|戒掉|不.{0,4}了$|再也不|不.{1,3}了[。.]?$")
 _ZH_NEG = re.compile(r"[不没未别无勿非否]")
-_ZH_NOT_NEG = re.compile(r"不错|不过(?!敏)|不少|不断|不同|不久|别人|别的|无论|非常|并非|不仅|毫不犹豫|不但|差不多")
+# "要不要", "是不是", "有没有": a V不V question ("whether"), not a negation
+_ZH_NOT_NEG = re.compile(r"([\u4e00-\u9fff])[不没]\1|不错|不过(?!敏)|不少|不断|不同|不久|别人|别的|无论|非常|并非|不仅|毫不犹豫|不但|差不多")
 _ZH_NEG_VERB = re.compile(r"讨厌|厌恶|反对|拒绝|失败|落榜|挂科|输了|受不了|恨|忌")
 _PREFIXES = ("un", "dis", "in", "im", "ir", "il", "non", "non-")
 _WORD = re.compile(r"[a-z]+(?:-[a-z]+)?")
@@ -54,11 +55,22 @@ def antonym_prefix(a: str, b: str) -> bool:
                for p in _PREFIXES if len(w) >= 4)
 
 
+def _zh_words(text: str) -> list[str]:
+    import logging
+
+    import jieba
+
+    jieba.setLogLevel(logging.WARNING)
+    return list(jieba.cut(text))
+
+
 def polarity(text: str) -> tuple[int, int]:
     """(negations outside "no longer"-style cessation, negative verbs), each counted mod 2."""
     t = _norm(text)
     if is_chinese(t):
         stripped = _ZH_CEASED.sub("", _ZH_NOT_NEG.sub("", t))
+        if "别" in stripped:  # 别 is "don't" only as a word of its own, not inside 特别, 区别, 分别
+            stripped = "".join(w if w == "别" else w.replace("别", "") for w in _zh_words(stripped))
         return len(_ZH_NEG.findall(stripped)) % 2, len(_ZH_NEG_VERB.findall(t)) % 2
     stripped = re.sub(rf"(?i)\b(?:{_EN_CEASED})\b", " ", t)
     return len(_EN_NEG.findall(stripped)) % 2, len(_EN_NEG_VERB.findall(t)) % 2
@@ -69,13 +81,13 @@ _MODALITY = {
     "desire": (r"(?i)\b(?:wants?|wanted|wanting|would like|'d like|hopes?|hoping|wish(?:es)?|dreams? (?:of|about)|"
                r"eager|keen|interested in|would love|longs? to)\b",
                r"想要|想|希望|渴望|梦想|愿望|向往|盼望|有意"),
-    "plan": (r"(?i)\b(?:plans?|planning|planned|intends?|intending|going to|gonna|considering|considers|"
-             r"thinking (?:about|of)|about to|aims?|aiming|preparing|prepares|scheduled|"
-             r"hoping to|trying to|tries to|applying|applies|applied (?:for|to)|interviewing)\b",
-             r"打算|计划|准备|将要|即将|考虑|筹备|要去|可能|也许|或许|争取|申请|报考|应聘|投.{0,8}简历"),
+    "plan": (r"(?i)\b(?:plans?|planning|planned|intends?|intending|going to(?!\s+(?:the|a|an|my|his|her|their|our|your|its|this|that|(?-i:[A-Z0-9])))|gonna|considering|considers|"
+             r"thinking (?:about|of)|about to|aims?|aiming|prepar(?:ing|es|ed) to|scheduled|"
+             r"hoping to|trying to|tries to|attempt(?:s|ing)? to|applying|applies|applied (?:for|to)|interviewing)\b",
+             r"要不要|该不该|打算|计划|(?<!在)准备|将要|即将|考虑|筹备|要去|可能|也许|或许|争取|申请|报考|应聘|投.{0,8}简历"),
     "past": (r"(?i)\b(?:used to|formerly|former|previously|in the past|ex-|no longer|any ?more|quit|quits|quitting|"
-             r"stopped|gave up|given up|gives up|giving up|retired)\b",
-             r"以前|曾经|过去|原来|从前|不再|戒了|戒掉|戒烟|戒酒|退休|前任|已经不|曾|离职|辞职|搬离|搬出|"
+             r"stopped|gave up|given up|gives up|giving up|retired|resign(?:s|ed)?)\b",
+             r"以前|曾经|过去|原来|从前|不再|戒了|戒掉|戒烟|戒酒|改掉|辞掉|放弃|退休|前任|已经不|曾|离职|辞职|搬离|搬出|"
              r"不[\u4e00-\u9fff]{1,4}了"),
 }
 _MODALITY_RE = {k: (re.compile(en), re.compile(zh)) for k, (en, zh) in _MODALITY.items()}
@@ -95,9 +107,7 @@ _TIME_EN = {
     "monday": r"mondays?", "tuesday": r"tuesdays?", "wednesday": r"wednesdays?", "thursday": r"thursdays?",
     "friday": r"fridays?", "saturday": r"saturdays?", "sunday": r"sundays?", "weekend": r"weekends?",
     "weekday": r"weekdays?|workdays?", "spring": r"spring", "summer": r"summer", "autumn": r"autumn|fall",
-    "winter": r"winter", "daily": r"daily|every day|each day|everyday|a day|per day",
-    "weekly": r"weekly|every week|a week|per week|each week", "monthly": r"monthly|every month|a month|per month|each month",
-    "yearly": r"yearly|annually|every year|(?<!half )a year|per year|each year", "past_year": r"last year",
+    "winter": r"winter", "past_year": r"last year",
     "next_year": r"next year", "last_week": r"last week", "next_week": r"next week", "this_week": r"this week",
     "last_month": r"last month", "next_month": r"next month", "this_month": r"this month",
     "this_year": r"this year", "yesterday": r"yesterday", "tomorrow": r"tomorrow", "today": r"today",
@@ -108,12 +118,11 @@ _TIME_EN = {
 _TIME_ZH = {
     "morning": r"早上|早晨|上午|清晨|早餐|一早|晨", "noon": r"中午|午饭|午餐|正午", "afternoon": r"下午|午后",
     "evening": r"晚上|傍晚|晚饭|晚餐|下班后|黄昏", "night": r"夜里|夜晚|深夜|半夜|凌晨|睡前|熬夜|夜",
-    "monday": r"(?:周|星期|礼拜)一", "tuesday": r"(?:周|星期|礼拜)二", "wednesday": r"(?:周|星期|礼拜)三",
+    "monday": r"(?:周|星期|礼拜)一(?![次回遍趟])", "tuesday": r"(?:周|星期|礼拜)二", "wednesday": r"(?:周|星期|礼拜)三",
     "thursday": r"(?:周|星期|礼拜)四", "friday": r"(?:周|星期|礼拜)五", "saturday": r"(?:周|星期|礼拜)六",
     "sunday": r"(?:周|星期|礼拜)[日天]", "weekend": r"周末", "weekday": r"工作日",
     "spring": r"春天|春季", "summer": r"夏天|夏季|暑假", "autumn": r"秋天|秋季", "winter": r"冬天|冬季|寒假",
-    "daily": r"每天|每日|天天|每晚|每早", "weekly": r"每周|每星期|每个星期|每礼拜", "monthly": r"每月|每个月",
-    "yearly": r"每年", "past_year": r"去年", "last_week": r"上周|上个星期|上礼拜", "next_week": r"下周|下个星期|下礼拜",
+    "past_year": r"去年", "last_week": r"上周|上个星期|上礼拜", "next_week": r"下周|下个星期|下礼拜",
     "this_week": r"这周|本周", "last_month": r"上个月", "next_month": r"下个月", "this_month": r"这个月|本月", "next_year": r"明年", "this_year": r"今年", "yesterday": r"昨天",
     "tomorrow": r"明天", "today": r"今天", "spring_festival": r"春节|过年", "national_day": r"国庆",
     "mid_autumn": r"中秋", **{f"month{n}": rf"(?<![0-9一二三四五六七八九十]){c}月" for n, c in enumerate(
@@ -132,6 +141,8 @@ def time_words(text: str) -> frozenset[str]:
         found |= {f"month{int(m)}" for m in re.findall(r"(?<![\d.])(\d{1,2})月", t) if 1 <= int(m) <= 12}
     if is_chinese(t):  # English words inside Chinese text too
         found |= {k for k, pattern in _TIME_EN_RE.items() if pattern.search(t) and k != "may_month"}
+    # how often, as a rate: "twice a week" / "2x weekly" / 每周两次 / 一周2次 are one frequency
+    found |= {f"every:{rate:g}" for rate in frequencies(t)}
     return frozenset(found)
 
 

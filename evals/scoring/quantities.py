@@ -89,14 +89,19 @@ _CLOCK = re.compile(r"(?<!\d)(\d{1,2})(?:[:：](\d{2}))?\s*(?:(a\.?m\.?|p\.?m\.?
 _ZH_DIGIT = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "俩": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7,
              "八": 8, "九": 9}
 _ZH_NUMERAL = re.compile(r"[零〇一二两俩三四五六七八九十百千万亿]+|半")
-_ZH_NOT_NUMBER = re.compile(r"(?<![\d.])\d{1,2}(?=月)|(?<![0-9零〇一二两三四五六七八九十百千万])一(?=个(?!月|钟头|小时|星期|礼拜|半)|[名位只条家台辆本件张把双档门套所间种份座棵匹头口])|一起|一直|一下|一些|一点|一般|一定|一样|唯一|统一|万一|一向|一边|一切|一旦|"
+_ZH_NOT_NUMBER = re.compile(r"一(?=[次个口下步眼分毛][^，。,；;]{0,6}?[都也][没不])|十分(?!钟)|千万(?=[别不要])|(?<![\d.])\d{1,2}(?=月)|(?<![0-9零〇一二两三四五六七八九十百千万])一(?=个(?!月|钟头|小时|星期|礼拜|半)|[名位只条家台辆本件张把双档门套所间种份座棵匹头口])|一起|一直|一下|一些|一点|一般|一定|一样|唯一|统一|万一|一向|一边|一切|一旦|"
                             r"星期[一二三四五六日天]|周[一二三四五六日]|礼拜[一二三四五六日天]|(?<![0-9])[一二三四五六七八九十]+月")
 # A Chinese numeral counts only before a measure word, a unit or a non-Chinese character: 四川 and 三亚
 # are names, and 一 before a measure word is an article ("一家银行", "一名护士"), not a count.
-_ZH_MEASURE = "个名位只条家台辆本件张把双档门套所间种份座棵匹头口岁楼层号元块毛角倍成折次遍趟顿杯瓶碗"
+_ZH_MEASURE = "个名位只条家台辆本件张把双档门套所间种份座棵匹头口岁楼层号元块毛角倍成折次遍趟顿杯瓶碗级"
 _ZH_COUNTED = rf"(?:[{_ZH_MEASURE}]|[^\u4e00-\u9fff]|$|平|米|厘|公|千|毫|克|斤|升|秒|分|小时|钟|天|周|星期|年|月|日)"
+# a numeral with a place value ("五百", "二十三") is a number whatever follows it ("世界五百强"); "十分"
+# (very) and "千万" (by all means) are adverbs
+_ZH_PLACE_VALUE = (r"(?:[零〇一二两三四五六七八九]+[十百千万亿]|[十百千万亿][零〇一二两三四五六七八九十百千万亿])"
+                   r"[零〇一二两三四五六七八九十百千万亿]*")
 _ZH_AND_A_HALF = re.compile(r"(\d+|[一二两三四五六七八九十]+)个半(小时|钟头|月)")
-_ZH_METRES = re.compile(r"(\d|[一二两])米([一二三四五六七八九]|\d)(?![\d零一二三四五六七八九十百千万米])")
+# "一米八" is 1.8 m, "一米五二" 1.52 m, "一米零五" 1.05 m: the digits after 米 are its decimals
+_ZH_METRES = re.compile(r"(\d|[一二两])米([零〇一二三四五六七八九]|\d)([零〇一二三四五六七八九]|\d)?(?![\d零一二三四五六七八九十百千万米])")
 _ZH_CLOCK = re.compile(r"(早上|上午|早晨|凌晨|中午|下午|晚上|傍晚|夜里)?(\d{1,2}|[一二两三四五六七八九十]{1,3})点(半|(\d{1,2})分)?")
 
 
@@ -152,6 +157,90 @@ def _norm(text: str) -> str:
     return unicodedata.normalize("NFKC", text).replace("’", "'")
 
 
+# ---------------------------------------------------------------- frequencies
+# A frequency is a count per period ("twice a week", "2x weekly", "every other day", "every six
+# months", 每周两次, 一周2次, 每两周一次, 隔天), compared as a rate (times per day): "every six months"
+# and "twice a year" are one rate. A period without a count ("every week", 每周) is once per period.
+_DAYS = 86400.0
+_EN_PERIODS = {**dict.fromkeys(("day", "days", "night", "nights"), 1.0), **dict.fromkeys(("week", "weeks"), 7.0),
+               **dict.fromkeys(("fortnight", "fortnights"), 14.0), **dict.fromkeys(("month", "months"), _YEAR / 12 / _DAYS),
+               **dict.fromkeys(("year", "years"), _YEAR / _DAYS)}
+_EN_PERIOD_ADVERBS = {"daily": 1.0, "nightly": 1.0, "weekly": 7.0, "fortnightly": 14.0, "monthly": _YEAR / 12 / _DAYS,
+                      "yearly": _YEAR / _DAYS, "annually": _YEAR / _DAYS}
+_EN_PERIOD = "|".join(sorted(_EN_PERIODS, key=len, reverse=True))
+_EN_ADVERB = "|".join(_EN_PERIOD_ADVERBS)
+_EN_COUNT_NUMBER = rf"\d+(?:\.\d+)?|(?:{_EN_WORD})(?:[\s-]+(?:{_EN_NEXT_WORD}))?"
+# "twice", "3 times", "2x", "three days" (a week)
+_EN_COUNT = rf"(?:(?P<once>once|twice|thrice)|(?P<n>{_EN_COUNT_NUMBER})(?:\s*(?:x|×)|\s+(?:times|days|nights)))"
+# "every other", "every six", "every second"
+_EN_EVERY = rf"(?:every|each)\s+(?:(?P<k>other|second|third|{_EN_COUNT_NUMBER})\s+)?"
+_EN_FREQUENCY = re.compile(
+    rf"(?<![\w.])(?:{_EN_COUNT}(?:\s+(?:(?:a|an|per|a\s+single)\s+|{_EN_EVERY})(?P<p1>{_EN_PERIOD})|[\s-]*(?P<a1>{_EN_ADVERB}))"
+    rf"|(?:{_EN_EVERY.replace('?P<k>', '?P<k2>')}|per\s+)(?P<p2>{_EN_PERIOD})"
+    rf"|(?<!\bfor\s)(?<!\bin\s)(?<!\bwithin\s)(?<!\bafter\s)(?<!\bhalf\s)(?<!\bonly\s)(?<!\bjust\s)\ban?\s+(?P<p3>day|night|week|month|year)"
+    rf"(?!\s+(?:and\s+a\s+half|old|ago|later|earlier|before|after|or|of|from|in)\b)(?![\w-])"
+    rf"|(?P<a2>{_EN_ADVERB}))\b", re.IGNORECASE)
+_ZH_PERIODS = {"天": 1.0, "日": 1.0, "晚": 1.0, "晚上": 1.0, "夜": 1.0, "周": 7.0, "星期": 7.0, "礼拜": 7.0,
+               "月": _YEAR / 12 / _DAYS, "年": _YEAR / _DAYS}
+_ZH_PERIOD = "晚上|天|日|晚|夜|周|星期|礼拜|月|年"
+_ZH_COUNT_NUMBER = r"\d+(?:\.\d+)?|[一二两三四五六七八九十百半]+"
+_ZH_TIMES = "次|回|遍|趟"
+_ZH_FREQUENCY = re.compile(
+    # 每周两次, 每周去两次, 一周游两次泳, 每两周一次, 每隔一天一次, 两周一次, 三天一次
+    rf"(?:(?P<every>每)(?P<skip>隔)?(?P<k>{_ZH_COUNT_NUMBER})?|(?P<k2>{_ZH_COUNT_NUMBER}))个?(?P<p>{_ZH_PERIOD})(?!末)"
+    rf"(?:(?P<gap>[^，。,.;；、！!？?\d一二两三四五六七八九十]{{0,6}}?)(?P<n>{_ZH_COUNT_NUMBER})(?:{_ZH_TIMES}))?"
+    rf"|(?P<daily>天天|隔天|隔日)")
+
+
+def _en_count(words: str) -> float:
+    w = words.casefold()
+    return {"other": 2.0, "second": 2.0, "third": 3.0}.get(w) or (float(w) if w[0].isdigit() else _en_words_value(w))
+
+
+def _strip_frequencies(text: str) -> tuple[str, list[float]]:
+    """The text without its frequencies (a verb between 每周 and 两次 stays), and each frequency as
+    times per day."""
+    rates: list[float] = []
+
+    def en(m: re.Match[str]) -> str:
+        count = 1.0 if m.group("once") and m.group("once").casefold() == "once" else \
+            {"twice": 2.0, "thrice": 3.0}.get((m.group("once") or "").casefold()) or \
+            (_en_count(m.group("n")) if m.group("n") else 1.0)
+        k = m.group("k") or m.group("k2")
+        period = (_EN_PERIODS.get((m.group("p1") or m.group("p2") or m.group("p3") or "").casefold())
+                  or _EN_PERIOD_ADVERBS[(m.group("a1") or m.group("a2")).casefold()])
+        rates.append(round(count / (period * (_en_count(k) if k else 1.0)), 6))
+        return " "
+
+    def zh(m: re.Match[str]) -> str:
+        if m.group("daily"):
+            rates.append(1.0 if m.group("daily") == "天天" else 0.5)
+            return " "
+        if m.group("k2") and not m.group("n"):
+            return m.group()  # "三天" alone is a duration
+        if m.group("k2") and m.group("gap") and m.group("k2") not in ("一", "1"):
+            return m.group()  # "三年去过两次": a count within a duration; "一周去两次" is a rate
+        k = _number(m.group("k") or m.group("k2") or "1")
+        if m.group("skip") and k == 1:
+            k = 2.0  # 每隔一天: every other day
+        count = _number(m.group("n")) if m.group("n") else 1.0
+        if m.group("p") == "日" and not m.group("every"):
+            return m.group()
+        rates.append(round(count / (_ZH_PERIODS[m.group("p")] * k), 6))
+        return f" {m.group('gap') or ''} "
+
+    t = _EN_FREQUENCY.sub(en, text)
+    if re.search(r"[\u4e00-\u9fff]", t):
+        t = _ZH_FREQUENCY.sub(zh, t)
+    return t, rates
+
+
+def frequencies(text: str) -> tuple[float, ...]:
+    """Every frequency the sentence states, as times per day, sorted: "twice a week" and 每周两次 are
+    2/7, "every other day" and 隔天 1/2, "every six months" and "twice a year" 2/365.25."""
+    return tuple(sorted(_strip_frequencies(_norm(text))[1]))
+
+
 def quantities(text: str) -> tuple[tuple[str, float], ...]:
     """Every (dimension, value) the sentence states, sorted; clock times as ("clock", hour)."""
     t = _norm(text)
@@ -196,10 +285,12 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
         return " "
 
     t = _ZH_CLOCK.sub(zh_clock, t)
+    t, rates = _strip_frequencies(t)
+    found += [("rate", r) for r in rates]
     # "一个半小时" (1.5 hours) and "一米八" (1.8 m), then Chinese numerals (with an optional 个 and a
     # unit) and digits with a Chinese unit
     t = _ZH_AND_A_HALF.sub(lambda m: f"{_number(m.group(1)) + 0.5:g}{'个月' if m.group(2) == '月' else m.group(2)}", t)
-    t = _ZH_METRES.sub(lambda m: f"{_number(m.group(1)) + _number(m.group(2)) / 10:g}米", t)
+    t = _ZH_METRES.sub(lambda m: f"{_number(m.group(1)) + _number(m.group(2)) / 10 + _number(m.group(3) or '0') / 100:g}米", t)
     t = _ZH_NOT_NUMBER.sub(" ", t)
     # digits with a Chinese multiplier: "1.2万" is 12000, "3亿" 300000000
     t = re.sub(r"(?<![\d.])(\d+(?:\.\d+)?)\s*([万亿])", lambda m: f"{float(m.group(1)) * (1e4 if m.group(2) == '万' else 1e8):.6g}", t)
@@ -216,7 +307,7 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
             found.append(("", value))
         return " "
 
-    t = re.sub(rf"(?<![\d.,])(\d+(?:[.,]\d+)*(?![\d.,a-zA-Z])|[零〇一二两俩三四五六七八九十百千万亿]+(?={_ZH_COUNTED})|半)"
+    t = re.sub(rf"(?<![\d.,])(\d+(?:[.,]\d+)*(?![\d.,a-zA-Z])|[零〇一二两俩三四五六七八九十百千万亿]+(?={_ZH_COUNTED})|{_ZH_PLACE_VALUE}|半)"
                rf"\s*(?:个(?!月))?\s*({_ZH_UNIT_RE})?(?![a-zA-Z])"
                if re.search(r"[\u4e00-\u9fff]", t) else r"(?!x)x", zh, t)
     def and_a_half(m: re.Match[str]) -> str:
@@ -276,4 +367,4 @@ def same_quantities(a: tuple[tuple[str, float], ...], b: tuple[tuple[str, float]
     return any(x in readings_b for x in _readings(a))
 
 
-__all__ = ["quantities", "same_quantities"]
+__all__ = ["frequencies", "quantities", "same_quantities"]
