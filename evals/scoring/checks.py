@@ -35,15 +35,16 @@ def is_chinese(text: str) -> bool:
 
 # ---------------------------------------------------------------- polarity
 _EN_CEASED = r"no longer|not\s+\w+\s+anymore|not anymore|any ?more|quit|quits|stopped|stop(?:s)? \w+ing|gave up|has given up"
-_EN_NEG = re.compile(r"(?i)\b(?:not|no|never|none|nor|neither|without|nobody|nothing|cannot)\b")
+# "non-" is a negation of its own ("a non-smoker" is "not a smoker")
+_EN_NEG = re.compile(r"(?i)\b(?:not|no|never|none|nor|neither|without|nobody|nothing|cannot|non-)\b")
 _EN_NEG_VERB = re.compile(r"(?i)\b(?:dislike[sd]?|hate[sd]?|hating|detest[sd]?|can ?not stand|avoid[sed]*|refuse[sd]?|"
                           r"fail(?:ed|s)?|lost|loses|against|oppose[sd]?|reject(?:ed|s)?|unable|broken)\b")
 _ZH_CEASED = re.compile(r"不再|已经不|戒了|戒掉|不.{0,4}了$|再也不|不.{1,3}了[。.]?$")
 _ZH_NEG = re.compile(r"[不没未别无勿非否]")
 # "要不要", "是不是", "有没有": a V不V question ("whether"), not a negation
 _ZH_NOT_NEG = re.compile(r"([\u4e00-\u9fff])[不没]\1|不错|不过(?!敏)|不少|不断|不同|不久|别人|别的|无论|非常|并非|不仅|毫不犹豫|不但|差不多")
-_ZH_NEG_VERB = re.compile(r"讨厌|厌恶|反对|拒绝|失败|落榜|挂科|输了|受不了|恨|忌")
-_PREFIXES = ("un", "dis", "in", "im", "ir", "il", "non", "non-")
+_ZH_NEG_VERB = re.compile(r"讨厌|厌恶|反对|拒|失败|落榜|挂科|输了|受不了|恨|忌")
+_PREFIXES = ("un", "dis", "in", "im", "ir", "il", "non")  # "non-" is counted as a negation
 _WORD = re.compile(r"[a-z]+(?:-[a-z]+)?")
 
 
@@ -141,6 +142,10 @@ def time_words(text: str) -> frozenset[str]:
         found |= {f"month{int(m)}" for m in re.findall(r"(?<![\d.])(\d{1,2})月", t) if 1 <= int(m) <= 12}
     if is_chinese(t):  # English words inside Chinese text too
         found |= {k for k, pattern in _TIME_EN_RE.items() if pattern.search(t) and k != "may_month"}
+    # "last summer" / "next spring": a season, weekday or month with its deictic modifier
+    for m in re.finditer(r"(?i)\b(last|next)\s+([a-z]+)", t):
+        rel = m.group(1).casefold()
+        found |= {f"{rel}:{k}" for k, pattern in _TIME_EN_RE.items() if pattern.fullmatch(m.group(2))}
     # how often, as a rate: "twice a week" / "2x weekly" / 每周两次 / 一周2次 are one frequency
     found |= {f"every:{rate:g}" for rate in frequencies(t)}
     return frozenset(found)
