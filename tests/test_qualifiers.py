@@ -62,6 +62,9 @@ def test_a_weekday_and_a_part_of_day_survive_a_frequency():
     assert time_words("用户每天早上跑步。") != time_words("用户每天晚上跑步。")
     assert time_words("用户每个周末都爬山。") == time_words("用户一到周末就爬山。")
     assert time_words("The user moved to Oslo last summer.") != time_words("The user will move to Oslo next summer.")
+    assert time_words("用户每周六去钓鱼。") == time_words("用户每个星期六都去钓鱼。") == time_words("用户周六去钓鱼。")
+    assert time_words("用户每晚散步。") == time_words("用户每天晚上散步。")
+    assert time_words("用户月底交房租。") != time_words("用户月初交房租。")
 
 
 @pytest.mark.parametrize(("a", "b"), [
@@ -107,6 +110,7 @@ def test_a_paraphrase_keeps_its_polarity(a, b):
     ("用户喜欢香菜。", "用户不喜欢香菜。"),
     ("用户的申请通过了。", "用户的申请被拒了。"),
     ("助手建议用户熬夜复习。", "助手建议用户别熬夜复习。"),
+    ("用户喜欢臭豆腐。", "用户受不了臭豆腐。"),
 ])
 def test_a_negation_flips_polarity(a, b):
     assert _polarity_flag(a, b) == 1.0 and _polarity_flag(b, a) == 1.0

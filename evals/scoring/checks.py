@@ -69,7 +69,8 @@ def polarity(text: str) -> tuple[int, int]:
     """(negations outside "no longer"-style cessation, negative verbs), each counted mod 2."""
     t = _norm(text)
     if is_chinese(t):
-        stripped = _ZH_CEASED.sub("", _ZH_NOT_NEG.sub("", t))
+        # a negative verb that holds a negator ("受不了") counts once, as the negative verb
+        stripped = _ZH_CEASED.sub("", _ZH_NOT_NEG.sub("", _ZH_NEG_VERB.sub("", t)))
         if "别" in stripped:  # 别 is "don't" only as a word of its own, not inside 特别, 区别, 分别
             stripped = "".join(w if w == "别" else w.replace("别", "") for w in _zh_words(stripped))
         return len(_ZH_NEG.findall(stripped)) % 2, len(_ZH_NEG_VERB.findall(t)) % 2
@@ -114,18 +115,21 @@ _TIME_EN = {
     "this_year": r"this year", "yesterday": r"yesterday", "tomorrow": r"tomorrow", "today": r"today",
     **{m: m + r"|" + m[:3] + r"\.?" for m in ("january", "february", "march", "april", "june", "july", "august",
                                               "september", "october", "november", "december")},
-    "may_month": r"in may",
+    "may_month": r"in may", "month_end": r"end of (?:the|this|next|last) month", "year_end": r"end of (?:the|this|next|last) year",
+    "month_start": r"(?:start|beginning) of (?:the|this|next|last) month",
+    "year_start": r"(?:start|beginning) of (?:the|this|next|last) year",
 }
 _TIME_ZH = {
     "morning": r"早上|早晨|上午|清晨|早餐|一早|晨", "noon": r"中午|午饭|午餐|正午", "afternoon": r"下午|午后",
-    "evening": r"晚上|傍晚|晚饭|晚餐|下班后|黄昏", "night": r"夜里|夜晚|深夜|半夜|凌晨|睡前|熬夜|夜",
-    "monday": r"(?:周|星期|礼拜)一(?![次回遍趟])", "tuesday": r"(?:周|星期|礼拜)二", "wednesday": r"(?:周|星期|礼拜)三",
-    "thursday": r"(?:周|星期|礼拜)四", "friday": r"(?:周|星期|礼拜)五", "saturday": r"(?:周|星期|礼拜)六",
-    "sunday": r"(?:周|星期|礼拜)[日天]", "weekend": r"周末", "weekday": r"工作日",
+    "evening": r"晚上|傍晚|晚饭|晚餐|下班后|黄昏|每晚", "night": r"夜里|夜晚|深夜|半夜|凌晨|睡前|熬夜|夜",
+    "monday": r"(?:周|星期|礼拜)一(?![次回遍趟])", "tuesday": r"(?:周|星期|礼拜)二(?![次回遍趟])", "wednesday": r"(?:周|星期|礼拜)三(?![次回遍趟])",
+    "thursday": r"(?:周|星期|礼拜)四(?![次回遍趟])", "friday": r"(?:周|星期|礼拜)五(?![次回遍趟])", "saturday": r"(?:周|星期|礼拜)六(?![次回遍趟])",
+    "sunday": r"(?:周|星期|礼拜)[日天](?![次回遍趟])", "weekend": r"周末", "weekday": r"工作日",
     "spring": r"春天|春季", "summer": r"夏天|夏季|暑假", "autumn": r"秋天|秋季", "winter": r"冬天|冬季|寒假",
     "past_year": r"去年", "last_week": r"上周|上个星期|上礼拜", "next_week": r"下周|下个星期|下礼拜",
     "this_week": r"这周|本周", "last_month": r"上个月", "next_month": r"下个月", "this_month": r"这个月|本月", "next_year": r"明年", "this_year": r"今年", "yesterday": r"昨天",
-    "tomorrow": r"明天", "today": r"今天", "spring_festival": r"春节|过年", "national_day": r"国庆",
+    "tomorrow": r"明天", "today": r"今天", "month_end": r"月底|月末", "month_start": r"月初", "year_end": r"年底|年末",
+    "year_start": r"年初", "spring_festival": r"春节|过年", "national_day": r"国庆",
     "mid_autumn": r"中秋", **{f"month{n}": rf"(?<![0-9一二三四五六七八九十]){c}月" for n, c in enumerate(
         "一二三四五六七八九", 1)}, "month10": r"(?<![0-9一二三四五六七八九十])十月",
     "month11": r"十一月", "month12": r"十二月",

@@ -216,6 +216,9 @@ def _strip_frequencies(text: str) -> tuple[str, list[float]]:
         if m.group("daily"):
             rates.append(1.0 if m.group("daily") == "天天" else 0.5)
             return " "
+        after = m.string[m.end():m.end() + 2]
+        if m.group("p") in ("周", "星期", "礼拜") and not m.group("n") and re.match(r"[一二三四五六日天](?![次回遍趟])", after):
+            return m.group()  # 每周一, 每个星期六: a weekday ("on Mondays"), read by the time words
         if m.group("k2") and not m.group("n"):
             return m.group()  # "三天" alone is a duration
         if m.group("k2") and m.group("gap") and m.group("k2") not in ("一", "1"):
