@@ -52,7 +52,9 @@ def test_a_frequency_is_not_a_duration():
     assert not _same_quantities("用户一周游两次泳。", "用户游了两周。")
     # a period alone, or a duration inside a rate, stays what it was
     assert _same_quantities("The user sleeps 8 hours a day.", "The user sleeps eight hours every day.")
-    assert quantities("The user stayed for a week.") == ()
+    assert quantities("The user stayed for a week.") == () and frequencies("The user is a night owl.") == ()
+    assert frequencies("用户每周上四天班。") == frequencies("The user works four days a week.")
+    assert frequencies("用户每周上四天班。") != frequencies("用户每周上五天班。")
     assert _same_quantities("The user's son is 18 months old.", "The user's son is a year and a half old.")
     assert time_words("The user's son is 18 months old.") == time_words("The user's son is a year and a half old.")
 

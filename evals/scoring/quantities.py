@@ -178,17 +178,19 @@ _EN_FREQUENCY = re.compile(
     rf"(?<![\w.])(?:{_EN_COUNT}(?:\s+(?:(?:a|an|per|a\s+single)\s+|{_EN_EVERY})(?P<p1>{_EN_PERIOD})|[\s-]*(?P<a1>{_EN_ADVERB}))"
     rf"|(?:{_EN_EVERY.replace('?P<k>', '?P<k2>')}|per\s+)(?P<p2>{_EN_PERIOD})"
     rf"|(?<!\bfor\s)(?<!\bin\s)(?<!\bwithin\s)(?<!\bafter\s)(?<!\bhalf\s)(?<!\bonly\s)(?<!\bjust\s)\ban?\s+(?P<p3>day|night|week|month|year)"
-    rf"(?!\s+(?:and\s+a\s+half|old|ago|later|earlier|before|after|or|of|from|in)\b)(?![\w-])"
+    # "a day" ends its phrase ("two cups a day", "8 hours a day on weekdays"): not "a night owl", "a day trip"
+    rf"(?!\s+(?:and\s+a\s+half|old|ago|later|earlier|before|after)\b)"
+    rf"(?=\s*(?:[.,;:!?)]|$|(?:on|at|for|and|but|to|with|during|since|as|so|while|when|because|until)\b))"
     rf"|(?P<a2>{_EN_ADVERB}))\b", re.IGNORECASE)
 _ZH_PERIODS = {"天": 1.0, "日": 1.0, "晚": 1.0, "晚上": 1.0, "夜": 1.0, "周": 7.0, "星期": 7.0, "礼拜": 7.0,
                "月": _YEAR / 12 / _DAYS, "年": _YEAR / _DAYS}
 _ZH_PERIOD = "晚上|天|日|晚|夜|周|星期|礼拜|月|年"
 _ZH_COUNT_NUMBER = r"\d+(?:\.\d+)?|[一二两三四五六七八九十百半]+"
-_ZH_TIMES = "次|回|遍|趟"
+_ZH_TIMES = "次|回|遍|趟|天"  # 天 as in 每周上四天班, four days a week
 _ZH_FREQUENCY = re.compile(
     # 每周两次, 每周去两次, 一周游两次泳, 每两周一次, 每隔一天一次, 两周一次, 三天一次
     rf"(?:(?P<every>每)(?P<skip>隔)?(?P<k>{_ZH_COUNT_NUMBER})?|(?P<k2>{_ZH_COUNT_NUMBER}))个?(?P<p>{_ZH_PERIOD})(?!末)"
-    rf"(?:(?P<gap>[^，。,.;；、！!？?\d一二两三四五六七八九十]{{0,6}}?)(?P<n>{_ZH_COUNT_NUMBER})(?:{_ZH_TIMES}))?"
+    rf"(?:(?P<gap>[^，。,.;；、！!？?\d一二两三四五六七八九十]{{0,6}}?)(?P<n>{_ZH_COUNT_NUMBER})(?P<times>{_ZH_TIMES}))?"
     rf"|(?P<daily>天天|隔天|隔日)")
 
 
@@ -219,6 +221,8 @@ def _strip_frequencies(text: str) -> tuple[str, list[float]]:
         after = m.string[m.end():m.end() + 2]
         if m.group("p") in ("周", "星期", "礼拜") and not m.group("n") and re.match(r"[一二三四五六日天](?![次回遍趟])", after):
             return m.group()  # 每周一, 每个星期六: a weekday ("on Mondays"), read by the time words
+        if m.group("times") == "天" and _ZH_PERIODS[m.group("p")] <= 1:
+            return m.group()  # "每天…三天" is no rate
         if m.group("k2") and not m.group("n"):
             return m.group()  # "三天" alone is a duration
         if m.group("k2") and m.group("gap") and m.group("k2") not in ("一", "1"):
