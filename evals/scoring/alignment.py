@@ -27,6 +27,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from evals.scoring.abbreviations import abbreviates, zh_abbreviates
 from evals.scoring.matcher import _EN_LIGHT, _stem
 
 _CJK = "\u3400-\u9fff\uf900-\ufaff"
@@ -101,33 +102,6 @@ def chinese_words(predicate: str) -> tuple[str, ...]:
 
 # ------------------------------------------------------------------ abbreviations
 
-def _initials(words: list[str]) -> set[str]:
-    out = {"".join(w[0] for w in words).casefold()}
-    out.add("".join(w[0] for w in words if w.casefold() not in _EN_FUNCTION).casefold())
-    return {o for o in out if len(o) >= 2}
-
-
-def _abbreviates(short: str, long_words: list[str]) -> bool:
-    """`short` is an abbreviation of the run `long_words`: initials (NYC, ADHD, MBA, ML), camel-case
-    initials (JS, TS), a numeronym (k8s) or a prefix of at least four letters (Postgres, maths)."""
-    s = short.casefold().replace(".", "")
-    if len(s) < 2:
-        return False
-    if len(long_words) >= 2 and s in _initials(long_words):
-        return True
-    if len(long_words) == 1:
-        word = long_words[0]
-        camel = re.findall(r"[A-Z][a-z]*", word)
-        if len(camel) >= 2 and s == "".join(c[0] for c in camel).casefold():
-            return True
-        w = word.casefold()
-        if len(w) > 4 and s == f"{w[0]}{len(w) - 2}{w[-1]}":
-            return True
-        if len(s) >= 4 and len(w) >= len(s) + 2 and w.startswith(s.rstrip("s")):
-            return True
-    return False
-
-
 def _explained(a: Words, b: Words, unmatched_a: set[int], unmatched_b: set[int]) -> tuple[set[int], set[int]]:
     """Remove from the unmatched tokens each abbreviation of one side and the words it abbreviates on
     the other (English; Latin tokens inside Chinese too)."""
@@ -142,7 +116,7 @@ def _explained(a: Words, b: Words, unmatched_a: set[int], unmatched_b: set[int])
                 for end in range(start + 1, min(start + 6, len(y.raw)) + 1):
                     if not all(re.match(r"[A-Za-z]", y.raw[j]) for j in range(start, end)):
                         break
-                    if _abbreviates(short, list(y.raw[start:end])) and any(j in uy for j in range(start, end)):
+                    if abbreviates(short, list(y.raw[start:end])) and any(j in uy for j in range(start, end)):
                         ux.discard(i)
                         uy.difference_update(range(start, end))
                         break
@@ -162,11 +136,6 @@ def _slot(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[tuple[str, ...], tupl
     while s < min(len(a), len(b)) - p and a[-1 - s] == b[-1 - s]:
         s += 1
     return a[p:len(a) - s], b[p:len(b) - s], p + s
-
-
-def _subsequence(short: str, long: str) -> bool:
-    it = iter(long)
-    return all(c in it for c in short)
 
 
 @dataclass(frozen=True)
@@ -214,7 +183,7 @@ def difference(a: Words, b: Words) -> Difference:
     if (a.zh or b.zh) and slot_a and slot_b:
         sa, sb = "".join(slot_a), "".join(slot_b)
         short, long = sorted((sa, sb), key=len)
-        slot_abbrev = float(len(short) < len(long) and _subsequence(short, long))
+        slot_abbrev = float(zh_abbreviates(short, long))
     voice = 0.0
     for x, y in ((a, b), (b, a)):
         if x.passive and not y.passive and y.tokens:

@@ -17,6 +17,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from evals.scoring.abbreviations import name_abbreviates, zh_abbreviates
 from evals.scoring.quantities import _zh_value, frequencies  # one reading of Chinese numerals for both
 from hymem.subjects import _EN_RELATIONS, _ZH_RELATIONS, RELATION_FOLD
 
@@ -202,7 +203,7 @@ def numbers(text: str) -> tuple[float, ...]:
 
 
 # ---------------------------------------------------------------- names
-_NAME = re.compile(r"[A-Z][A-Za-z0-9+#.&'-]*(?:\s+(?:(?:of|and|for|de|the)\s+)?[A-Z][A-Za-z0-9+#.&'-]*)*|"
+_NAME = re.compile(r"[A-Z][A-Za-z0-9+#.&'-]*(?:\s+(?:(?:of|and|for|de|the)\s+){0,2}[A-Z][A-Za-z0-9+#.&'-]*)*|"
                    r"[A-Za-z]+[0-9][A-Za-z0-9.]*")
 _LATIN_IN_ZH = re.compile(r"[A-Za-z][A-Za-z0-9+#.&'-]*(?:\s+[A-Za-z][A-Za-z0-9+#.&'-]*)*")
 _NOT_ENTITY = frozenset("""i the a an he she they it user users assistant ai monday mondays tuesday tuesdays wednesday
@@ -225,19 +226,6 @@ def names(text: str) -> dict[str, str]:
     return out
 
 
-def _initials(name: str) -> set[str]:
-    """NYC for New York City, MIT for Massachusetts Institute of Technology, JS for JavaScript, k8s
-    for Kubernetes."""
-    words = name.split()
-    out = {"".join(w[0] for w in words), "".join(w[0] for w in words if w not in ("of", "and", "for", "the", "de"))}
-    camel = re.findall(r"[A-Z][a-z]*", name.title() if " " in name else name)
-    if len(camel) >= 2:
-        out.add("".join(w[0] for w in camel).casefold())
-    if len(name) > 4 and " " not in name:
-        out.add(f"{name[0]}{len(name) - 2}{name[-1]}".casefold())
-    return {i.casefold() for i in out if len(i) >= 2}
-
-
 def _covered(name: str, raw_name: str, other_names: dict[str, str], other_text: str) -> bool:
     """A name the other side also states: the same name, its abbreviation or expansion (NYC / New
     York City, JS / JavaScript, k8s / Kubernetes) or a longer form of it (Postgres / PostgreSQL)."""
@@ -250,7 +238,7 @@ def _covered(name: str, raw_name: str, other_names: dict[str, str], other_text: 
         short, long = sorted((compact, o_compact), key=len)
         if len(short) >= 5 and long.startswith(short) and len(long) - len(short) >= 2:
             return True
-        if compact in _initials(raw_other) or o_compact in _initials(raw_name):
+        if name_abbreviates(raw_name, raw_other) or name_abbreviates(raw_other, raw_name):
             return True
     return False
 
@@ -280,14 +268,8 @@ def name_table(text: str) -> dict[str, str]:
     return zh_names(text) if is_chinese(text) else names(text)
 
 
-def _zh_abbreviates(short: str, long: str) -> bool:
-    """北大 / 北京大学, 央视 / 中央电视台: the short form's characters in order inside the long form."""
-    it = iter(long)
-    return len(short) < len(long) and all(c in it for c in short)
-
-
 def _zh_covered(name: str, other_names: dict[str, str]) -> bool:
-    return is_chinese(name) and any(_zh_abbreviates(o, name) or _zh_abbreviates(name, o) for o in other_names)
+    return is_chinese(name) and any(zh_abbreviates(o, name) or zh_abbreviates(name, o) for o in other_names)
 
 
 def names_substituted(na: dict[str, str], a: str, nb: dict[str, str], b: str) -> bool:

@@ -1,0 +1,78 @@
+"""Whether one form abbreviates another: the one definition that the word alignment and the name check share.
+
+Models write an organisation, a degree or a place sometimes in full and sometimes short (GMAT / Graduate
+Management Admission Test, MSc / Master of Science, DRC / Democratic Republic of the Congo, JS /
+JavaScript, k8s / Kubernetes, Postgres / PostgreSQL, 北大 / 北京大学). Abbreviations are made by rules,
+so they are checked by rules, not listed: the short form spelt out of the words' beginnings, in order,
+a numeronym, or a long prefix of one word; in Chinese, the short form's characters in order inside the
+long one. What no rule derives (NOLA, CERN) is left to the sentence model.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+# Words an abbreviation may skip (the "of" of "Master of Science", the "the" of "the Congo").
+SKIPPABLE = frozenset("of and for the de a an in on at to & und du la le des".split())
+_MAX_PIECE = 3  # letters one word may give (MSc: M + Sc; FedEx: Fed + Ex)
+
+
+def _parts(words: list[str]) -> list[str]:
+    """The words, a single camel-case word split into its parts (JavaScript -> Java, Script)."""
+    if len(words) == 1:
+        camel = re.findall(r"[A-Z][a-z]*|[a-z]+|\d+", words[0])
+        if len(camel) >= 2:
+            return camel
+    return words
+
+
+@functools.lru_cache(maxsize=65536)
+def _spelt(short: str, words: tuple[str, ...]) -> bool:
+    """`short` is spelt by the beginnings of `words` in order: every word that is not skippable gives
+    1-3 of its first letters, a skippable word gives them or nothing."""
+    @functools.cache
+    def go(i: int, j: int) -> bool:
+        if j == len(words):
+            return i == len(short)
+        word = words[j]
+        if word in SKIPPABLE and go(i, j + 1):
+            return True
+        return any(short[i:i + n] == word[:n] and go(i + n, j + 1)
+                   for n in range(1, min(_MAX_PIECE, len(word), len(short) - i) + 1))
+
+    return go(0, 0)
+
+
+def abbreviates(short: str, long_words: list[str]) -> bool:
+    """`short` abbreviates the run of words `long_words`: their initials or first letters in order (NYC,
+    ADHD, MBA, MSc, GMAT, DRC), camel-case initials (JS, TS), a numeronym (k8s) or a prefix of one long
+    word with at least four letters (Postgres, maths)."""
+    s = re.sub(r"[.\-\s]", "", short.casefold())
+    if len(s) < 2 or not s.isalnum():
+        return False
+    parts = [p.casefold() for p in _parts([w for w in long_words if w])]
+    if len(parts) >= 2 and sum(p not in SKIPPABLE for p in parts) >= 2 and _spelt(s, tuple(parts)):
+        return True
+    if len(long_words) == 1:
+        w = long_words[0].casefold()
+        if len(w) > 4 and s == f"{w[0]}{len(w) - 2}{w[-1]}":
+            return True
+        if len(s) >= 4 and len(w) >= len(s) + 2 and w.startswith(s.rstrip("s")):
+            return True
+    return False
+
+
+def name_abbreviates(short: str, long: str) -> bool:
+    """`abbreviates` between two names as written ("MSc", "Master of Science"; "JS", "JavaScript")."""
+    return " " not in short.strip() and abbreviates(short, long.split())
+
+
+def zh_abbreviates(short: str, long: str) -> bool:
+    """北大 / 北京大学, 央视 / 中央电视台, 专八 / 英语专业八级: the short form's characters in order inside
+    the long form."""
+    it = iter(long)
+    return len(short) < len(long) and all(c in it for c in short)
+
+
+__all__ = ["SKIPPABLE", "abbreviates", "name_abbreviates", "zh_abbreviates"]
