@@ -5,6 +5,7 @@ expansions. The sentences are written for these tests (none is a labelled pair).
 import pytest
 
 from evals.scoring.alignment import difference, words_of
+from evals.scoring.checks import name_substitution
 from evals.scoring.quantities import quantities, same_quantities
 
 
@@ -72,10 +73,24 @@ def test_a_numeral_inside_a_chinese_name_is_not_a_number():
     ("works in artificial intelligence", "works in AI"),
     ("writes JavaScript", "writes JS"),
     ("deploys on Kubernetes", "deploys on k8s"),
+    ("has an MSc in economics", "has a Master of Science in economics"),
+    ("is studying for the GMAT", "is studying for the Graduate Management Admission Test"),
+    ("is moving to the Democratic Republic of the Congo", "is moving to the DRC"),
+    ("visited MoMA", "visited the Museum of Modern Art"),
 ])
 def test_an_abbreviation_is_its_expansion(a, b):
     diff = difference(words_of(a), words_of(b))
     assert not diff.unmatched_a and not diff.unmatched_b
+    assert not name_substitution(f"The user {a}.", f"The user {b}.")
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("lives in Berlin", "lives in Paris"),
+    ("studies at MIT", "studies at Stanford University"),
+    ("has an MSc in economics", "holds a Bachelor of Science in economics"),
+])
+def test_a_different_name_is_not_an_abbreviation(a, b):
+    assert name_substitution(f"The user {a}.", f"The user {b}.")
 
 
 def test_where_two_predicates_differ():
