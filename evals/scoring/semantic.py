@@ -183,48 +183,63 @@ def _alignment(unmatched: Sequence[str], other: Sequence[str], vectors: dict[str
 
 def _differing(a: _Prepared, b: _Prepared, diff: Difference) -> tuple[list[str], list[str]]:
     """The words one side has and the other lacks: the alignment's unmatched content words in English,
-    `_changed_zh` in Chinese."""
-    return _changed_zh(a, b) if a.zh or b.zh else (list(diff.unmatched_a), list(diff.unmatched_b))
+    every word of `_changed_units` in Chinese."""
+    if a.zh or b.zh:
+        ua, ub = _changed_units(a, b)
+        return list(dict.fromkeys(w for u in ua for w in u)), list(dict.fromkeys(w for u in ub for w in u))
+    return list(diff.unmatched_a), list(diff.unmatched_b)
 
 
-def _changed_zh(a: _Prepared, b: _Prepared) -> tuple[list[str], list[str]]:
-    """Chinese: the characters that differ between the two predicates (difflib), each side's run of
-    them and the jieba words that overlap one. A word of one side can hide inside a longer word of
-    the other (学 in 大学), and jieba can join a name to its verb (李雷学), so words alone miss them."""
+_ZH_EDGE = re.compile(r"^[\W_]+|[\W_]+$")
+
+
+def _changed_units(a: _Prepared, b: _Prepared) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
+    """Chinese: each run of characters that differs between the two predicates (difflib), with the jieba
+    words that overlap it: one unit per change, read in every way it can be (去 / 去世, 学 inside 大学).
+    A word of one side can hide inside a longer word of the other, and jieba can join a name to its verb
+    (李雷学), so words alone miss changes; counted per run, a change read two ways is still one change."""
     sa, sb = a.predicate, b.predicate
-    out: tuple[list[str], list[str]] = ([], [])
-    changed: tuple[set[int], set[int]] = (set(), set())
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, sa, sb, autojunk=False).get_opcodes():
-        if tag != "equal":
-            changed[0].update(range(i1, i2))
-            changed[1].update(range(j1, j2))
-            for side, run in ((0, sa[i1:i2]), (1, sb[j1:j2])):
-                if run.strip():
-                    out[side].append(run)
-    for side, (text, words) in enumerate(((sa, a.zh_words), (sb, b.zh_words))):
+    out: tuple[list[tuple[str, ...]], list[tuple[str, ...]]] = ([], [])
+    spans = [(text, words, []) for text, words in ((sa, a.zh_words), (sb, b.zh_words))]
+    for side, (text, words, located) in enumerate(spans):
         start = 0
         for w in words:
             at = text.find(w, start)
-            if at < 0:
+            if at >= 0:
+                located.append((at, at + len(w), w))
+                start = at + len(w)
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, sa, sb, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        for side, (lo, hi) in enumerate(((i1, i2), (j1, j2))):
+            text, _, located = spans[side]
+            run = _ZH_EDGE.sub("", text[lo:hi])
+            if not run:
                 continue
-            start = at + len(w)
-            if changed[side] & set(range(at, at + len(w))) and w not in out[side]:
-                out[side].append(w)
+            unit = [run] + [w for s, e, w in located if s < hi and e > lo and w != run]
+            out[side].append(tuple(dict.fromkeys(unit)))
     return out
 
 
 def _lexical(a: _Prepared, b: _Prepared, diff: Difference) -> tuple[float, float]:
-    """Of the words one side has and the other lacks (`_differing`): the share that a thesaurus pairs
-    with a word of the other side (a synonym), and the share that it lists but cannot pair (a
-    different word)."""
-    unmatched_a, unmatched_b = _differing(a, b, diff)
-    n = len(unmatched_a) + len(unmatched_b)
+    """Of the changes, one per word one side has and the other lacks in English and one per differing run
+    in Chinese (`_changed_units`): the share that a thesaurus pairs with a word of the other side (a
+    synonym), and the share that it lists but cannot pair (a different word)."""
+    if a.zh or b.zh:
+        units_a, units_b = _changed_units(a, b)
+    else:
+        units_a, units_b = [(w,) for w in diff.unmatched_a], [(w,) for w in diff.unmatched_b]
+    n = len(units_a) + len(units_b)
     if not n:
         return 0.0, 0.0
-    paired_a = {x for x in unmatched_a if any(same_sense(x, y) for y in unmatched_b)}
-    paired_b = {y for y in unmatched_b if any(same_sense(x, y) for x in unmatched_a)}
-    unexplained = (sum(1 for w in unmatched_a if w not in paired_a and knows(w))
-                   + sum(1 for w in unmatched_b if w not in paired_b and knows(w)))
+
+    def paired(unit: tuple[str, ...], others: list[tuple[str, ...]]) -> bool:
+        return any(same_sense(x, y) for x in unit for other in others for y in other)
+
+    paired_a = [u for u in units_a if paired(u, units_b)]
+    paired_b = [u for u in units_b if paired(u, units_a)]
+    unexplained = (sum(1 for u in units_a if u not in paired_a and any(knows(w) for w in u))
+                   + sum(1 for u in units_b if u not in paired_b and any(knows(w) for w in u)))
     return (len(paired_a) + len(paired_b)) / n, unexplained / n
 
 
