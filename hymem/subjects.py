@@ -24,19 +24,23 @@ _USER = {"user", "the user", "current user", "the current user", "用户", "当�
 _ASSISTANT = {"assistant", "the assistant", "ai", "the ai", "agent", "ai assistant", "the ai assistant",
               "助手", "ai助手", "智能助手"}
 
-# Closed class: kin and social relations that turn "the user's X" into another person.
-_EN_RELATIONS = (
-    "mother|father|mom|mum|dad|parents?|sister|brother|siblings?|wife|husband|spouse|partner|son|daughter|"
-    "child|children|kids?|baby|grandmother|grandfather|grandma|grandpa|grandparents?|aunt|uncle|cousin|niece|"
-    "nephew|friend|best friend|girlfriend|boyfriend|fianc[ée]e?|colleague|coworker|co-worker|boss|manager|"
-    "roommate|flatmate|neighbou?r|classmate|teammate|in-laws?|"
-    "mother-in-law|father-in-law|stepmother|stepfather|stepmom|stepmum|stepdad|twin")
-_ZH_RELATIONS = (
-    "妈妈|母亲|爸爸|父亲|父母|姐姐|妹妹|哥哥|弟弟|兄弟|姐妹|妻子|老婆|太太|丈夫|老公|先生|儿子|女儿|孩子|"
-    "奶奶|爷爷|外婆|外公|姥姥|姥爷|阿姨|叔叔|舅舅|姑姑|表哥|表姐|表妹|表弟|堂哥|堂姐|朋友|好友|闺蜜|"
-    "男朋友|女朋友|男友|女友|同事|老板|领导|上司|室友|邻居|同学|未婚夫|未婚妻|婆婆|岳母|岳父|公公")
+# Closed class: kin and social relations that turn "the user's X" into another person. Longest first, so
+# that "mother-in-law" is not read as "mother" and 外甥女 not as 外甥.
+_EN_RELATION_WORDS = """mother father mom mum dad parent parents sister brother sibling siblings wife husband spouse
+partner son daughter child children kid kids baby grandmother grandfather grandma grandpa grandparent grandparents
+grandson granddaughter grandchild grandchildren great-grandmother great-grandfather aunt uncle cousin niece nephew
+friend best\\s+friend girlfriend boyfriend fiance fiancee fiancé fiancée colleague coworker co-worker boss manager
+roommate flatmate neighbour neighbor classmate teammate in-law in-laws mother-in-law father-in-law sister-in-law
+brother-in-law son-in-law daughter-in-law stepmother stepfather stepmom stepmum stepdad stepson stepdaughter
+stepbrother stepsister half-brother half-sister godmother godfather godson goddaughter twin""".split()
+_EN_RELATIONS = "|".join(sorted(_EN_RELATION_WORDS, key=len, reverse=True))
+_ZH_RELATION_WORDS = """妈妈 母亲 爸爸 父亲 父母 姐姐 妹妹 哥哥 弟弟 兄弟 姐妹 妻子 老婆 太太 丈夫 老公 先生 儿子 女儿 孩子
+奶奶 爷爷 外婆 外公 姥姥 姥爷 阿姨 叔叔 舅舅 姑姑 表哥 表姐 表妹 表弟 堂哥 堂姐 堂弟 堂妹 朋友 好友 闺蜜 男朋友 女朋友
+男友 女友 同事 老板 领导 上司 室友 邻居 同学 未婚夫 未婚妻 婆婆 岳母 岳父 公公 外甥 外甥女 侄子 侄女 孙子 孙女 外孙
+外孙女 儿媳 女婿 嫂子 弟媳 姐夫 妹夫 继父 继母 伯伯 伯父 伯母 婶婶 舅妈 姨妈 姑父 姨父 前妻 前夫""".split()
+_ZH_RELATIONS = "|".join(sorted(_ZH_RELATION_WORDS, key=len, reverse=True))
 # Spellings of one relation, folded so "the user's mum" and "the user's mother" are one person.
-RELATION_FOLD = {"mom": "mother", "mum": "mother", "dad": "father", "stepmom": "stepmother", "stepmum": "stepmother",
+RELATION_FOLD = {"fiance": "fiancé", "fiancee": "fiancée", "in-laws": "in-law", "mom": "mother", "mum": "mother", "dad": "father", "stepmom": "stepmother", "stepmum": "stepmother",
                  "stepdad": "stepfather", "grandma": "grandmother", "grandpa": "grandfather",
                  "kids": "child", "kid": "child", "children": "child", "parents": "parent", "siblings": "sibling", "co-worker": "colleague",
                  "coworker": "colleague", "neighbour": "neighbor", "妈妈": "母亲", "爸爸": "父亲", "老婆": "妻子",
@@ -116,13 +120,25 @@ _EN_INVERTED = re.compile(r"^(?P<head>.{1,60}?\s+(?:is|are|was|were|will be)\s+(
 _EN_HAS_RELATION = re.compile(rf"^(?:the\s+)?(?:current\s+)?user\s+(?:has|had)\s+(?:a|an|one)\s+(?:\w+\s+)?"
                               rf"(?P<relation>{_EN_RELATIONS})\b(?:\s+(?:named|called)\s+(?-i:(?P<name>[A-Z][\w'-]*)))?"
                               r",?\s+(?:who|that)\s+(?P<tail>.*)$", re.IGNORECASE)
+# After "the user's …" / "用户的…", a named agent is the subject too ("The user's bathroom was tiled by Dario.").
+_EN_NAMED_AGENT = re.compile(r"^(?P<head>(?P<thing>.{1,80}?)\s(?:is|are|was|were|be|been|being|will be|got|gets)\s+(?:\w+ly\s+)?"
+                             r"(?P<verb>[a-z]+(?:ed|en|wn|ght|ung|id|t|de|ne))\b(?P<between>.*?))\s+by\s+"
+                             r"(?P<agent>(?-i:[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)?))(?P<tail>(?:\s*[,.;!?]|\s*$|\s+(?:at|in|on|for|"
+                             r"last|every|this|next|yesterday|after|before)\b).*)$", re.IGNORECASE)
+_ZH_NAMED_AGENT = re.compile(rf"^(?P<head>{_ZH_USER_WORD}[^，,。被由]{{0,20}}?的[^，,。被由]{{1,10}}?)(?:是)?(?:被|由)"
+                             rf"(?P<agent>[{_ZH_SURNAMES}][\u4e00-\u9fff]{{1,2}}?)(?P<tail>.*)$")  # a surname: not 小偷, 老师
 _ZH_AGENT = re.compile(rf"^(?P<head>[^，,。]{{1,30}}?)(?:被|由|让)(?P<agent>{_ZH_USER_WORD}|{_ZH_ASSISTANT_WORD})(?P<tail>.*)$")
 _ZH_INVERTED = re.compile(rf"^(?P<head>[^，,。]{{1,30}}?)是(?P<owner>{_ZH_USER_WORD}|{_ZH_ASSISTANT_WORD})"
                           rf"(?!的?(?:大|小|亲|好|前|老)?(?:{_ZH_RELATIONS}))(?P<tail>.*)$")
 _ZH_HAS_RELATION = re.compile(rf"^{_ZH_USER_WORD}有(?:一)?(?:个|位|名)?(?P<relation>{_ZH_RELATIONS})"
                               r"(?:叫(?P<name>[\u4e00-\u9fff]{2,3}))?[，,]?(?P<tail>[是在住喜做会每].*)$")
 # Capitalised words that open a sentence without naming anyone.
-_NOT_NAMES = frozenset("""the a an this that these those it its they their he his she her we our you your i my me
+# Irregular past forms and common verbs that open subjectless memories ("Got promoted to head chef", "Went to
+# Peru in May") and are nobody's given name (Drew, Rose, Won and Ran are, and are left out).
+_VERB_OPENERS = """got gets get went goes became becomes began begins bought sold took takes made gave gives knew left
+lost wrote grew came comes spent kept built paid met taught thought said felt found held brought chose fell flew
+forgot heard meant saw sent slept spoke stood swam told understood wore quit moved lives lived works worked""".split()
+_NOT_NAMES = frozenset(_VERB_OPENERS) | frozenset("""the a an this that these those it its they their he his she her we our you your i my me
 there here in on at after before during every each today tonight yesterday tomorrow last next when while if
 since because although as for from to with by both all some many most no not one two three user users
 assistant ai memory note fact name is are am was were be been being has have had does do did can could
@@ -198,8 +214,9 @@ def split_subject(text: str) -> tuple[str | None, str]:
     for pattern, zh in ((_EN_HAS_RELATION, False), (_ZH_HAS_RELATION, True)):  # "The user has a brother who …"
         if match := pattern.match(stripped):
             return _relative(match.group("relation"), match.group("name"), zh), (" " if not zh else "") + match.group("tail")
-    if _POSSESSIVE_OPENER.match(stripped) and (agent := _agent(stripped)) is not None:
-        return agent  # "The user's speech was drafted by the assistant." → the assistant
+    if ((_POSSESSIVE_OPENER.match(stripped) or _ZH_NAMED_AGENT.match(stripped))
+            and (agent := _agent(stripped) or _named_agent(stripped)) is not None):
+        return agent  # "The user's speech was drafted by the assistant." → the assistant; "… tiled by Dario" → Dario
     for pattern, subject in ((_EN_ASSISTANT, "assistant"), (_ZH_ASSISTANT, "assistant"), (_EN_USER, "user"),
                              (_ZH_USER, "user")):
         if match := pattern.match(stripped):
@@ -249,6 +266,21 @@ def _agent(text: str) -> tuple[str, str] | None:
                        f"{end.group() if end else ''}")
     if (match := _ZH_AGENT.match(text)) and (named := split_subject(match.group("agent"))[0]) is not None:
         return named, match.group("head") + match.group("tail")
+    return None
+
+
+def _named_agent(text: str) -> tuple[str, str] | None:
+    """After a possessive opener, a passive's agent named by a name: "The user's bathroom was tiled by
+    Dario." → ("Dario", " tiled the user's bathroom."); "用户浴室的瓷砖是由马俊贴的。" → ("马俊", "用户浴室的瓷砖贴的。")."""
+    if (match := _EN_NAMED_AGENT.match(text)) and match.group("agent").split()[0].casefold() not in _NOT_NAMES:
+        thing = match.group("thing")
+        thing = thing[:1].lower() + thing[1:] if re.match(r"(?:The|A|An|This|That|These|Those|His|Her|Their|Its)\b", thing) else thing
+        tail = match.group("tail")
+        end = re.search(r"[.!?。]+\s*$", tail)
+        return match.group("agent"), (f" {match.group('verb')} {thing}{match.group('between')}"
+                                      f"{tail[:end.start()] if end else tail}{end.group() if end else ''}")
+    if match := _ZH_NAMED_AGENT.match(text):
+        return match.group("agent"), match.group("head") + match.group("tail")
     return None
 
 

@@ -52,7 +52,16 @@ from hymem.testing import ScriptedLM
     ("The user's mother's mother is Irish.", "the user's grandmother"),
     ("The user's maternal grandmother is Irish.", "the user's grandmother"),
     ("The user's stepdad is a mechanic.", "the user's stepfather"), ("用户妈妈的兄弟是厨师。", "用户的舅舅"),
-    ("用户丈夫的父亲是退休教师。", "用户的公公"), ("The user's friend's mother is a nurse.", "the user's friend's mother")])
+    ("用户丈夫的父亲是退休教师。", "用户的公公"), ("The user's friend's mother is a nurse.", "the user's friend's mother"),
+    # a compound kinship word is one relation, not its first part
+    ("The user's mother-in-law lives in Bath.", "the user's mother-in-law"), ("The user's grandson is three.", "the user's grandson"),
+    ("The user's brother-in-law Tom is a chef.", "Tom"), ("stepbrother breeds alpacas", "the user's stepbrother"),
+    ("用户的外甥女在读高中。", "用户的外甥女"), ("大飞是用户的外甥。", "大飞"), ("用户的侄子在上海读书。", "用户的侄子"),
+    # an irregular verb opening a subjectless memory is no name; Drew is
+    ("Got promoted to head chef", None), ("Went to Peru in May", None), ("Drew is a painter.", "Drew"),
+    # after the user's thing, a named agent does it
+    ("The user's bathroom was tiled by Dario.", "Dario"), ("用户浴室的瓷砖是由马俊贴的。", "马俊"),
+    ("用户的钱包被小偷偷走了。", "user"), ("用户被马俊骗了。", "user")])
 def test_one_definition_names_the_subject_of_a_sentence(text, subject):
     assert subject_of(text) == subject
 

@@ -201,7 +201,7 @@ def _changed_units(a: _Prepared, b: _Prepared) -> tuple[list[tuple[str, ...]], l
     sa, sb = a.predicate, b.predicate
     out: tuple[list[tuple[str, ...]], list[tuple[str, ...]]] = ([], [])
     spans = [(text, words, []) for text, words in ((sa, a.zh_words), (sb, b.zh_words))]
-    for side, (text, words, located) in enumerate(spans):
+    for text, words, located in spans:
         start = 0
         for w in words:
             at = text.find(w, start)
