@@ -5,7 +5,7 @@ expansions. The sentences are written for these tests (none is a labelled pair).
 import pytest
 
 from evals.scoring.alignment import difference, words_of
-from evals.scoring.checks import name_substitution
+from evals.scoring.checks import Qualifiers, mismatches, name_substitution
 from evals.scoring.quantities import quantities, same_quantities
 
 
@@ -176,3 +176,17 @@ def test_chinese_converse_verbs_are_ruled_out_through_a_dictionary(semantic):
     _, ruled_out = semantic.evaluate(["周敏在大学教化学。", "用户在闲鱼上卖二手相机。", "用户讨厌排队。"],
                                      ["周敏在大学学化学。", "用户在闲鱼上买二手相机。", "用户很反感排队。"])
     assert ruled_out[0, 0] and ruled_out[1, 1] and not ruled_out[2, 2]
+
+
+@pytest.mark.parametrize(("a", "b", "flag"), [
+    ("Mireille manages a hotel in Lyon.", "Mireille is the manager of a hotel in Lyon.", False),  # a job, not a relation
+    ("用户开了一家理发店。", "用户是一家理发店的老板。", False),
+    ("The user's maternal grandmother is Irish.", "The user's mother's mother is Irish.", False),  # kin composed
+    ("用户的舅舅是厨师。", "用户妈妈的兄弟是厨师。", False),
+    ("用户修好了邻居的自行车。", "邻居的自行车被用户修好了。", False),  # the same neighbour, in another frame
+    ("Ana, the user's sister, is a lawyer.", "Ana, the user's cousin, is a lawyer.", True),
+    ("The user's daughter is learning to dance.", "The user is learning to dance.", True),
+    ("Noriko, a colleague of the user, speaks Thai.", "Noriko, a friend of the user, speaks Thai.", True),
+])
+def test_the_relation_check_reads_who_is_named_by_a_relation(a, b, flag):
+    assert mismatches(Qualifiers.of(a), Qualifiers.of(b), a, b)["relation"] == float(flag)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from evals.scoring.abbreviations import name_abbreviates, zh_abbreviates
 from evals.scoring.quantities import _zh_value, frequencies  # one reading of Chinese numerals for both
-from hymem.subjects import _EN_RELATIONS, _ZH_RELATIONS, RELATION_FOLD
+from hymem.subjects import _EN_RELATIONS, _KIN, _ZH_RELATIONS, RELATION_FOLD
 
 _CJK = "\u3400-\u9fff\uf900-\ufaff"
 _IS_CJK = re.compile(f"[{_CJK}]")
@@ -286,12 +286,42 @@ def name_substitution(a: str, b: str) -> bool:
 
 
 # ---------------------------------------------------------------- relations
-_EN_RELATION_RE = re.compile(rf"(?i)\b({_EN_RELATIONS})\b")
-_ZH_RELATION_RE = re.compile(_ZH_RELATIONS)
+# A relation word counts where it names someone's relative or acquaintance: after a possessive ("the user's
+# mother", "their boss", 用户的妈妈, 朋友的妈妈), after "has a" (用户有个哥哥), or opening the sentence ("Mother is a
+# nurse", 母亲是护士); not "the manager of a hotel", "works as a manager" or 面包店的老板.
+_EN_RELATION_RE = re.compile(rf"(?i)(?:(?:'s|s'|\b(?:my|his|her|their|your|our|its|whose)|\b(?:has|have|had)\s+(?:a|an|one|two|three|"
+                             rf"four|\d+))\s+(?:[\w-]+\s+){{0,2}}?|^\W*)({_EN_RELATIONS})\b|"
+                             rf"\b({_EN_RELATIONS})\s+of\s+(?:the\s+)?(?:user|assistant|(?-i:[A-Z]\w+))\b")  # "a colleague of the user"
+_ZH_RELATION_RE = re.compile(rf"(?:(?:用户|我|他|她|自己|其|{_ZH_RELATIONS})的?|有(?:[一两二三四五六七八九]|\d+)?[个位名]?|^\W*)"
+                             rf"(?:大|小|亲|好|前|老)?({_ZH_RELATIONS})")
+
+
+_EN_KIN_PAIR = re.compile(rf"(?i)\b({_EN_RELATIONS})'s\s+({_EN_RELATIONS})\b")
+_ZH_KIN_PAIR = re.compile(rf"({_ZH_RELATIONS})的?({_ZH_RELATIONS})")
+
+
+def _composed(m: re.Match[str]) -> str:
+    """"mother's mother" -> "grandmother", 妈妈的妈妈 -> 外婆 (`hymem.subjects`' kinship table), else as written."""
+    first, second = (RELATION_FOLD.get(g.casefold(), g.casefold()) for g in m.groups())
+    return _KIN.get((first, second), m.group())
+
+
 def relations(text: str) -> frozenset[str]:
-    t = _norm(text)
-    found = [m.group(1).casefold() for m in _EN_RELATION_RE.finditer(t)] + _ZH_RELATION_RE.findall(t)
+    """The relations a sentence names someone by (folded, kin composed)."""
+    t = _ZH_KIN_PAIR.sub(_composed, _EN_KIN_PAIR.sub(_composed, _norm(text)))
+    found = [(m.group(1) or m.group(2)).casefold() for m in _EN_RELATION_RE.finditer(t)] + _ZH_RELATION_RE.findall(t)
     return frozenset(RELATION_FOLD.get(r, r) for r in found)
+
+
+def mentioned_relations(text: str) -> frozenset[str]:
+    """Every relation word in a sentence, in whatever frame (邻居 in 用户修好了邻居的自行车)."""
+    t = _ZH_KIN_PAIR.sub(_composed, _EN_KIN_PAIR.sub(_composed, _norm(text)))
+    found = [m.casefold() for m in _EN_ANY_RELATION_RE.findall(t)] + _ZH_ANY_RELATION_RE.findall(t)
+    return frozenset(RELATION_FOLD.get(r, r) for r in found)
+
+
+_EN_ANY_RELATION_RE = re.compile(rf"(?i)\b({_EN_RELATIONS})\b")
+_ZH_ANY_RELATION_RE = re.compile(_ZH_RELATIONS)
 
 
 @dataclass(frozen=True)
@@ -302,11 +332,13 @@ class Qualifiers:
     modality: frozenset[str]
     time: frozenset[str]
     numbers: tuple[float, ...]
-    relations: frozenset[str]
+    relations: frozenset[str]  # the relations it names someone by
+    mentioned: frozenset[str]  # every relation word in it
 
     @classmethod
     def of(cls, text: str) -> Qualifiers:
-        return cls(polarity(text), modality(text), time_words(text), numbers(text), relations(text))
+        return cls(polarity(text), modality(text), time_words(text), numbers(text), relations(text),
+                   mentioned_relations(text))
 
 
 def mismatches(a: Qualifiers, b: Qualifiers, text_a: str, text_b: str) -> dict[str, float]:
@@ -318,9 +350,10 @@ def mismatches(a: Qualifiers, b: Qualifiers, text_a: str, text_b: str) -> dict[s
         "modality": float(a.modality != b.modality),
         "time": float(a.time != b.time),
         "number": float(set(a.numbers) != set(b.numbers)),
-        "relation": float(bool(a.relations ^ b.relations)),
+        # a relation one side names someone by and the other does not mention at all
+        "relation": float(bool((a.relations - b.mentioned) | (b.relations - a.mentioned))),
     }
 
 
 __all__ = ["Qualifiers", "antonym_prefix", "is_chinese", "mismatches", "modality", "name_substitution", "name_table", "names", "names_substituted", "numbers", "polarity",
-           "relations", "time_words"]
+           "mentioned_relations", "relations", "time_words"]
