@@ -63,7 +63,7 @@ _KIN = {("mother", "mother"): "grandmother", ("father", "mother"): "grandmother"
         ("父亲", "弟弟"): "叔叔", ("父亲", "姐姐"): "姑姑", ("父亲", "妹妹"): "姑姑", ("丈夫", "父亲"): "公公",
         ("丈夫", "母亲"): "婆婆", ("妻子", "父亲"): "岳父", ("妻子", "母亲"): "岳母"}
 _EN_RELATION = re.compile(rf"^(?:the\s+)?(?:current\s+)?user(?:'s|s')\s+(?:(?:older|younger|elder|little|big|maternal|paternal|"
-                          rf"best|close|old|new|former|ex-)\s*)*({_EN_RELATIONS})\b(?:[\s,]+(?-i:([A-Z][\w'-]*"
+                          rf"best|close|old|new|late|former|ex-)\s*)*({_EN_RELATIONS})\b(?:[\s,]+(?-i:([A-Z][\w'-]*"
                           rf"(?:\s+[A-Z][\w'-]*)?|[^\W\d_A-Za-z][^\s,.]*)))?", re.IGNORECASE)
 # A Chinese name opens with a common surname (the 300 most frequent cover about 95% of people) or a
 # nickname prefix (小陈, 老赵, 阿杰, 大伟); "最近在瘦身" or "对现在的工作不满意" opens with no name.
@@ -189,6 +189,9 @@ def _fold_relation(relation: str, zh: bool) -> str:
     return RELATION_FOLD.get(relation if zh else relation.casefold(), relation if zh else relation.casefold())
 
 
+_FORMER = re.compile(r"(?i)\bex-\s*$|\bformer\s+$|前$")
+
+
 def _relative(relation: str, name: str | None, zh: bool) -> str:
     """The subject a relative of the user's names: their name when the sentence gives one, else the folded
     relation ("the user's mother", "用户的母亲")."""
@@ -204,6 +207,9 @@ def split_subject(text: str) -> tuple[str | None, str]:
     for pattern, zh in ((_EN_RELATION, False), (_ZH_RELATION, True)):  # "The user's friend Jack …"
         if match := pattern.match(stripped):
             rest = stripped[match.end():]
+            if _FORMER.search(stripped[:match.start(1)]):  # "the user's ex-wife" is not their wife
+                relation = ("前" if zh else "ex-") + _fold_relation(match.group(1), zh)
+                return match.group(2) or _relative(relation, None, zh), rest
             if match.group(2) is None and (second := (_ZH_SECOND if zh else _EN_SECOND).match(rest)):
                 first = _relative(match.group(1), None, zh)  # "The user's mother's brother …" → the uncle
                 relation = _fold_relation(second.group(1), zh)

@@ -61,7 +61,10 @@ from hymem.testing import ScriptedLM
     ("Got promoted to head chef", None), ("Went to Peru in May", None), ("Drew is a painter.", "Drew"),
     # after the user's thing, a named agent does it
     ("The user's bathroom was tiled by Dario.", "Dario"), ("用户浴室的瓷砖是由马俊贴的。", "马俊"),
-    ("用户的钱包被小偷偷走了。", "user"), ("用户被马俊骗了。", "user")])
+    ("用户的钱包被小偷偷走了。", "user"), ("用户被马俊骗了。", "user"),
+    # an ex is not the relation itself; a late father is
+    ("The user's ex-wife lives in Leeds.", "the user's ex-wife"), ("用户的前男友是医生。", "用户的前男朋友"),
+    ("The user's late father was a miner.", "the user's father")])
 def test_one_definition_names_the_subject_of_a_sentence(text, subject):
     assert subject_of(text) == subject
 

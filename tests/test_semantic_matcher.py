@@ -77,6 +77,7 @@ def test_a_numeral_inside_a_chinese_name_is_not_a_number():
     ("is studying for the GMAT", "is studying for the Graduate Management Admission Test"),
     ("is moving to the Democratic Republic of the Congo", "is moving to the DRC"),
     ("visited MoMA", "visited the Museum of Modern Art"),
+    ("has obsessive-compulsive disorder", "has OCD"),
 ])
 def test_an_abbreviation_is_its_expansion(a, b):
     diff = difference(words_of(a), words_of(b))
@@ -187,6 +188,8 @@ def test_chinese_converse_verbs_are_ruled_out_through_a_dictionary(semantic):
     ("Ana, the user's sister, is a lawyer.", "Ana, the user's cousin, is a lawyer.", True),
     ("The user's daughter is learning to dance.", "The user is learning to dance.", True),
     ("Noriko, a colleague of the user, speaks Thai.", "Noriko, a friend of the user, speaks Thai.", True),
+    ("The user's wife lives in Leeds.", "The user's ex-wife lives in Leeds.", True),
+    ("大海是用户的男朋友。", "大海是用户的前男友。", True),
 ])
 def test_the_relation_check_reads_who_is_named_by_a_relation(a, b, flag):
     assert mismatches(Qualifiers.of(a), Qualifiers.of(b), a, b)["relation"] == float(flag)

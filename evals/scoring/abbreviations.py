@@ -19,7 +19,9 @@ _MAX_PIECE = 3  # letters one word may give (MSc: M + Sc; FedEx: Fed + Ex)
 
 
 def _parts(words: list[str]) -> list[str]:
-    """The words, a single camel-case word split into its parts (JavaScript -> Java, Script)."""
+    """The words, hyphenated ones split (obsessive-compulsive -> obsessive, compulsive) and a single
+    camel-case word split into its parts (JavaScript -> Java, Script)."""
+    words = [p for w in words for p in w.split("-") if p]
     if len(words) == 1:
         camel = re.findall(r"[A-Z][a-z]*|[a-z]+|\d+", words[0])
         if len(camel) >= 2:

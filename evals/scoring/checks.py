@@ -290,12 +290,10 @@ def name_substitution(a: str, b: str) -> bool:
 # mother", "their boss", 用户的妈妈, 朋友的妈妈), after "has a" (用户有个哥哥), or opening the sentence ("Mother is a
 # nurse", 母亲是护士); not "the manager of a hotel", "works as a manager" or 面包店的老板.
 _EN_RELATION_RE = re.compile(rf"(?i)(?:(?:'s|s'|\b(?:my|his|her|their|your|our|its|whose)|\b(?:has|have|had)\s+(?:a|an|one|two|three|"
-                             rf"four|\d+))\s+(?:[\w-]+\s+){{0,2}}?|^\W*)({_EN_RELATIONS})\b|"
-                             rf"\b({_EN_RELATIONS})\s+of\s+(?:the\s+)?(?:user|assistant|(?-i:[A-Z]\w+))\b")  # "a colleague of the user"
+                             rf"four|\d+))\s+(?:(?!ex-|former\b)[\w-]+\s+){{0,2}}?|^\W*)(?P<ex>ex-|former\s+)?(?P<rel>{_EN_RELATIONS})\b|"
+                             rf"\b(?P<ex2>ex-|former\s+)?(?P<rel2>{_EN_RELATIONS})\s+of\s+(?:the\s+)?(?:user|assistant|(?-i:[A-Z]\w+))\b")
 _ZH_RELATION_RE = re.compile(rf"(?:(?:用户|我|他|她|自己|其|{_ZH_RELATIONS})的?|有(?:[一两二三四五六七八九]|\d+)?[个位名]?|^\W*)"
-                             rf"(?:大|小|亲|好|前|老)?({_ZH_RELATIONS})")
-
-
+                             rf"(?:大|小|亲|好|老)?(前)?({_ZH_RELATIONS})")
 _EN_KIN_PAIR = re.compile(rf"(?i)\b({_EN_RELATIONS})'s\s+({_EN_RELATIONS})\b")
 _ZH_KIN_PAIR = re.compile(rf"({_ZH_RELATIONS})的?({_ZH_RELATIONS})")
 
@@ -309,8 +307,9 @@ def _composed(m: re.Match[str]) -> str:
 def relations(text: str) -> frozenset[str]:
     """The relations a sentence names someone by (folded, kin composed)."""
     t = _ZH_KIN_PAIR.sub(_composed, _EN_KIN_PAIR.sub(_composed, _norm(text)))
-    found = [(m.group(1) or m.group(2)).casefold() for m in _EN_RELATION_RE.finditer(t)] + _ZH_RELATION_RE.findall(t)
-    return frozenset(RELATION_FOLD.get(r, r) for r in found)
+    found = [("ex-" if m.group("ex") or m.group("ex2") else "") + RELATION_FOLD.get(r := (m.group("rel") or m.group("rel2")).casefold(), r)
+             for m in _EN_RELATION_RE.finditer(t)]
+    return frozenset(found + [former + RELATION_FOLD.get(r, r) for former, r in _ZH_RELATION_RE.findall(t)])
 
 
 def mentioned_relations(text: str) -> frozenset[str]:
