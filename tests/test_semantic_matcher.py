@@ -99,6 +99,11 @@ def test_where_two_predicates_differ():
     assert swap.substitution == 1.0 and swap.unmatched_a == ("cats",) and swap.unmatched_b == ("dogs",)
     assert difference(words_of("coaches the junior team"), words_of("is coached by the junior team")).voice == 1.0
     assert difference(words_of("sold a car to Mia"), words_of("bought a car from Mia")).direction == 1.0
+    assert difference(words_of("sold a car to a colleague"), words_of("bought a car from a colleague")).direction == 1.0
+    assert difference(words_of("把房间转租给了老林"), words_of("从老林那里转租了房间")).direction == 1.0
+    # a direction counts for a person, not a thing: "from" after "suffers" or 从 before a shipyard is no role
+    assert difference(words_of("suffers from migraines"), words_of("is a migraine sufferer")).direction == 0.0
+    assert difference(words_of("辞掉了船厂的工作"), words_of("从船厂离职了")).direction == 0.0
     assert difference(words_of("is a pilot"), words_of("was a pilot")).tense == 1.0
     assert difference(words_of("repaired the fence"), words_of("fixed the fence")).voice == 0.0
 

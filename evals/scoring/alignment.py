@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from evals.scoring.abbreviations import abbreviates, zh_abbreviates
 from evals.scoring.matcher import _EN_LIGHT, _stem
+from hymem.subjects import _EN_RELATION_WORDS, _ZH_PERSON, _ZH_RELATIONS
 
 _CJK = "\u3400-\u9fff\uf900-\ufaff"
 _TOKEN = re.compile(rf"[{_CJK}]|[A-Za-z0-9][A-Za-z0-9+#'-]*")
@@ -153,11 +154,31 @@ class Difference:
     direction: float  # 1.0: a shared argument is a source ("from") on one side and not on the other
 
 
+_DETERMINERS = frozenset("a an the my his her their our your its one".split())
+_EN_PARTICIPANTS = frozenset(_EN_RELATION_WORDS) | {"user", "assistant", "users"}
+_ZH_PARTICIPANT = re.compile(rf"(?:{_ZH_RELATIONS}|{_ZH_PERSON}|用户|助手)")
+
+
+def _participant(w: Words, i: int) -> bool:
+    """Token i starts a person: a name (capitalised past the first word), a relation, the user or the
+    assistant; in Chinese a relation, a name opening with a surname or 小/老/阿, 用户 or 助手."""
+    raw = w.raw[i]
+    if re.match(f"[{_CJK}]", raw):
+        return bool(_ZH_PARTICIPANT.match("".join(w.raw[i:i + 4])))
+    return (i > 0 and raw[:1].isupper()) or raw.casefold().removesuffix("'s") in _EN_PARTICIPANTS
+
+
 def _marks(w: Words) -> dict[str, str]:
-    """Content token -> the directional word right before it ("to", "from", 给, 从, 向), if any."""
+    """Participant token -> the directional word right before it ("to", "from", 给, 从, 向), if any:
+    "lent money to John" / "borrowed money from John", not "suffers from migraines" / "a migraine sufferer"."""
     out: dict[str, str] = {}
     for i in w.content:
-        before = w.tokens[i - 1] if i else ""
+        if not _participant(w, i):
+            continue
+        j = i - 1
+        while j >= 0 and w.raw[j].casefold() in _DETERMINERS:  # "to a colleague", "from their neighbour"
+            j -= 1
+        before = w.tokens[j] if j >= 0 else ""
         mark = "source" if before in _SOURCE else "goal" if before in _GOAL else ""
         out[w.tokens[i]] = out.get(w.tokens[i]) or mark
     return out
