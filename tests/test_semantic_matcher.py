@@ -198,3 +198,11 @@ def test_chinese_converse_verbs_are_ruled_out_through_a_dictionary(semantic):
 ])
 def test_the_relation_check_reads_who_is_named_by_a_relation(a, b, flag):
     assert mismatches(Qualifiers.of(a), Qualifiers.of(b), a, b)["relation"] == float(flag)
+
+
+def test_a_relation_stated_before_what_is_said_is_read_as_the_subjects_apposition():
+    from evals.scoring.semantic import prepare_text
+
+    assert prepare_text("小雯是用户的表姐，在银行工作。").predicate == prepare_text("用户的表姐小雯在银行工作。").predicate
+    assert prepare_text("Jack is the user's friend and works as a chef.").predicate == "works as a chef."
+    assert prepare_text("Jack is the user's friend.").predicate == "is the user's friend."  # nothing else said

@@ -47,7 +47,7 @@ from evals.scoring.checks import Qualifiers, is_chinese, mismatches, name_table,
 from evals.scoring.lexicon import knows, opposite, same_sense, verb_form
 from evals.scoring.matcher import Matcher, _dice, negated, units
 from evals.scoring.quantities import quantities, same_quantities
-from hymem.subjects import canonical_subject, split_subject
+from hymem.subjects import _EN_RELATIONS, _ZH_RELATIONS, canonical_subject, split_subject
 
 PARAMS_FILE = Path(__file__).with_name("semantic_params.json")
 FEATURES = ("cosine", "words", "bigrams", "zh", "zh_cosine", "zh_words", "zh_bigrams", "substitution", "polarity",
@@ -99,6 +99,13 @@ _REPORTED = re.compile(r"^(?:(?:has\s+)?(?:mentioned|mentions|said|says|stated|s
                        r"(?:\s+that\s+|\s+(?=(?:they|he|she|i|we|it)\b|\w+ing\b))|(?:表示|提到|提及|说|称|透露|告诉助手)(?:自己|他|她)?[，,:：]?\s*)", re.IGNORECASE)
 
 
+# A named person's relation to the user, stated before what is said of them: "是用户的表姐，在银行工作",
+# "is the user's cousin, and works at a bank" (the subject rule has already read who they are).
+_APPOSED = re.compile(rf"^\s*(?:是(?:当前|该)?用户的(?:{_ZH_RELATIONS})[，,]\s*(?:他|她)?(?:也|还)?|"
+                      rf"is\s+(?:the\s+)?user's\s+(?:\w+\s+)?(?:{_EN_RELATIONS})(?:,\s*(?:and\s+|who\s+)?|\s+and\s+|\s+who\s+)"
+                      rf"(?:(?:he|she|they)\s+)?)(?=\S)", re.IGNORECASE)
+
+
 def _predicate(text: str) -> tuple[str, str | None]:
     """The sentence without its subject and any reporting frame, and that subject (canonical)."""
     subject, rest = split_subject(text)
@@ -107,6 +114,8 @@ def _predicate(text: str) -> tuple[str, str | None]:
     rest = rest.strip(" ,，:：")
     if subject is not None and (reported := _REPORTED.sub("", rest, count=1)):
         rest = reported
+    if subject is not None and (apposed := _APPOSED.sub("", rest, count=1)):
+        rest = apposed  # "小雯是用户的表姐，在银行工作" says of 小雯 what "用户的表姐小雯在银行工作" does
     return (rest, canonical_subject(subject)) if subject is not None and rest else (text.strip(), None)
 
 
