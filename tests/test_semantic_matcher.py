@@ -51,6 +51,9 @@ def test_a_thesaurus_knows_opposite_roles_but_not_synonyms():
     # Chinese words through their CC-CEDICT glosses; 借 is both "lend" and "borrow", so it opposes neither
     assert opposite("教", "学") and opposite("卖", "买") and opposite("赢", "输")
     assert not opposite("借", "借给") and not opposite("医生", "大夫")
+    # nouns take the roles of the verbs they derive from, and -er / -ee of one stem are opposite roles
+    assert opposite("seller", "buyer") and opposite("卖家", "买家") and opposite("interviewer", "interviewee")
+    assert opposite("mentor", "mentee") and not opposite("doctor", "physician") and not opposite("runner", "running")
 
 
 def test_number_forms_read_as_one_quantity():

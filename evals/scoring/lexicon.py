@@ -40,7 +40,8 @@ _RULES = {"n": (("s", ""), ("ses", "s"), ("xes", "x"), ("zes", "z"), ("ches", "c
 # derivation, similar-to, verb group, also-see, hypernym: one idea in another form or a broader word
 _SAME = frozenset(("+", "&", "$", "^", "@", "@i"))
 _OPPOSITE = frozenset(("!",))  # antonym
-_CAUSE = frozenset((">",))  # a verb that causes another (teach > learn, show > see)
+_CAUSE = frozenset((">",))
+_DERIVED = frozenset(("+",))  # derivationally related form: the roles of "seller" / "buyer" are those of sell / buy  # a verb that causes another (teach > learn, show > see)
 
 
 class LexiconMissing(RuntimeError):
@@ -113,6 +114,7 @@ class WordNet:
         causes it without sharing a sense with it (teach causes learn; start causes begin, but the two
         are synonyms)."""
         sa, sb = self.senses(a), self.senses(b)
+        sa, sb = sa | self._linked(sa, _DERIVED), sb | self._linked(sb, _DERIVED)  # seller -> sell, buyer -> buy
         if self._linked(sa, _OPPOSITE) & sb or self._linked(sb, _OPPOSITE) & sa:
             return True
         return bool(self._linked(sa, _CAUSE) & sb or self._linked(sb, _CAUSE) & sa) and not self.same_sense(a, b)
@@ -250,13 +252,26 @@ def opposite(a: str, b: str) -> bool:
     Chinese words through their CC-CEDICT glosses, unless the two Chinese words share a gloss
     (借 is both "lend" and "borrow")."""
     if _LATIN.match(a) and _LATIN.match(b):
-        return _wordnet().opposite(a, b)
+        return _wordnet().opposite(a, b) or _agent_and_patient(a, b)
     if _LATIN.match(a) or _LATIN.match(b):
         return False
     ga, gb = _cedict().glosses(a), _cedict().glosses(b)
     if set(ga) & set(gb):
         return False
     return any(_wordnet().opposite(x, y) for x in ga for y in gb)
+
+
+_AGENT_NOUN = re.compile(r"(?i)([a-z]{3,}?)(?:er|or)s?")
+_PATIENT_NOUN = re.compile(r"(?i)([a-z]{3,}?)ees?")
+
+
+def _agent_and_patient(a: str, b: str) -> bool:
+    """One word is the -er / -or and the other the -ee of one stem: interviewer / interviewee, mentor /
+    mentee, trainer / trainee, payer / payee."""
+    for x, y in ((a, b), (b, a)):
+        if (m := _AGENT_NOUN.fullmatch(x)) and (n := _PATIENT_NOUN.fullmatch(y)) and m.group(1).casefold() == n.group(1).casefold():
+            return True
+    return False
 
 
 @functools.lru_cache(maxsize=65_536)
