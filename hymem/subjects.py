@@ -62,7 +62,7 @@ _KIN = {("mother", "mother"): "grandmother", ("father", "mother"): "grandmother"
         ("父亲", "父亲"): "爷爷", ("母亲", "兄弟"): "舅舅", ("母亲", "哥哥"): "舅舅", ("母亲", "弟弟"): "舅舅",
         ("父亲", "弟弟"): "叔叔", ("父亲", "姐姐"): "姑姑", ("父亲", "妹妹"): "姑姑", ("丈夫", "父亲"): "公公",
         ("丈夫", "母亲"): "婆婆", ("妻子", "父亲"): "岳父", ("妻子", "母亲"): "岳母"}
-_EN_RELATION = re.compile(rf"^(?:the\s+)?(?:current\s+)?user(?:'s|s')\s+(?:(?:older|younger|elder|little|big|maternal|paternal|"
+_EN_RELATION = re.compile(rf"^(?:the\s+)?(?:current\s+)?user(?:'s|s'|(?=\s+(?:{_EN_RELATIONS})\b))\s+(?:(?:older|younger|elder|little|big|maternal|paternal|"
                           rf"best|close|old|new|late|former|ex-)\s*)*({_EN_RELATIONS})\b(?:[\s,]+(?-i:([A-Z][\w'-]*"
                           rf"(?:\s+[A-Z][\w'-]*)?|[^\W\d_A-Za-z][^\s,.]*)))?", re.IGNORECASE)
 # A Chinese name opens with a common surname (the 300 most frequent cover about 95% of people) or a
@@ -127,7 +127,7 @@ _EN_NAMED_AGENT = re.compile(r"^(?P<head>(?P<thing>.{1,80}?)\s(?:is|are|was|were
                              r"last|every|this|next|yesterday|after|before)\b).*)$", re.IGNORECASE)
 _ZH_NAMED_AGENT = re.compile(rf"^(?P<head>{_ZH_USER_WORD}[^，,。被由]{{0,20}}?的[^，,。被由]{{1,10}}?)(?:是)?(?:被|由)"
                              rf"(?P<agent>[{_ZH_SURNAMES}][\u4e00-\u9fff]{{1,2}}?)(?P<tail>.*)$")  # a surname: not 小偷, 老师
-_ZH_AGENT = re.compile(rf"^(?P<head>[^，,。]{{1,30}}?)(?:被|由|让)(?P<agent>{_ZH_USER_WORD}|{_ZH_ASSISTANT_WORD})(?P<tail>.*)$")
+_ZH_AGENT = re.compile(rf"^(?P<head>[^，,。]{{1,30}}?)(?:被|由|让)(?P<agent>{_ZH_USER_WORD}(?:的?(?:{_ZH_RELATIONS}))?|{_ZH_ASSISTANT_WORD})(?P<tail>.*)$")
 _ZH_INVERTED = re.compile(rf"^(?P<head>[^，,。]{{1,30}}?)是(?P<owner>{_ZH_USER_WORD}|{_ZH_ASSISTANT_WORD})"
                           rf"(?!的?(?:大|小|亲|好|前|老)?(?:{_ZH_RELATIONS}))(?P<tail>.*)$")
 _ZH_HAS_RELATION = re.compile(rf"^{_ZH_USER_WORD}有(?:一)?(?:个|位|名)?(?P<relation>{_ZH_RELATIONS})"
@@ -199,6 +199,20 @@ def _relative(relation: str, name: str | None, zh: bool) -> str:
     return name or (f"用户的{folded}" if zh else f"the user's {folded}")
 
 
+# How extractors report what the user said, which is not part of the fact ("The user mentioned that …",
+# "用户表示…"); the semantic matcher drops it from the predicate, and a relative named right after it is the
+# subject ("The user mentioned that their aunt works as a taxidermist", "用户提到儿子性格腼腆"), but not the one
+# reported on ("The user reported their neighbour to the council").
+EN_REPORTING = (r"(?:has\s+)?(?:mentioned|mentions|said|says|stated|states|noted|notes|reported|reports|shared|shares|"
+                r"explained|explains|indicated|indicates|told the assistant|revealed|reveals)")
+ZH_REPORTING = r"(?:表示|提到|提及|说|称|透露|告诉助手)"
+_REPORTED_RELATIVE = re.compile(rf"^\s*(?:(?:{EN_REPORTING}\s+that|(?:has\s+)?(?:said|says|mentioned|mentions|stated|states|noted|"
+                                rf"notes|explained|explains|indicated|indicates))\s+(?:their|his|her|my)\s+(?:(?:older|younger|elder|little|"
+                                rf"big|maternal|paternal|best|close|old|new|late)\s+)*({_EN_RELATIONS})\b(?:\s+(?-i:([A-Z][\w'-]*)))?|"
+                                rf"{ZH_REPORTING}[，,:：]?\s*(?:自己|他|她|我)?的?(?:大|小|亲|好|老)?({_ZH_RELATIONS})(?!的))",
+                                re.IGNORECASE)
+
+
 def split_subject(text: str) -> tuple[str | None, str]:
     """(the subject the sentence names, the rest of the sentence): "The user lives in Berlin." →
     ("user", "lives in Berlin."); ("Jack", "is a chef.") for "The user's friend Jack is a chef.";
@@ -226,7 +240,12 @@ def split_subject(text: str) -> tuple[str | None, str]:
     for pattern, subject in ((_EN_ASSISTANT, "assistant"), (_ZH_ASSISTANT, "assistant"), (_EN_USER, "user"),
                              (_ZH_USER, "user")):
         if match := pattern.match(stripped):
-            return subject, stripped[match.end():]
+            rest = stripped[match.end():]
+            if subject == "user" and (reported := _REPORTED_RELATIVE.match(rest)):  # "… mentioned that their aunt …"
+                zh = reported.group(3) is not None
+                return (_relative(reported.group(3) if zh else reported.group(1), None if zh else reported.group(2), zh),
+                        rest[reported.end():])
+            return subject, rest
     if (match := _APPOSITION.match(stripped)) and match.group(1).split()[0].casefold() not in _NOT_NAMES:
         rest = stripped[len(match.group(1)):]  # ", the user's friend, is a chef." → "is a chef."
         return match.group(1), _RELATION_APPOSITION.sub("", rest, count=1)

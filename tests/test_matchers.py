@@ -64,7 +64,11 @@ from hymem.testing import ScriptedLM
     ("用户的钱包被小偷偷走了。", "user"), ("用户被马俊骗了。", "user"),
     # an ex is not the relation itself; a late father is
     ("The user's ex-wife lives in Leeds.", "the user's ex-wife"), ("用户的前男友是医生。", "用户的前男朋友"),
-    ("The user's late father was a miner.", "the user's father")])
+    ("The user's late father was a miner.", "the user's father"),
+    # a relative named right after a reporting frame is the subject; the one reported on is not
+    ("The user mentioned that their aunt works as a taxidermist.", "the user's aunt"), ("用户提到儿子性格腼腆", "用户的儿子"),
+    ("The user reported their neighbour to the council.", "user"), ("用户表示自己很喜欢喝茶", "user"),
+    ("user grandma is 92", "the user's grandmother"), ("院子里的枣树是由用户的父亲种的", "用户的父亲")])
 def test_one_definition_names_the_subject_of_a_sentence(text, subject):
     assert subject_of(text) == subject
 

@@ -47,7 +47,7 @@ from evals.scoring.checks import Qualifiers, is_chinese, mismatches, name_table,
 from evals.scoring.lexicon import knows, opposite, same_sense, verb_form
 from evals.scoring.matcher import Matcher, _dice, negated, units
 from evals.scoring.quantities import quantities, same_quantities
-from hymem.subjects import _EN_RELATIONS, _ZH_RELATIONS, canonical_subject, split_subject
+from hymem.subjects import _EN_RELATIONS, _ZH_RELATIONS, EN_REPORTING, ZH_REPORTING, canonical_subject, split_subject
 
 PARAMS_FILE = Path(__file__).with_name("semantic_params.json")
 FEATURES = ("cosine", "words", "bigrams", "zh", "zh_cosine", "zh_words", "zh_bigrams", "substitution", "polarity",
@@ -94,9 +94,8 @@ class _Prepared:
 
 # How extractors report what was said, which is not part of the fact: "The user mentioned (that) …",
 # "用户表示…", "用户提到自己…".
-_REPORTED = re.compile(r"^(?:(?:has\s+)?(?:mentioned|mentions|said|says|stated|states|noted|notes|reported|reports|"
-                       r"shared|shares|explained|explains|indicated|indicates|told the assistant|revealed|reveals)"
-                       r"(?:\s+that\s+|\s+(?=(?:they|he|she|i|we|it)\b|\w+ing\b))|(?:表示|提到|提及|说|称|透露|告诉助手)(?:自己|他|她)?[，,:：]?\s*)", re.IGNORECASE)
+_REPORTED = re.compile(rf"^(?:{EN_REPORTING}(?:\s+that\s+|\s+(?=(?:they|he|she|i|we|it)\b|\w+ing\b))|"
+                       rf"{ZH_REPORTING}(?:自己|他|她)?[，,:：]?\s*)", re.IGNORECASE)
 
 
 # A named person's relation to the user, stated before what is said of them: "是用户的表姐，在银行工作",
