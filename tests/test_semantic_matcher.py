@@ -108,6 +108,8 @@ def test_where_two_predicates_differ():
     assert difference(words_of("suffers from migraines"), words_of("is a migraine sufferer")).direction == 0.0
     assert difference(words_of("辞掉了船厂的工作"), words_of("从船厂离职了")).direction == 0.0
     assert difference(words_of("is a pilot"), words_of("was a pilot")).tense == 1.0
+    assert difference(words_of("在北京大学读书"), words_of("在北大读书")).slot_abbrev == 1.0
+    assert difference(words_of("去年进了128个球"), words_of("去年进了28个球")).slot_abbrev == 0.0  # another number
     assert difference(words_of("repaired the fence"), words_of("fixed the fence")).voice == 0.0
 
 

@@ -204,7 +204,8 @@ def difference(a: Words, b: Words) -> Difference:
     if (a.zh or b.zh) and slot_a and slot_b:
         sa, sb = "".join(slot_a), "".join(slot_b)
         short, long = sorted((sa, sb), key=len)
-        slot_abbrev = float(zh_abbreviates(short, long))
+        # characters, not digits: 28 inside 128 is another number, 北大 inside 北京大学 the same place
+        slot_abbrev = float(bool(re.search(f"[{_CJK}]", short)) and zh_abbreviates(short, long))
     voice = 0.0
     for x, y in ((a, b), (b, a)):
         if x.passive and not y.passive and y.tokens:
