@@ -40,8 +40,8 @@ _RULES = {"n": (("s", ""), ("ses", "s"), ("xes", "x"), ("zes", "z"), ("ches", "c
 # derivation, similar-to, verb group, also-see, hypernym: one idea in another form or a broader word
 _SAME = frozenset(("+", "&", "$", "^", "@", "@i"))
 _OPPOSITE = frozenset(("!",))  # antonym
-_CAUSE = frozenset((">",))
-_DERIVED = frozenset(("+",))  # derivationally related form: the roles of "seller" / "buyer" are those of sell / buy  # a verb that causes another (teach > learn, show > see)
+_CAUSE = frozenset((">",))  # a verb that causes another (teach > learn, show > see)
+_DERIVED = frozenset(("+",))  # derivationally related form: "seller" / "buyer" take the roles of sell / buy
 
 
 class LexiconMissing(RuntimeError):

@@ -208,7 +208,7 @@ def _changed_units(a: _Prepared, b: _Prepared) -> tuple[list[tuple[str, ...]], l
     (李雷学), so words alone miss changes; counted per run, a change read two ways is still one change."""
     sa, sb = a.predicate, b.predicate
     out: tuple[list[tuple[str, ...]], list[tuple[str, ...]]] = ([], [])
-    spans: list[tuple[str, tuple[str, ...], list[tuple[int, int, str]]]] = [(text, words, []) for text, words in ((sa, a.zh_words), (sb, b.zh_words))]
+    spans: list[tuple[str, tuple[str, ...], list[tuple[int, int, str]]]] = [(sa, a.zh_words, []), (sb, b.zh_words, [])]
     for text, words, located in spans:
         start = 0
         for w in words:
