@@ -114,10 +114,7 @@ def test_where_two_predicates_differ():
 
 
 PARAPHRASES = [
-    # A known miss of the sixth session's parameters (p 0.48, 0.78 before the refit; BENCHMARKS.md): kept
-    # as a strict xfail so that it shows when a later fit gets it right again.
-    pytest.param("The user works at Siemens.", "User is employed by Siemens",
-                 marks=pytest.mark.xfail(strict=True, reason="sixth-session parameters: p 0.48 < 0.5")),
+    ("The user works at Siemens.", "User is employed by Siemens"),  # missed by the sixth session's fit (p 0.48)
     ("The user is a vegetarian.", "The user follows a vegetarian diet."),
     ("The user lives in San Diego.", "The user lives in San Diego, California."),
     ("The user has two daughters.", "The user has 2 daughters."),
