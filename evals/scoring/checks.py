@@ -304,9 +304,13 @@ def _composed(m: re.Match[str]) -> str:
     return _KIN.get((first, second), m.group())
 
 
+def _kin_composed(text: str) -> str:
+    return _ZH_KIN_PAIR.sub(_composed, _EN_KIN_PAIR.sub(_composed, _norm(text)))
+
+
 def relations(text: str) -> frozenset[str]:
     """The relations a sentence names someone by (folded, kin composed)."""
-    t = _ZH_KIN_PAIR.sub(_composed, _EN_KIN_PAIR.sub(_composed, _norm(text)))
+    t = _kin_composed(text)
     found = [("ex-" if m.group("ex") or m.group("ex2") else "") + RELATION_FOLD.get(r := (m.group("rel") or m.group("rel2")).casefold(), r)
              for m in _EN_RELATION_RE.finditer(t)]
     return frozenset(found + [former + RELATION_FOLD.get(r, r) for former, r in _ZH_RELATION_RE.findall(t)])
@@ -314,7 +318,7 @@ def relations(text: str) -> frozenset[str]:
 
 def mentioned_relations(text: str) -> frozenset[str]:
     """Every relation word in a sentence, in whatever frame (邻居 in 用户修好了邻居的自行车)."""
-    t = _ZH_KIN_PAIR.sub(_composed, _EN_KIN_PAIR.sub(_composed, _norm(text)))
+    t = _kin_composed(text)
     found = [m.casefold() for m in _EN_ANY_RELATION_RE.findall(t)] + _ZH_ANY_RELATION_RE.findall(t)
     return frozenset(RELATION_FOLD.get(r, r) for r in found)
 

@@ -189,25 +189,27 @@ def _alignment(unmatched: Sequence[str], other: Sequence[str], vectors: dict[str
     return worst
 
 
-def _differing(a: _Prepared, b: _Prepared, diff: Difference) -> tuple[list[str], list[str]]:
-    """The words one side has and the other lacks: the alignment's unmatched content words in English,
-    every word of `_changed_units` in Chinese."""
+_Units = tuple[list[tuple[str, ...]], list[tuple[str, ...]]]
+
+
+def _changes(a: _Prepared, b: _Prepared, diff: Difference) -> _Units:
+    """What one side says and the other does not, once per pair: one unit per unmatched content word in
+    English (the alignment's), one per differing run of characters in Chinese (`_changed_units`)."""
     if a.zh or b.zh:
-        ua, ub = _changed_units(a, b)
-        return list(dict.fromkeys(w for u in ua for w in u)), list(dict.fromkeys(w for u in ub for w in u))
-    return list(diff.unmatched_a), list(diff.unmatched_b)
+        return _changed_units(a, b)
+    return [(w,) for w in diff.unmatched_a], [(w,) for w in diff.unmatched_b]
 
 
 _ZH_EDGE = re.compile(r"^[\W_]+|[\W_]+$")
 
 
-def _changed_units(a: _Prepared, b: _Prepared) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
+def _changed_units(a: _Prepared, b: _Prepared) -> _Units:
     """Chinese: each run of characters that differs between the two predicates (difflib), with the jieba
     words that overlap it: one unit per change, read in every way it can be (去 / 去世, 学 inside 大学).
     A word of one side can hide inside a longer word of the other, and jieba can join a name to its verb
     (李雷学), so words alone miss changes; counted per run, a change read two ways is still one change."""
     sa, sb = a.predicate, b.predicate
-    out: tuple[list[tuple[str, ...]], list[tuple[str, ...]]] = ([], [])
+    out: _Units = ([], [])
     spans: list[tuple[str, tuple[str, ...], list[tuple[int, int, str]]]] = [(sa, a.zh_words, []), (sb, b.zh_words, [])]
     for text, words, located in spans:
         start = 0
@@ -229,14 +231,10 @@ def _changed_units(a: _Prepared, b: _Prepared) -> tuple[list[tuple[str, ...]], l
     return out
 
 
-def _lexical(a: _Prepared, b: _Prepared, diff: Difference) -> tuple[float, float]:
-    """Of the changes, one per word one side has and the other lacks in English and one per differing run
-    in Chinese (`_changed_units`): the share that a thesaurus pairs with a word of the other side (a
+def _lexical(changes: _Units) -> tuple[float, float]:
+    """Of the changes (`_changes`): the share that a thesaurus pairs with a word of the other side (a
     synonym), and the share that it lists but cannot pair (a different word)."""
-    if a.zh or b.zh:
-        units_a, units_b = _changed_units(a, b)
-    else:
-        units_a, units_b = [(w,) for w in diff.unmatched_a], [(w,) for w in diff.unmatched_b]
+    units_a, units_b = changes
     n = len(units_a) + len(units_b)
     if not n:
         return 0.0, 0.0
@@ -251,14 +249,14 @@ def _lexical(a: _Prepared, b: _Prepared, diff: Difference) -> tuple[float, float
     return (len(paired_a) + len(paired_b)) / n, unexplained / n
 
 
-def _opposed(a: _Prepared, b: _Prepared, diff: Difference) -> bool:
+def _opposed(a: _Prepared, b: _Prepared, changes: _Units) -> bool:
     """The explicit antonym check: a word only one side has is a WordNet antonym of a word only the other
     has ("sells" / "buys", "lent" / "borrowed", "employer" / "employee", "likes" / "dislikes"; Chinese
     words through their CC-CEDICT glosses: 卖 / 买), and no negation on one side alone turns it back
     ("does not like" / "dislikes")."""
     if a.negated != b.negated:
         return False
-    unmatched_a, unmatched_b = _differing(a, b, diff)
+    unmatched_a, unmatched_b = ([w for u in side for w in u] for side in changes)
     return any(opposite(x, y) for x in unmatched_a for y in unmatched_b)
 
 
@@ -313,6 +311,7 @@ def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.
     zh = float(a.zh or b.zh)
     flags = mismatches(a.qualifiers, b.qualifiers, a.predicate, b.predicate)
     diff = difference(a.words_in_order, b.words_in_order)
+    changes = _changes(a, b, diff)
     align = min(_alignment(diff.unmatched_a, _latin_content(b), word_vectors),
                 _alignment(diff.unmatched_b, _latin_content(a), word_vectors))
     n_content = len(a.words_in_order.content) + len(b.words_in_order.content)
@@ -321,7 +320,7 @@ def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.
             max(flags["modality"], diff.tense), float(a.periods != b.periods), float(not same_quantities(a.quantities, b.quantities)),
             flags["relation"], float(names_substituted(a.names, a.predicate, b.names, b.predicate)), align, unmatched, zh * unmatched,
             diff.shared, diff.slot_abbrev, diff.voice * float(a.subject is not None and b.subject is not None), diff.direction,
-            *_lexical(a, b, diff)], (_opposed(a, b, diff) or _displaced(a, b) or _displaced(b, a)
+            *_lexical(changes)], (_opposed(a, b, changes) or _displaced(a, b) or _displaced(b, a)
                                      or _voice_swapped(a, b) or _voice_swapped(b, a)))
 
 
