@@ -303,8 +303,8 @@ def runner_vs_ideal(latency: float, concurrency: int, cases_per_slot: int = 20,
     """Runner wall time against `serve` with fixed latency, over the ideal schedule.
 
     ideal = max(total LM calls × L / C, the longest case's chain of calls × L), over
-    `cases_per_slot` × C one-write cases (each write: extract, then reconcile). C is `--max-connections`;
-    `units` (`--concurrency`, units in flight) defaults to C.
+    `cases_per_slot` × C one-write cases (each write: extract, then reconcile). C is `--concurrency` (the
+    connections to `serve`); `units` (`--units-in-flight`) defaults to the runner's own default for C.
     """
     import pandas as pd
 
@@ -316,25 +316,28 @@ def runner_vs_ideal(latency: float, concurrency: int, cases_per_slot: int = 20,
         data.write_text("\n".join(synthetic_case(1, f"b{i}").model_copy(update={"user_id": f"u{i}"})
                                    .model_dump_json(exclude={"source", "line"}) for i in range(n)) + "\n")
         outcome = run_eval(RunConfig(datasets=[str(data)], providers=[f"openai/{model}@{url}"],
-                                     embedder="hash", faults="none", concurrency=units or concurrency,
-                                     max_connections=concurrency, cache=False, out=Path(tmp) / "run",
-                                     progress=False))
+                                     embedder="hash", faults="none", concurrency=concurrency, units=units,
+                                     cache=False, out=Path(tmp) / "run", progress=False))
         attempts = pd.read_parquet(outcome.run_dir / "attempts.parquet")
     lm = attempts[attempts["site"] != "embed"]
     chain = int(lm.groupby("case_id").size().max())
     ideal = max(len(lm) * latency / concurrency, chain * latency)
-    return {"model": model, "latency_s": latency, "concurrency": concurrency, "units_in_flight": units or concurrency,
-            "cases": n, "lm_calls": int(len(lm)),
+    return {"model": model, "latency_s": latency, "concurrency": concurrency,
+            "units_in_flight": outcome.manifest.units_in_flight, "cases": n, "lm_calls": int(len(lm)),
+            "lm_latency_s_median": float(lm["latency_s"].median()),
             "wall_over_ideal": outcome.units_seconds / ideal, "target": 1.10, "load_average_1min": os.getloadavg()[0]}
 
 
 def runner_repeated(latency: float, concurrency: int, repeat: int, model: str = "offline",
-                    units_per_connection: float = 1.0) -> dict[str, Any]:
-    """`runner_vs_ideal` `repeat` times: the range of wall / ideal, with the machine's load average."""
-    units = max(concurrency, math.ceil(concurrency * units_per_connection))
+                    units_per_connection: float | None = None) -> dict[str, Any]:
+    """`runner_vs_ideal` `repeat` times: the range of wall / ideal, with the machine's load average.
+    `units_per_connection` X: ceil(C × X) units in flight; None: the runner's default."""
+    units = None if units_per_connection is None else max(1, math.ceil(concurrency * units_per_connection))
     runs = [runner_vs_ideal(latency, concurrency, model=model, units=units) for _ in range(repeat)]
-    return {**{k: v for k, v in runs[0].items() if k not in ("wall_over_ideal", "load_average_1min")},
+    return {**{k: v for k, v in runs[0].items() if k not in ("wall_over_ideal", "load_average_1min",
+                                                                     "lm_latency_s_median")},
             "repeats": repeat, "wall_over_ideal": _spread([r["wall_over_ideal"] for r in runs]),
+            "lm_latency_s_median": _spread([r["lm_latency_s_median"] for r in runs]),
             "load_average_1min": _spread([r["load_average_1min"] for r in runs])}
 
 
@@ -350,9 +353,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="store sizes N for write_growth (memories already stored); none skips it")
     parser.add_argument("--only", choices=["sweep", "overhead", "runner", "growth", "minilm"], action="append", default=None,
                         help="run only these benchmarks (repeatable)")
-    parser.add_argument("--units-per-connection", type=float, default=1.0, metavar="X",
-                        help="runner_vs_ideal: units in flight (--concurrency) = ceil(C × X), over C connections "
-                        "(--max-connections C); default 1: as many units as connections")
+    parser.add_argument("--units-per-connection", type=float, default=None, metavar="X",
+                        help="runner_vs_ideal: units in flight (--units-in-flight) = ceil(C × X), over C connections "
+                        "(--concurrency C); default: the runner's, C + ceil(C/4); 1: as many units as connections")
     parser.add_argument("--model", default="offline",
                         help="the model name the runner asks `serve` for (it answers any name); DSPy scans its "
                         "metadata table for a name it does not know, e.g. offline, on every call")

@@ -44,7 +44,7 @@ def _run(args: argparse.Namespace) -> int:
 
     config = RunConfig(datasets=args.dataset or [], providers=args.lm or [], embedder=args.embedder,
                        faults=args.faults, seed=args.seed, epochs=args.epochs, temperature=args.temperature,
-                       concurrency=args.concurrency, out=args.out,
+                       concurrency=args.concurrency, units=args.units_in_flight, out=args.out,
                        resume=args.resume, progress=not args.no_progress, gold=args.gold, limit=args.limit,
                        sample=args.sample, program=args.program, providers_file=args.providers,
                        cache=not args.no_cache, max_connections=args.max_connections,
@@ -298,8 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--providers", type=Path, default=None, metavar="TOML",
                      help="a file of [[provider]] tables (model, api_base, api_key_env, timeout, max_connections, "
                      "prices); keys are read from the environment only")
-    run.add_argument("--max-connections", type=int, default=None,
-                     help="concurrent requests per provider (default: 8, or the providers file)")
+    run.add_argument("--max-connections", type=int, default=None, metavar="N",
+                     help="requests to each provider at once (default: the providers file's max_connections, "
+                     "else --concurrency)")
     run.add_argument("--no-cache", action="store_true",
                      help="do not reuse successful HTTP replies from reports/.cache/responses.sqlite")
     run.add_argument("--embedder", default=None, help="minilm | e5 | hash | openai[/MODEL][@URL] (default: minilm "
@@ -311,7 +312,13 @@ def build_parser() -> argparse.ArgumentParser:
                      "reports per-case stability, flaky_case_rate and decision_flip_rate (default 1)")
     run.add_argument("--temperature", type=float, default=None,
                      help="sampling temperature passed to providers that take one (HTTP models)")
-    run.add_argument("--concurrency", type=int, default=2)
+    run.add_argument("--concurrency", type=int, default=2, metavar="C",
+                     help="requests to each provider at once (its connections, unless --max-connections or the "
+                     "providers file sets them; never more), and C + ceil(C/4) (provider, case) units in flight, "
+                     "so the connections stay busy while units run their own checks between calls (default 2)")
+    run.add_argument("--units-in-flight", type=int, default=None, metavar="N",
+                     help="units in flight on the local executor (default: C + ceil(C/4)); the connection limit "
+                     "still bounds the requests at once")
     run.add_argument("--executor", choices=["local", "ray"], default="local",
                      help="local: units on a thread pool here; ray: one Ray task per unit (pip install 'hymem[ray]')")
     run.add_argument("--ray-address", default=None, metavar="ADDR",

@@ -40,7 +40,7 @@ class ProviderConfig(BaseModel):
     api_base: str | None = None  # an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1
     api_key_env: str | None = None  # the environment variable holding the key (default by prefix)
     timeout: float = 60.0  # seconds per request, explicit (DSPy's default is 600)
-    max_connections: int = Field(default=8, ge=1)  # concurrent requests to this provider
+    max_connections: int = Field(default=8, ge=1)  # concurrent requests to this provider (run: unset -> --concurrency)
     max_attempts: int = Field(default=3, ge=1)  # per call, only without fault injection; 429 honours Retry-After
     input_price: float | None = None  # USD per 1M prompt tokens (else the local price table)
     output_price: float | None = None  # USD per 1M completion tokens

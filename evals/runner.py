@@ -64,13 +64,14 @@ class RunConfig(BaseModel):
     systems: list[str] = Field(default_factory=lambda: [DEFAULT_SYSTEM])  # engines under test: hymem | mem0
     cache: bool = True  # reuse successful HTTP replies (reports/.cache/responses.sqlite)
     cache_dir: Path | None = None  # the cache file, when not the default
-    max_connections: int | None = None  # overrides every provider's connection limit
+    max_connections: int | None = None  # every provider's connection limit; None: the providers file's, else concurrency
     embedder: str | None = None  # None: minilm when installed, else hash
     faults: str = "sweep"
     seed: int = 0
     epochs: int = 1  # run every (provider, case) unit this many times, epoch e with sampling seed epoch_seed(seed, e)
     temperature: float | None = None  # sampling temperature for providers that take one; None: the provider's own
-    concurrency: int = 2
+    concurrency: int = 2  # requests to each provider at once; units in flight: units_in_flight(concurrency)
+    units: int | None = None  # --units-in-flight: local executor's units in flight; None: units_in_flight(concurrency)
     out: Path | None = None
     resume: bool = False
     progress: bool = True
@@ -82,6 +83,17 @@ class RunConfig(BaseModel):
     ray_address: str | None = None  # --executor ray: join this cluster; None starts a local Ray instance
     workers: int | None = None  # --executor ray: tasks in flight (and a local instance's CPUs); None: --concurrency
     matcher: str | None = None  # --matcher SPEC: semantic (default) | text | llm:MODEL_SPEC
+
+
+def units_in_flight(concurrency: int) -> int:
+    """The units the local executor keeps in flight for `--concurrency C`: C + ceil(C / 4).
+
+    A unit holds a connection only while one of its LM calls runs; between calls it runs its own CPU (the
+    engine's write, the checks, the store). With only C units in flight the C connections idle for that
+    share of every unit; a quarter more keeps them busy (Inspect AI runs max_connections + 1 samples for
+    the same reason). The connection limit, not this number, bounds what a provider sees at once.
+    """
+    return concurrency + -(-concurrency // 4)
 
 
 class RunOutcome(BaseModel):
@@ -198,6 +210,11 @@ def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], t
         raise UsageError(str(exc)) from exc
     if config.concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
+    if config.units is not None and config.units < 1:
+        raise UsageError("--units-in-flight must be at least 1")
+    if config.units is not None and config.executor == "ray":
+        raise UsageError("--units-in-flight goes with the local executor; with --executor ray, --workers sets the "
+                         "tasks in flight")
     if plan.fast and config.executor == "ray":
         raise UsageError("--faults sweep:fast runs on the local executor (it designates its faulted units between "
                          "two passes); use --faults sweep with --executor ray")
@@ -227,10 +244,9 @@ def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], t
         raise UsageError(f"no cases found in {specs}")
     try:
         configs = resolve_providers(config.providers, config.providers_file)
-        if config.max_connections is not None:
-            if config.max_connections < 1:
-                raise ValueError("--max-connections must be at least 1")
-            configs = [c.model_copy(update={"max_connections": config.max_connections}) for c in configs]
+        if config.max_connections is not None and config.max_connections < 1:
+            raise ValueError("--max-connections must be at least 1")
+        configs = [c.model_copy(update={"max_connections": connection_limit(c, config)}) for c in configs]
         factories = {c.name: Provider(c, cases) for c in configs}  # keys are checked here, before any work
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
@@ -257,7 +273,10 @@ def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], t
                         case_hashes={f"{dataset_name(c)}/{c.id}": case_hash(c) for c in cases},
                         providers=[arm_label(s, name) for s in systems for name in factories], embedder=embedder_name,
                         faults=str(plan), seed=config.seed, epochs=config.epochs, temperature=config.temperature,
-                        concurrency=config.concurrency, engine_version=__version__, prompt_hash=_prompt_hash(program),
+                        concurrency=config.concurrency,
+                        units_in_flight=None if config.executor == "ray" else _units_in_flight(config),
+                        max_connections={name: p.config.max_connections for name, p in factories.items()},
+                        engine_version=__version__, prompt_hash=_prompt_hash(program),
                         program=str(config.program) if config.program is not None else None,
                         git_commit=commit, git_dirty=dirty, packages=package_versions())
     manifest.manifest_hash = manifest.compute_hash()
@@ -269,6 +288,20 @@ def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], t
         raise UsageError(str(exc)) from exc
     embedder = resolve_embedder(embedder_name)
     return cases, plan, factories, embedder, manifest, run_dir, program
+
+
+def connection_limit(provider: Any, config: RunConfig) -> int:
+    """A provider's requests at once: --max-connections, else its providers-file `max_connections`, else
+    --concurrency."""
+    if config.max_connections is not None:
+        return config.max_connections
+    if "max_connections" in provider.model_fields_set:
+        return int(provider.max_connections)
+    return config.concurrency
+
+
+def _units_in_flight(config: RunConfig) -> int:
+    return config.units if config.units is not None else units_in_flight(config.concurrency)
 
 
 def _systems(config: RunConfig) -> list[str]:
@@ -460,7 +493,7 @@ def _execute(config: RunConfig, cases: list[Case], plan: FaultPlan, factories: d
         elif plan.fast:
             results = _fast_sweep(todo, replay_with, plan, config)
         else:
-            results = run_local(todo, replay_with(plan), config.concurrency)
+            results = run_local(todo, replay_with(plan), _units_in_flight(config))
         for result in results:
             units_file.append(result)
             state["saved"] += 1
@@ -505,11 +538,12 @@ def _fast_sweep(units: list[tuple[Any, Case, int]], replay_with: Callable[[Fault
     the faulted units from what the writes offered, then yield the probe's runs of the cases given no fault and
     fresh replays, with their faults, of the cases given one."""
     probe = plan.probe()
-    probed = list(run_local(units, replay_with(probe), config.concurrency))
+    probed = list(run_local(units, replay_with(probe), _units_in_flight(config)))
     final = probe.designate(probe.offered, config.seed)
     chosen = final.designated_cases()
     yield from (run for run in probed if (run.provider, run.case_id) not in chosen)
-    yield from run_local([u for u in units if (u[0].label, u[1].id) in chosen], replay_with(final), config.concurrency)
+    yield from run_local([u for u in units if (u[0].label, u[1].id) in chosen], replay_with(final),
+                         _units_in_flight(config))
 
 
 def _ray_results(todo: list[tuple[Any, Case, int]], config: RunConfig, factories: dict[str, Any], embedder_spec: str,

@@ -33,7 +33,9 @@ class Manifest(BaseModel):
     seed: int
     epochs: int = 1  # every unit ran this many times (run --epochs), epoch e with sampling seed epoch_seed(seed, e)
     temperature: float | None = None  # the sampling temperature passed to providers that take one (run --temperature)
-    concurrency: int
+    concurrency: int  # run --concurrency: requests to each provider at once, unless max_connections says otherwise
+    units_in_flight: int | None = None  # units the local executor kept in flight (None: Ray, or runs before it was kept)
+    max_connections: dict[str, int] = Field(default_factory=dict)  # provider -> its connection limit in this run
     engine_version: str
     prompt_hash: str  # fingerprint of every instruction and demo the engine sends
     program: str | None = None  # tuned program directory (run --program); None: the built-in prompts
