@@ -165,6 +165,8 @@ class AccountingLM(dspy.LM):
             start = time.perf_counter()
             try:
                 with provider.connections:
+                    # timed from here: the model's time, not a wait for a connection held by another unit
+                    start = time.perf_counter()
                     if target is not None:
                         outputs = dspy.LM.__call__(target, prompt=prompt, messages=messages, **kwargs)
                     else:
