@@ -313,9 +313,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--temperature", type=float, default=None,
                      help="sampling temperature passed to providers that take one (HTTP models)")
     run.add_argument("--concurrency", type=int, default=2, metavar="C",
-                     help="requests to each provider at once (its connections, unless --max-connections or the "
-                     "providers file sets them; never more), and C + ceil(C/4) (provider, case) units in flight, "
-                     "so the connections stay busy while units run their own checks between calls (default 2)")
+                     help="requests to each provider at once: its connection limit, unless --max-connections or "
+                     "the providers file sets one (a provider never gets more than its limit); and C + ceil(C/4) "
+                     "(provider, case) units in flight, so the connections stay busy while units run their own "
+                     "checks between calls (default 2)")
     run.add_argument("--units-in-flight", type=int, default=None, metavar="N",
                      help="units in flight on the local executor (default: C + ceil(C/4)); the connection limit "
                      "still bounds the requests at once")
