@@ -186,6 +186,17 @@ def test_chinese_converse_verbs_are_ruled_out_through_a_dictionary(semantic):
     assert ruled_out[0, 0] and ruled_out[1, 1] and not ruled_out[2, 2]
 
 
+@pytest.mark.slow
+def test_a_person_in_another_role_is_ruled_out_but_a_synonym_or_a_kind_is_not(semantic):
+    gold = ["Ottilie is the landlord of a cottage in Kent.", "用户是那家牙科诊所的医生。", "The user is a physician in Oslo.",
+            "用户是一名律师。", "The user's neighbour teaches yoga."]
+    pred = ["Ottilie is a tenant of a cottage in Kent.", "用户是那家牙科诊所的病人。", "The user is a doctor in Oslo.",
+            "用户是一名执业律师。", "The user's neighbour coaches yoga."]
+    _, ruled_out = semantic.evaluate(gold, pred)
+    assert ruled_out[0, 0] and ruled_out[1, 1]
+    assert not ruled_out[2, 2] and not ruled_out[3, 3] and not ruled_out[4, 4]  # verbs are not person nouns
+
+
 @pytest.mark.parametrize(("a", "b", "flag"), [
     ("Mireille manages a hotel in Lyon.", "Mireille is the manager of a hotel in Lyon.", False),  # a job, not a relation
     ("用户开了一家理发店。", "用户是一家理发店的老板。", False),

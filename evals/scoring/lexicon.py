@@ -58,6 +58,7 @@ class WordNet:
         self._senses: dict[tuple[str, str], tuple[str, ...]] = {}  # (pos, lemma) -> synset keys, by frequency
         self._links: dict[str, tuple[tuple[str, str], ...]] = {}  # synset key -> (symbol, target key)
         self._exceptions: dict[tuple[str, str], list[str]] = {}
+        self._people: set[str] = set()  # noun senses in the lexicographers' file noun.person (18)
         for pos, name in _POS:
             with open(root / f"index.{name}", encoding="latin-1") as f:
                 for line in f:
@@ -73,6 +74,8 @@ class WordNet:
                     if line.startswith(" "):
                         continue
                     head = line.split(" | ", 1)[0].split()
+                    if pos == "n" and head[1] == "18":
+                        self._people.add(f"n{head[0]}")
                     k = 4 + 2 * int(head[3], 16)
                     links = []
                     for i in range(int(head[k])):
@@ -98,6 +101,13 @@ class WordNet:
 
     def knows(self, word: str) -> bool:
         return bool(self.senses(word))
+
+    def person(self, word: str) -> bool:
+        """The word's most frequent noun sense names a kind of person (landlord, tenant, patient, coach)."""
+        w = word.casefold().replace(" ", "_")
+        bases = {w, *self._exceptions.get(("n", w), ())}
+        bases.update(w[:len(w) - len(s)] + r for s, r in _RULES["n"] if w.endswith(s))
+        return any(self._senses.get(("n", base), ("",))[0] in self._people for base in bases)
 
     def _linked(self, keys: frozenset[str], symbols: frozenset[str]) -> set[str]:
         return {target for k in keys for symbol, target in self._links.get(k, ()) if symbol in symbols}
@@ -142,6 +152,10 @@ class Cilin:
 
     def knows(self, word: str) -> bool:
         return word in self._codes
+
+    def person(self, word: str) -> bool:
+        """A word of two or more characters filed under 人 (codes starting with A: 医生, 病人, 房东, 嘉宾)."""
+        return len(word) > 1 and any(c.startswith("A") for c in self._codes.get(word, ()))
 
     def same_sense(self, a: str, b: str) -> bool:
         """Both in one synonym group (a code ending in `=`)."""
@@ -261,6 +275,18 @@ def opposite(a: str, b: str) -> bool:
     return any(_wordnet().opposite(x, y) for x in ga for y in gb)
 
 
+@functools.lru_cache(maxsize=65_536)
+def person(word: str) -> bool:
+    """The thesaurus of the word's script files it as a kind of person: WordNet's noun.person for the most
+    frequent noun sense (unless the word is inflected like a verb it can be), Cilin's class A (人)."""
+    if _LATIN.match(word):  # "teaches", "coaches", "hosts": a verb's inflection, not the noun
+        return _wordnet().person(word) and not (_INFLECTED.search(word) is not None and verb_form(word))
+    return _cilin().person(word)
+
+
+_INFLECTED = re.compile(r"(?i)(?:es|[^s]s|ed|ing)$")
+
+
 _AGENT_NOUN = re.compile(r"(?i)([a-z]{3,}?)(?:er|or)s?")
 _PATIENT_NOUN = re.compile(r"(?i)([a-z]{3,}?)ees?")
 
@@ -286,4 +312,4 @@ def knows(word: str) -> bool:
     return _wordnet().knows(word) if _LATIN.match(word) else _cilin().knows(word)
 
 
-__all__ = ["Cedict", "Cilin", "LexiconMissing", "WordNet", "installed", "knows", "opposite", "verb_form", "require", "same_sense"]
+__all__ = ["Cedict", "Cilin", "LexiconMissing", "WordNet", "installed", "knows", "opposite", "person", "verb_form", "require", "same_sense"]

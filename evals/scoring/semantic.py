@@ -44,7 +44,7 @@ from pydantic import BaseModel
 
 from evals.scoring.alignment import Difference, Words, chinese_words, difference, words_of
 from evals.scoring.checks import Qualifiers, is_chinese, mismatches, name_table, names_substituted
-from evals.scoring.lexicon import knows, opposite, same_sense, verb_form
+from evals.scoring.lexicon import knows, opposite, person, same_sense, verb_form
 from evals.scoring.matcher import Matcher, _dice, negated, units
 from evals.scoring.quantities import quantities, same_quantities
 from hymem.subjects import _EN_RELATIONS, _ZH_RELATIONS, EN_REPORTING, ZH_REPORTING, canonical_subject, split_subject
@@ -260,6 +260,20 @@ def _opposed(a: _Prepared, b: _Prepared, changes: _Units) -> bool:
     return any(opposite(x, y) for x in unmatched_a for y in unmatched_b)
 
 
+def _persons_swapped(changes: _Units) -> bool:
+    """Each side has a person noun the other lacks, and no thesaurus pairs them: the fact's person changed
+    role or job (landlord / tenant, 医生 / 病人, nurse / midwife). Synonyms (doctor / physician, 老师 /
+    教师) and kinds (chef / cook, 主治医生 / 医生) are paired, so they pass."""
+    people_a, people_b = ([w for u in side for w in u if person(w)] for side in changes)
+    return bool(people_a and people_b) and not any(same_sense(x, y) or _head_of(x, y) or _head_of(y, x)
+                                                   for x in people_a for y in people_b)
+
+
+def _head_of(x: str, y: str) -> bool:
+    """A Chinese compound ends in its head, so it is a kind of that head (人大代表 / 代表, 主治医生 / 医生)."""
+    return not x.isascii() and len(x) < len(y) and y.endswith(x)
+
+
 def _displaced(a: _Prepared, b: _Prepared) -> bool:
     """One side says its subject does something (active voice); the other names that subject only as
     the one acted on ("用户欠了朋友一笔钱" / "朋友欠了用户一笔钱"): the roles are swapped."""
@@ -320,7 +334,7 @@ def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.
             max(flags["modality"], diff.tense), float(a.periods != b.periods), float(not same_quantities(a.quantities, b.quantities)),
             flags["relation"], float(names_substituted(a.names, a.predicate, b.names, b.predicate)), align, unmatched, zh * unmatched,
             diff.shared, diff.slot_abbrev, diff.voice * float(a.subject is not None and b.subject is not None), diff.direction,
-            *_lexical(changes)], (_opposed(a, b, changes) or _displaced(a, b) or _displaced(b, a)
+            *_lexical(changes)], (_opposed(a, b, changes) or _persons_swapped(changes) or _displaced(a, b) or _displaced(b, a)
                                      or _voice_swapped(a, b) or _voice_swapped(b, a)))
 
 
