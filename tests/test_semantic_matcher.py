@@ -56,6 +56,16 @@ def test_a_thesaurus_knows_opposite_roles_but_not_synonyms():
     assert opposite("mentor", "mentee") and not opposite("doctor", "physician") and not opposite("runner", "running")
 
 
+def test_a_quoted_message_does_not_qualify_the_fact_that_cites_it():
+    from evals.scoring.semantic import prepare_text
+
+    gold = prepare_text('When make fails with "cannot find -lz", install zlib1g-dev and build again.')
+    pred = prepare_text('When `make -j4` failed with "ld: cannot find -lz: No such file (exit 2)": Fix: install zlib1g-dev.')
+    assert gold.qualifiers.polarity == pred.qualifiers.polarity and pred.quantities == ()
+    # a text that is one quotation is the claim itself
+    assert prepare_text('"The user does not eat pork."').qualifiers.polarity == prepare_text("The user does not eat pork.").qualifiers.polarity
+
+
 def test_number_forms_read_as_one_quantity():
     pairs = [("18 months old", "a year and a half old"), ("six months old", "half a year old"),
              ("15 years", "a decade and a half"), ("15 half-marathons", "fifteen half-marathons"),

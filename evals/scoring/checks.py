@@ -327,6 +327,20 @@ _EN_ANY_RELATION_RE = re.compile(rf"(?i)\b({_EN_RELATIONS})\b")
 _ZH_ANY_RELATION_RE = re.compile(_ZH_RELATIONS)
 
 
+# A quoted span: double quotes, curly quotes, backticks, 「」『』, or single quotes that are not apostrophes
+_QUOTED = re.compile(r'"[^"\n]+"|“[^”\n]+”|`[^`\n]+`|「[^」\n]+」|『[^』\n]+』|(?<![\w\'])\'[^\'\n]+\'(?![\w\'])')
+
+
+def unquoted(text: str) -> str:
+    """The text without its quoted spans: an error message, a command or code a fact cites ("fails with
+    'no such table'", `pip install pyyaml`) is a literal, and its negations and numbers do not qualify the
+    fact's own claim. Two memories of one lesson quote the same message in different lengths. A text that
+    is one quotation ('"The user drinks matcha."') is the claim itself."""
+    if _QUOTED.fullmatch(text.strip(" -•.,;:。，；：")):
+        return text
+    return _QUOTED.sub(" ", text)
+
+
 @dataclass(frozen=True)
 class Qualifiers:
     """What a sentence says besides its predicate's words, read once per text."""
@@ -358,5 +372,5 @@ def mismatches(a: Qualifiers, b: Qualifiers, text_a: str, text_b: str) -> dict[s
     }
 
 
-__all__ = ["Qualifiers", "antonym_prefix", "is_chinese", "mismatches", "modality", "name_substitution", "name_table", "names", "names_substituted", "numbers", "polarity",
+__all__ = ["Qualifiers", "antonym_prefix", "unquoted", "is_chinese", "mismatches", "modality", "name_substitution", "name_table", "names", "names_substituted", "numbers", "polarity",
            "mentioned_relations", "relations", "time_words"]

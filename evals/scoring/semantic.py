@@ -43,7 +43,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from evals.scoring.alignment import Difference, Words, chinese_words, difference, words_of
-from evals.scoring.checks import Qualifiers, is_chinese, mismatches, name_table, names_substituted
+from evals.scoring.checks import Qualifiers, is_chinese, mismatches, name_table, names_substituted, unquoted
 from evals.scoring.lexicon import knows, opposite, person, same_sense, verb_form
 from evals.scoring.matcher import Matcher, _dice, negated, units
 from evals.scoring.quantities import quantities, same_quantities
@@ -162,8 +162,9 @@ def _bigrams(text: str) -> frozenset[str]:
 
 def prepare_text(text: str) -> _Prepared:
     predicate, subject = _predicate(text)
-    qualifiers = Qualifiers.of(text)
-    found = quantities(text)
+    literal_free = unquoted(text)
+    qualifiers = Qualifiers.of(literal_free)
+    found = quantities(literal_free)
     periods = qualifiers.time | {_part_of_day(v) for d, v in found if d == "clock"}
     zh = is_chinese(text)
     return _Prepared(predicate, units(predicate), negated(predicate), _bigrams(predicate), qualifiers,
