@@ -71,10 +71,12 @@ def test_number_forms_read_as_one_quantity():
              ("15 years", "a decade and a half"), ("15 half-marathons", "fifteen half-marathons"),
              ("two and a half hours", "150 minutes"), ("cost 18,000 pounds", "cost £18k"),
              ("45 minutes", "three quarters of an hour"), ("ran a 10 km race", "ran a 10K race"),
-             ("房租每月两千五", "房租每月2500元"), ("练琴一个钟头", "练琴60分钟"), ("住了三个月", "住了3个月")]
+             ("房租每月两千五", "房租每月2500元"), ("练琴一个钟头", "练琴60分钟"), ("住了三个月", "住了3个月"),
+             ("lives on the eleventh floor", "lives on the 11th floor"), ("her twenty-first birthday", "her 21st birthday")]
     for a, b in pairs:
         assert same_quantities(quantities(a), quantities(b)), (a, b)
     assert not same_quantities(quantities("owes 50 pounds"), quantities("owes 60 pounds"))
+    assert not same_quantities(quantities("lives on the eighteenth floor"), quantities("lives on the 8th floor"))
 
 
 def test_a_numeral_inside_a_chinese_name_is_not_a_number():

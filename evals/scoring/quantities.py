@@ -74,6 +74,25 @@ _EN_NUMBER = re.compile(
     rf"(?<![A-Za-z0-9_.])(?:(?P<digits>\d{{1,3}}(?:,\d{{3}})+(?:\.\d+)?|\d+(?:\.\d+)?)(?P<k>k\b)?|"
     rf"(?P<words>(?:(?:{_EN_WORD})(?:[\s-]+(?:{_EN_NEXT_WORD}|hundred|thousand|million|and))*)(?:[\s-]+(?:hundred|thousand|million))?)\b"
     rf"|(?P<article>\ban?\b))", re.IGNORECASE)
+# Ordinal words from "fourth" on, and compounds after a tens word ("twenty-first"), read as "4th", "21st":
+# a bare "first", "second" or "third" is also "native", a unit of time or a fraction, so only digits count there
+_EN_ORDINALS = {w: i + 4 for i, w in enumerate(
+    "fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth fourteenth fifteenth sixteenth "
+    "seventeenth eighteenth nineteenth".split())}
+_EN_ORDINALS.update({"twentieth": 20, "thirtieth": 30, "fortieth": 40, "fiftieth": 50, "sixtieth": 60,
+                     "seventieth": 70, "eightieth": 80, "ninetieth": 90, "hundredth": 100})
+_EN_TENS = "twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety"
+_EN_ORDINAL = re.compile(rf"(?i)\b(?:(?P<tens>{_EN_TENS})[\s-]+(?P<unit>first|second|third|{'|'.join(_EN_ORDINALS)})|"
+                         rf"(?P<alone>{'|'.join(sorted(_EN_ORDINALS, key=len, reverse=True))}))\b")
+
+
+def _ordinal(m: re.Match[str]) -> str:
+    if m.group("alone"):
+        return f"{_EN_ORDINALS[m.group('alone').casefold()]}th"
+    unit = m.group("unit").casefold()
+    return f"{int(_EN_NUMBER_WORDS[m.group('tens').casefold()]) + {'first': 1, 'second': 2, 'third': 3}.get(unit, _EN_ORDINALS.get(unit, 0))}th"
+
+
 _FRACTIONS = {"half": 0.5, "halves": 0.5, "quarter": 0.25, "quarters": 0.25}
 _HOURS = "one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|noon|midnight"
 # Clock times in words: "half past six in the morning", "a quarter to eight", "seven o'clock", "six
@@ -322,6 +341,7 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
         value = 1.0 if n in ("a", "an") else float(n) if n[0].isdigit() else _EN_NUMBER_WORDS[n]
         return f"{value + 0.5:g} {m.group('u1') or m.group('u2')}"
 
+    t = _EN_ORDINAL.sub(_ordinal, t)
     t = _EN_AND_A_HALF.sub(and_a_half, t)
     t = _EN_HALF_A.sub(lambda m: f"0.5 {m.group('u')}", t)
     consumed = 0
