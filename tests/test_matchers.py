@@ -118,6 +118,14 @@ def test_matcher_eval_split_selects_by_the_fixed_hash_of_the_id(tmp_path):
     assert split_of("en-exact-01") in ("heldout", "calibration")
 
 
+def test_a_pairs_file_saved_with_a_byte_order_mark_and_blank_lines_loads(tmp_path):
+    path = tmp_path / "excel.jsonl"
+    path.write_text("\n".join(json.dumps(p, ensure_ascii=False) for p in PAIRS) + "\n\n", encoding="utf-8-sig")
+    assert main(["matcher", "eval", "--matcher", "text", "--pairs", str(path), "--out", str(tmp_path / "o")]) == 0
+    frame = pd.read_parquet(tmp_path / "o" / "agreement.parquet")
+    assert frame.query("lang == 'all' and category == 'all' and metric == 'agreement'")["n"].item() == len(PAIRS)
+
+
 @pytest.mark.parametrize(("line", "problem"), [
     ('{"id": "x", "lang": "fr", "category": "c", "gold": {"text": "a", "subject": "user"}, '
      '"pred": {"text": "b", "subject": "user"}, "same": true}', "lang: Input should be 'en' or 'zh'"),

@@ -72,7 +72,7 @@ def load_pairs(path: Path | str = BUNDLED_PAIRS, split: str = "all") -> list[Pai
     if split not in SPLITS:
         raise PairsError(f"--split: must be one of {', '.join(SPLITS)}, got {split!r}")
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise PairsError(f"{path}: cannot read: {exc}") from exc
     pairs: list[Pair] = []
