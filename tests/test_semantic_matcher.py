@@ -20,6 +20,9 @@ from evals.scoring.quantities import quantities, same_quantities
     ("用户身高一米八。", "用户身高1.8米。"),
     ("用户养了三只猫。", "用户养了3只猫。"),
     ("用户月薪1.2万元。", "用户的月薪是一万二千元。"),
+    ("The user sets the oven to 180 degrees Celsius.", "The user sets the oven to 356°F."),
+    ("用户每天午睡一刻钟。", "用户每天午睡15分钟。"),
+    ("用户的外孙一岁半。", "用户的外孙18个月大。"),
 ])
 def test_numbers_are_compared_with_their_units(a, b):
     assert same_quantities(quantities(a), quantities(b)), (quantities(a), quantities(b))
@@ -31,6 +34,8 @@ def test_numbers_are_compared_with_their_units(a, b):
     ("The user starts work at 9 am.", "The user starts work at 9 pm."),
     ("用户住在八楼。", "用户住在十八楼。"),
     ("The user uses Python 3.10.", "The user uses Python 3.11."),
+    ("The user keeps the bedroom at 18°C.", "The user keeps the bedroom at 18°F."),
+    ("用户的女儿三岁。", "用户的女儿两岁半。"),
 ])
 def test_a_different_quantity_is_different(a, b):
     assert not same_quantities(quantities(a), quantities(b))

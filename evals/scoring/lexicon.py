@@ -287,6 +287,19 @@ def person(word: str) -> bool:
 _INFLECTED = re.compile(r"(?i)(?:es|[^s]s|ed|ing)$")
 
 
+_GENERIC_GLOSS_WORDS = frozenset(("person", "people", "worker", "work", "staff", "member", "man", "woman", "sb"))
+
+
+@functools.lru_cache(maxsize=65_536)
+def gloss_overlap(a: str, b: str) -> bool:
+    """Two Chinese words whose CC-CEDICT glosses share a word that is not a generic head (义工 "volunteer
+    worker" / 志愿者 "volunteer"): a looser tie than `same_sense`, for nouns Cilin files apart."""
+    if _LATIN.match(a) or _LATIN.match(b):
+        return False
+    wa, wb = ({w for g in _cedict().glosses(x) for w in g.split("_")} - _GENERIC_GLOSS_WORDS for x in (a, b))
+    return bool(wa & wb)
+
+
 _AGENT_NOUN = re.compile(r"(?i)([a-z]{3,}?)(?:er|or)s?")
 _PATIENT_NOUN = re.compile(r"(?i)([a-z]{3,}?)ees?")
 
@@ -312,4 +325,4 @@ def knows(word: str) -> bool:
     return _wordnet().knows(word) if _LATIN.match(word) else _cilin().knows(word)
 
 
-__all__ = ["Cedict", "Cilin", "LexiconMissing", "WordNet", "installed", "knows", "opposite", "person", "verb_form", "require", "same_sense"]
+__all__ = ["Cedict", "Cilin", "LexiconMissing", "WordNet", "gloss_overlap", "installed", "knows", "opposite", "person", "verb_form", "require", "same_sense"]

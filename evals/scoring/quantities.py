@@ -46,7 +46,7 @@ _ZH_UNITS: dict[str, tuple[str, float]] = {
     "公斤": ("mass", 1.0), "千克": ("mass", 1.0), "克": ("mass", 0.001), "斤": ("mass", 0.5),
     "升": ("volume", 1.0), "毫升": ("volume", 0.001),
     "秒": ("duration", 1.0), "秒钟": ("duration", 1.0), "分钟": ("duration", 60.0), "分": ("duration", 60.0),
-    "小时": ("duration", 3600.0), "钟头": ("duration", 3600.0), "天": ("duration", 86400.0),
+    "小时": ("duration", 3600.0), "钟头": ("duration", 3600.0), "刻钟": ("duration", 900.0), "天": ("duration", 86400.0),
     "周": ("duration", 7 * 86400.0), "星期": ("duration", 7 * 86400.0), "个月": ("duration", _YEAR / 12),
     "年": ("duration", _YEAR),
 }
@@ -113,11 +113,19 @@ _ZH_NOT_NUMBER = re.compile(r"一(?=[次个口下步眼分毛][^，。,；;]{0,6
 # A Chinese numeral counts only before a measure word, a unit or a non-Chinese character: 四川 and 三亚
 # are names, and 一 before a measure word is an article ("一家银行", "一名护士"), not a count.
 _ZH_MEASURE = "个名位只条家台辆本件张把双档门套所间种份座棵匹头口岁楼层号元块毛角倍成折次遍趟顿杯瓶碗级"
-_ZH_COUNTED = rf"(?:[{_ZH_MEASURE}]|[^\u4e00-\u9fff]|$|平|米|厘|公|千|毫|克|斤|升|秒|分|小时|钟|天|周|星期|年|月|日)"
+_ZH_COUNTED = rf"(?:[{_ZH_MEASURE}]|[^\u4e00-\u9fff]|$|平|米|厘|公|千|毫|克|斤|升|秒|分|小时|钟|刻钟|天|周|星期|年|月|日)"
 # a numeral with a place value ("五百", "二十三") is a number whatever follows it ("世界五百强"); "十分"
 # (very) and "千万" (by all means) are adverbs
 _ZH_PLACE_VALUE = (r"(?:[零〇一二两三四五六七八九]+[十百千万亿]|[十百千万亿][零〇一二两三四五六七八九十百千万亿])"
                    r"[零〇一二两三四五六七八九十百千万亿]*")
+# temperatures on a named scale, brought to Celsius ("20 °C" = "68°F" = 摄氏20度); a bare "26度" is left alone
+_TEMPERATURE = re.compile(r"(?P<v>-?\d+(?:\.\d+)?)\s*(?:(?:°\s*|degrees?\s+)(?P<scale>celsius|centigrade|fahrenheit|[CF](?![A-Za-z]))|"
+                          r"(?:degrees?\s+)?(?P<named>celsius|centigrade|fahrenheit))"
+                          r"|(?P<zh>摄氏|华氏)\s*(?P<zv>-?\d+(?:\.\d+)?|[零一二两三四五六七八九十百]+)\s*度|"
+                          r"(?P<zv2>-?\d+(?:\.\d+)?|[零一二两三四五六七八九十百]+)\s*(?P<zh2>摄氏|华氏)度", re.IGNORECASE)
+# an age: "两岁半" is 2.5, "30个月大" 2.5 (as "18 months old" is 1.5 in English)
+_ZH_AGE_HALF = re.compile(r"(\d+|[一二两三四五六七八九十]+)岁半")
+_ZH_AGE_MONTHS = re.compile(r"(\d+|[一二两三四五六七八九十]+)个月大")
 _ZH_AND_A_HALF = re.compile(r"(\d+|[一二两三四五六七八九十]+)个半(小时|钟头|月)")
 # "一米八" is 1.8 m, "一米五二" 1.52 m, "一米零五" 1.05 m: the digits after 米 are its decimals
 _ZH_METRES = re.compile(r"(\d|[一二两])米([零〇一二三四五六七八九]|\d)([零〇一二三四五六七八九]|\d)?(?![\d零一二三四五六七八九十百千万米])")
@@ -315,6 +323,19 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
     found += [("rate", r) for r in rates]
     # "一个半小时" (1.5 hours) and "一米八" (1.8 m), then Chinese numerals (with an optional 个 and a
     # unit) and digits with a Chinese unit
+    def temperature(m: re.Match[str]) -> str:
+        if m.group("v") is not None:
+            value, fahrenheit = float(m.group("v")), (m.group("scale") or m.group("named")).casefold().startswith("f")
+        else:
+            raw = m.group("zv") or m.group("zv2")
+            value = float(raw) if raw.lstrip("-")[0].isdigit() else _zh_value(raw)
+            fahrenheit = (m.group("zh") or m.group("zh2")) == "华氏"
+        found.append(("temperature", round((value - 32) * 5 / 9 if fahrenheit else value, 1)))
+        return " "
+
+    t = _TEMPERATURE.sub(temperature, t)
+    t = _ZH_AGE_HALF.sub(lambda m: f"{_number(m.group(1)) + 0.5:g}岁", t)
+    t = _ZH_AGE_MONTHS.sub(lambda m: f"{_number(m.group(1)) / 12:.4g}岁", t)
     t = _ZH_AND_A_HALF.sub(lambda m: f"{_number(m.group(1)) + 0.5:g}{'个月' if m.group(2) == '月' else m.group(2)}", t)
     t = _ZH_METRES.sub(lambda m: f"{_number(m.group(1)) + _number(m.group(2)) / 10 + _number(m.group(3) or '0') / 100:g}米", t)
     t = _ZH_NOT_NUMBER.sub(" ", t)

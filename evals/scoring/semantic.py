@@ -44,7 +44,7 @@ from pydantic import BaseModel
 
 from evals.scoring.alignment import Difference, Words, chinese_words, difference, words_of
 from evals.scoring.checks import Qualifiers, is_chinese, mismatches, name_table, names_substituted, unquoted
-from evals.scoring.lexicon import knows, opposite, person, same_sense, verb_form
+from evals.scoring.lexicon import gloss_overlap, knows, opposite, person, same_sense, verb_form
 from evals.scoring.matcher import Matcher, _dice, negated, units
 from evals.scoring.quantities import quantities, same_quantities
 from hymem.subjects import _EN_RELATIONS, _ZH_RELATIONS, EN_REPORTING, ZH_REPORTING, canonical_subject, split_subject
@@ -264,10 +264,11 @@ def _opposed(a: _Prepared, b: _Prepared, changes: _Units) -> bool:
 def _persons_swapped(changes: _Units) -> bool:
     """Each side has a person noun the other lacks, and no thesaurus pairs them: the fact's person changed
     role or job (landlord / tenant, 医生 / 病人, nurse / midwife). Synonyms (doctor / physician, 老师 /
-    教师) and kinds (chef / cook, 主治医生 / 医生) are paired, so they pass."""
+    教师), kinds (chef / cook, 主治医生 / 医生) and Chinese nouns whose dictionary glosses share a word (义工 /
+    志愿者) are paired, so they pass."""
     people_a, people_b = ([w for u in side for w in u if person(w)] for side in changes)
-    return bool(people_a and people_b) and not any(same_sense(x, y) or _head_of(x, y) or _head_of(y, x)
-                                                   for x in people_a for y in people_b)
+    return bool(people_a and people_b) and not any(same_sense(x, y) or gloss_overlap(x, y) or _head_of(x, y)
+                                                   or _head_of(y, x) for x in people_a for y in people_b)
 
 
 def _head_of(x: str, y: str) -> bool:
