@@ -214,6 +214,16 @@ def test_a_person_in_another_role_is_ruled_out_but_a_synonym_or_a_kind_is_not(se
     assert not ruled_out[2, 2] and not ruled_out[3, 3] and not ruled_out[4, 4]  # verbs are not person nouns
 
 
+@pytest.mark.slow
+def test_two_steps_in_the_other_order_are_ruled_out(semantic):
+    gold = ["助手学到，发版前要先备份数据库再执行迁移。", "The assistant learned to first clear the cache, then rebuild the image."]
+    pred = ["助手经验：先执行迁移，再备份数据库。", "Lesson: first rebuild the image, then clear the cache."]
+    same_order = ["助手经验：先备份数据库，然后执行迁移。", "Lesson: first clear the cache and then rebuild the image."]
+    _, swapped = semantic.evaluate(gold, pred)
+    _, kept = semantic.evaluate(gold, same_order)
+    assert swapped[0, 0] and swapped[1, 1] and not kept[0, 0] and not kept[1, 1]
+
+
 @pytest.mark.parametrize(("a", "b", "flag"), [
     ("Mireille manages a hotel in Lyon.", "Mireille is the manager of a hotel in Lyon.", False),  # a job, not a relation
     ("用户开了一家理发店。", "用户是一家理发店的老板。", False),

@@ -276,6 +276,36 @@ def _head_of(x: str, y: str) -> bool:
     return not x.isascii() and len(x) < len(y) and y.endswith(x)
 
 
+_SEQUENCE = re.compile(r"先(?P<x>.+?)[，,、；;]?\s*(?:再|然后|之后|才)(?P<y>.+)|"
+                       r"(?i:\bfirst\b)(?P<ex>.+?)[,;]?\s+(?:and\s+)?(?i:then)\b(?P<ey>.+)")
+
+
+def _steps(text: str) -> tuple[frozenset[str], frozenset[str]] | None:
+    """The two steps of "先 X 再 Y" / "first X, then Y", as character bigrams (Chinese) or words."""
+    m = _SEQUENCE.search(text)
+    if m is None:
+        return None
+    x, y = (m.group("x"), m.group("y")) if m.group("x") is not None else (m.group("ex"), m.group("ey"))
+    if re.search(r"[\u4e00-\u9fff]", x + y):
+        return _bigrams(x), _bigrams(y)
+    return frozenset(re.findall(r"\w+", x.casefold())), frozenset(re.findall(r"\w+", y.casefold()))
+
+
+def _order_swapped(a: _Prepared, b: _Prepared) -> bool:
+    """Both sides name two steps in order, and each step of one side is the other's other step (先停服务再升级
+    / 先升级再停服务): the order changed."""
+    sa, sb = _steps(a.predicate), _steps(b.predicate)
+    if sa is None or sb is None:
+        return False
+
+    def overlap(u: frozenset[str], v: frozenset[str]) -> float:
+        return len(u & v) / len(u | v) if u | v else 0.0
+
+    crossed = overlap(sa[0], sb[1]) + overlap(sa[1], sb[0])
+    kept = overlap(sa[0], sb[0]) + overlap(sa[1], sb[1])
+    return crossed > kept + 0.2
+
+
 def _displaced(a: _Prepared, b: _Prepared) -> bool:
     """One side says its subject does something (active voice); the other names that subject only as
     the one acted on ("用户欠了朋友一笔钱" / "朋友欠了用户一笔钱"): the roles are swapped."""
@@ -336,7 +366,7 @@ def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.
             max(flags["modality"], diff.tense), float(a.periods != b.periods), float(not same_quantities(a.quantities, b.quantities)),
             flags["relation"], float(names_substituted(a.names, a.predicate, b.names, b.predicate)), align, unmatched, zh * unmatched,
             diff.shared, diff.slot_abbrev, diff.voice * float(a.subject is not None and b.subject is not None), diff.direction,
-            *_lexical(changes)], (_opposed(a, b, changes) or _persons_swapped(changes) or _displaced(a, b) or _displaced(b, a)
+            *_lexical(changes)], (_opposed(a, b, changes) or _persons_swapped(changes) or _order_swapped(a, b) or _displaced(a, b) or _displaced(b, a)
                                      or _voice_swapped(a, b) or _voice_swapped(b, a)))
 
 
