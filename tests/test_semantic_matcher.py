@@ -185,43 +185,37 @@ def test_a_near_miss_or_an_unrelated_fact_does_not_match(semantic, gold, pred):
     assert not semantic.same_fact(gold, "user", pred, "user")
 
 
-@pytest.mark.slow
-def test_a_passive_that_swaps_who_does_what_is_ruled_out_but_a_voice_paraphrase_is_not(semantic):
-    gold = ["The user tutors Mateo in chemistry.", "The user owes Ben 50 dollars.", "用户起诉了前公司。",
-            "The user works at Siemens.", "The user's luggage was lost by the airline."]
-    pred = ["is tutored in chemistry by Mateo", "The user is owed 50 dollars by Ben.", "用户被前公司起诉了。",
-            "User is employed by Siemens", "The airline lost the user's luggage."]
-    _, ruled_out = semantic.evaluate(gold, pred)
-    assert ruled_out[0, 0] and ruled_out[1, 1] and ruled_out[2, 2]
-    assert not ruled_out[3, 3] and not ruled_out[4, 4]
+ROLE_CHECKS = [
+    # a passive that swaps who does what is ruled out, a voice paraphrase is not
+    ("The user tutors Mateo in chemistry.", "is tutored in chemistry by Mateo", True),
+    ("The user owes Ben 50 dollars.", "The user is owed 50 dollars by Ben.", True),
+    ("用户起诉了前公司。", "用户被前公司起诉了。", True),
+    ("The user works at Siemens.", "User is employed by Siemens", False),
+    ("The user's luggage was lost by the airline.", "The airline lost the user's luggage.", False),
+    # Chinese converse verbs through a dictionary
+    ("周敏在大学教化学。", "周敏在大学学化学。", True),
+    ("用户在闲鱼上卖二手相机。", "用户在闲鱼上买二手相机。", True),
+    ("用户讨厌排队。", "用户很反感排队。", False),
+    # a person in another role, but not a synonym, a kind, or a verb's inflection
+    ("Ottilie is the landlord of a cottage in Kent.", "Ottilie is a tenant of a cottage in Kent.", True),
+    ("用户是那家牙科诊所的医生。", "用户是那家牙科诊所的病人。", True),
+    ("The user is a physician in Oslo.", "The user is a doctor in Oslo.", False),
+    ("用户是一名律师。", "用户是一名执业律师。", False),
+    ("The user's neighbour teaches yoga.", "The user's neighbour coaches yoga.", False),
+    # two steps in the other order, but not the same order in other words
+    ("助手学到，发版前要先备份数据库再执行迁移。", "助手经验：先执行迁移，再备份数据库。", True),
+    ("The assistant learned to first clear the cache, then rebuild the image.",
+     "Lesson: first rebuild the image, then clear the cache.", True),
+    ("助手学到，发版前要先备份数据库再执行迁移。", "助手经验：先备份数据库，然后执行迁移。", False),
+    ("The assistant learned to first clear the cache, then rebuild the image.",
+     "Lesson: first clear the cache and then rebuild the image.", False),
+]
 
 
 @pytest.mark.slow
-def test_chinese_converse_verbs_are_ruled_out_through_a_dictionary(semantic):
-    _, ruled_out = semantic.evaluate(["周敏在大学教化学。", "用户在闲鱼上卖二手相机。", "用户讨厌排队。"],
-                                     ["周敏在大学学化学。", "用户在闲鱼上买二手相机。", "用户很反感排队。"])
-    assert ruled_out[0, 0] and ruled_out[1, 1] and not ruled_out[2, 2]
-
-
-@pytest.mark.slow
-def test_a_person_in_another_role_is_ruled_out_but_a_synonym_or_a_kind_is_not(semantic):
-    gold = ["Ottilie is the landlord of a cottage in Kent.", "用户是那家牙科诊所的医生。", "The user is a physician in Oslo.",
-            "用户是一名律师。", "The user's neighbour teaches yoga."]
-    pred = ["Ottilie is a tenant of a cottage in Kent.", "用户是那家牙科诊所的病人。", "The user is a doctor in Oslo.",
-            "用户是一名执业律师。", "The user's neighbour coaches yoga."]
-    _, ruled_out = semantic.evaluate(gold, pred)
-    assert ruled_out[0, 0] and ruled_out[1, 1]
-    assert not ruled_out[2, 2] and not ruled_out[3, 3] and not ruled_out[4, 4]  # verbs are not person nouns
-
-
-@pytest.mark.slow
-def test_two_steps_in_the_other_order_are_ruled_out(semantic):
-    gold = ["助手学到，发版前要先备份数据库再执行迁移。", "The assistant learned to first clear the cache, then rebuild the image."]
-    pred = ["助手经验：先执行迁移，再备份数据库。", "Lesson: first rebuild the image, then clear the cache."]
-    same_order = ["助手经验：先备份数据库，然后执行迁移。", "Lesson: first clear the cache and then rebuild the image."]
-    _, swapped = semantic.evaluate(gold, pred)
-    _, kept = semantic.evaluate(gold, same_order)
-    assert swapped[0, 0] and swapped[1, 1] and not kept[0, 0] and not kept[1, 1]
+@pytest.mark.parametrize(("gold", "pred", "ruled_out"), ROLE_CHECKS)
+def test_a_role_check_rules_out_swapped_roles_and_only_those(semantic, gold, pred, ruled_out):
+    assert bool(semantic.evaluate([gold], [pred])[1][0, 0]) is ruled_out
 
 
 @pytest.mark.parametrize(("a", "b", "flag"), [
