@@ -69,7 +69,8 @@ class SemanticParams(BaseModel):
     n_unrelated: int = 0  # added "not the same" pairs of different calibration facts (`unrelated_pairs`)
     embedder: str = "minilm"  # word vectors (the alignment's closeness of unmatched words)
     sentence_embedder: str = "minilm"  # the predicates' cosine; "e5" reads Chinese, MiniLM does not
-    role_checks: bool = False  # the explicit role checks (`_opposed`, `_displaced`, `_voice_swapped`) override the regression
+    role_checks: bool = False  # the explicit role checks (`_opposed`, `_persons_swapped`, `_order_swapped`, `_displaced`,
+    # `_voice_swapped`) override the regression
     calibration_agreement: float | None = None  # in-sample, for reference only; held-out is measured apart
     calibration_cv_agreement: float | None = None  # grouped 5-fold cross-validation on calibration (base facts apart)
     heldout: dict | None = None  # measured after fitting on the held-out split (never used to fit): the card
@@ -349,8 +350,9 @@ def pair_features(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[
 
 def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.ndarray]) -> tuple[list[float], bool]:
     """The pair's features, and whether a role check rules it out whatever they say: an antonym
-    (`_opposed`), the subject turned into the one acted on (`_displaced`) or a passive that swaps the
-    roles (`_voice_swapped`)."""
+    (`_opposed`), a person noun swapped for an unpaired one (`_persons_swapped`), two steps in the other
+    order (`_order_swapped`), the subject turned into the one acted on (`_displaced`) or a passive that
+    swaps the roles (`_voice_swapped`)."""
     words = _dice(a.words, b.words, False, False) if (a.words or b.words) else float(a.predicate == b.predicate)
     union = a.bigrams | b.bigrams
     bigrams = len(a.bigrams & b.bigrams) / len(union) if union else 1.0
@@ -366,7 +368,8 @@ def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.
             max(flags["modality"], diff.tense), float(a.periods != b.periods), float(not same_quantities(a.quantities, b.quantities)),
             flags["relation"], float(names_substituted(a.names, a.predicate, b.names, b.predicate)), align, unmatched, zh * unmatched,
             diff.shared, diff.slot_abbrev, diff.voice * float(a.subject is not None and b.subject is not None), diff.direction,
-            *_lexical(changes)], (_opposed(a, b, changes) or _persons_swapped(changes) or _order_swapped(a, b) or _displaced(a, b) or _displaced(b, a)
+            *_lexical(changes)], (_opposed(a, b, changes) or _persons_swapped(changes) or _order_swapped(a, b)
+                                     or _displaced(a, b) or _displaced(b, a)
                                      or _voice_swapped(a, b) or _voice_swapped(b, a)))
 
 
