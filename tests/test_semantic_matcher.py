@@ -209,6 +209,14 @@ ROLE_CHECKS = [
     ("助手学到，发版前要先备份数据库再执行迁移。", "助手经验：先备份数据库，然后执行迁移。", False),
     ("The assistant learned to first clear the cache, then rebuild the image.",
      "Lesson: first clear the cache and then rebuild the image.", False),
+    # the subject is a kind of person on one side and acts on one on the other (employer and employee)
+    ("The user hired a dog walker.", "User works as a dog walker", True),
+    ("Hedda employs a gardener.", "Hedda is a gardener.", True),
+    ("用户请了一个家教。", "用户在当家教。", True),
+    ("The user works as a dog walker.", "User's job: dog walker", False),
+    ("The user was elected chairman of the club.", "The club elected the user as its chairman.", False),
+    ("The user is a vegetarian.", "The user follows a vegetarian diet.", False),
+    ("The user has two nephews.", "Has 2 nephews", False),
 ]
 
 

@@ -6,9 +6,10 @@ by a logistic regression of 23 weights fitted on the calibration split of the la
 
 Role checks override the regression: a WordNet antonym or cause link between the words only one side
 has (sells / buys, teaches / learns; Chinese words through their CC-CEDICT glosses, 卖 / 买), a subject
-that one side names as the one acted on ("朋友欠了用户一笔钱" against "用户欠了朋友一笔钱"), and a passive
-that swaps who does what with the same verb ("tutors Mateo" / "is tutored by Mateo"). A weight could not
-learn them from the few calibration pairs each covers without unlearning the thesaurus features for the rest.
+that one side names as the one acted on ("朋友欠了用户一笔钱" against "用户欠了朋友一笔钱"), a passive
+that swaps who does what with the same verb ("tutors Mateo" / "is tutored by Mateo"), and a kind of person
+the subject is on one side and acts on on the other ("works as a gardener" / "employs a gardener"). A weight
+could not learn them from the few calibration pairs each covers without unlearning the thesaurus features for the rest.
 
 Both sentences lose their subject and any reporting frame first (`hymem.subjects.split_subject`;
 "The user mentioned that …", "用户表示…"): text is matched on what is said, and who it is said about
@@ -69,8 +70,8 @@ class SemanticParams(BaseModel):
     n_unrelated: int = 0  # added "not the same" pairs of different calibration facts (`unrelated_pairs`)
     embedder: str = "minilm"  # word vectors (the alignment's closeness of unmatched words)
     sentence_embedder: str = "minilm"  # the predicates' cosine; "e5" reads Chinese, MiniLM does not
-    role_checks: bool = False  # the explicit role checks (`_opposed`, `_persons_swapped`, `_order_swapped`, `_displaced`,
-    # `_voice_swapped`) override the regression
+    role_checks: bool = False  # the explicit role checks (`_opposed`, `_persons_swapped`, `_order_swapped`,
+    # `_identity_swapped`, `_displaced`, `_voice_swapped`) override the regression
     calibration_agreement: float | None = None  # in-sample, for reference only; held-out is measured apart
     calibration_cv_agreement: float | None = None  # grouped 5-fold cross-validation on calibration (base facts apart)
     heldout: dict | None = None  # measured after fitting on the held-out split (never used to fit): the card
@@ -91,6 +92,7 @@ class _Prepared:
     zh_words: tuple[str, ...]  # Chinese content words (jieba), for the thesaurus; () for English
     subject: str | None  # the subject split off, canonical (voice flips count only when both keep theirs)
     objects: frozenset[str]  # without a subject: who it names as acted on (`_objects`)
+    persons: dict[str, frozenset[str]]  # each person noun heading a phrase -> how it is held (`_persons_held`)
 
 
 # How extractors report what was said, which is not part of the fact: "The user mentioned (that) …",
@@ -151,6 +153,78 @@ def _objects(text: str, zh: bool) -> frozenset[str]:
     return frozenset(found)
 
 
+_EN_DETERMINERS = frozenset("a an the one another some his her their my our your its".split())
+_EN_COPULAS = frozenset("is am are was were be been being become becomes became remain remains remained 's".split())
+_EN_HEAD_END = frozenset("at in for from with who whom that and or on since named called of to by".split())
+_EN_PREPOSITION = frozenset("to for from with at about of in on by under near".split())
+_ZH_IDENTITY = re.compile(r"(?:是|当|做|担任|作为|成为|干|兼职|全职)$")
+_NON_WORD = re.compile(r"[\W_]+")
+
+
+def _persons_held(predicate: str, zh: bool) -> dict[str, frozenset[str]]:
+    """Each person noun that heads a noun phrase, and how the sentence holds it: "identity" when the subject
+    is one ("is a plumber", "works as a personal trainer", "Job: nurse", 在当保姆, 是一名消防员), "object"
+    when a verb acts on one ("hired a plumber", "trains teachers", 雇了一个保姆), "prep" after a preposition.
+    A modifier ("a vegetarian diet", 教师资格证), a possessor (邻居的自行车) and a name are not held."""
+    held: dict[str, set[str]] = {}
+    if zh:
+        import jieba.posseg
+
+        tokens = [(w.word, w.flag) for w in jieba.posseg.cut(predicate)]
+        for i, (word, _) in enumerate(tokens):
+            if not person(word) or (i + 1 < len(tokens) and not _NON_WORD.fullmatch(tokens[i + 1][0])):
+                continue
+            kind = "identity"
+            for before, flag in reversed(tokens[:i]):
+                if _NON_WORD.fullmatch(before):
+                    break
+                if _ZH_IDENTITY.search(before) or flag.startswith(("v", "p")):
+                    kind = "identity" if _ZH_IDENTITY.search(before) else "object" if flag.startswith("v") else "prep"
+                    break
+            held.setdefault(word, set()).add(kind)
+        return {k: frozenset(v) for k, v in held.items()}
+    tokens = re.findall(r"[A-Za-z][A-Za-z'-]*|\d[\d.,]*|[^\sA-Za-z\d]", predicate)
+    for i, token in enumerate(tokens):
+        word = token.casefold()
+        if not token[0].islower() or not person(word):  # a capitalised word is a name ("a dog named Rex")
+            continue
+        after = tokens[i + 1].casefold() if i + 1 < len(tokens) else ""
+        if after[:1].isalpha() and after not in _EN_HEAD_END:
+            continue  # a modifier, not the head: "a vegetarian diet"
+        kind, determined = "identity", False
+        for j in range(i - 1, max(i - 5, -1), -1):
+            w = tokens[j].casefold()
+            if w in _EN_COPULAS or w in ("as", ":", "-"):
+                break
+            if w in _EN_DETERMINERS or w[:1].isdigit():
+                determined = True
+                continue
+            if w in _EN_PREPOSITION:
+                kind = "prep"
+                break
+            if not w[:1].isalpha():
+                break
+            # a verb governs the noun across a determiner ("hired a plumber"), or inflected right before it
+            # ("trains teachers"); an -ing modifier does not ("lighting technician")
+            if verb_form(w) and (determined or re.search(r"(?:[^s]s|ed)$", w)):
+                passive = w.endswith("ed") and j > 0 and tokens[j - 1].casefold() in _EN_COPULAS
+                kind = "identity" if passive else "object"  # "was elected treasurer" is what the user is
+                break
+        lemma = word[:-1] if word.endswith("s") and person(word[:-1]) else word
+        held.setdefault(lemma, set()).add(kind)
+    return {k: frozenset(v) for k, v in held.items()}
+
+
+def _identity_swapped(a: _Prepared, b: _Prepared) -> bool:
+    """One side says its subject is a kind of person ("works as a personal trainer", 在当保姆), the other has
+    the subject act on such a person ("hired a personal trainer", 雇了一个保姆): employer and employee."""
+    def only(kinds: frozenset[str], kind: str) -> bool:
+        return kind in kinds and "identity" not in kinds if kind == "object" else kinds == {kind}
+
+    return any((only(a.persons[n], "identity") and only(b.persons[n], "object"))
+               or (only(b.persons[n], "identity") and only(a.persons[n], "object")) for n in a.persons.keys() & b.persons.keys())
+
+
 def _part_of_day(hour: float) -> str:
     return ("night" if hour < 5 or hour >= 22 else "morning" if hour < 12 else "noon" if hour < 14
             else "afternoon" if hour < 18 else "evening")
@@ -171,7 +245,7 @@ def prepare_text(text: str) -> _Prepared:
     return _Prepared(predicate, units(predicate), negated(predicate), _bigrams(predicate), qualifiers,
                      zh, words_of(predicate), found, frozenset(periods), name_table(predicate),
                      chinese_words(predicate) if zh else (), subject,
-                     _objects(predicate, zh) if subject is None else frozenset())
+                     _objects(predicate, zh) if subject is None else frozenset(), _persons_held(predicate, zh))
 
 
 def _latin_content(p: _Prepared) -> list[str]:
@@ -351,7 +425,8 @@ def pair_features(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[
 def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.ndarray]) -> tuple[list[float], bool]:
     """The pair's features, and whether a role check rules it out whatever they say: an antonym
     (`_opposed`), a person noun swapped for an unpaired one (`_persons_swapped`), two steps in the other
-    order (`_order_swapped`), the subject turned into the one acted on (`_displaced`) or a passive that
+    order (`_order_swapped`), a kind of person the subject is on one side and acts on on the other
+    (`_identity_swapped`), the subject turned into the one acted on (`_displaced`) or a passive that
     swaps the roles (`_voice_swapped`)."""
     words = _dice(a.words, b.words, False, False) if (a.words or b.words) else float(a.predicate == b.predicate)
     union = a.bigrams | b.bigrams
@@ -369,6 +444,7 @@ def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.
             flags["relation"], float(names_substituted(a.names, a.predicate, b.names, b.predicate)), align, unmatched, zh * unmatched,
             diff.shared, diff.slot_abbrev, diff.voice * float(a.subject is not None and b.subject is not None), diff.direction,
             *_lexical(changes)], (_opposed(a, b, changes) or _persons_swapped(changes) or _order_swapped(a, b)
+                                     or _identity_swapped(a, b)
                                      or _displaced(a, b) or _displaced(b, a)
                                      or _voice_swapped(a, b) or _voice_swapped(b, a)))
 
