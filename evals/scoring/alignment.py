@@ -114,7 +114,7 @@ def _explained(a: Words, b: Words, unmatched_a: set[int], unmatched_b: set[int])
                 continue
             latin = [j for j in range(len(y.raw)) if re.match(r"[A-Za-z]", y.raw[j])]
             for start in latin:
-                for end in range(start + 1, min(start + 6, len(y.raw)) + 1):
+                for end in range(start + 1, min(start + 12, len(y.raw)) + 1):  # NSPCC spells nine words
                     if not all(re.match(r"[A-Za-z]", y.raw[j]) for j in range(start, end)):
                         break
                     if abbreviates(short, list(y.raw[start:end])) and any(j in uy for j in range(start, end)):

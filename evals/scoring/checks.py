@@ -17,7 +17,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from evals.scoring.abbreviations import name_abbreviates, zh_abbreviates
+from evals.scoring.abbreviations import SKIPPABLE, abbreviates, name_abbreviates, zh_abbreviates
 from evals.scoring.quantities import _zh_value, frequencies  # one reading of Chinese numerals for both
 from hymem.subjects import _EN_RELATIONS, _KIN, _ZH_RELATIONS, RELATION_FOLD
 
@@ -86,8 +86,9 @@ _MODALITY = {
                r"想要|想|希望|渴望|梦想|愿望|向往|盼望|有意"),
     "plan": (r"(?i)\b(?:plans?|planning|planned|intends?|intending|going to(?!\s+(?:the|a|an|my|his|her|their|our|your|its|this|that|(?-i:[A-Z0-9])))|gonna|considering|considers|"
              r"thinking (?:about|of)|about to|aims?|aiming|prepar(?:ing|es|ed) to|scheduled|"
-             r"hoping to|trying to|tries to|attempt(?:s|ing)? to|applying|applies|applied (?:for|to)|interviewing)\b",
-             r"要不要|该不该|打算|计划|(?<!在)准备|将要|即将|考虑|筹备|要去|可能|也许|或许|争取|申请|报考|应聘|投.{0,8}简历"),
+             r"hoping to|trying to|tries to|attempt(?:s|ing)? to|applying|applies|applied (?:for|to)|interviewing|"
+             r"saving (?:up )?(?:to|for))\b",
+             r"要不要|该不该|打算|计划|(?<!在)准备|将要|即将|考虑|筹备|要去|可能|也许|或许|争取|申请|报考|应聘|投.{0,8}简历|攒钱"),
     "past": (r"(?i)\b(?:used to|formerly|former|previously|in the past|ex-|no longer|any ?more|quit|quits|quitting|"
              r"stopped|gave up|given up|gives up|giving up|retired|resign(?:s|ed)?)\b",
              r"以前|曾经|过去|原来|从前|不再|戒了|戒掉|戒烟|戒酒|改掉|辞掉|放弃|退休|前任|已经不|曾|离职|辞职|搬离|搬出|"
@@ -272,11 +273,54 @@ def _zh_covered(name: str, other_names: dict[str, str]) -> bool:
     return is_chinese(name) and any(zh_abbreviates(o, name) or zh_abbreviates(name, o) for o in other_names)
 
 
+_LATIN_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9+#&'-]*")
+_SHORT_FORM = re.compile(r"[A-Za-z0-9&]*[A-Z][A-Za-z0-9&]*[A-Z0-9][A-Za-z0-9&]*$")  # two capitals or a digit: UCLA, JPL, MSc
+
+
+def _spelt_out(text: str, other_names: dict[str, str]) -> tuple[set[str], set[str]]:
+    """The names of the other side that `text` explains word by word (each word written in `text` as it is,
+    a small word, or a short form spelt by a run of `text`'s words), and the words of `text` those short forms
+    spell. The runs cross the commas and small words that split `names`: "University of California, Los
+    Angeles" / UCLA, "the National Society for the Prevention of Cruelty to Children" / NSPCC, "NASA's Jet
+    Propulsion Laboratory" / "NASA JPL". A name with one unexplained word explains nothing ("VS Code" /
+    "Visual Studio")."""
+    words = [w.removesuffix("'s") for w in _LATIN_WORD.findall(text)]
+    folded = text.casefold()
+    explained: set[str] = set()
+    spelt: set[str] = set()
+    for key, raw in other_names.items():
+        marks: set[str] = set()
+        for token in (t.removesuffix("'s") for t in raw.split()):
+            if token.casefold() in SKIPPABLE or re.search(rf"(?<![a-z0-9]){re.escape(token.casefold())}(?![a-z0-9])", folded):
+                continue
+            runs = [words[i:j] for i in range(len(words)) for j in range(i + 2, min(i + 12, len(words)) + 1)
+                    if _SHORT_FORM.match(token) and abbreviates(token, words[i:j])]
+            if not runs:
+                break
+            marks.update(w.casefold() for run in runs for w in run)
+        else:
+            explained.add(key)
+            spelt |= marks
+    return explained, spelt
+
+
+def _all_spelt(raw_name: str, spelt: set[str], other: str) -> bool:
+    folded = other.casefold()
+    return all(w in spelt or w in SKIPPABLE or re.search(rf"(?<![a-z0-9]){re.escape(w)}(?![a-z0-9])", folded)
+               for w in (t.removesuffix("'s").casefold() for t in raw_name.split()))
+
+
 def names_substituted(na: dict[str, str], a: str, nb: dict[str, str], b: str) -> bool:
     """Each side states a name the other lacks (Berlin vs Paris, 武汉 vs 长沙); an abbreviation or a
-    longer form of a name on the other side covers it (NYC, Postgres, 北大)."""
-    only_a = [n for n, raw in na.items() if not _covered(n, raw, nb, _norm(b)) and not _zh_covered(n, nb)]
-    only_b = [n for n, raw in nb.items() if not _covered(n, raw, na, _norm(a)) and not _zh_covered(n, na)]
+    longer form of a name on the other side covers it (NYC, Postgres, 北大, UCLA)."""
+    a, b = _norm(a), _norm(b)
+    only_a = [n for n, raw in na.items() if not _covered(n, raw, nb, b) and not _zh_covered(n, nb)]
+    only_b = [n for n, raw in nb.items() if not _covered(n, raw, na, a) and not _zh_covered(n, na)]
+    if only_a and only_b:  # a short form may spell a run that `names` split at a comma or a small word
+        explained_b, spelt_a = _spelt_out(a, {n: nb[n] for n in only_b})
+        explained_a, spelt_b = _spelt_out(b, {n: na[n] for n in only_a})
+        only_a = [n for n in only_a if n not in explained_a and not _all_spelt(na[n], spelt_a, b)]
+        only_b = [n for n in only_b if n not in explained_b and not _all_spelt(nb[n], spelt_b, a)]
     return bool(only_a) and bool(only_b)
 
 

@@ -102,7 +102,11 @@ _WORD_CLOCK = re.compile(
     rf"(?P<hour>{_HOURS}|\d{{1,2}})(?P<oclock>\s+o'clock)?"
     rf"(?:\s+(?P<part>in the morning|in the afternoon|in the evening|at night|tonight))?\b", re.IGNORECASE)
 _FREQUENCY = frozenset(("day", "week", "month", "year", "night", "hour", "minute"))
-_EN_UNIT_AFTER = re.compile(r"\s*(?:-\s*)?(?:of\s+)?(?:an?\s+)?(?P<unit>[a-z]+)\b", re.IGNORECASE)
+_EN_UNIT_AFTER = re.compile(r"\s*(?:-\s*)?(?:of\s+)?(?:an?\s+)?(?P<unit>[a-z]+)(?![a-z0-9_])", re.IGNORECASE)
+# a height in feet and inches, one length: "six foot two", "5 ft 10 in", "5'10\"", "6 feet 2 inches"
+_EN_SMALL_NUMBER = "|".join(sorted((w for w, v in _EN_NUMBER_WORDS.items() if 1 <= v < 20 and v == int(v) and w not in ("a", "an", "once", "twice", "thrice", "dozen")), key=len, reverse=True))
+_EN_FEET_INCHES = re.compile(rf"(?i)(?<![\w.])(?P<ft>\d+|{_EN_SMALL_NUMBER})\s*(?:foot|feet|ft\.?|'|′)\s*(?:and\s+)?"
+                             rf"(?P<in>\d+(?:\.\d+)?|{_EN_SMALL_NUMBER})\s*(?:inches\b|inch\b|in\b|\"|″)?(?![\w'])")
 _CLOCK = re.compile(r"(?<!\d)(\d{1,2})(?:[:：](\d{2}))?\s*(?:(a\.?m\.?|p\.?m\.?)(?![a-z])|o'clock)|(?<!\d)(\d{1,2})[:：](\d{2})(?!\d)",
                     re.IGNORECASE)
 _ZH_DIGIT = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "俩": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7,
@@ -112,7 +116,7 @@ _ZH_NOT_NUMBER = re.compile(r"一(?=[次个口下步眼分毛][^，。,；;]{0,6
                             r"星期[一二三四五六日天]|周[一二三四五六日]|礼拜[一二三四五六日天]|(?<![0-9])[一二三四五六七八九十]+月")
 # A Chinese numeral counts only before a measure word, a unit or a non-Chinese character: 四川 and 三亚
 # are names, and 一 before a measure word is an article ("一家银行", "一名护士"), not a count.
-_ZH_MEASURE = "个名位只条家台辆本件张把双档门套所间种份座棵匹头口岁楼层号元块毛角倍成折次遍趟顿杯瓶碗级"
+_ZH_MEASURE = "个名位只条家台辆本件张把双档门套所间种份座棵匹头口岁楼层号元块毛角倍成折次遍趟顿杯瓶碗级室厅卫"
 _ZH_COUNTED = rf"(?:[{_ZH_MEASURE}]|[^\u4e00-\u9fff]|$|平|米|厘|公|千|毫|克|斤|升|秒|分|小时|钟|刻钟|天|周|星期|年|月|日)"
 # a numeral with a place value ("五百", "二十三") is a number whatever follows it ("世界五百强"); "十分"
 # (very) and "千万" (by all means) are adverbs
@@ -126,6 +130,8 @@ _TEMPERATURE = re.compile(r"(?P<v>-?\d+(?:\.\d+)?)\s*(?:(?:°\s*|degrees?\s+)(?P
 # an age: "两岁半" is 2.5, "30个月大" 2.5 (as "18 months old" is 1.5 in English)
 _ZH_AGE_HALF = re.compile(r"(\d+|[一二两三四五六七八九十]+)岁半")
 _ZH_AGE_MONTHS = re.compile(r"(\d+|[一二两三四五六七八九十]+)个月大")
+# "一岁零三个月" is 1.25 years, as "15个月大" is
+_ZH_AGE_YEARS_MONTHS = re.compile(r"(\d+|[一二两三四五六七八九十]+)岁零?(\d+|[一二两三四五六七八九十]+)个月")
 _ZH_AND_A_HALF = re.compile(r"(\d+|[一二两三四五六七八九十]+)个半(小时|钟头|月)")
 # "一米八" is 1.8 m, "一米五二" 1.52 m, "一米零五" 1.05 m: the digits after 米 are its decimals
 _ZH_METRES = re.compile(r"(\d|[一二两])米([零〇一二三四五六七八九]|\d)([零〇一二三四五六七八九]|\d)?(?![\d零一二三四五六七八九十百千万米])")
@@ -335,6 +341,7 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
 
     t = _TEMPERATURE.sub(temperature, t)
     t = _ZH_AGE_HALF.sub(lambda m: f"{_number(m.group(1)) + 0.5:g}岁", t)
+    t = _ZH_AGE_YEARS_MONTHS.sub(lambda m: f"{_number(m.group(1)) + _number(m.group(2)) / 12:.4g}岁", t)
     t = _ZH_AGE_MONTHS.sub(lambda m: f"{_number(m.group(1)) / 12:.4g}岁", t)
     t = _ZH_AND_A_HALF.sub(lambda m: f"{_number(m.group(1)) + 0.5:g}{'个月' if m.group(2) == '月' else m.group(2)}", t)
     t = _ZH_METRES.sub(lambda m: f"{_number(m.group(1)) + _number(m.group(2)) / 10 + _number(m.group(3) or '0') / 100:g}米", t)
@@ -362,6 +369,11 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
         value = 1.0 if n in ("a", "an") else float(n) if n[0].isdigit() else _EN_NUMBER_WORDS[n]
         return f"{value + 0.5:g} {m.group('u1') or m.group('u2')}"
 
+    def feet_inches(m: re.Match[str]) -> str:
+        ft, inches = ((float(x) if x[0].isdigit() else _EN_NUMBER_WORDS[x.casefold()]) for x in (m.group("ft"), m.group("in")))
+        return f" {(ft * 12 + inches) * 0.0254:.6g} metres "
+
+    t = _EN_FEET_INCHES.sub(feet_inches, t)
     t = _EN_ORDINAL.sub(_ordinal, t)
     t = _EN_AND_A_HALF.sub(and_a_half, t)
     t = _EN_HALF_A.sub(lambda m: f"0.5 {m.group('u')}", t)
@@ -403,10 +415,17 @@ _POUND = _EN_UNITS["lb"][1]  # kilograms per pound
 
 def _readings(q: tuple[tuple[str, float], ...]) -> list[set[tuple[str, float]]]:
     """Each way to read the quantities (a repeated one counts once): "pounds" is an amount of money
-    ("18,000 pounds" / "£18k") or a weight ("150 pounds" / "68 kg"), and "10K" ten thousand or 10 km."""
+    ("18,000 pounds" / "£18k") or a weight ("150 pounds" / "68 kg"), and "10K" ten thousand or 10 km; a
+    measure to three significant figures (`_CONVERTED`)."""
     options = [[("", v), ("mass", v * _POUND)] if d == "pound" else [("", v), ("length", v)] if d == "k" else [(d, v)]
                for d, v in q]
-    return [{(d, float(f"{v:.6g}")) for d, v in choice} for choice in itertools.islice(itertools.product(*options), 16)]
+    return [{(d, float(f"{v:.3g}" if d in _CONVERTED else f"{v:.6g}")) for d, v in choice}
+            for choice in itertools.islice(itertools.product(*options), 16)]
+
+
+# Measures stated in either unit system are compared to three significant figures: "six foot two" is 1.8796 m and
+# "188 cm" 1.88 m, "150 lb" 68.04 kg and "68 kg"; 1.85 m and 1.86 m stay apart.
+_CONVERTED = frozenset(("length", "mass", "volume", "temperature"))
 
 
 def same_quantities(a: tuple[tuple[str, float], ...], b: tuple[tuple[str, float], ...]) -> bool:

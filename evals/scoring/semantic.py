@@ -53,7 +53,7 @@ from hymem.subjects import _EN_RELATIONS, _ZH_RELATIONS, EN_REPORTING, ZH_REPORT
 PARAMS_FILE = Path(__file__).with_name("semantic_params.json")
 FEATURES = ("cosine", "words", "bigrams", "zh", "zh_cosine", "zh_words", "zh_bigrams", "substitution", "polarity",
             "modality", "time", "number", "relation", "name", "align", "unmatched", "zh_unmatched", "shared",
-            "slot_abbrev", "voice", "direction", "lex_same", "lex_unexplained")
+            "slot_abbrev", "voice", "direction", "lex_same", "lex_unexplained", "quantities_agree")
 _PUNCT = re.compile(r"[\W_]+", re.UNICODE)
 
 
@@ -352,15 +352,20 @@ def _head_of(x: str, y: str) -> bool:
 
 
 _SEQUENCE = re.compile(r"先(?P<x>.+?)[，,、；;]?\s*(?:再|然后|之后|才)(?P<y>.+)|"
-                       r"(?i:\bfirst\b)(?P<ex>.+?)[,;]?\s+(?:and\s+)?(?i:then)\b(?P<ey>.+)")
+                       r"(?i:\bfirst\b)(?P<ex>.+?)[,;]?\s+(?:and\s+)?(?i:then)\b(?P<ey>.+)|"
+                       r"(?P<fx>.+?)\s+(?i:first)[,;]?\s+(?:and\s+)?(?i:then)\b(?P<fy>.+)|"
+                       r"(?P<bx>\w.+?)\s+(?i:before)\s+(?P<by>\w+ing\b.+)|"
+                       r"(?P<zy>[^，,。]+?)(?:之前|以前)[，,]?\s*(?:要|应|应该|得|必须)?先(?P<zx>.+)")
 
 
 def _steps(text: str) -> tuple[frozenset[str], frozenset[str]] | None:
-    """The two steps of "先 X 再 Y" / "first X, then Y", as character bigrams (Chinese) or words."""
+    """The two steps of "先 X 再 Y" / "first X, then Y" / "X first, then Y" / "X before doing Y" / "Y之前先X", as
+    character bigrams (Chinese) or words."""
     m = _SEQUENCE.search(text)
     if m is None:
         return None
-    x, y = (m.group("x"), m.group("y")) if m.group("x") is not None else (m.group("ex"), m.group("ey"))
+    x, y = next((m.group(a), m.group(b)) for a, b in (("x", "y"), ("ex", "ey"), ("fx", "fy"), ("bx", "by"), ("zx", "zy"))
+                if m.group(a) is not None)
     if re.search(r"[\u4e00-\u9fff]", x + y):
         return _bigrams(x), _bigrams(y)
     return frozenset(re.findall(r"\w+", x.casefold())), frozenset(re.findall(r"\w+", y.casefold()))
@@ -443,7 +448,8 @@ def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.
             max(flags["modality"], diff.tense), float(a.periods != b.periods), float(not same_quantities(a.quantities, b.quantities)),
             flags["relation"], float(names_substituted(a.names, a.predicate, b.names, b.predicate)), align, unmatched, zh * unmatched,
             diff.shared, diff.slot_abbrev, diff.voice * float(a.subject is not None and b.subject is not None), diff.direction,
-            *_lexical(changes)], (_opposed(a, b, changes) or _persons_swapped(changes) or _order_swapped(a, b)
+            *_lexical(changes), float(bool(a.quantities) and bool(b.quantities) and same_quantities(a.quantities, b.quantities))],
+           (_opposed(a, b, changes) or _persons_swapped(changes) or _order_swapped(a, b)
                                      or _identity_swapped(a, b)
                                      or _displaced(a, b) or _displaced(b, a)
                                      or _voice_swapped(a, b) or _voice_swapped(b, a)))
@@ -456,6 +462,9 @@ class SemanticMatcher(Matcher):
 
     def __init__(self, params: SemanticParams, embedder: Any, cache_size: int = 50_000,
                  sentence_embedder: Any = None):
+        if params.features != list(FEATURES) or len(params.weights) != len(FEATURES):
+            raise ValueError(f"the semantic parameters weigh {params.features}, but this matcher computes {list(FEATURES)}: "
+                             "refit them with `hymem-eval matcher fit`")
         self.params = params
         self.threshold = params.threshold
         self._weights = np.asarray(params.weights, dtype=float)
