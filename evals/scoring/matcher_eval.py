@@ -66,7 +66,10 @@ def matcher_fit(*, pairs: Path | None, out: Path | None) -> str:
     target = Path(out) if out is not None else PARAMS_FILE
     params = fit_semantic(calibration, source=path.name)
     if heldout:
-        frame, _ = evaluate(SemanticMatcher(params, SemanticMatcher.load().embedder), heldout, "heldout")
+        from hymem.embedder import make_embedder
+
+        # not `SemanticMatcher.load()`: the committed parameters may weigh other features than the new ones
+        frame, _ = evaluate(SemanticMatcher(params, make_embedder(params.embedder)), heldout, "heldout")
         params.heldout = {**card_of(frame), "pairs_hash": pairs_hash(heldout)}
     target.write_text(params.model_dump_json(indent=2) + "\n", encoding="utf-8")
     return f"fitted on {len(calibration)} calibration pairs of {path}: {target}\n{params.model_dump_json(indent=2)}\n"
