@@ -183,17 +183,17 @@ def _persons_held(predicate: str, zh: bool) -> dict[str, frozenset[str]]:
                     break
             held.setdefault(word, set()).add(kind)
         return {k: frozenset(v) for k, v in held.items()}
-    tokens = re.findall(r"[A-Za-z][A-Za-z'-]*|\d[\d.,]*|[^\sA-Za-z\d]", predicate)
-    for i, token in enumerate(tokens):
+    latin = re.findall(r"[A-Za-z][A-Za-z'-]*|\d[\d.,]*|[^\sA-Za-z\d]", predicate)
+    for i, token in enumerate(latin):
         word = token.casefold()
         if not token[0].islower() or not person(word):  # a capitalised word is a name ("a dog named Rex")
             continue
-        after = tokens[i + 1].casefold() if i + 1 < len(tokens) else ""
+        after = latin[i + 1].casefold() if i + 1 < len(latin) else ""
         if after[:1].isalpha() and after not in _EN_HEAD_END:
             continue  # a modifier, not the head: "a vegetarian diet"
         kind, determined = "identity", False
         for j in range(i - 1, max(i - 5, -1), -1):
-            w = tokens[j].casefold()
+            w = latin[j].casefold()
             if w in _EN_COPULAS or w in ("as", ":", "-"):
                 break
             if w in _EN_DETERMINERS or w[:1].isdigit():
@@ -207,7 +207,7 @@ def _persons_held(predicate: str, zh: bool) -> dict[str, frozenset[str]]:
             # a verb governs the noun across a determiner ("hired a plumber"), or inflected right before it
             # ("trains teachers"); an -ing modifier does not ("lighting technician")
             if verb_form(w) and (determined or re.search(r"(?:[^s]s|ed)$", w)):
-                passive = w.endswith("ed") and j > 0 and tokens[j - 1].casefold() in _EN_COPULAS
+                passive = w.endswith("ed") and j > 0 and latin[j - 1].casefold() in _EN_COPULAS
                 kind = "identity" if passive else "object"  # "was elected treasurer" is what the user is
                 break
         lemma = word[:-1] if word.endswith("s") and person(word[:-1]) else word
