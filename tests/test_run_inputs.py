@@ -157,8 +157,10 @@ def test_a_full_disk_mid_run_is_one_line_and_exit_1(dataset, tmpfs, capsys):
 @pytest.fixture
 def finished(dataset, tmp_path, capsys) -> Path:
     out = tmp_path / "run"
-    # One unit at a time: the Chinese case "b" is the last record (the torn-record test cuts inside it).
-    assert main(_run("--dataset", str(dataset), "--faults", "none", "--out", str(out), "--concurrency", "1")) == 0
+    # One unit at a time (`--concurrency 1` alone keeps two in flight over its one connection): the Chinese
+    # case "b" is the last record (the torn-record test cuts inside it).
+    assert main(_run("--dataset", str(dataset), "--faults", "none", "--out", str(out), "--concurrency", "1",
+                     "--units-in-flight", "1")) == 0
     capsys.readouterr()
     return out
 
