@@ -212,7 +212,7 @@ ROLE_CHECKS = [
     # the subject is a kind of person on one side and acts on one on the other (employer and employee)
     ("The user hired a dog walker.", "User works as a dog walker", True),
     ("Hedda employs a gardener.", "Hedda is a gardener.", True),
-    ("用户请了一个家教。", "用户在当家教。", True),
+    ("用户雇了一位厨师。", "用户是一名厨师。", True),
     ("The user works as a dog walker.", "User's job: dog walker", False),
     ("The user was elected chairman of the club.", "The club elected the user as its chairman.", False),
     ("The user is a vegetarian.", "The user follows a vegetarian diet.", False),
