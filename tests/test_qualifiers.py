@@ -140,3 +140,39 @@ def test_a_paraphrase_keeps_its_modality(a, b):
 ])
 def test_a_change_of_modality_is_different(a, b):
     assert modality(a) != modality(b)
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("Piet is six foot one.", "Piet is 185 cm tall."),
+    ("The user is 5'7\".", "The user is 170 cm tall."),
+    ("The user's brother is 6 feet 3 inches tall.", "The user's brother is 1.91 m tall."),
+    ("The user's suitcase weighs 44 lb.", "The user's suitcase weighs 20 kg."),
+    ("用户的外甥一岁零六个月。", "用户的外甥18个月大"),
+    ("助手学到，请求超过三秒就要重试。", "助手经验：请求>3s即重试"),
+])
+def test_a_measure_in_another_unit_or_form_is_the_same(a, b):
+    assert _same_quantities(a, b), (quantities(a), quantities(b))
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("Piet is six foot one.", "Piet is six foot three."),
+    ("The user is 1.85 m tall.", "The user is 1.86 m tall."),
+    ("The user's suitcase weighs 20 kg.", "The user's suitcase weighs 21 kg."),
+    ("用户家是三室一厅。", "用户家是两室一厅。"),
+    ("用户的外甥一岁零六个月。", "用户的外甥一岁零八个月。"),
+])
+def test_a_different_measure_stays_different(a, b):
+    assert not _same_quantities(a, b), (quantities(a), quantities(b))
+
+
+@pytest.mark.parametrize(("a", "b", "substituted"), [
+    ("The user studied at the University of Texas, Austin.", "The user studied at UTA.", False),
+    ("Ines donates to the Royal Society for the Protection of Birds.", "Ines donates to the RSPB.", False),
+    ("The user works at Google's Advanced Technology Lab.", "The user works at Google ATL.", False),
+    ("The user studied at UCLA.", "The user studied at UCSD.", True),
+    ("The user debugs in VS Code.", "The user debugs in Visual Studio.", True),
+])
+def test_a_short_form_covers_the_run_of_words_it_spells_across_commas_and_small_words(a, b, substituted):
+    from evals.scoring.checks import name_substitution
+
+    assert name_substitution(a, b) is substituted and name_substitution(b, a) is substituted
