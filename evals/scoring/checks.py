@@ -227,11 +227,16 @@ def names(text: str) -> dict[str, str]:
     return out
 
 
+def _written(word: str, folded: str) -> bool:
+    """The (casefolded) word or name stands in the casefolded text as a whole word."""
+    return re.search(rf"(?<![a-z0-9]){re.escape(word)}(?![a-z0-9])", folded) is not None
+
+
 def _covered(name: str, raw_name: str, other_names: dict[str, str], other_text: str) -> bool:
     """A name the other side also states: the same name, its abbreviation or expansion (NYC / New
     York City, JS / JavaScript, k8s / Kubernetes) or a longer form of it (Postgres / PostgreSQL)."""
     folded = other_text.casefold()
-    if re.search(rf"(?<![a-z0-9]){re.escape(name)}(?![a-z0-9])", folded):
+    if _written(name, folded):
         return True
     compact = name.replace(" ", "")
     for other, raw_other in other_names.items():
@@ -291,10 +296,10 @@ def _spelt_out(text: str, other_names: dict[str, str]) -> tuple[set[str], set[st
     for key, raw in other_names.items():
         marks: set[str] = set()
         for token in (t.removesuffix("'s") for t in raw.split()):
-            if token.casefold() in SKIPPABLE or re.search(rf"(?<![a-z0-9]){re.escape(token.casefold())}(?![a-z0-9])", folded):
+            if token.casefold() in SKIPPABLE or _written(token.casefold(), folded):
                 continue
             runs = [words[i:j] for i in range(len(words)) for j in range(i + 2, min(i + 12, len(words)) + 1)
-                    if _SHORT_FORM.match(token) and abbreviates(token, words[i:j])]
+                    if abbreviates(token, words[i:j])] if _SHORT_FORM.match(token) else []
             if not runs:
                 break
             marks.update(w.casefold() for run in runs for w in run)
@@ -306,7 +311,7 @@ def _spelt_out(text: str, other_names: dict[str, str]) -> tuple[set[str], set[st
 
 def _all_spelt(raw_name: str, spelt: set[str], other: str) -> bool:
     folded = other.casefold()
-    return all(w in spelt or w in SKIPPABLE or re.search(rf"(?<![a-z0-9]){re.escape(w)}(?![a-z0-9])", folded)
+    return all(w in spelt or w in SKIPPABLE or _written(w, folded)
                for w in (t.removesuffix("'s").casefold() for t in raw_name.split()))
 
 

@@ -128,6 +128,14 @@ _EN_PARTICIPANT = re.compile(r"\b([A-Za-z]+)\s+(the\s+(?:ai\s+)?assistant|the\s+
 _ZH_PASSIVE_MARK = re.compile(r"被|把|由|让")
 
 
+@functools.lru_cache(maxsize=65_536)
+def _zh_tagged(text: str) -> tuple[tuple[str, str], ...]:
+    """jieba's words and part-of-speech tags, once per text (`_objects` and `_persons_held` both read them)."""
+    import jieba.posseg
+
+    return tuple((w.word, w.flag) for w in jieba.posseg.cut(text))
+
+
 def _objects(text: str, zh: bool) -> frozenset[str]:
     """Who a sentence with no subject names after a verb or a preposition, as the one acted on or for
     ("朋友欠了用户一笔钱", "小陈给用户当家教", "Ben lent money to the user"): the user, the assistant or a name."""
@@ -135,10 +143,8 @@ def _objects(text: str, zh: bool) -> frozenset[str]:
     if zh:
         if _ZH_PASSIVE_MARK.search(text):
             return frozenset()
-        import jieba.posseg
-
         # aspect particles (了, 着, 过) do not separate a verb from its object
-        tokens = [(w.word, w.flag) for w in jieba.posseg.cut(text) if w.flag not in ("ul", "uz", "ug")]
+        tokens = [(word, flag) for word, flag in _zh_tagged(text) if flag not in ("ul", "uz", "ug")]
         for (_, before), (word, flag) in zip(tokens, tokens[1:], strict=False):
             if before[:1] in ("v", "p") and (word in ("用户", "助手") or flag == "nr"):
                 found.add(canonical_subject(word))
@@ -169,18 +175,16 @@ def _persons_held(predicate: str, zh: bool) -> dict[str, frozenset[str]]:
     A modifier ("a vegetarian diet", 教师资格证), a possessor (邻居的自行车) and a name are not held."""
     held: dict[str, set[str]] = {}
     if zh:
-        import jieba.posseg
-
-        tokens = [(w.word, w.flag) for w in jieba.posseg.cut(predicate)]
+        tokens = _zh_tagged(predicate)
         for i, (word, _) in enumerate(tokens):
             if not person(word) or (i + 1 < len(tokens) and not _NON_WORD.fullmatch(tokens[i + 1][0])):
                 continue
             kind = "identity"
             for before, flag in reversed(tokens[:i]):
-                if _NON_WORD.fullmatch(before):
+                if _NON_WORD.fullmatch(before) or _ZH_IDENTITY.search(before):
                     break
-                if _ZH_IDENTITY.search(before) or flag.startswith(("v", "p")):
-                    kind = "identity" if _ZH_IDENTITY.search(before) else "object" if flag.startswith("v") else "prep"
+                if flag.startswith(("v", "p")):
+                    kind = "object" if flag.startswith("v") else "prep"
                     break
             held.setdefault(word, set()).add(kind)
         return {k: frozenset(v) for k, v in held.items()}
@@ -219,11 +223,11 @@ def _persons_held(predicate: str, zh: bool) -> dict[str, frozenset[str]]:
 def _identity_swapped(a: _Prepared, b: _Prepared) -> bool:
     """One side says its subject is a kind of person ("works as a personal trainer", 在当保姆), the other has
     the subject act on such a person ("hired a personal trainer", 雇了一个保姆): employer and employee."""
-    def only(kinds: frozenset[str], kind: str) -> bool:
-        return kind in kinds and "identity" not in kinds if kind == "object" else kinds == {kind}
+    def swapped(x: frozenset[str], y: frozenset[str]) -> bool:  # x only the subject's identity, y acted on
+        return x == {"identity"} and "object" in y and "identity" not in y
 
-    return any((only(a.persons[n], "identity") and only(b.persons[n], "object"))
-               or (only(b.persons[n], "identity") and only(a.persons[n], "object")) for n in a.persons.keys() & b.persons.keys())
+    return any(swapped(a.persons[n], b.persons[n]) or swapped(b.persons[n], a.persons[n])
+               for n in a.persons.keys() & b.persons.keys())
 
 
 def _part_of_day(hour: float) -> str:
