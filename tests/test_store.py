@@ -542,3 +542,56 @@ def test_the_index_file_is_fsynced_only_under_full_and_a_torn_one_is_rebuilt(tmp
         assert "checksum" in s.index_rebuild_reason
         assert s.check_consistency() == []
         assert s.search("u1", vec(2), k=1)[0].id == ids[2]
+
+
+def test_search_of_a_large_group_answers_as_the_exact_scan_through_adds_removals_ties_and_reopen(tmp_path, monkeypatch):
+    """Above a few thousand of one user's memories the search reads a float16 copy first (issue 18.4); it must
+    still return the exact scan's memories and scores: near-duplicates, exact ties (broken by the lower id),
+    memories superseded on the way, and the index rebuilt on reopen included."""
+    import hymem.store._index as index_module
+
+    rng = np.random.default_rng(7)
+    dim = 32
+
+    def unit(v):
+        return (v / np.linalg.norm(v)).astype(np.float32)
+
+    base = [unit(rng.standard_normal(dim)) for _ in range(40)]
+    vectors = []  # clusters of near-duplicates, exact duplicates, and spread vectors
+    for i in range(3000):
+        if i % 5 == 0:
+            vectors.append(unit(base[i % 40] + 1e-3 * rng.standard_normal(dim)))
+        elif i % 7 == 0:
+            vectors.append(vectors[i // 2].copy())
+        else:
+            vectors.append(unit(rng.standard_normal(dim)))
+    queries = [unit(base[i] + 1e-3 * rng.standard_normal(dim)) for i in range(0, 40, 3)]
+    queries += [vectors[i] for i in (7, 14, 700, 2100)] + [unit(rng.standard_normal(dim)) for _ in range(10)]
+
+    def answers(s):
+        return [[(m.id, m.score) for m in s.search("u1", q, k=k)] for q in queries for k in (1, 5, 12)]
+
+    def exact(s):
+        with monkeypatch.context() as m:
+            m.setattr(index_module, "_SCAN_ROWS", 10**9)
+            return answers(s)
+
+    path = tmp_path / "big"
+    with Store(path, dim) as s:
+        with s.write() as tx:
+            ids = [tx.add_memory("u1", f"m{i}", "user", "user", "fact", v, "seed") for i, v in enumerate(vectors)]
+            tx.add_memory("u2", "other", "user", "user", "fact", queries[0], "seed")
+        fast = answers(s)
+        assert fast == exact(s)
+        assert all(len(a) == k for a, k in zip(fast, [1, 5, 12] * len(queries)))
+        for q_hits in fast:  # best first, ties to the lower id
+            assert all((a[1], -a[0]) >= (b[1], -b[0]) for a, b in zip(q_hits, q_hits[1:]))
+        with s.write() as tx:  # remove the best hits and add more: the copy follows every move
+            for mid in {h[0] for hits in fast[:12] for h in hits}:
+                tx.supersede(mid, tx.add_memory("u1", "new", "user", "user", "fact",
+                                                unit(rng.standard_normal(dim)), "r2"))
+        after = answers(s)
+        assert after == exact(s)
+        assert not {h[0] for hits in fast[:12] for h in hits} & {h[0] for hits in after for h in hits}
+    with Store(path, dim) as s:
+        assert answers(s) == after
