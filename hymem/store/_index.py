@@ -3,7 +3,9 @@
 In memory the live vectors are grouped by (user, kind), each group a dense float32 matrix with an
 id → row map. A search scores only the searched user's rows, and a write touches only the rows it changes
 (a removal moves the group's last row into the hole), so neither depends on how many memories the store
-holds. On disk the index is one FAISS `IndexIDMap2(IndexFlatIP)` of every live vector, keyed by memory id.
+holds. A group of thousands of rows also keeps a float16 copy that a search reads first (`_Group`), with answers
+equal to the exact scan's. On disk the index is one FAISS `IndexIDMap2(IndexFlatIP)` of every live vector, keyed
+by memory id.
 
 The index file is persisted together with a sidecar holding the SQLite `generation` it reflects and a
 checksum. The sidecar is removed before the index file is replaced and written after it, so a crash
@@ -156,7 +158,7 @@ def _inner_products(matrix: np.ndarray, query: np.ndarray, n: int) -> np.ndarray
     threaded matrix-vector product spins its threads and costs 10-50x more on a loaded 2-core machine) nor
     `einsum` (single-threaded but about 1.7x slower). Each row's product does not depend on its neighbours."""
     scores = np.empty(n, dtype=np.float32)
-    faiss.fvec_inner_products_ny(faiss.swig_ptr(scores), faiss.swig_ptr(query), faiss.swig_ptr(matrix),
+    faiss.fvec_inner_products_ny(faiss.swig_ptr(scores), faiss.swig_ptr(query), faiss.swig_ptr(matrix),  # type: ignore[attr-defined]  # SWIG, no stub
                                  matrix.shape[1], n)
     return scores
 
