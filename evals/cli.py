@@ -109,6 +109,20 @@ def _matcher_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _matcher_sample(args: argparse.Namespace) -> int:
+    from evals.scoring.matchers import MatcherSpecError
+    from evals.scoring.pair_sample import SampleError, sample_pairs
+
+    try:
+        text = sample_pairs(args.run, args.out, n=args.n, seed=args.seed, stage=args.stage, provider=args.provider,
+                            matcher=args.matcher)
+    except (SampleError, MatcherSpecError) as exc:
+        print(f"hymem-eval matcher sample: {exc}", file=sys.stderr)
+        return 2
+    print(text, end="")
+    return 0
+
+
 def _matcher_fit(args: argparse.Namespace) -> int:
     from evals.scoring.matcher_eval import MatcherEvalError, matcher_fit
 
@@ -346,6 +360,16 @@ def build_parser() -> argparse.ArgumentParser:
     m_eval.add_argument("--out", type=Path, required=True, metavar="DIR", help="where agreement.parquet goes")
     m_eval.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     m_eval.set_defaults(func=_matcher_eval)
+    m_sample = matcher_sub.add_parser("sample", help="pairs to label from a finished run (its provider's own "
+                                      "phrasing), for `matcher eval --pairs`")
+    m_sample.add_argument("run", type=Path, metavar="RUN", help="a finished run's directory (reports/<run_id>)")
+    m_sample.add_argument("--out", type=Path, required=True, metavar="FILE", help="the pairs JSONL to write")
+    m_sample.add_argument("--n", type=int, default=200, help="how many pairs (default 200; fewer if the run has fewer)")
+    m_sample.add_argument("--seed", type=int, default=0, help="sampling seed")
+    m_sample.add_argument("--stage", default="stored", help="stored (default: the memories kept) or proposed")
+    m_sample.add_argument("--provider", default=None, help="only this provider's facts (a run of several)")
+    _matcher_option(m_sample, "picks each unmatched gold fact's closest memory (default: the run's own, if local)")
+    m_sample.set_defaults(func=_matcher_sample)
     m_fit = matcher_sub.add_parser("fit", help="fit the semantic matcher's parameters on the calibration split")
     m_fit.add_argument("--pairs", type=Path, default=None, metavar="FILE", help="default: the bundled pairs")
     m_fit.add_argument("--out", type=Path, default=None, metavar="JSON",

@@ -89,6 +89,9 @@ def load_pairs(path: Path | str = BUNDLED_PAIRS, split: str = "all") -> list[Pai
         if not isinstance(data, dict):
             problems.append(f"{path}:{lineno}: (line): a JSON object is required")
             continue
+        if "same" in data and data["same"] is None:  # a `matcher sample` line nobody has labelled yet
+            problems.append(f"{path}:{lineno}: same: not labelled yet (set it to true or false)")
+            continue
         try:
             pair = Pair.model_validate(data)
         except ValidationError as exc:
