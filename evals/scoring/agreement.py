@@ -114,11 +114,11 @@ def card_of(frame: pd.DataFrame) -> dict[str, Any]:
     label group (paraphrases vs near-misses)."""
     agree = frame[frame.metric == "agreement"]
     r = agree[(agree.lang == "all") & (agree.category == "all")].iloc[0]
-    per_lang = {x.lang: round(float(x.value), 4) for x in agree[agree.category == "all"].itertuples()}
-    groups = {x.category: round(float(x.value), 4) for x in agree[(agree.lang == "all")
+    per_lang = {x.lang: round(float(x.value), 6) for x in agree[agree.category == "all"].itertuples()}
+    groups = {x.category: round(float(x.value), 6) for x in agree[(agree.lang == "all")
                                                                     & agree.category.isin(list(GROUPS))].itertuples()}
-    return {"heldout_agreement": round(float(r.value), 4), "ci_low": round(float(r.ci_low), 4),
-            "ci_high": round(float(r.ci_high), 4), "n": int(r.n), "per_lang": per_lang, "groups": groups}
+    return {"heldout_agreement": round(float(r.value), 6), "ci_low": round(float(r.ci_low), 6),
+            "ci_high": round(float(r.ci_high), 6), "n": int(r.n), "per_lang": per_lang, "groups": groups}
 
 
 def remember(frame: pd.DataFrame, matcher: Matcher, pairs: list[Pair], cache_file: Path) -> None:
