@@ -121,7 +121,7 @@ class _Group:
         exact = _inner_products(np.ascontiguousarray(self.vectors[rows]), query, wanted)
         best = _best(exact, k)
         # |float16 score - exact score| <= |q . (v - half(v))| + both sums' float32 rounding
-        #   <= (2^-11 + 2 d 2^-24) |q| |v| + 2^-25 |q|_1   (2^-25: float16's subnormal spacing, halved).
+        #   <= (2^-11 + 2 d 2^-24) |q| |v| + 2^-24 |q|_1   (2^-24: float16's subnormal spacing, twice the error).
         # A row left out has a float16 score <= approx[-1], so an exact score <= approx[-1] + bound: below the
         # k-th candidate's (strictly, so no tie either) means the candidates hold the exact answer.
         dim = self.vectors.shape[1]
