@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -83,3 +84,29 @@ def test_bad_options_exit_2_with_what_is_wrong(noisy_run, tmp_path, capsys, args
 def test_a_directory_that_is_not_a_run_exits_2(tmp_path, capsys):
     assert main(["matcher", "sample", str(tmp_path), "--out", str(tmp_path / "x.jsonl")]) == 2
     assert "facts.parquet: not found" in capsys.readouterr().err
+
+
+def test_a_rejected_pair_never_crosses_a_case_epoch_or_provider():
+    """The closest unmatched memory is looked for only in the gold fact's own case, epoch and provider."""
+    from evals.scoring.pair_sample import candidates
+
+    def row(provider, case, epoch, gold=None, pred=None, matched=False):
+        return {"provider": provider, "dataset": "d", "case_id": case, "stage": "stored", "epoch": epoch,
+                "gold_text": gold, "gold_subject": "user" if gold else None, "pred_text": pred,
+                "pred_subject": None, "matched": matched, "matcher": "text"}
+
+    facts = pd.DataFrame([
+        row("a", "c1", 0, gold="The user lives in Oslo."),
+        row("a", "c1", 0, pred="The user moved to Oslo in May."),
+        row("a", "c2", 0, pred="The user lives in Oslo."),  # same words, another case
+        row("a", "c1", 1, pred="The user lives in Oslo."),  # same case, another epoch
+        row("b", "c1", 0, pred="The user lives in Oslo."),  # same case, another provider
+        row("a", "c1", 0, gold="John is a nurse.", pred="John is a nurse.", matched=True),
+    ])
+
+    def word_overlap(gold, pred):
+        return np.array([[len(set(g.split()) & set(p.split())) for p in pred] for g in gold], dtype=float)
+
+    found = {(c.category, c.gold_text, c.pred_text, c.pred_subject) for c in candidates(facts, word_overlap)}
+    assert found == {("rejected", "The user lives in Oslo.", "The user moved to Oslo in May.", "user"),
+                     ("matched", "John is a nurse.", "John is a nurse.", "John")}
