@@ -598,3 +598,55 @@ def test_search_of_a_large_group_answers_as_the_exact_scan_through_adds_removals
         assert not {h[0] for hits in fast[:12] for h in hits} & {h[0] for hits in after for h in hits}
     with Store(path, dim) as s:
         assert answers(s) == after
+
+
+@pytest.mark.parametrize("dim", [4, 8, 384])
+def test_the_same_vector_scores_the_same_wherever_it_sits_so_a_tie_goes_to_the_lower_id(tmp_path, dim):
+    """FAISS sums the rows of a few small dims differently by their position in a batch; a vector must score the
+    same at row 0 and row 16 (review of the float16 change)."""
+    rng = np.random.default_rng(3)
+    with Store(tmp_path / "s", dim) as s:
+        for trial in range(20):
+            v = rng.standard_normal(dim).astype(np.float32)
+            user = f"u{trial}"
+            with s.write() as tx:
+                first = tx.add_memory(user, "a", "user", "user", "fact", v, "r")
+                for _ in range(15):
+                    tx.add_memory(user, "filler", "user", "user", "fact", -v, "r")
+                second = tx.add_memory(user, "b", "user", "user", "fact", v.copy(), "r")
+            q = v + 0.5 * rng.standard_normal(dim).astype(np.float32)
+            hits = s.search(user, q, k=2)
+            assert [h.id for h in hits] == [first, second] and hits[0].score == hits[1].score
+
+
+def test_a_tiny_query_or_products_that_overflow_still_get_the_exact_answer(tmp_path, monkeypatch):
+    """The float16 error bound is computed in float64 and counts float32 underflow, so a query of norm 1e-24 gets
+    the exact scan's answer; and a NaN score (an overflowed product) ranks below the finite ones instead of
+    hiding them (review of the float16 change)."""
+    import hymem.store._index as index_module
+
+    dim = 16
+
+    def row(*values):
+        v = np.zeros(dim, np.float32)
+        v[: len(values)] = values
+        return v
+
+    near = row(0.5 - 2**-12 + 0.49 * 2**-12, 0.5 + 0.49 * 2**-11)  # float16 rounds it below `level`
+    level = row(0.5, 0.5)
+    rest = row(0.5, 0.5 - 2**-12, 2**-13)
+    with Store(tmp_path / "tiny", dim) as s:
+        with s.write() as tx:
+            ids = [tx.add_memory("u1", f"m{i}", "user", "user", "fact", v, "r")
+                   for i, v in enumerate([near, level] + [rest] * 2098)]
+        q = row(1, 1, 1) * np.float32(2.0**-80)
+        hits = [(m.id, m.score) for m in s.search("u1", q, k=1)]
+        monkeypatch.setattr(index_module, "_SCAN_ROWS", 10**9)
+        assert hits == [(m.id, m.score) for m in s.search("u1", q, k=1)] and hits[0][0] == ids[0]
+    with Store(tmp_path / "nan", dim) as s:
+        with s.write() as tx:
+            for _ in range(7):
+                tx.add_memory("u1", "big", "user", "user", "fact", row(10, -10), "r")  # q . v = inf - inf
+            finite = [tx.add_memory("u1", "small", "user", "user", "fact", row(1e-30), "r") for _ in range(3)]
+        hits = s.search("u1", np.full(dim, 3e38, np.float32), k=5)
+        assert [h.id for h in hits[:3]] == finite and len(hits) == 5

@@ -39,6 +39,8 @@ SIDECAR_FILE = "hymem.faiss.json"  # generation, dim, size and crc32 of INDEX_FI
 
 
 _SCAN_ROWS = 2048  # up to this many rows a group is scanned exactly; above, a float16 copy is searched first
+_HALF_RANGE = 60000.0  # a row whose norm reaches this could overflow float16 (65504): its group is only scanned
+_FAISS_SPECIAL_DIMS = (1, 2, 4, 8, 12)  # FAISS sums these dims' rows differently by their position in the batch
 
 
 class _Group:
@@ -49,39 +51,41 @@ class _Group:
     no row left out can beat them (an error bound), else it scans every row. So the answer is the exact scan's,
     at about half the memory traffic: the one cost of a write that grows with the writer's memories."""
 
-    __slots__ = ("half", "half_codes", "ids", "max_norm", "n", "rows", "vectors")
+    __slots__ = ("half", "half_codes", "ids", "n", "norms", "rows", "vectors")
 
     def __init__(self, dim: int, capacity: int = 4):
         self.vectors = np.empty((capacity, dim), dtype=np.float32)
         self.ids = np.empty(capacity, dtype=np.int64)
+        self.norms = np.empty(capacity, dtype=np.float64)  # each row's norm, for the float16 error bound
         self.rows: dict[int, int] = {}
         self.n = 0
         self.half: faiss.IndexScalarQuantizer | None = None  # built on the first search above _SCAN_ROWS
         self.half_codes = np.empty((0, dim), dtype=np.float16)  # a view of `half`'s codes, row for row
-        self.max_norm = 0.0  # an upper bound of every row's norm (never lowered on removal)
 
     def add(self, memory_id: int, vector: np.ndarray) -> None:
         if self.n == len(self.ids):
             self.vectors = np.concatenate([self.vectors, np.empty_like(self.vectors)])
             self.ids = np.concatenate([self.ids, np.empty_like(self.ids)])
+            self.norms = np.concatenate([self.norms, np.empty_like(self.norms)])
             if self.half is not None:
                 self._resize_half()
-        self.vectors[self.n], self.ids[self.n] = vector, memory_id
+        row = self.n
+        self.vectors[row], self.ids[row] = vector, memory_id
+        self.norms[row] = _norm(self.vectors[row])
         if self.half is not None:
-            self.max_norm = max(self.max_norm, float(np.linalg.norm(self.vectors[self.n])))
-            if self.max_norm < 60000.0:
-                self.half_codes[self.n] = self.vectors[self.n]
-                self.half.ntotal = self.n + 1
-            else:  # past float16's range (embeddings are unit vectors): dropped, and rebuilt if searched again
+            if self.norms[row] < _HALF_RANGE:
+                self.half_codes[row] = self.vectors[row]
+                self.half.ntotal = row + 1
+            else:  # dropped; rebuilt on a later search once no such row is left
                 self.half = None
-        self.rows[memory_id] = self.n
+        self.rows[memory_id] = row
         self.n += 1
 
     def remove(self, memory_id: int) -> None:
         row, last = self.rows.pop(memory_id), self.n - 1
         if row != last:
             moved = int(self.ids[last])
-            self.vectors[row], self.ids[row] = self.vectors[last], moved
+            self.vectors[row], self.ids[row], self.norms[row] = self.vectors[last], moved, self.norms[last]
             if self.half is not None:
                 self.half_codes[row] = self.half_codes[last]
             self.rows[moved] = row
@@ -90,7 +94,8 @@ class _Group:
             self.half.ntotal = last
 
     def top(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, scores) of the k best rows by inner product, unordered; the scores are the exact scan's."""
+        """(ids, scores) of the k best rows by inner product, and of every row tied with the k-th, unordered; the
+        scores are the exact scan's."""
         query = np.ascontiguousarray(query, dtype=np.float32)
         if self.n > _SCAN_ROWS and self.n > 8 * k:
             found = self._top_through_half(query, k)
@@ -104,9 +109,10 @@ class _Group:
 
     def _top_through_half(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray] | None:
         """The exact top k from the float16 copy's best 8k rescored, or None when a row outside them could win."""
-        if self.half is None:
+        max_norm = float(self.norms[: self.n].max())
+        if self.half is None and max_norm < _HALF_RANGE:
             self._resize_half()
-        if self.half is None:  # a component would overflow float16: scan
+        if self.half is None:  # a component could overflow float16: scan
             return None
         wanted = 8 * k
         threads = faiss.omp_get_max_threads()
@@ -118,15 +124,18 @@ class _Group:
         rows = rows[0]
         if rows[-1] < 0:  # fewer rows than asked for: cannot happen above 8k rows, scan to be safe
             return None
-        exact = _inner_products(np.ascontiguousarray(self.vectors[rows]), query, wanted)
+        exact = _inner_products(self.vectors[rows], query, wanted)
         best = _best(exact, k)
-        # |float16 score - exact score| <= |q . (v - half(v))| + both sums' float32 rounding
-        #   <= (2^-11 + 2 d 2^-24) |q| |v| + 2^-24 |q|_1   (2^-24: float16's subnormal spacing, twice the error).
-        # A row left out has a float16 score <= approx[-1], so an exact score <= approx[-1] + bound: below the
-        # k-th candidate's (strictly, so no tie either) means the candidates hold the exact answer.
+        # |float16 score - exact score| <= |q . (v - half(v))| + both sums' float32 rounding and underflow
+        #   <= (2^-11 + 2 d 2^-24) |q| |v| + 2^-24 |q|_1 + d 2^-148
+        # (2^-24: float16's subnormal spacing; 2^-149: float32's, once per product in each sum, doubled for margin).
+        # Norms in float64, so a tiny query's norm does not round to 0. A row left out has a float16 score
+        # <= approx[-1], so an exact score <= approx[-1] + bound: below the k-th candidate's (strictly, so no tie
+        # either) means the candidates hold the exact answer. A NaN anywhere fails the test: scan.
         dim = self.vectors.shape[1]
-        bound = ((2.0**-11 + 2 * dim * 2.0**-24) * float(np.linalg.norm(query)) * self.max_norm
-                 + 2.0**-24 * float(np.abs(query).sum()))
+        q64 = query.astype(np.float64)
+        bound = ((2.0**-11 + 2 * dim * 2.0**-24) * float(np.sqrt(q64 @ q64)) * max_norm
+                 + 2.0**-24 * float(np.abs(q64).sum()) + dim * 2.0**-148)
         if not float(approx[0, -1]) + bound < float(exact[best].min()):
             return None
         return self.ids[rows[best]], exact[best]
@@ -135,9 +144,6 @@ class _Group:
         """(Re)build the float16 index to the matrix's capacity, holding the live rows."""
         dim = self.vectors.shape[1]
         if self.half is None:
-            self.max_norm = float(np.linalg.norm(self.vectors[: self.n], axis=1).max(initial=0.0))
-            if not self.max_norm < 60000.0:  # past float16's range (embeddings are unit vectors): always scan
-                return
             self.half = faiss.IndexScalarQuantizer(dim, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
         capacity = len(self.ids)
         self.half.codes.resize(capacity * self.half.code_size)
@@ -147,16 +153,27 @@ class _Group:
         self.half.ntotal = self.n
 
 
+def _norm(vector: np.ndarray) -> float:
+    """A row's norm in float64 (a float32 norm can round below the true one, or to 0 for tiny vectors)."""
+    v = vector.astype(np.float64)
+    return float(np.sqrt(v @ v))
+
+
 def _best(scores: np.ndarray, k: int) -> np.ndarray:
-    """Positions of the k best scores and of every score tied with the k-th (the caller breaks ties by id)."""
-    kth = scores[np.argpartition(-scores, k - 1)[k - 1]]
-    return np.flatnonzero(scores >= kth)
+    """Positions of the k best scores and of every score tied with the k-th (the caller breaks ties by id).
+    A NaN score (an overflowed product) ranks below every number, as the caller's sort puts it."""
+    ranked = np.where(np.isnan(scores), -np.inf, scores)
+    kth = ranked[np.argpartition(-ranked, k - 1)[k - 1]]
+    return np.flatnonzero(ranked >= kth)
 
 
 def _inner_products(matrix: np.ndarray, query: np.ndarray, n: int) -> np.ndarray:
-    """Inner products of the first n rows with the query: FAISS's single-threaded SIMD kernel, not `@` (BLAS's
+    """Inner products of the first n rows with the query, each row's independent of its position (so a vector
+    scores the same wherever it sits, and ties stay ties): FAISS's single-threaded SIMD kernel, not `@` (BLAS's
     threaded matrix-vector product spins its threads and costs 10-50x more on a loaded 2-core machine) nor
-    `einsum` (single-threaded but about 1.7x slower). Each row's product does not depend on its neighbours."""
+    `einsum` (single-threaded but about 1.7x slower), except for the few dims FAISS sums by position."""
+    if matrix.shape[1] in _FAISS_SPECIAL_DIMS:
+        return np.einsum("ij,j->i", matrix[:n], query)
     scores = np.empty(n, dtype=np.float32)
     faiss.fvec_inner_products_ny(faiss.swig_ptr(scores), faiss.swig_ptr(query), faiss.swig_ptr(matrix),  # type: ignore[attr-defined]  # SWIG, no stub
                                  matrix.shape[1], n)
@@ -242,6 +259,8 @@ class VectorIndex:
             group.ids[: len(members)] = [m for m, _ in members]
             group.rows = {m: row for row, (m, _) in enumerate(members)}
             group.n = len(members)
+            matrix = group.vectors[: group.n]
+            group.norms[: group.n] = np.sqrt(np.einsum("ij,ij->i", matrix, matrix, dtype=np.float64))
             index._groups[key] = group
             index._where.update(dict.fromkeys(group.rows, key))
         return index
