@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from evals.scoring.checks import is_chinese
 from hymem.subjects import split_subject
 
-_CJK = re.compile(r"[\u3400-\u9fff]")
 _COLUMNS = ("provider", "dataset", "case_id", "stage", "gold_text", "gold_subject", "pred_text", "pred_subject",
             "matched", "matcher", "epoch")
 
@@ -132,7 +131,7 @@ def sample_pairs(run_dir: Path, out: Path, *, n: int = 200, seed: int = 0, stage
         c = pool[i]
         digest = hashlib.sha256("\x1f".join((c.where, c.gold_text, c.gold_subject, c.pred_text,
                                               c.pred_subject)).encode()).hexdigest()[:12]
-        lang = "zh" if _CJK.search(c.gold_text + c.pred_text) else "en"
+        lang = "zh" if is_chinese(c.gold_text + c.pred_text) else "en"
         lines.append(json.dumps({"id": f"{run_id}-{digest}", "lang": lang, "category": c.category,
                                  "gold": {"text": c.gold_text, "subject": c.gold_subject},
                                  "pred": {"text": c.pred_text, "subject": c.pred_subject}, "same": None},

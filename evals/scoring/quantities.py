@@ -413,6 +413,11 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
 _POUND = _EN_UNITS["lb"][1]  # kilograms per pound
 
 
+# Measures stated in either unit system are compared to three significant figures: "six foot two" is 1.8796 m and
+# "188 cm" 1.88 m, "150 lb" 68.04 kg and "68 kg"; 1.85 m and 1.86 m stay apart.
+_CONVERTED = frozenset(("length", "mass", "volume", "temperature"))
+
+
 def _readings(q: tuple[tuple[str, float], ...]) -> list[set[tuple[str, float]]]:
     """Each way to read the quantities (a repeated one counts once): "pounds" is an amount of money
     ("18,000 pounds" / "£18k") or a weight ("150 pounds" / "68 kg"), and "10K" ten thousand or 10 km; a
@@ -421,11 +426,6 @@ def _readings(q: tuple[tuple[str, float], ...]) -> list[set[tuple[str, float]]]:
                for d, v in q]
     return [{(d, float(f"{v:.3g}" if d in _CONVERTED else f"{v:.6g}")) for d, v in choice}
             for choice in itertools.islice(itertools.product(*options), 16)]
-
-
-# Measures stated in either unit system are compared to three significant figures: "six foot two" is 1.8796 m and
-# "188 cm" 1.88 m, "150 lb" 68.04 kg and "68 kg"; 1.85 m and 1.86 m stay apart.
-_CONVERTED = frozenset(("length", "mass", "volume", "temperature"))
 
 
 def same_quantities(a: tuple[tuple[str, float], ...], b: tuple[tuple[str, float], ...]) -> bool:

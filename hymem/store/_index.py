@@ -71,7 +71,7 @@ class _Group:
                 self._resize_half()
         row = self.n
         self.vectors[row], self.ids[row] = vector, memory_id
-        self.norms[row] = _norm(self.vectors[row])
+        self.norms[row] = _norms(self.vectors[row : row + 1])[0]
         if self.half is not None:
             if self.norms[row] < _HALF_RANGE:
                 self.half_codes[row] = self.vectors[row]
@@ -153,10 +153,9 @@ class _Group:
         self.half.ntotal = self.n
 
 
-def _norm(vector: np.ndarray) -> float:
-    """A row's norm in float64 (a float32 norm can round below the true one, or to 0 for tiny vectors)."""
-    v = vector.astype(np.float64)
-    return float(np.sqrt(v @ v))
+def _norms(matrix: np.ndarray) -> np.ndarray:
+    """Each row's norm in float64 (a float32 norm can round below the true one, or to 0 for tiny vectors)."""
+    return np.sqrt(np.einsum("ij,ij->i", matrix, matrix, dtype=np.float64))
 
 
 def _best(scores: np.ndarray, k: int) -> np.ndarray:
@@ -259,8 +258,7 @@ class VectorIndex:
             group.ids[: len(members)] = [m for m, _ in members]
             group.rows = {m: row for row, (m, _) in enumerate(members)}
             group.n = len(members)
-            matrix = group.vectors[: group.n]
-            group.norms[: group.n] = np.sqrt(np.einsum("ij,ij->i", matrix, matrix, dtype=np.float64))
+            group.norms[: group.n] = _norms(group.vectors[: group.n])
             index._groups[key] = group
             index._where.update(dict.fromkeys(group.rows, key))
         return index
