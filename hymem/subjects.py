@@ -138,7 +138,23 @@ _ZH_HAS_RELATION = re.compile(rf"^{_ZH_USER_WORD}有(?:一)?(?:个|位|名)?(?P<
 _VERB_OPENERS = """got gets get went goes became becomes began begins bought sold took takes made gave gives knew left
 lost wrote grew came comes spent kept built paid met taught thought said felt found held brought chose fell flew
 forgot heard meant saw sent slept spoke stood swam told understood wore quit moved lives lived works worked""".split()
-_NOT_NAMES = frozenset(_VERB_OPENERS) | frozenset("""the a an this that these those it its they their he his she her we our you your i my me
+# Adverbs that open a subjectless memory ("Never drinks coffee", "Previously worked as cabin crew", "Usually
+# runs at night"): nobody's name.
+_ADVERB_OPENERS = """never always often also just still now recently currently usually really already sometimes
+rarely mostly only even finally previously formerly originally initially eventually lately newly frequently
+occasionally regularly typically generally normally mainly primarily seldom hardly nearly almost soon later daily
+weekly monthly annually yearly nightly probably likely definitely apparently reportedly especially particularly
+increasingly constantly strictly exclusively actively""".split()
+# Past forms a person's name is followed by ("Anna ate", "Tom drove"), besides those that also open memories.
+_IRREGULAR_PAST = frozenset(_VERB_OPENERS) | frozenset("""ate ran drove did won read put cut let set hit rode sang drank
+threw drew caught fought sought sat lay led fed hung shot stuck struck wept woke broke hid bit dug lit shook shut spun
+split spread stole swore tore wound bet bent bled blew bound bred burst cast clung crept dealt dove fled flung forgave
+froze knelt leapt lent rang rose sank shone shrank slid sped sprang stung swept swung trod withdrew""".split())
+# Lower-case words a name is followed by besides a verb: a surname's particle ("Maria da Silva", "Vincent van
+# Gogh"), a relative pronoun, a reflexive.
+_AFTER_A_NAME_TOO = frozenset("""da de del della di do dos das du van von der den ter la le bin ibn al el who whose
+too herself himself themselves""".split())
+_NOT_NAMES = frozenset(_VERB_OPENERS) | frozenset(_ADVERB_OPENERS) | frozenset("""the a an this that these those it its they their he his she her we our you your i my me
 there here in on at after before during every each today tonight yesterday tomorrow last next when while if
 since because although as for from to with by both all some many most no not one two three user users
 assistant ai memory note fact name is are am was were be been being has have had does do did can could
@@ -313,7 +329,8 @@ def _opens_without_a_name(match: re.Match[str], text: str) -> bool:
     """A verb or a label, not a person: nothing after it ("Supports Aston Villa"), a contraction ("Can't
     stand cilantro"), or one capitalised Latin word with a preposition, a particle, an article or a colon
     after it ("Works at Stripe", "Grew up in NOLA", "Job: nurse"), with a gerund after it ("Started learning
-    Spanish"), or with a verb's ending and no finite verb after it ("Loves sushi", "Cultivates orchids")."""
+    Spanish"), with a verb's ending and no finite verb after it ("Loves sushi", "Cultivates orchids"), or with
+    no verb after it at all ("Prefers dark mode", "Jogs daily")."""
     word, rest = match.group(1), text[match.end():]
     if not re.search(r"\w", rest) or "n't" in word.casefold():
         return True
@@ -325,9 +342,22 @@ def _opens_without_a_name(match: re.Match[str], text: str) -> bool:
     after = re.match(r"\s+([a-z]+)\b", rest)
     if after is None:  # "Speaks French" (a name with a surname was read whole by _EN_NAME)
         return verb and bool(re.match(r"\s+[A-Z]", rest))
-    if after.group(1) in _AFTER_A_NAME:
+    following = after.group(1)
+    if following in _AFTER_A_NAME:
         return False
-    return after.group(1).endswith("ing") or (verb and not after.group(1).endswith("ed"))
+    if following.endswith("ing") or (verb and not following.endswith("ed")):
+        return True
+    if following.endswith("ly"):  # an adverb: the word after it decides ("Mia actually likes", "Jogs daily")
+        third = re.match(r"\s+[a-z]+\s+([a-z]+)\b", rest)
+        return third is None or not _finite(third.group(1))
+    # a name is followed by its verb: "Prefers dark mode", "Vegetarian since 2019" open with no name
+    return not (_finite(following) or following in _AFTER_A_NAME_TOO)
+
+
+def _finite(word: str) -> bool:
+    """Whether a lower-case word can be the verb after a person's name: an auxiliary or adverb of
+    `_AFTER_A_NAME`, a form ending in -s or -ed, or an irregular past form."""
+    return word in _AFTER_A_NAME or word in _IRREGULAR_PAST or word.endswith(("s", "ed"))
 
 
 def subject_of(text: str) -> str | None:

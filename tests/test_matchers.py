@@ -42,6 +42,11 @@ from hymem.testing import ScriptedLM
     ("Speaks French", None), ("Started learning Spanish", None), ("James cooks dinner", "James"),
     ("Charles likes sushi", "Charles"), ("Hans works at SAP", "Hans"), ("Thomas plays chess", "Thomas"),
     ("Mia recently moved to Oslo", "Mia"),
+    # an adverb opens no name, and a name is followed by its verb ("Prefers dark mode" has none)
+    ("Never drinks coffee.", None), ("Previously worked as cabin crew", None), ("Usually runs at night", None),
+    ("Prefers dark mode", None), ("Jogs daily", None), ("Vegetarian since 2019", None), ("Owns two cats", None),
+    ("Mia actually likes jazz", "Mia"), ("Anna ate sushi", "Anna"), ("Kelly moved to Oslo", "Kelly"),
+    ("Emily works at Stripe", "Emily"), ("Mia who lives in Oslo", "Mia"),
     # a relative's name opens like any Chinese name; a time word after the relation is no name
     ("用户的奶奶以前是裁缝。", "用户的奶奶"), ("用户的母亲因病住院了。", "用户的母亲"), ("弟弟的职业是律师", "用户的弟弟"), ("Mother's name is Ann", "the user's mother"),
     ("用户的朋友李雷是医生", "李雷"),

@@ -141,6 +141,9 @@ PARAPHRASES = [
     ("The user lives in Graz.", "The user mentioned that they live in Graz."),  # a reporting frame
     ("用户在华为工作。", "用户在华为上班。"),  # e5 reads Chinese (MiniLM mapped most characters to [UNK])
     ("用户今年三十五岁。", "用户今年35岁。"),
+    # mem0-style memories open with an adverb or a verb no name is followed by: they name no one
+    ("The user usually runs at night.", "Usually runs at night"), ("The user prefers dark mode.", "Prefers dark mode"),
+    ("The user previously worked as a nurse.", "Previously worked as a nurse"),
 ]
 NEAR_MISSES = [
     ("The user lives in Lisbon.", "The user wants to live in Lisbon."),  # modality
@@ -158,6 +161,7 @@ NEAR_MISSES = [
     ("用户每天早上喝咖啡。", "用户每天晚上喝咖啡。"),
     ("用户养了两只猫。", "用户养了四只猫。"),
     ("用户喜欢游泳。", "用户不喜欢游泳。"),
+    ("The user never drinks coffee.", "Usually drinks coffee"),
 ]
 UNRELATED = [
     ("The user is a nurse.", "The user runs a small bakery."),
