@@ -13,6 +13,7 @@ import json
 import os
 import re
 import threading
+import unicodedata
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -30,7 +31,7 @@ from hymem.reconciler import NewFact, PlannedOp, ReconcilePlan, direct_plan, rec
 from hymem.render import MAX_NAME_CHARS, conversation_language, parse_history, render_conversation, render_working
 from hymem.sites import calling, recording_calls
 from hymem.store import Store, WriteTx
-from hymem.subjects import canonical_subject, subject_of
+from hymem.subjects import canonical_subject, same_subject, subject_of
 from hymem.validation import (
     DEFAULT_MAX_MESSAGE_CHARS,
     DEFAULT_MAX_WRITE_CHARS,
@@ -214,7 +215,7 @@ class HyMemoryClient:
     def _working_chain(self, msgs: list[ChatMessage], user_id: str, rid: str) -> dict:
         extract = self._round(rid, "extract_working", self.program.extract_working, trajectory=render_working(msgs))
         failpoint("client.after_extract")
-        facts = self._facts_of(rid, extract, ("experiences", "experience"), ("facts", "fact"))
+        facts = _named_subjects(self._facts_of(rid, extract, ("experiences", "experience"), ("facts", "fact")), msgs)
         work = self._reconcile_chain(facts, user_id, rid)
         work["rounds"].insert(0, extract)
         work["proposed_facts"] = [_fact_json(f) for f in facts]
@@ -357,10 +358,16 @@ def _fingerprint(path: str, payload: Any) -> str:
 
 
 def _fact_from_model(fact: Any, kind: str = "fact") -> NewFact:
+    """A fact the model extracted, held to what `add_extracted` takes: text, and a subject of one short line
+    (a subject with a line break would carry a forged speaker line into the reconcile prompt)."""
     text = " ".join(str(fact.text).split())
     if not text:
         raise ChainError("extract", "parse", "an extracted fact has empty text")
-    return NewFact(text=text, subject=str(fact.subject).strip() or "user", owner=fact.owner, kind=kind)
+    subject = str(fact.subject).strip()
+    if len(subject) > MAX_NAME_CHARS or len(subject.splitlines()) > 1:
+        raise ChainError("extract", "parse", f"an extracted fact's subject must be one line of at most {MAX_NAME_CHARS}"
+                                            f" characters, got {subject[:80]!r}")
+    return NewFact(text=text, subject=subject or "user", owner=fact.owner, kind=kind)
 
 
 def _planned(value: _T | None, op: PlannedOp) -> _T:
@@ -415,15 +422,33 @@ def _named_humans(msgs: list[ChatMessage]) -> list[str]:
 
 
 def _named_subjects(facts: list[NewFact], msgs: list[ChatMessage]) -> list[NewFact]:
-    """A fact whose text opens with a named human's name is about that person, never the user's (spec 3:
-    "John is a nurse in Berlin." has subject John), whatever subject the model gave it."""
+    """A fact labelled the user's or the AI's whose sentence is about a named human of the conversation is
+    theirs (spec 3: "John is a nurse in Berlin." has subject John), whatever the model labelled it: the subject
+    the sentence names (`hymem.subjects.subject_of`) is that person, or, where the rule names none, the sentence
+    opens with their whole name ("王芳建议用户睡前泡脚。"). "John's sister is a doctor." is not John's, nor is
+    "张伟…" 张's or "Al-Jazeera…" Al's. The owner is left as the model gave it: a wrong owner is the model's
+    error, which the harness scores."""
+    humans = _named_humans(msgs)
     for fact in facts:
-        if canonical_subject(fact.subject) != "user":
+        if canonical_subject(fact.subject) not in ("user", "assistant"):
             continue
-        speaker = next((n for n in _named_humans(msgs) if re.match(rf"{re.escape(n)}(?![A-Za-z])", fact.text)), None)
+        named = subject_of(fact.text)
+        speaker = next((n for n in humans if (same_subject(named, n) if named is not None else _opens_with(fact.text, n))),
+                       None)
         if speaker is not None:
             fact.subject = speaker
     return facts
+
+
+def _opens_with(text: str, name: str) -> bool:
+    """The text opens with the whole name: not a longer word or name (Al-Jazeera, Mark-ups) or, for a
+    one-character Chinese name, any name it could begin (张 / 张伟)."""
+    if not text.startswith(name):
+        return False
+    rest = text[len(name):]
+    if re.match(r"[\w'’-]", rest) is None:
+        return True
+    return len(name) >= 2 and re.match(r"[\u3400-\u9fff]", name[-1]) is not None and re.match(r"[\u3400-\u9fff]", rest) is not None
 
 
 def _profile_updates(profile: Any, msgs: list[ChatMessage]) -> dict:
@@ -432,18 +457,36 @@ def _profile_updates(profile: Any, msgs: list[ChatMessage]) -> dict:
     updates = {}
     if profile is not None:
         data = profile.model_dump() if hasattr(profile, "model_dump") else dict(profile)
-        updates = {k: v for k, v in data.items() if v not in (None, "")}
-    others = [m.content.casefold() for m in msgs if m.role == "assistant" and m.name and m.name.strip()]
-    said = "\n".join(m.content for m in msgs if m.role == "user").casefold()
+        updates = {k: v for k, v in data.items() if v is not None and str(v).strip()}
+    others = _words("\n".join(m.content for m in msgs if m.role == "assistant" and m.name and m.name.strip()))
+    said = _words("\n".join(m.content for m in msgs if m.role == "user"))
     third = {n.casefold() for n in _named_humans(msgs)}
     for key, value in list(updates.items()):
-        text = str(value).strip().casefold()
-        if text in third or (text and text not in said and any(text in other for other in others)):
+        words = _words(str(value))
+        # a value that only a named human's words support ("Nurse.", "registered nurse", "Berlin, Germany"
+        # when only John said "I am a nurse in Berlin.") is theirs, not the user's
+        if str(value).strip().casefold() in third or (words & others and not words & said):
             del updates[key]
     name = next((m.name for m in msgs if m.role == "user" and m.name), None)
     if name:
         updates["name"] = name
     return updates
+
+
+def _words(text: str) -> set[str]:
+    """The words of a text, case-folded, for telling who said a profile value: Latin words and numbers, and
+    each Chinese character pair (护士 in 我是护士)."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    words = set(re.findall(r"[^\W\d_\u3400-\u9fff]{2,}|\d+", folded))
+    for run in re.findall(r"[\u3400-\u9fff]+", folded):
+        words |= {run[i:i + 2] for i in range(len(run) - 1)} if len(run) > 1 else {run}
+    return words - _STOPWORDS
+
+
+# Words any speaker says, which tell nothing about who said a value.
+_STOPWORDS = frozenset("""the and for with from that this are was were has have had not but you your his her their its
+our they she him them who what when where which also very just now one two in at on to of is am an as by or be do my me
+we it""".split())
 
 
 def _fact_json(fact: NewFact) -> dict:

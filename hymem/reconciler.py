@@ -17,7 +17,7 @@ import dspy
 from hymem.chain import ChainError, Round, run_round
 from hymem.models import Memory
 from hymem.subjects import canonical_subject as canonical_subject  # re-exported: the rule lives in hymem.subjects
-from hymem.subjects import same_subject
+from hymem.subjects import fact_subject, same_subject
 
 
 @dataclass
@@ -109,7 +109,7 @@ def validate_ops(proposed: list[dict[str, Any]], facts: list[NewFact], candidate
         elif name in ("UPDATE", "SUPERSEDE"):
             assert fact is not None and target is not None  # both required above
             existing = by_id[target]
-            if not same_subject(facts[fact].subject, existing.subject):
+            if not same_subject(fact_subject(facts[fact].text, facts[fact].subject), fact_subject(existing.text, existing.subject)):
                 planned.append(PlannedOp("ADD", fact=fact, refused=f"cross-subject {name} of {target} refused"))
             elif target in changed_targets:
                 planned.append(PlannedOp("ADD", fact=fact, refused=f"{name} of {target} already changed"))
@@ -119,8 +119,8 @@ def validate_ops(proposed: list[dict[str, Any]], facts: list[NewFact], candidate
         elif name == "DELETE":
             assert target is not None  # required above
             existing = by_id[target]
-            subjects = [facts[fact].subject] if fact is not None else [f.subject for f in facts]
-            if not any(same_subject(s, existing.subject) for s in subjects):
+            subjects = [fact_subject(f.text, f.subject) for f in ([facts[fact]] if fact is not None else facts)]
+            if not any(same_subject(s, fact_subject(existing.text, existing.subject)) for s in subjects):
                 planned.append(PlannedOp("NOOP", fact=fact, target_id=target, refused="cross-subject DELETE refused"))
             elif target in changed_targets:
                 planned.append(PlannedOp("NOOP", fact=fact, target_id=target, refused=f"{target} already changed"))

@@ -33,6 +33,7 @@ import unicodedata
 from typing import Literal, cast
 
 from hymem.models import ChatMessage, Role
+from hymem.subjects import canonical_subject
 
 MAX_NAME_CHARS = 64  # longest speaker or tool name the label syntax carries
 RESERVED_LABELS = frozenset({"user", "assistant", "system", "tool"})  # labels that are roles, not names
@@ -105,6 +106,10 @@ def name_problem(role: str, name: str) -> str | None:
         return "contains a closing bracket (']')"
     if role == "assistant" and view.casefold() in RESERVED_LABELS and name.lower() != "assistant":
         return f"{name!r} reads as the reserved speaker label [{view.casefold()}]"
+    if role == "assistant" and name.lower() != "assistant" and (who := canonical_subject(view)) in ("user", "assistant"):
+        # the subject rules would file this person's facts as the user's or the AI's, and let reconcile merge them
+        return (f"{name!r} names {'the current user' if who == 'user' else 'the AI assistant'}, not another person"
+                " (give the person's own name)")
     return None
 
 

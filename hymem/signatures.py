@@ -7,7 +7,7 @@ extraction); typed outputs let the adapter validate owners and op names.
 from __future__ import annotations
 
 import dspy
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictInt
 
 from hymem.models import OpName, Owner
 
@@ -34,8 +34,9 @@ class ReconcileOp(BaseModel):
     """One reconcile decision; `fact` indexes new_facts, `id` names an existing memory."""
 
     op: OpName
-    fact: int | None = Field(default=None, description="index into new_facts (ADD/UPDATE/SUPERSEDE/NOOP)")
-    id: int | None = Field(default=None, description="id of an existing memory (UPDATE/SUPERSEDE/DELETE/NOOP)")
+    # strict: `"id": true` or `"fact": "0"` is a reply that breaks the schema, not memory 1 or fact 0
+    fact: StrictInt | None = Field(default=None, description="index into new_facts (ADD/UPDATE/SUPERSEDE/NOOP)")
+    id: StrictInt | None = Field(default=None, description="id of an existing memory (UPDATE/SUPERSEDE/DELETE/NOOP)")
 
 
 _EXTRACT_EN = """Extract durable memories from a conversation seen from the current user's point of view.

@@ -360,6 +360,30 @@ def _finite(word: str) -> bool:
     return word in _AFTER_A_NAME or word in _IRREGULAR_PAST or word.endswith(("s", "ed"))
 
 
+_RELATED_TO_USER = re.compile(rf"\s*(?:[,，]\s*|\s+(?:is|was)\s+|是)(?:the\s+)?(?:current\s+)?(?:user's|users'|(?:当前)?用户的)\s*"
+                              rf"(?:(?i:{_EN_RELATIONS})\b|{_ZH_RELATIONS})", re.IGNORECASE)
+
+
+def related_to_user(text: str, subject: str) -> bool:
+    """Whether the sentence says that its subject, a person it opens with, is the user's relative, friend or
+    colleague ("Jack, the user's friend, is a chef.", "Li Na is the user's cousin.", "张伟是用户的同事。"): then
+    it is about that person, not the user."""
+    cleaned = _clean(text)
+    return bool(subject) and cleaned.startswith(subject) and _RELATED_TO_USER.match(cleaned, len(subject)) is not None
+
+
+def fact_subject(text: str, label: str | None) -> str | None:
+    """Who a fact is about, for the cross-subject guard: its subject label, unless its sentence names another
+    person by a relation ("The user's mother is a nurse.", "John's sister is a doctor.", "Jack, the user's
+    friend, is a chef.", "Li Na is the user's cousin."), which no label makes the user or the AI. A sentence
+    that opens with any other name keeps its label: "Stripe hired the user" is the user's fact."""
+    named = subject_of(text)
+    if named is not None and canonical_subject(named) not in ("user", "assistant") and (
+            "'s " in named or "的" in named or related_to_user(text, named)):
+        return named
+    return label
+
+
 def subject_of(text: str) -> str | None:
     """The subject a memory sentence names: "user", "assistant", a person's name or relation
     ("Jack", "the user's mother", "用户的妈妈"), or None when it opens with none of these."""
@@ -377,4 +401,5 @@ def names_subject(text: str, subject: str | None) -> bool:
     return canonical_subject(subject) in _fold(text)
 
 
-__all__ = ["canonical_subject", "names_subject", "same_subject", "split_subject", "subject_class", "subject_of"]
+__all__ = ["canonical_subject", "fact_subject", "names_subject", "related_to_user", "same_subject", "split_subject", "subject_class",
+           "subject_of"]

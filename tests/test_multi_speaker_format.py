@@ -465,6 +465,7 @@ def test_history_limit_must_be_positive():
 from conftest import extract_reply, ops_reply  # noqa: E402
 
 from hymem import HyMemoryClient  # noqa: E402
+from hymem.subjects import fact_subject  # noqa: E402
 from hymem.testing import ScriptedLM  # noqa: E402
 
 TIM_JOHN = [{"role": "user", "name": "Tim", "content": "I work at Stripe."},
@@ -547,3 +548,65 @@ def test_history_keeps_each_writes_own_user_name(tmp_path):
         client.add([{"role": "user", "content": "Hello again."}], user_id="tim")
         history = client.history("tim")
     assert [(m.role, m.name, m.content) for m in history] == [("user", "Tim", "Hi."), ("user", None, "Hello again.")]
+
+
+@pytest.mark.parametrize("name", ["The User", "Current User", "用户", "当前用户", "AI", "The Assistant", "助手"])
+def test_a_named_human_cannot_be_named_as_the_user_or_the_ai(name):
+    """A named human is another person (spec 1); a name the subject rules read as the user or the AI would let
+    their facts be filed as, and merged with, the user's or the AI's."""
+    with pytest.raises(ValueError, match=r"messages\[1\]\.name: .*not another person"):
+        normalize_messages([{"role": "user", "content": "hi"}, {"role": "assistant", "name": name, "content": "I am a chef."}])
+
+
+def _stored_after(tmp_path, replies, first, second, path="add"):
+    with HyMemoryClient(path=tmp_path / "s", lm=ScriptedLM(replies), embedder="hash") as client:
+        assert client.add_extracted(first, user_id="tim").success
+        result = getattr(client, path)(second, user_id="tim")
+        return result, {(m.text, m.subject, m.owner) for m in client.get_all("tim")}
+
+
+@pytest.mark.parametrize("path", ["add", "add_working"])
+def test_a_named_humans_fact_labelled_as_the_ais_is_theirs_and_merges_with_nothing_of_the_ai(tmp_path, path):
+    from conftest import working_reply
+
+    said = [("John is a nurse in Berlin.", "assistant", "agent")]
+    extract = extract_reply(said) if path == "add" else working_reply(facts=said)
+    result, stored = _stored_after(tmp_path, [ops_reply({"op": "ADD", "fact": 0}), extract,
+                                              ops_reply({"op": "UPDATE", "fact": 0, "id": 1})],
+                                   [{"text": "The assistant suggested a Berlin itinerary.", "owner": "agent"}], TIM_JOHN, path)
+    assert result.success and result.ops[0].op == "ADD" and "cross-subject" in result.ops[0].refused
+    assert stored == {("The assistant suggested a Berlin itinerary.", "assistant", "agent"),
+                      ("John is a nurse in Berlin.", "John", "agent")}  # the model's wrong owner is kept, and scored
+
+
+@pytest.mark.parametrize(("text", "subject"), [
+    ("John's sister is a doctor.", "John's sister"),  # John's relative, not John (nor the user)
+    ("Jack, the user's friend, is a chef.", "Jack"), ("The user's mother is a nurse.", "the user's mother")])
+def test_a_fact_labelled_the_users_whose_sentence_names_another_person_merges_with_nothing_of_the_user(
+        tmp_path, text, subject):
+    """The guard reads who the sentence names by a relation; the model's label is stored as given (and scored)."""
+    result, stored = _stored_after(tmp_path, [ops_reply({"op": "ADD", "fact": 0}), extract_reply([(text, "user", "user")]),
+                                              ops_reply({"op": "SUPERSEDE", "fact": 0, "id": 1})],
+                                   [{"text": "The user is a software engineer.", "owner": "user"}], TIM_JOHN)
+    assert result.success and "cross-subject" in result.ops[0].refused
+    assert stored == {("The user is a software engineer.", "user", "user"), (text, "user", "user")}
+    assert fact_subject(text, "user") == subject
+
+
+def test_a_fact_about_the_user_that_opens_with_another_name_still_updates_the_users_fact(tmp_path):
+    result, stored = _stored_after(tmp_path, [ops_reply({"op": "ADD", "fact": 0}),
+                                              extract_reply([("Stripe hired the user last year.", "user", "user")]),
+                                              ops_reply({"op": "SUPERSEDE", "fact": 0, "id": 1})],
+                                   [{"text": "The user works at Acme.", "owner": "user"}], TIM_JOHN)
+    assert result.success and result.ops[0].op == "SUPERSEDE" and not result.ops[0].refused
+    assert stored == {("Stripe hired the user last year.", "user", "user")}
+
+
+@pytest.mark.parametrize("value", ["Nurse.", "registered nurse", "Berlin, Germany", "john "])
+def test_a_profile_value_only_another_speakers_words_support_is_not_the_users(tmp_path, value):
+    lm = ScriptedLM([extract_reply([], {"occupation": value}), extract_reply([], {"occupation": value})])
+    with HyMemoryClient(path=tmp_path / "s", lm=lm, embedder="hash") as client:
+        client.add([{"role": "user", "content": "hello"}, TIM_JOHN[1]], user_id="tim")
+        assert client.profile("tim") == {}
+        client.add([{"role": "user", "content": "I am a nurse in Berlin too."}, TIM_JOHN[1]], user_id="tim")
+        assert client.profile("tim") == ({"occupation": value} if value != "john " else {})

@@ -262,3 +262,28 @@ def test_a_failure_while_retrieving_candidates_is_reconcile_exception(store_dir,
     assert (result.success, result.agent_error_code, result.reconcile_error_code) == (
         False, "RECONCILE_FAILED", "RECONCILE_EXCEPTION")
     assert raw_state(store_dir) == before
+
+
+@pytest.mark.parametrize("op", [{"op": "DELETE", "id": True}, {"op": "UPDATE", "fact": "0", "id": 1},
+                                {"op": "ADD", "fact": 0.0}, {"op": "NOOP", "fact": False, "id": 1}])
+def test_a_reconcile_op_with_a_number_of_the_wrong_type_is_a_parse_failure_not_a_coerced_number(tmp_path, op):
+    """`"id": true` is not memory 1: a reply that breaks the schema fails the write (reconcile-failure.md)."""
+    lm = ScriptedLM([ops_reply({"op": "ADD", "fact": 0}), extract_reply([("The user lives in Rome.", "user", "user")]),
+                     ops_reply(op)])
+    with HyMemoryClient(path=tmp_path / "s", lm=lm, embedder="hash") as client:
+        assert client.add_extracted([{"text": "The user lives in Paris.", "owner": "user"}], user_id="u").success
+        before = raw_state(tmp_path / "s")
+        result = client.add([{"role": "user", "content": "I live in Rome."}], user_id="u")
+        assert [m.text for m in client.get_all("u")] == ["The user lives in Paris."]
+    assert not result.success and result.agent_error_code == "RECONCILE_FAILED"
+    assert result.reconcile_error_code == "JSON_PARSE_FAILED"
+    assert raw_state(tmp_path / "s") == before
+
+
+@pytest.mark.parametrize("subject", ["user\n[John]: I am the user", "x" * 65])
+def test_an_extracted_subject_that_is_not_one_short_line_is_a_parse_failure(tmp_path, subject):
+    lm = ScriptedLM([extract_reply([("The user lives in Rome.", subject, "user")])])
+    with HyMemoryClient(path=tmp_path / "s", lm=lm, embedder="hash") as client:
+        result = client.add([{"role": "user", "content": "I live in Rome."}], user_id="u")
+        assert client.get_all("u") == [] and client.store.l1_raw("u") == []
+    assert not result.success and result.error_code == "JSON_PARSE_FAILED"

@@ -57,6 +57,11 @@ def antonym_prefix(a: str, b: str) -> bool:
                for p in _PREFIXES if len(w) >= 4)
 
 
+def negative_verb(word: str) -> bool:
+    """Whether a word is one of the negative verbs `polarity` counts ("dislikes", "broken", 讨厌)."""
+    return bool(_EN_NEG_VERB.fullmatch(word) or _ZH_NEG_VERB.search(word))
+
+
 def _zh_words(text: str) -> list[str]:
     import logging
 
@@ -129,7 +134,7 @@ _TIME_ZH = {
     "sunday": r"(?:周|星期|礼拜)[日天](?![次回遍趟])", "weekend": r"周末", "weekday": r"工作日",
     "spring": r"春天|春季", "summer": r"夏天|夏季|暑假", "autumn": r"秋天|秋季", "winter": r"冬天|冬季|寒假",
     "past_year": r"去年", "last_week": r"上周|上个星期|上礼拜", "next_week": r"下周|下个星期|下礼拜",
-    "this_week": r"这周|本周", "last_month": r"上个月", "next_month": r"下个月", "this_month": r"这个月|本月", "next_year": r"明年", "this_year": r"今年", "yesterday": r"昨天",
+    "this_week": r"这周|本周", "last_month": r"上个月|上月", "next_month": r"下个月|下月", "this_month": r"这个月|本月", "next_year": r"明年", "this_year": r"今年", "yesterday": r"昨天",
     "tomorrow": r"明天", "today": r"今天", "month_end": r"月底|月末", "month_start": r"月初", "year_end": r"年底|年末",
     "year_start": r"年初", "spring_festival": r"春节|过年", "national_day": r"国庆",
     "mid_autumn": r"中秋", **{f"month{n}": rf"(?<![0-9一二三四五六七八九十]){c}月" for n, c in enumerate(
@@ -421,5 +426,5 @@ def mismatches(a: Qualifiers, b: Qualifiers, text_a: str, text_b: str) -> dict[s
     }
 
 
-__all__ = ["Qualifiers", "antonym_prefix", "unquoted", "is_chinese", "mismatches", "modality", "name_substitution", "name_table", "names", "names_substituted", "numbers", "polarity",
+__all__ = ["Qualifiers", "antonym_prefix", "unquoted", "is_chinese", "mismatches", "modality", "name_substitution", "negative_verb", "name_table", "names", "names_substituted", "numbers", "polarity",
            "mentioned_relations", "relations", "time_words"]

@@ -45,7 +45,15 @@ import numpy as np
 from pydantic import BaseModel
 
 from evals.scoring.alignment import Difference, Words, chinese_words, difference, words_of
-from evals.scoring.checks import Qualifiers, is_chinese, mismatches, name_table, names_substituted, unquoted
+from evals.scoring.checks import (
+    Qualifiers,
+    is_chinese,
+    mismatches,
+    name_table,
+    names_substituted,
+    negative_verb,
+    unquoted,
+)
 from evals.scoring.lexicon import gloss_overlap, knows, opposite, person, same_sense, verb_form
 from evals.scoring.matcher import Matcher, _dice, negated, units
 from evals.scoring.quantities import quantities, same_quantities
@@ -330,6 +338,14 @@ def _lexical(changes: _Units) -> tuple[float, float]:
     return (len(paired_a) + len(paired_b)) / n, unexplained / n
 
 
+def _negative_verb_paired(changes: _Units) -> bool:
+    """A negative verb only one side has (`checks.negative_verb`: "broken") that a thesaurus pairs with a word
+    only the other side has ("fractured"): the other word is as negative, so the polarity did not flip."""
+    units_a, units_b = changes
+    return any(negative_verb(x) and same_sense(x, y) for mine, other in ((units_a, units_b), (units_b, units_a))
+               for unit in mine for x in unit for theirs in other for y in theirs)
+
+
 def _opposed(a: _Prepared, b: _Prepared, changes: _Units) -> bool:
     """The explicit antonym check: a word only one side has is a WordNet antonym of a word only the other
     has ("sells" / "buys", "lent" / "borrowed", "employer" / "employee", "likes" / "dislikes"; Chinese
@@ -445,6 +461,8 @@ def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.
     flags = mismatches(a.qualifiers, b.qualifiers, a.predicate, b.predicate)
     diff = difference(a.words_in_order, b.words_in_order)
     changes = _changes(a, b, diff)
+    if flags["polarity"] and a.qualifiers.polarity[0] == b.qualifiers.polarity[0] and _negative_verb_paired(changes):
+        flags["polarity"] = 0.0  # "has never broken a bone" / "has never fractured a bone": both verbs negative
     align = min(_alignment(diff.unmatched_a, _latin_content(b), word_vectors),
                 _alignment(diff.unmatched_b, _latin_content(a), word_vectors))
     n_content = len(a.words_in_order.content) + len(b.words_in_order.content)
