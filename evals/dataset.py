@@ -213,11 +213,12 @@ def message_problems(case: Case) -> list[str]:
     `add_working` call), so a suite never runs writes that fail on input and reports them as infra errors.
     """
     from hymem.messages import MessageValidationError, normalize_messages
+    from hymem.validation import DEFAULT_MAX_MESSAGE_CHARS, DEFAULT_MAX_WRITE_CHARS
 
     problems = []
     for i, turn in enumerate(case.turns):
-        try:
-            normalize_messages(turn)
+        try:  # with the limits the runner's engine writes with (its defaults)
+            normalize_messages(turn, max_message_chars=DEFAULT_MAX_MESSAGE_CHARS, max_write_chars=DEFAULT_MAX_WRITE_CHARS)
         except MessageValidationError as exc:
             where = f"turns[{i}]" if exc.index is None else f"turns[{i}][{exc.index}]"
             problems.append(f"{where}{'.' + exc.field if exc.field else ''}: {exc.problem}")

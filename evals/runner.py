@@ -187,7 +187,7 @@ def _load(specs: list[str], config: RunConfig) -> list[Case]:
         raise UsageError("--gold must be all or clean")
     gold: Literal["all", "clean"] = "clean" if config.gold == "clean" else "all"
     if all(":" not in spec for spec in specs) and config.limit is None and config.sample is None:
-        return load_cases(specs)  # one pass that reports every bad line of every file together
+        return _one_file_per_name(load_cases(specs))  # one pass that reports every bad line of every file together
     cases: list[Case] = []
     for spec in specs:
         cases += load_spec(spec, gold=gold, limit=config.limit, sample=config.sample, seed=config.seed)
@@ -199,6 +199,22 @@ def _load(specs: list[str], config: RunConfig) -> list[Case]:
     problems = [f"{c.source or 'dataset'}:{c.line or c.id}: {problem}" for c in cases for problem in message_problems(c)]
     if problems:
         raise DatasetError(problems)
+    return _one_file_per_name(cases)
+
+
+def _one_file_per_name(cases: list[Case]) -> list[Case]:
+    """Curated cases are scored and gated per dataset, named by the file's stem: two files of one name
+    (a/chat_en.jsonl, b/chat_en.jsonl) would be merged into one dataset, so they are refused."""
+    from evals.adapters import dataset_name
+
+    files: dict[str, set[str]] = {}
+    for case in cases:
+        if case.source and not (isinstance(case.meta, dict) and case.meta.get("dataset")):
+            files.setdefault(dataset_name(case), set()).add(str(Path(case.source).resolve()))
+    clashes = [f"{', '.join(sorted(paths))} are all dataset {name!r}: rename all but one (scores and gate rules"
+               " are per dataset, named by the file)" for name, paths in sorted(files.items()) if len(paths) > 1]
+    if clashes:
+        raise DatasetError(clashes)
     return cases
 
 

@@ -65,6 +65,8 @@ def no_model_load(monkeypatch):
     ({"role": "user", "content": 42}, "turns[0][1].content", "must be a string"),
     ({"role": "user"}, "turns[0][1].content", "missing"),
     ({"role": "assistant", "name": "Jo\nhn", "content": "I am a nurse."}, "turns[0][1].name", ""),
+    ({"role": "assistant", "name": "The User", "content": "I am a nurse."}, "turns[0][1].name", "'The User' names the current user"),
+    ({"role": "user", "content": "x" * 32_001}, "turns[0][1].content", "has 32001 characters"),  # the engine's limits
 ])
 def test_a_message_the_engine_refuses_is_refused_at_load_time(tmp_path, capsys, no_model_load, message, field,
                                                               problem):
@@ -73,6 +75,21 @@ def test_a_message_the_engine_refuses_is_refused_at_load_time(tmp_path, capsys, 
     code = main(_run("--dataset", str(path), "--embedder", "minilm", "--out", str(tmp_path / "r")))
     _one_line_error(capsys, code, 2, f"{path}:2: {field}: {problem}")
     assert not (tmp_path / "r" / "units.jsonl").exists()
+
+
+def test_a_write_over_the_engines_size_limit_is_refused_at_load_time(tmp_path, capsys, no_model_load):
+    turn = [{"role": "user", "content": "x" * 30_000} for _ in range(5)]
+    path = _write(tmp_path / "big.jsonl", [{**CASES[0], "turns": [turn]}])
+    code = main(_run("--dataset", str(path), "--embedder", "minilm", "--out", str(tmp_path / "r")))
+    _one_line_error(capsys, code, 2, f"{path}:1: turns[0]", "max_write_chars")
+
+
+def test_two_dataset_files_of_one_name_are_refused_not_merged(tmp_path, capsys, no_model_load):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    first, second = _write(tmp_path / "a" / "chat.jsonl", CASES[:1]), _write(tmp_path / "b" / "chat.jsonl", CASES[1:])
+    code = main(_run("--dataset", str(first), "--dataset", str(second), "--embedder", "minilm",
+                     "--out", str(tmp_path / "r")))
+    _one_line_error(capsys, code, 2, "are all dataset 'chat'", str(first), str(second))
 
 
 def test_a_lone_surrogate_escape_is_a_bad_line_not_a_traceback(tmp_path, capsys):
