@@ -154,7 +154,11 @@ froze knelt leapt lent rang rose sank shone shrank slid sped sprang stung swept 
 # Gogh"), a relative pronoun, a reflexive.
 _AFTER_A_NAME_TOO = frozenset("""da de del della di do dos das du van von der den ter la le bin ibn al el who whose
 too herself himself themselves""".split())
-_NOT_NAMES = frozenset(_VERB_OPENERS) | frozenset(_ADVERB_OPENERS) | frozenset("""the a an this that these those it its they their he his she her we our you your i my me
+# The first word of a mem0-style label ("Favourite movies are …", "Birthday is March 3"): nobody's name.
+_LABEL_OPENERS = """favourite favorite birthday hometown hobby hobbies job occupation profession career goal goals
+diet budget schedule preference preferences interest interests email phone address nickname pronouns religion
+nationality height weight allergy allergies""".split()
+_NOT_NAMES = frozenset(_VERB_OPENERS) | frozenset(_ADVERB_OPENERS) | frozenset(_LABEL_OPENERS) | frozenset("""the a an this that these those it its they their he his she her we our you your i my me
 there here in on at after before during every each today tonight yesterday tomorrow last next when while if
 since because although as for from to with by both all some many most no not one two three user users
 assistant ai memory note fact name is are am was were be been being has have had does do did can could
@@ -334,11 +338,16 @@ def _opens_without_a_name(match: re.Match[str], text: str) -> bool:
     word, rest = match.group(1), text[match.end():]
     if not re.search(r"\w", rest) or "n't" in word.casefold():
         return True
+    if " " in word and match.lastindex == 1 and _verbal(word.split()[0].casefold()):
+        # a verb and its capitalised object, not a first name and surname: "Visited Paris in 2019", "Cooks
+        # Italian food often" (a finite verb after it keeps the name: "Brooks Koepka plays golf")
+        after = re.match(r"\s+([a-z]+)\b", rest)
+        return bool(_NOT_AFTER_A_NAME.match(text, match.end())) or (after is not None and not _finite(after.group(1)))
     if " " in word or not re.match(r"[A-Za-z]", word) or match.lastindex != 1:
         return False
     if _NOT_AFTER_A_NAME.match(text, match.end()):
         return True
-    verb = bool(_VERB_ENDING.search(word.casefold()))
+    verb = _verbal(word.casefold())
     after = re.match(r"\s+([a-z]+)\b", rest)
     if after is None:  # "Speaks French" (a name with a surname was read whole by _EN_NAME)
         return verb and bool(re.match(r"\s+[A-Z]", rest))
@@ -352,6 +361,15 @@ def _opens_without_a_name(match: re.Match[str], text: str) -> bool:
         return third is None or not _finite(third.group(1))
     # a name is followed by its verb: "Prefers dark mode", "Vegetarian since 2019" open with no name
     return not (_finite(following) or following in _AFTER_A_NAME_TOO)
+
+
+def _verbal(word: str) -> bool:
+    """A lower-case word shaped like a verb no given name is: a third-person ending (`_VERB_ENDING`), an
+    irregular past, or a regular past of six letters or more whose ending no name has ("visited", "joined";
+    not Mohammed, Alfred, Khaled)."""
+    return (bool(_VERB_ENDING.search(word)) or word in _IRREGULAR_PAST
+            or (len(word) >= 6 and word.endswith(("ted", "ded", "ned", "ved", "ied", "yed", "ked", "ped", "sed", "zed",
+                                                   "hed", "ged", "ced"))))
 
 
 def _finite(word: str) -> bool:

@@ -47,6 +47,10 @@ from hymem.testing import ScriptedLM
     ("Prefers dark mode", None), ("Jogs daily", None), ("Vegetarian since 2019", None), ("Owns two cats", None),
     ("Mia actually likes jazz", "Mia"), ("Anna ate sushi", "Anna"), ("Kelly moved to Oslo", "Kelly"),
     ("Emily works at Stripe", "Emily"), ("Mia who lives in Oslo", "Mia"),
+    # a label opens a mem0-style memory; a past verb with a capitalised object is no first name and surname
+    ("Favourite movies are Inception and Interstellar", None), ("Birthday is March 3", None),
+    ("Visited Paris in 2019", None), ("Joined Google in 2020", None), ("Cooks Italian food often", None),
+    ("Mohammed runs a shop", "Mohammed"), ("Reed Hastings founded Netflix", "Reed Hastings"), ("Ted likes jazz", "Ted"),
     # a relative's name opens like any Chinese name; a time word after the relation is no name
     ("用户的奶奶以前是裁缝。", "用户的奶奶"), ("用户的母亲因病住院了。", "用户的母亲"), ("弟弟的职业是律师", "用户的弟弟"), ("Mother's name is Ann", "the user's mother"),
     ("用户的朋友李雷是医生", "李雷"),
