@@ -6,8 +6,10 @@ lies below −tolerance, so noise alone does not fail a build; `max_rise` is its
 error rates; `max_increase` fails on any rise of the value itself beyond the tolerance (for
 infra errors, which are never noise to be averaged away). A rule applies pooled ("all") and
 per dataset unless it names one. A rule whose metric neither run measured is skipped; one the
-baseline measured and the current run did not fails. Beyond the rules, every metric the
-baseline measured must be measured again, with an n no smaller (cases must not drop out).
+baseline measured and the current run did not fails. A metric the catalogue does not declare, or a
+dataset or provider neither run has, is a rules-file error (a typo must not skip a rule). Beyond the
+rules, every metric the baseline measured must be measured again, with an n no smaller (cases must
+not drop out).
 
 Runs are paired provider by provider: by name, by `--pair BASELINE=CURRENT`, or automatically
 when each run has one provider. Runs of different inputs (datasets, fault plans) are refused
@@ -17,6 +19,7 @@ unless the caller allows it; then only the shared cases are gated. `evaluate_rul
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import tomllib
@@ -25,11 +28,11 @@ from pathlib import Path
 from typing import Any, Literal, TypedDict
 from xml.etree import ElementTree as ET
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from evals.compare import Run, RunInputError, case_values, load_run, matcher_note, metric_row, rescored_dirs
 from evals.gate_inputs import InputDiff, compare_inputs, restrict
-from evals.record.catalogue import Direction, Kind, find, format_value
+from evals.record.catalogue import METRICS, Direction, Kind, find, format_value
 from evals.stats import paired_bootstrap_delta
 
 Status = Literal["pass", "fail", "skipped"]
@@ -62,6 +65,16 @@ class Rule(BaseModel):
     provider: str | None = None  # default: every provider pair; else pairs with this name on either side
     dataset: str | None = None  # default: pooled and each dataset; "all": pooled only; else that dataset
     name: str | None = None  # the JUnit testcase name; default: derived from the rule
+
+    @field_validator("metric")
+    @classmethod
+    def _declared(cls, metric: str) -> str:
+        """A misspelt metric would be measured in neither run and skipped: the gate would pass unseen."""
+        if find(metric) is None:
+            close = difflib.get_close_matches(metric, METRICS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"{metric!r} is not a metric of the catalogue (evals/record/catalogue.py){hint}")
+        return metric
 
     @model_validator(mode="after")
     def _one_constraint(self) -> Rule:
@@ -139,22 +152,45 @@ class Pair(BaseModel):
         return self.current if self.baseline == self.current else f"{self.baseline} → {self.current}"
 
 
+def _rules_name(path: Path | None) -> str:
+    return "evals/gates.toml" if path is None else str(path)
+
+
+def _field(loc: tuple[int | str, ...]) -> str:
+    """Where in a rules file: `[[rule]] 2, metric` (counted from 1, as a reader counts) or a top-level key."""
+    if len(loc) >= 2 and loc[0] == "rule" and isinstance(loc[1], int):
+        return f"[[rule]] {loc[1] + 1}" + (f", {'.'.join(map(str, loc[2:]))}" if loc[2:] else "")
+    return ".".join(map(str, loc))
+
+
 def load_rules(path: Path | None = None) -> RuleSet:
     """Parse a rules file (default: the gates.toml shipped with evals); GateInputError when malformed."""
+    where = _rules_name(path)
     try:
         if path is None:
             text = resources.files("evals").joinpath("gates.toml").read_text(encoding="utf-8")
-            where = "evals/gates.toml"
         else:
-            text, where = Path(path).read_text(encoding="utf-8"), str(path)
+            text = Path(path).read_text(encoding="utf-8")
         return RuleSet.model_validate(tomllib.loads(text))
     except OSError as exc:
         raise GateInputError(f"rules file {path}: {exc.strerror or exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise GateInputError(f"rules file {where}: not TOML ({exc})") from exc
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        problems = "; ".join(f"{_field(e['loc'])}: {e['msg']}" for e in exc.errors())
         raise GateInputError(f"rules file {where}: {problems}") from exc
+
+
+def check_scopes(rules: RuleSet, baseline: Run, current: Run, where: str) -> None:
+    """A rule's `dataset` or `provider` that names nothing in either run (a file name for a dataset, a typo)
+    would leave the rule nothing to check and the gate passing: GateInputError naming the rule and the field."""
+    datasets = {ALL} | set(baseline.metrics["dataset"]) | set(current.metrics["dataset"])
+    providers = set(baseline.providers) | set(current.providers)
+    for number, rule in enumerate(rules.rule, 1):
+        for field, value, known in (("dataset", rule.dataset, datasets), ("provider", rule.provider, providers)):
+            if value is not None and value not in known:
+                raise GateInputError(f"rules file {where}: [[rule]] {number} ({rule.label}), {field}: {value!r} "
+                                     f"is in neither run (they have {', '.join(sorted(known))})")
 
 
 # ---- evaluation (pure) ------------------------------------------------------------------------------------
@@ -458,6 +494,7 @@ def run_gate(baseline: Path, current: Path, *, rules: Path | None = None, junit:
         raise GateInputError(str(exc)) from exc
     if different := matcher_note([base_run, cur_run]):
         matcher_notes.append(f"**{different}**")
+    check_scopes(rule_set, base_run, cur_run, _rules_name(rules))
     chosen, pair_notes = resolve_pairs(base_run, cur_run, pairs)
     base_run, cur_run, input_notes = check_inputs(base_run, cur_run, allow_different_inputs)
     seed = cur_run.manifest.seed if cur_run.manifest is not None else 0
@@ -475,5 +512,6 @@ def run_gate(baseline: Path, current: Path, *, rules: Path | None = None, junit:
                        summary_path=summary_path)
 
 
-__all__ = ["Check", "GateInputError", "GateOutcome", "Pair", "Rule", "RuleResult", "RuleSet", "evaluate_rules",
+__all__ = ["Check", "GateInputError", "GateOutcome", "Pair", "Rule", "RuleResult", "RuleSet", "check_scopes",
+           "evaluate_rules",
            "junit_xml", "load_rules", "passed", "resolve_pairs", "run_gate", "summary_markdown"]

@@ -176,12 +176,12 @@ def test_a_rule_covers_each_shared_provider_unless_it_names_one():
 def test_junit_has_one_testcase_per_rule_with_failures_and_skips_marked():
     results = evaluate_rules(rules({"metric": "rollback_correct_rate", "min": 1.0},
                                    {"metric": "owner_accuracy", "max_drop": 0.02, "name": "owner <stable>"},
-                                   {"metric": "missing_metric", "min": 0.0}),
+                                   {"metric": "fact_f1", "min": 0.0}),  # measured in neither run
                              as_run(PERFECT), as_run([3] * N_CASES))
     root = ET.fromstring(junit_xml(results, baseline="b", current="c"))
     suite = root.find("testsuite")
     cases = suite.findall("testcase")
-    assert [c.get("name") for c in cases] == ["rollback_correct_rate >= 1", "owner <stable>", "missing_metric >= 0"]
+    assert [c.get("name") for c in cases] == ["rollback_correct_rate >= 1", "owner <stable>", "fact_f1 >= 0"]
     assert cases[0].get("classname") == "gate.rollback_correct_rate"
     assert [c.find("failure") is not None for c in cases] == [False, True, False]
     assert cases[2].find("skipped") is not None
@@ -197,6 +197,25 @@ def test_a_malformed_rules_file_is_a_usage_error(tmp_path: Path, text: str, caps
         load_rules(tmp_path / "rules.toml")
     assert gate(tmp_path, run, run, "--rules", str(tmp_path / "rules.toml")) == 2
     assert "rules file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("scope", "field", "message"), [
+    ("metric = 'owner_acuracy'", "[[rule]] 1, metric", "not a metric of the catalogue (evals/record/catalogue.py); "
+                                                       "did you mean 'owner_accuracy'?"),
+    ("metric = 'owner_accuracy'\ndataset = 'd.jsonl'", "dataset", "'d.jsonl' is in neither run (they have all)"),
+    ("metric = 'owner_accuracy'\nprovider = 'p2'", "provider", "'p2' is in neither run (they have p)"),
+])
+def test_a_rule_naming_what_neither_run_has_is_a_rules_file_error_not_a_skip(tmp_path: Path, capsys, scope, field,
+                                                                             message):
+    """A typo in a rule must not skip it and let a real regression pass."""
+    base = write_run(tmp_path / "base", *run_frames(PERFECT))
+    cur = write_run(tmp_path / "cur", *run_frames(WORSE))
+    rules_file = tmp_path / "rules.toml"
+    rules_file.write_text(f"[[rule]]\n{scope}\nmax_drop = 0.02\n")
+    assert gate(tmp_path, base, cur, "--rules", str(rules_file)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"hymem-eval gate: rules file {rules_file}: [[rule]] 1")
+    assert field in err and message in err
 
 
 def test_a_missing_or_foreign_run_is_a_usage_error(tmp_path: Path):
