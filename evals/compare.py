@@ -123,6 +123,15 @@ def matcher_note(runs: list[Run]) -> str:
             "comparable; pass --matcher SPEC to re-score them all with one.")
 
 
+def embedder_note(runs: list[Run]) -> str:
+    """A warning when the runs embedded with different models: retrieval, and what the engine merges, differ."""
+    names = [r.manifest.embedder for r in runs if r.manifest is not None]
+    if len(set(names)) <= 1:
+        return ""
+    return (f"The runs used different embedders ({', '.join(names)}): what the engine retrieved and merged differs, "
+            "so a change between them may be the embedder's, not the code's.")
+
+
 def load_run(path: Path) -> Run:
     """Read a finished run directory (migrating an older schema); RunInputError on anything a comparison
     cannot trust."""
@@ -400,8 +409,9 @@ def write_comparison(run_dirs: list[Path], out: Path | None = None, matcher: str
     out = Path(out) if out is not None else Path(run_dirs[-1])
     out.mkdir(parents=True, exist_ok=True)
     text = comparison_markdown(comparison)
-    if note := matcher_note(runs):
-        text = f"**{note}**\n\n{text}"
+    for note in (embedder_note(runs), matcher_note(runs)):
+        if note:
+            text = f"**{note}**\n\n{text}"
     paths = [out / "compare.md", out / "compare.parquet", out / "compare_cases.parquet"]
     paths[0].write_text(text, encoding="utf-8")
     comparison.deltas.to_parquet(paths[1], index=False)
@@ -440,5 +450,5 @@ def show(run_dir: Path) -> str:
 
 __all__ = ["CASE_COLUMNS", "CASE_METRICS_COLUMNS", "DELTA_COLUMNS", "HEADLINE", "METRICS_COLUMNS", "Arm",
            "Comparison", "Run", "RunInputError", "arm_pairs", "case_values", "compare_runs", "comparison_markdown",
-           "fmt", "fmt_ci", "headline", "is_count", "load_run", "lower_is_better", "metric_row", "show",
+           "embedder_note", "fmt", "fmt_ci", "headline", "is_count", "load_run", "lower_is_better", "metric_row", "show",
            "write_comparison"]

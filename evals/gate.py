@@ -30,7 +30,16 @@ from xml.etree import ElementTree as ET
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from evals.compare import Run, RunInputError, case_values, load_run, matcher_note, metric_row, rescored_dirs
+from evals.compare import (
+    Run,
+    RunInputError,
+    case_values,
+    embedder_note,
+    load_run,
+    matcher_note,
+    metric_row,
+    rescored_dirs,
+)
 from evals.gate_inputs import InputDiff, compare_inputs, restrict
 from evals.record.catalogue import METRICS, Direction, Kind, find, format_value
 from evals.stats import paired_bootstrap_delta
@@ -492,8 +501,9 @@ def run_gate(baseline: Path, current: Path, *, rules: Path | None = None, junit:
                                  f"with the baseline's (`{spec}`) for this gate.")
     except RunInputError as exc:
         raise GateInputError(str(exc)) from exc
-    if different := matcher_note([base_run, cur_run]):
-        matcher_notes.append(f"**{different}**")
+    for different in (matcher_note([base_run, cur_run]), embedder_note([base_run, cur_run])):
+        if different:
+            matcher_notes.append(f"**{different}**")  # said, not failed: a model switch may be meant
     check_scopes(rule_set, base_run, cur_run, _rules_name(rules))
     chosen, pair_notes = resolve_pairs(base_run, cur_run, pairs)
     base_run, cur_run, input_notes = check_inputs(base_run, cur_run, allow_different_inputs)

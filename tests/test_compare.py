@@ -16,11 +16,11 @@ CASE_COLUMNS = ["provider", "dataset", "case_id", "metric", "num", "den"]
 
 
 def write_run(path: Path, case_rows: list[tuple], providers: tuple[str, ...] = ("p",),
-              counts: dict[str, float] | None = None) -> Path:
+              counts: dict[str, float] | None = None, embedder: str = "hash") -> Path:
     """A run directory whose metrics.parquet pools its case rows (num/den) per provider and metric."""
     path.mkdir(parents=True)
     manifest = Manifest(run_id=path.name, datasets=["d1"], dataset_hash="h", n_cases=4, providers=list(providers),
-                        embedder="hash", faults="sweep", seed=1, concurrency=1, engine_version="0.1.0",
+                        embedder=embedder, faults="sweep", seed=1, concurrency=1, engine_version="0.1.0",
                         prompt_hash="x", verdict="valid")
     (path / "manifest.json").write_text(manifest.model_dump_json())
     cases = pd.DataFrame(case_rows, columns=CASE_COLUMNS)
@@ -106,6 +106,15 @@ def test_cli_compare_writes_markdown_and_parquet_next_to_the_last_run(tmp_path: 
     assert len(pd.read_parquet(b / "compare_cases.parquet")) == 5
     assert main(["compare", str(a), str(b), "--out", str(tmp_path / "cmp")]) == 0
     assert (tmp_path / "cmp" / "compare.md").is_file()
+
+
+def test_cli_compare_says_when_the_runs_used_different_embedders(tmp_path: Path, capsys):
+    minilm = write_run(tmp_path / "minilm", RUN_A, embedder="minilm")
+    hashed, also_hashed = write_run(tmp_path / "hash", RUN_B), write_run(tmp_path / "hash2", RUN_B)
+    assert main(["compare", str(minilm), str(hashed)]) == 0
+    assert capsys.readouterr().out.startswith("**The runs used different embedders (minilm, hash)")
+    assert main(["compare", str(hashed), str(also_hashed)]) == 0
+    assert "embedder" not in capsys.readouterr().out
 
 
 def test_cli_compare_refuses_a_single_provider_run_or_a_missing_one(tmp_path: Path, capsys):

@@ -20,9 +20,9 @@ def write_run(path: Path, metrics: list[tuple], cases: list[tuple], providers: t
               **manifest_fields) -> Path:
     """A run directory as write_report leaves it, reduced to what the gate reads."""
     path.mkdir(parents=True)
-    fields = {"dataset_hash": "h", "faults": "sweep", "seed": 3} | manifest_fields
+    fields = {"dataset_hash": "h", "faults": "sweep", "seed": 3, "embedder": "hash"} | manifest_fields
     manifest = Manifest(run_id=path.name, datasets=["d"], n_cases=N_CASES, providers=list(providers),
-                        embedder="hash", concurrency=1, engine_version="0.1.0", prompt_hash="x", verdict="valid",
+                        concurrency=1, engine_version="0.1.0", prompt_hash="x", verdict="valid",
                         **fields)
     (path / "manifest.json").write_text(manifest.model_dump_json())
     pd.DataFrame(metrics, columns=["provider", "dataset", "metric", "value", "ci_low", "ci_high", "n", "note"]
@@ -216,6 +216,14 @@ def test_a_rule_naming_what_neither_run_has_is_a_rules_file_error_not_a_skip(tmp
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"hymem-eval gate: rules file {rules_file}: [[rule]] 1")
     assert field in err and message in err
+
+
+def test_a_current_run_with_another_embedder_is_gated_with_a_note_at_the_top(tmp_path: Path, capsys):
+    """The README's CI job without minilm installed falls back to the hash embedder: the report must say so."""
+    base = write_run(tmp_path / "base", *run_frames(PERFECT), embedder="minilm")
+    cur = write_run(tmp_path / "cur", *run_frames(PERFECT))
+    assert gate(tmp_path, base, cur) == 0
+    assert "**The runs used different embedders (minilm, hash)" in capsys.readouterr().out.split("| status |")[0]
 
 
 def test_a_missing_or_foreign_run_is_a_usage_error(tmp_path: Path):
