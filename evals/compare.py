@@ -132,13 +132,17 @@ def embedder_note(runs: list[Run]) -> str:
             "so a change between them may be the embedder's, not the code's.")
 
 
-def load_run(path: Path) -> Run:
+def load_run(path: Path, allow_unfinished: bool = False) -> Run:
     """Read a finished run directory (migrating an older schema); RunInputError on anything a comparison
-    cannot trust."""
+    cannot trust. A run stopped before its report was complete (no `finished` in its manifest) may have
+    partial tables, so it is refused unless `allow_unfinished` (show, and the plots the report draws)."""
     path = Path(path)
     if not path.is_dir():
         raise RunInputError(f"{path}: no such run directory")
     manifest = read_manifest(path)
+    if manifest.finished is None and not allow_unfinished:
+        raise RunInputError(f"{path}: the run has not finished (its manifest has no finished time: it was stopped "
+                            "while running or writing its report); continue it with --resume")
     metrics, case_metrics = read_table(path, "metrics"), read_table(path, "case_metrics")
     assert metrics is not None and case_metrics is not None  # required tables: read_table raised otherwise
     return Run(metrics=metrics, case_metrics=case_metrics, manifest=manifest, path=path)
@@ -425,7 +429,10 @@ def write_comparison(run_dirs: list[Path], out: Path | None = None, matcher: str
 def headline(run: Run, dataset: str = "all") -> str:
     """The terminal table of `show`: the verdict, then the headline metrics per provider with CI and n."""
     m = run.manifest
-    lines = [f"run {run.label}: verdict {m.verdict or 'unfinished'}" if m else f"run {run.label}"]
+    lines = [f"run {run.label}: verdict {m.verdict}" if m else f"run {run.label}"]
+    if m is not None and m.finished is None:
+        lines[0] = (f"run {run.label}: UNFINISHED, no verdict (stopped while running or writing its report; the "
+                    "tables may be partial): continue it with --resume")
     if m is not None:
         lines.append(f"seed {m.seed} · faults {m.faults} · {m.n_cases} cases · embedder {m.embedder} · "
                      f"engine {m.engine_version}")
@@ -445,7 +452,8 @@ def headline(run: Run, dataset: str = "all") -> str:
 
 
 def show(run_dir: Path) -> str:
-    return headline(load_run(run_dir))
+    """The headline of a run, unfinished ones too (saying so first): show is for looking, not for judging."""
+    return headline(load_run(run_dir, allow_unfinished=True))
 
 
 __all__ = ["CASE_COLUMNS", "CASE_METRICS_COLUMNS", "DELTA_COLUMNS", "HEADLINE", "METRICS_COLUMNS", "Arm",

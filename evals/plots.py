@@ -263,7 +263,7 @@ def write_plots(run_dir: Path) -> list[Path]:
     """Write plots/providers.png, plots/subject_confusion.png (needs facts.parquet), plots/fault_matrix.png
     (needs faults.parquet) and plots/stability.png (runs of several epochs) into the run directory; return the
     files written."""
-    run = load_run(run_dir)
+    run = load_run(run_dir, allow_unfinished=True)  # the report draws them before it marks the run finished
     out = Path(run_dir) / PLOTS_DIR
     made = [providers_plot(run, out / "providers.png"), confusion_plot(run, out / "subject_confusion.png"),
             fault_plot(run, out / "fault_matrix.png"), stability_plot(run, out / "stability.png")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -16,12 +17,12 @@ CASE_COLUMNS = ["provider", "dataset", "case_id", "metric", "num", "den"]
 
 
 def write_run(path: Path, case_rows: list[tuple], providers: tuple[str, ...] = ("p",),
-              counts: dict[str, float] | None = None, embedder: str = "hash") -> Path:
-    """A run directory whose metrics.parquet pools its case rows (num/den) per provider and metric."""
+              counts: dict[str, float] | None = None, **manifest_fields) -> Path:
+    """A finished run directory whose metrics.parquet pools its case rows (num/den) per provider and metric."""
     path.mkdir(parents=True)
+    fields = {"embedder": "hash", "finished": time.time(), "verdict": "valid"} | manifest_fields
     manifest = Manifest(run_id=path.name, datasets=["d1"], dataset_hash="h", n_cases=4, providers=list(providers),
-                        embedder=embedder, faults="sweep", seed=1, concurrency=1, engine_version="0.1.0",
-                        prompt_hash="x", verdict="valid")
+                        faults="sweep", seed=1, concurrency=1, engine_version="0.1.0", prompt_hash="x", **fields)
     (path / "manifest.json").write_text(manifest.model_dump_json())
     cases = pd.DataFrame(case_rows, columns=CASE_COLUMNS)
     metrics = []
@@ -135,3 +136,17 @@ def test_cli_show_prints_the_headline_with_ci_and_n(tmp_path: Path, capsys):
     assert next(x for x in out.splitlines() if x.startswith("anomaly_count")).split()[1:] == ["2", "2"]
     assert "1 more metrics" in out  # custom_score is not a headline metric
     assert main(["show", str(tmp_path / "missing")]) == 2
+
+
+def test_an_unfinished_run_is_shown_as_unfinished_and_refused_by_compare(tmp_path: Path, capsys):
+    """A run killed while writing its report has its tables but no verdict: nothing to judge it by."""
+    done = write_run(tmp_path / "done", RUN_A)
+    killed = write_run(tmp_path / "killed", RUN_B, finished=None, verdict=None)
+    assert main(["show", str(killed)]) == 0
+    assert capsys.readouterr().out.startswith("run killed: UNFINISHED, no verdict")
+    for runs in ([done, killed], [killed, done]):
+        assert main(["compare", *map(str, runs)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == f"hymem-eval compare: {killed}: the run has not finished (its manifest has no finished time: " \
+            "it was stopped while running or writing its report); continue it with --resume"
+    assert not (done / "compare.md").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
@@ -18,12 +19,12 @@ N_CASES = 20
 
 def write_run(path: Path, metrics: list[tuple], cases: list[tuple], providers: tuple[str, ...] = ("p",),
               **manifest_fields) -> Path:
-    """A run directory as write_report leaves it, reduced to what the gate reads."""
+    """A finished run directory as write_report leaves it, reduced to what the gate reads."""
     path.mkdir(parents=True)
-    fields = {"dataset_hash": "h", "faults": "sweep", "seed": 3, "embedder": "hash"} | manifest_fields
+    fields = {"dataset_hash": "h", "faults": "sweep", "seed": 3, "embedder": "hash", "finished": time.time(),
+              "verdict": "valid"} | manifest_fields
     manifest = Manifest(run_id=path.name, datasets=["d"], n_cases=N_CASES, providers=list(providers),
-                        concurrency=1, engine_version="0.1.0", prompt_hash="x", verdict="valid",
-                        **fields)
+                        concurrency=1, engine_version="0.1.0", prompt_hash="x", **fields)
     (path / "manifest.json").write_text(manifest.model_dump_json())
     pd.DataFrame(metrics, columns=["provider", "dataset", "metric", "value", "ci_low", "ci_high", "n", "note"]
                  ).to_parquet(path / "metrics.parquet")
@@ -224,6 +225,17 @@ def test_a_current_run_with_another_embedder_is_gated_with_a_note_at_the_top(tmp
     cur = write_run(tmp_path / "cur", *run_frames(PERFECT))
     assert gate(tmp_path, base, cur) == 0
     assert "**The runs used different embedders (minilm, hash)" in capsys.readouterr().out.split("| status |")[0]
+
+
+def test_a_run_stopped_before_its_report_was_finished_is_not_gated(tmp_path: Path, capsys):
+    """Killed while writing its report: the tables are there, the verdict is not; the gate must not pass it."""
+    run = write_run(tmp_path / "run", *run_frames(PERFECT))
+    killed = write_run(tmp_path / "killed", *run_frames(PERFECT), finished=None, verdict=None)
+    for baseline, current in ((run, killed), (killed, run)):
+        assert gate(tmp_path, baseline, current) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"{killed}: the run has not finished" in err and "--resume" in err
+    assert not (killed / "gate.md").exists()
 
 
 def test_a_missing_or_foreign_run_is_a_usage_error(tmp_path: Path):
