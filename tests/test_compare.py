@@ -150,3 +150,18 @@ def test_an_unfinished_run_is_shown_as_unfinished_and_refused_by_compare(tmp_pat
         assert err == f"hymem-eval compare: {killed}: the run has not finished (its manifest has no finished time: " \
             "it was stopped while running or writing its report); continue it with --resume"
     assert not (done / "compare.md").exists()
+
+
+@pytest.mark.parametrize("command", ["show", "compare", "gate"])
+def test_a_metrics_table_with_strings_for_values_is_one_line_and_exit_2(tmp_path: Path, capsys, command):
+    """Right column names, wrong types: show and compare raised deep in pandas, and the gate passed."""
+    good = write_run(tmp_path / "good", RUN_A)
+    bad = write_run(tmp_path / "bad", RUN_A)
+    metrics = pd.read_parquet(bad / "metrics.parquet")
+    metrics.assign(value=metrics["value"].astype(str)).to_parquet(bad / "metrics.parquet")
+    argv = {"show": ["show", str(bad)], "compare": ["compare", str(good), str(bad)],
+            "gate": ["gate", "--baseline", str(good), "--current", str(bad)]}[command]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()  # pandas writes the strings as string or large_string
+    assert err.startswith(f"hymem-eval {command}: {bad / 'metrics.parquet'}: schema mismatch, value is ")
+    assert err.endswith("string, declared float64") and len(err.splitlines()) == 1

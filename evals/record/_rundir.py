@@ -33,6 +33,7 @@ from evals.redact import redact, redact_frame, redact_text
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
 MANIFEST_FILE = "manifest.json"
 UNITS_FILE = "units.jsonl"
@@ -176,9 +177,26 @@ def write_table(run_dir: Path, table: str, data: pd.DataFrame) -> None:
     atomic_write(Path(run_dir) / f"{table}.parquet", lambda tmp: pq.write_table(arrow, tmp))
 
 
+def _holds(declared: str, stored: pa.DataType) -> bool:
+    """Whether a stored Arrow type reads as the declared one: the same kind of value (any string encoding, an
+    integer where a float is declared); an all-null column holds any."""
+    import pyarrow.types as t
+
+    if t.is_null(stored):
+        return True
+    if t.is_dictionary(stored):
+        stored = stored.value_type
+    if declared == "list<string>":
+        return (t.is_list(stored) or t.is_large_list(stored)) and _holds("string", stored.value_type)
+    kinds = {"string": (t.is_string, t.is_large_string), "int64": (t.is_integer,),
+             "float64": (t.is_floating, t.is_integer), "bool": (t.is_boolean,)}
+    return any(is_kind(stored) for is_kind in kinds[declared])
+
+
 def read_table(run_dir: Path, table: str, required: bool = True, check_columns: bool = True) -> pd.DataFrame | None:
-    """`<table>.parquet` of a run; RunDirError when torn, foreign, too new or (`check_columns`) missing
-    declared columns. A missing optional table (`required=False`) is None."""
+    """`<table>.parquet` of a run; RunDirError when torn, foreign, too new or (`check_columns`) missing declared
+    columns or holding another type in one (strings for numbers: readers would fail deep inside, or compare
+    strings). A missing optional table (`required=False`) is None."""
     import pandas as pd
     import pyarrow.parquet as pq
 
@@ -191,6 +209,12 @@ def read_table(run_dir: Path, table: str, required: bool = True, check_columns: 
         arrow = pq.read_table(path)
     except Exception as exc:  # pyarrow raises several types for a torn or foreign file
         raise RunDirError(f"{path}: not a readable Parquet file ({exc})") from exc
+    if check_columns and table in TABLES:
+        stored = {field.name: field.type for field in arrow.schema}
+        wrong = [f"{c.name} is {stored[c.name]}, declared {c.type}" for c in TABLES[table]
+                 if c.name in stored and not _holds(c.type, stored[c.name])]
+        if wrong:
+            raise RunDirError(f"{path}: schema mismatch, {'; '.join(wrong)}")
     version = int((arrow.schema.metadata or {}).get(_VERSION_KEY, b"1"))
     if version > SCHEMA_VERSION:
         raise RunDirError(f"{path}: schema_version {version} was written by a newer hymem-eval "
