@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import dspy
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from evals.dataset import Case
 from evals.redact import register_secret
@@ -39,11 +39,21 @@ class ProviderConfig(BaseModel):
     model: str  # offline | oracle[:...] | a DSPy model string such as openai/gpt-4o-mini
     api_base: str | None = None  # an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1
     api_key_env: str | None = None  # the environment variable holding the key (default by prefix)
-    timeout: float = 60.0  # seconds per request, explicit (DSPy's default is 600)
+    timeout: float = Field(default=60.0, gt=0)  # seconds per request, explicit (DSPy's default is 600)
     max_connections: int = Field(default=8, ge=1)  # concurrent requests to this provider (run: unset -> --concurrency)
     max_attempts: int = Field(default=3, ge=1)  # per call, only without fault injection; 429 honours Retry-After
-    input_price: float | None = None  # USD per 1M prompt tokens (else the local price table)
-    output_price: float | None = None  # USD per 1M completion tokens
+    input_price: float | None = Field(default=None, ge=0)  # USD per 1M prompt tokens (else the local price table)
+    output_price: float | None = Field(default=None, ge=0)  # USD per 1M completion tokens
+
+    @field_validator("api_base")
+    @classmethod
+    def _an_http_url(cls, value: str | None) -> str | None:
+        """A malformed endpoint is named as such, not later mistaken for a missing key."""
+        if value is not None:
+            url = urlparse(value)
+            if url.scheme not in ("http", "https") or not url.hostname:
+                raise ValueError(f"not an http(s) URL: {value!r}")
+        return value
 
     @property
     def is_http(self) -> bool:
@@ -62,17 +72,31 @@ def parse_lm_spec(spec: str) -> ProviderConfig:
 
 
 def load_providers_file(path: Path) -> list[ProviderConfig]:
-    """A TOML file of `[[provider]]` tables (see README); errors name the file and the entry."""
+    """A TOML file of `[[provider]]` tables (see README). Every problem is one line, `file: provider[i].field:
+    problem`, so a user sees all of them at once and none is buried in a validation dump."""
     try:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ValueError(f"--providers {path}: {exc}") from None
-    out = []
-    for i, entry in enumerate(data.get("provider", [])):
+    entries = data.get("provider", [])
+    if not isinstance(entries, list):
+        raise ValueError(f"--providers {path}: provider: use [[provider]] tables")
+    out, problems, names = [], [], set()
+    for i, entry in enumerate(entries):
         try:
-            out.append(ProviderConfig.model_validate(entry))
-        except Exception as exc:
-            raise ValueError(f"--providers {path}: provider[{i}]: {exc}") from None
+            config = ProviderConfig.model_validate(entry)
+        except ValidationError as exc:
+            for error in exc.errors():
+                field = "".join(f".{p}" if isinstance(p, str) else f"[{p}]" for p in error["loc"])
+                problem = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
+                problems.append(f"--providers {path}: provider[{i}]{field}: {problem.removeprefix('Value error, ')}")
+            continue
+        if config.name in names:
+            problems.append(f"--providers {path}: provider[{i}].name: {config.name!r} is already a provider's name")
+        names.add(config.name)
+        out.append(config)
+    if problems:
+        raise ValueError("\n".join(problems))
     if not out:
         raise ValueError(f"--providers {path}: no [[provider]] tables")
     return out

@@ -220,6 +220,43 @@ def test_resume_with_other_inputs_and_out_holding_a_run_answer_before_the_model_
     _one_line_error(capsys, code, 2, "already holds a run")
 
 
+# ---- 9: a providers file's problems, one line each -----------------------------------------------------------
+
+_GOOD = 'name = "x"\nmodel = "openai/offline"\napi_base = "http://127.0.0.1:9/v1"\n'
+
+
+@pytest.mark.parametrize("table, problem", [
+    ('name = "x"\n', "provider[0].model: Field required"),
+    (_GOOD + "max_connections = 0\n", "provider[0].max_connections: Input should be greater than or equal to 1"),
+    (_GOOD + "max_conections = 3\n", "provider[0].max_conections: unknown key"),
+    (_GOOD.replace("http://127.0.0.1:9/v1", "not a url"), "provider[0].api_base: not an http(s) URL: 'not a url'"),
+    (_GOOD + "input_price = -1\n", "provider[0].input_price: Input should be greater than or equal to 0"),
+    (_GOOD + "timeout = 0\n", "provider[0].timeout: Input should be greater than 0"),
+    (_GOOD + "[[provider]]\n" + _GOOD, "provider[1].name: 'x' is already a provider's name"),
+], ids=["no-model", "no-connections", "unknown-key", "bad-url", "negative-price", "no-timeout", "repeated-name"])
+def test_a_bad_providers_file_is_one_line_naming_the_entry_and_field(dataset, tmp_path, capsys, no_model_load,
+                                                                     monkeypatch, table, problem):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    path = tmp_path / "providers.toml"
+    path.write_text("[[provider]]\n" + table, encoding="utf-8")
+    code = main(_run("--dataset", str(dataset), "--providers", str(path), "--lm", "x", "--faults", "none",
+                     "--out", str(tmp_path / "r")))
+    _one_line_error(capsys, code, 2, f"--providers {path}: {problem}")
+
+
+def test_every_problem_of_a_providers_file_is_its_own_line(dataset, tmp_path, capsys, no_model_load):
+    path = tmp_path / "providers.toml"
+    path.write_text('[[provider]]\nname = "x"\nmax_connections = 0\n[[provider]]\nmodel = "offline"\n',
+                    encoding="utf-8")
+    code = main(_run("--dataset", str(dataset), "--providers", str(path), "--faults", "none",
+                     "--out", str(tmp_path / "r")))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert [line.split(f"--providers {path}: ", 1)[1] for line in err] == [
+        "provider[0].model: Field required", "provider[0].max_connections: Input should be greater than or equal to 1",
+        "provider[1].name: Field required"]
+
+
 # ---- 4: serve and proxy ports --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("command", [["serve"], ["proxy", "--upstream", "http://127.0.0.1:9/v1"]])
