@@ -22,6 +22,7 @@ from dspy.utils.exceptions import LMRateLimitError
 from pydantic import BaseModel
 
 from evals.inject import Injector, call_site
+from evals.providers import endpoint
 from evals.record import Attempt
 from evals.redact import redact
 
@@ -151,7 +152,9 @@ class AccountingLM(dspy.LM):
         target = self._via(proxy_url) if proxy_url else None
         key = None
         if acct["cache"] is not None and target is None:
-            key = acct["cache"].key(api_base=self.kwargs.get("api_base"), model=self.model,
+            # the endpoint the call goes to, an environment variable's included: never another server's reply
+            base = endpoint(self.model, self.kwargs.get("api_base") or self.kwargs.get("base_url"))
+            key = acct["cache"].key(api_base=base, model=self.model,
                                     params={**self.kwargs, **kwargs}, messages=messages or prompt,
                                     epoch=acct["epoch"])
             hit = acct["cache"].get(key)

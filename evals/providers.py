@@ -60,6 +60,18 @@ class ProviderConfig(BaseModel):
         return self.model not in ("offline", "oracle") and not self.model.startswith("oracle:")
 
 
+def endpoint(model: str, api_base: str | None = None) -> str | None:
+    """The base URL an LM of `model` calls: `api_base` when given, else the one LiteLLM reads from the environment
+    for the model's prefix (DSPy's native engine hands a call to LiteLLM whenever `<PREFIX>_API_BASE` or
+    `<PREFIX>_BASE_URL` is set; LiteLLM reads OPENAI_BASE_URL before OPENAI_API_BASE, other prefixes the other
+    way round). None: the provider's own default endpoint."""
+    if api_base:
+        return api_base
+    prefix = model.split("/", 1)[0].upper() if "/" in model else "OPENAI"
+    names = ("BASE_URL", "API_BASE") if prefix == "OPENAI" else ("API_BASE", "BASE_URL")
+    return next((os.environ[f"{prefix}_{n}"] for n in names if os.environ.get(f"{prefix}_{n}")), None)
+
+
 def parse_lm_spec(spec: str) -> ProviderConfig:
     """`offline`, `oracle[:k=v,...]`, `MODEL` or `MODEL@URL` (`openai/m@http://127.0.0.1:8000/v1`)."""
     if spec in ("offline", "oracle") or spec.startswith("oracle:"):
@@ -127,7 +139,7 @@ def api_key(config: ProviderConfig) -> str | None:
     if value:
         register_secret(value)  # redacted from every output from now on
         return value
-    if _is_loopback(config.api_base):
+    if _is_loopback(endpoint(config.model, config.api_base)):  # the endpoint the environment sets counts too
         return "local-no-key"
     if env is None:
         return None  # a provider DSPy configures by itself (e.g. its own environment variables)

@@ -4,6 +4,7 @@ cache, and no key (configured or shaped like one) reaches any output; on real se
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -90,6 +91,49 @@ def test_a_cached_reply_of_one_endpoint_is_never_credited_to_another(dataset, tm
     attempts = pd.read_parquet(second.run_dir / "attempts.parquet")
     assert not attempts[attempts.site != "embed"].cache_hit.any()
     assert (pd.read_parquet(second.run_dir / "cases.parquet").status == "infra_error").all()
+
+
+@pytest.mark.parametrize("variable", ["OPENAI_BASE_URL", "OPENAI_API_BASE"])
+def test_an_endpoint_set_by_the_environment_is_part_of_the_cache_key(dataset, tmp_path, monkeypatch, variable):
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("OPENAI_API_BASE", raising=False)
+    cache = tmp_path / "cache.sqlite"
+
+    def run(url: str, out: str) -> pd.DataFrame:
+        monkeypatch.setenv(variable, url)
+        outcome = run_eval(RunConfig(datasets=[str(dataset)], providers=["openai/offline"], embedder="hash",
+                                     faults="none", out=tmp_path / out, progress=False, cache_dir=cache))
+        assert (pd.read_parquet(outcome.run_dir / "cases.parquet").status == "ok").all()
+        attempts = pd.read_parquet(outcome.run_dir / "attempts.parquet")
+        return attempts[attempts.site != "embed"]
+
+    with start_server() as a, start_server() as b:
+        assert not run(a.url, "a").cache_hit.any()
+        assert not run(b.url, "b").cache_hit.any()  # B is asked itself, never answered from A's replies
+        assert run(a.url, "a2").cache_hit.all()  # and A's own replies are still reused
+    with socket.socket() as free:  # a port nothing listens on: A's cached replies must not answer for it
+        free.bind(("127.0.0.1", 0))
+        monkeypatch.setenv(variable, f"http://127.0.0.1:{free.getsockname()[1]}/v1")
+    dead = run_eval(RunConfig(datasets=[str(dataset)], providers=["openai/offline"], embedder="hash", faults="none",
+                              out=tmp_path / "dead", progress=False, cache_dir=cache))
+    assert dead.units and dead.infra_error_units == dead.units
+
+
+def test_the_endpoint_is_the_explicit_one_else_the_environment_s_for_the_prefix(monkeypatch):
+    from evals.providers import endpoint
+
+    for name in ("OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    assert endpoint("openai/m") is None  # the provider's own default
+    monkeypatch.setenv("OPENAI_API_BASE", "http://127.0.0.1:1/v1")
+    assert endpoint("openai/m") == "http://127.0.0.1:1/v1"
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:2/v1")  # LiteLLM reads this one first for openai/
+    assert endpoint("openai/m") == "http://127.0.0.1:2/v1"
+    assert endpoint("openai/m", "http://127.0.0.1:3/v1") == "http://127.0.0.1:3/v1"
+    assert endpoint("anthropic/m") is None
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:4")
+    monkeypatch.setenv("ANTHROPIC_API_BASE", "http://127.0.0.1:5")  # and this one for anthropic/
+    assert endpoint("anthropic/m") == "http://127.0.0.1:5"
 
 
 def test_the_cache_key_covers_every_request_parameter_and_the_prompt_hash(tmp_path):
