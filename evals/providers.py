@@ -59,6 +59,14 @@ class ProviderConfig(BaseModel):
     def is_http(self) -> bool:
         return self.model not in ("offline", "oracle") and not self.model.startswith("oracle:")
 
+    def spec(self) -> dict[str, Any]:
+        """What this provider asks and how its replies are costed, as the manifest records and hashes it: the
+        model, the endpoint it calls (`endpoint`, so one set by the environment counts too) and the prices.
+        Never a key; transport settings (timeout, attempts, connections) stay out, as --concurrency does."""
+        spec = {"model": self.model, "api_base": endpoint(self.model, self.api_base) if self.is_http else None,
+                "input_price": self.input_price, "output_price": self.output_price}
+        return {k: v for k, v in spec.items() if v is not None}
+
 
 def endpoint(model: str, api_base: str | None = None) -> str | None:
     """The base URL an LM of `model` calls: `api_base` when given, else the one LiteLLM reads from the environment

@@ -292,6 +292,7 @@ def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], t
                         concurrency=config.concurrency,
                         units_in_flight=None if config.executor == "ray" else _units_in_flight(config),
                         max_connections={name: p.config.max_connections for name, p in factories.items()},
+                        provider_specs={name: p.config.spec() for name, p in factories.items()},
                         engine_version=__version__, prompt_hash=_prompt_hash(program),
                         program=str(config.program) if config.program is not None else None,
                         git_commit=commit, git_dirty=dirty, packages=package_versions())
@@ -365,8 +366,8 @@ def _run_dir(config: RunConfig, manifest: Manifest) -> Path:
         except RunDirError as exc:
             raise UsageError(f"--resume: {_first_line(exc)}") from None
         if old.manifest_hash != manifest.manifest_hash:
-            raise UsageError(f"--resume: {config.out} was run with different inputs (manifest hash "
-                             f"{old.manifest_hash} != {manifest.manifest_hash}); start a new run instead")
+            detail = _changed_providers(old, manifest) or f"manifest hash {old.manifest_hash} != {manifest.manifest_hash}"
+            raise UsageError(f"--resume: {config.out} was run with different inputs ({detail}); start a new run instead")
         try:
             _done_units(config.out)
         except (ValueError, OSError) as exc:  # a foreign or garbage record in the middle of units.jsonl
@@ -409,6 +410,22 @@ def _first_line(exc: BaseException) -> str:
         where = ".".join(str(p) for p in first["loc"])
         return f"{where + ': ' if where else ''}{first['msg']}"
     return (str(exc).splitlines() or [type(exc).__name__])[0]
+
+
+def _changed_providers(old: Manifest, new: Manifest) -> str:
+    """What a resumed run's providers changed, e.g. `provider x: model 'openai/a' -> 'openai/b'`; '' when the
+    old manifest has no specs (a run from before they were recorded) or none changed."""
+    changes = []
+    for name, spec in new.provider_specs.items():
+        before = old.provider_specs.get(name)
+        if before is None or before == spec:
+            continue
+        fields = [f"{k} {before.get(k)!r} -> {spec.get(k)!r}" for k in sorted({*before, *spec})
+                  if before.get(k) != spec.get(k)]
+        changes.append(f"provider {name}: {', '.join(fields)}")
+    if changes and old.model_copy(update={"provider_specs": new.provider_specs}).compute_hash() != new.manifest_hash:
+        changes.append("and other inputs")
+    return "; ".join(changes)
 
 
 def _done_units(run_dir: Path) -> dict[tuple[str, str, int], CaseRun]:

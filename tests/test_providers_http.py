@@ -150,3 +150,40 @@ def test_a_sweep_over_http_faults_the_wire_and_the_checker_finds_hymem_valid(dat
     logged = wire[wire.kind == "truncated_json"].wire_log.map(json.loads)
     assert all(len(entries) == 1 and entries[0]["kind"] == "truncated_json" for entries in logged)
     assert {"embed", "store.commit"} <= set(faults.site)  # the rest stays in-process
+
+
+def test_resume_refuses_a_provider_whose_model_endpoint_or_prices_changed(dataset, tmp_path, server, capsys,
+                                                                          monkeypatch):
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("OPENAI_API_BASE", raising=False)
+    providers, out = tmp_path / "providers.toml", tmp_path / "run"
+
+    def run(table: str, *args: str) -> int:
+        providers.write_text(f'[[provider]]\nname = "x"\n{table}', encoding="utf-8")
+        return main(["run", "--dataset", str(dataset), "--providers", str(providers), "--lm", "x", "--embedder",
+                     "hash", "--faults", "none", "--out", str(out), "--no-progress", "--no-cache", *args])
+
+    base = f'model = "openai/offline"\napi_base = "{server.url}"\n'
+    assert run(base) == 0
+    lines = (out / "units.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    (out / "units.jsonl").write_text(lines[0], encoding="utf-8")
+    capsys.readouterr()
+    for table, change in [
+        (base.replace("openai/offline", "openai/other"), "provider x: model 'openai/offline' -> 'openai/other'"),
+        (base.replace("127.0.0.1", "localhost"), f"provider x: api_base {server.url!r} -> "
+                                                  f"{server.url.replace('127.0.0.1', 'localhost')!r}"),
+        (base + "input_price = 5.0\n", "provider x: input_price None -> 5.0"),
+    ]:
+        assert run(table, "--resume") == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"different inputs ({change})" in err, err
+    # the endpoint an environment variable sets is the provider's too
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url.replace("127.0.0.1", "localhost"))
+    assert run('model = "openai/offline"\n', "--resume") == 2
+    assert f"api_base {server.url!r} -> " in capsys.readouterr().err
+    monkeypatch.delenv("OPENAI_BASE_URL")
+    # transport settings are not what is asked: a longer timeout resumes the same run
+    assert run(base + "timeout = 99\nmax_connections = 1\n", "--resume") == 0
+    attempts = pd.read_parquet(out / "attempts.parquet")
+    assert set(attempts[attempts.site != "embed"].model) == {"openai/offline"}
+    assert sorted(pd.read_parquet(out / "cases.parquet").case_id) == ["a", "b"]

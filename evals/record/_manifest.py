@@ -1,7 +1,8 @@
 """The run manifest: what was run, with what, so a result can be reproduced, resumed or compared.
 
 `manifest_hash` covers exactly what changes results (datasets, engine version, prompts, fault plan,
-seed, providers, embedder, epochs and sampling temperature); `--resume` refuses a run whose hash differs.
+seed, providers with each one's model, endpoint and prices, embedder, epochs and sampling temperature);
+`--resume` refuses a run whose hash differs.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class Manifest(BaseModel):
     case_hashes: dict[str, str] = Field(default_factory=dict)  # "dataset/case_id" -> its content hash (the gate)
     n_cases: int
     providers: list[str]  # provider specs as given (never keys)
+    provider_specs: dict[str, dict[str, Any]] = Field(default_factory=dict)  # name -> ProviderConfig.spec() (never keys)
     embedder: str
     faults: str  # fault plan
     seed: int
@@ -54,6 +56,11 @@ class Manifest(BaseModel):
             keys["epochs"] = self.epochs
         if self.temperature is not None:
             keys["temperature"] = self.temperature
+        # A provider its name fully describes (offline, oracle:...) adds nothing, so such runs keep the hash they
+        # had before specs were recorded; a named one's model, endpoint and prices are part of the run.
+        specs = {name: spec for name, spec in self.provider_specs.items() if spec != {"model": name}}
+        if specs:
+            keys["provider_specs"] = specs
         return hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()[:16]
 
 
