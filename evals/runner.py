@@ -297,7 +297,7 @@ def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], t
                         program=str(config.program) if config.program is not None else None,
                         git_commit=commit, git_dirty=dirty, packages=package_versions())
     manifest.manifest_hash = manifest.compute_hash()
-    run_dir = _run_dir(config, manifest)  # resume mismatches and unusable directories: before the model loads
+    run_dir = _run_dir(config, manifest, cases)  # resume mismatches and unusable directories: before the model loads
     manifest.run_id = run_dir.name
     try:
         manifest.matcher_spec = make_matcher_spec(config.matcher)
@@ -352,9 +352,10 @@ def open_matcher(manifest: Manifest, run_dir: Path, cache_dir: Path | None = Non
     return matcher
 
 
-def _run_dir(config: RunConfig, manifest: Manifest) -> Path:
-    """The run directory, checked before any work: a resumed run must be this run, with readable records;
-    a new run needs an empty (or new) directory it can write to. Never another run's or a user's files."""
+def _run_dir(config: RunConfig, manifest: Manifest, cases: list[Case]) -> Path:
+    """The run directory, checked before any work: a resumed run must be this run, with readable records of
+    its own units; a new run needs an empty (or new) directory it can write to. Never another run's or a user's
+    files."""
     if config.resume:
         if config.out is None:
             raise UsageError("--resume needs --out DIR of the run to continue")
@@ -369,7 +370,7 @@ def _run_dir(config: RunConfig, manifest: Manifest) -> Path:
             detail = _changed_providers(old, manifest) or f"manifest hash {old.manifest_hash} != {manifest.manifest_hash}"
             raise UsageError(f"--resume: {config.out} was run with different inputs ({detail}); start a new run instead")
         try:
-            _done_units(config.out)
+            _done_units(config.out, _planned(manifest, cases, config.epochs))
         except (ValueError, OSError) as exc:  # a foreign or garbage record in the middle of units.jsonl
             raise UsageError(f"--resume: {config.out / 'units.jsonl'}: {_first_line(exc)}") from None
         _check_writable(config.out, "--out")
@@ -428,8 +429,15 @@ def _changed_providers(old: Manifest, new: Manifest) -> str:
     return "; ".join(changes)
 
 
-def _done_units(run_dir: Path) -> dict[tuple[str, str, int], CaseRun]:
-    return {(r.provider, r.case_id, r.epoch): r for r in read_units(run_dir)} if (run_dir / UNITS_FILE).exists() else {}
+def _planned(manifest: Manifest, cases: list[Case], epochs: int) -> set[tuple[str, str, int]]:
+    """Every (provider, case_id, epoch) unit of the run: a record of any other unit is not this run's."""
+    return {(label, case.id, epoch) for label in manifest.providers for case in cases for epoch in range(epochs)}
+
+
+def _done_units(run_dir: Path, planned: set[tuple[str, str, int]] | None = None) -> dict[tuple[str, str, int], CaseRun]:
+    if not (run_dir / UNITS_FILE).exists():
+        return {}
+    return {(r.provider, r.case_id, r.epoch): r for r in read_units(run_dir, planned)}
 
 
 def sampling_seed(config: RunConfig, epoch: int) -> int | None:

@@ -199,6 +199,16 @@ def test_resume_with_a_foreign_or_garbage_middle_line_is_one_line_and_exit_2(dat
     _one_line_error(capsys, code, 2, "units.jsonl:2: not a CaseRun record")
 
 
+@pytest.mark.parametrize("change", [{"case_id": "not-in-this-run"}, {"provider": "another"}, {"epoch": 1}])
+def test_resume_refuses_a_record_of_a_unit_the_run_does_not_plan(dataset, finished, capsys, no_model_load, change):
+    units = finished / "units.jsonl"
+    lines = units.read_text(encoding="utf-8").splitlines()
+    units.write_text("\n".join([*lines, json.dumps({**json.loads(lines[0]), **change})]) + "\n", encoding="utf-8")
+    code = main(_run("--dataset", str(dataset), "--faults", "none", "--out", str(finished), "--resume", "--concurrency", "1"))
+    _one_line_error(capsys, code, 2, f"units.jsonl:{len(lines) + 1}: unit", "is not one of this run's")
+    assert not (finished / "cases.parquet").read_bytes().count(b"not-in-this-run")
+
+
 def test_resume_skips_a_record_torn_inside_a_multibyte_character(dataset, finished, capsys):
     units = finished / "units.jsonl"
     data = units.read_bytes()

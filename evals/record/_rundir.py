@@ -11,7 +11,7 @@ import json
 import os
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -107,12 +107,13 @@ def parse_unit(line: str, where: str = UNITS_FILE) -> CaseRun:
     return CaseRun.model_validate(migrate(from_json(line), UNIT_MIGRATIONS, where))
 
 
-def read_units(run_dir: Path) -> list[CaseRun]:
+def read_units(run_dir: Path, planned: Collection[tuple[str, str, int]] | None = None) -> list[CaseRun]:
     """The units of a run, last record per (provider, case_id, epoch).
 
     A record cut short by a crash (the last line, or a line a resumed run started after) is
     skipped: its unit never finished and is redone. Any other bad line raises RunDirError with
-    its line number.
+    its line number, and so does, given the run's `planned` units, a record of a unit not among them
+    (a resumed run must not report a case it does not hold).
     """
     # errors="replace": a record torn inside a multi-byte character is still just a torn record
     lines = (Path(run_dir) / UNITS_FILE).read_bytes().decode("utf-8", errors="replace").splitlines()
@@ -131,7 +132,11 @@ def read_units(run_dir: Path) -> list[CaseRun]:
             if lineno == len(lines) or "EOF while parsing" in str(exc):
                 continue
             raise RunDirError(f"{where}: not a CaseRun record: {exc}") from exc
-        runs[(run.provider, run.case_id, run.epoch)] = run
+        unit = (run.provider, run.case_id, run.epoch)
+        if planned is not None and unit not in planned:
+            raise RunDirError(f"{where}: unit (provider {run.provider!r}, case {run.case_id!r}, epoch {run.epoch}) "
+                              "is not one of this run's")
+        runs[unit] = run
     return list(runs.values())
 
 
