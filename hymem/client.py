@@ -441,12 +441,12 @@ def _named_subjects(facts: list[NewFact], msgs: list[ChatMessage]) -> list[NewFa
 
 
 def _opens_with(text: str, name: str) -> bool:
-    """The text opens with the whole name: not a longer word or name (Al-Jazeera, Mark-ups) or, for a
-    one-character Chinese name, any name it could begin (张 / 张伟)."""
+    """The text opens with the whole name, or its possessive ("Helen's name is Helen."): not a longer word or
+    name (Al-Jazeera, Mark-ups) or, for a one-character Chinese name, any name it could begin (张 / 张伟)."""
     if not text.startswith(name):
         return False
     rest = text[len(name):]
-    if re.match(r"[\w'’-]", rest) is None:
+    if re.match(r"[\w'’-]", rest) is None or re.match(r"['’]s\s", rest):
         return True
     return len(name) >= 2 and re.match(r"[\u3400-\u9fff]", name[-1]) is not None and re.match(r"[\u3400-\u9fff]", rest) is not None
 

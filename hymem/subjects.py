@@ -98,8 +98,8 @@ _ZH_BARE_RELATION = re.compile(rf"^(?:我的?)?(?:(?:大|小|亲|好|老))?({_ZH
                                rf"(?:({_ZH_PERSON})(?=是|在|住|喜欢|有|叫|做|今年|已|每|会|正|要|想|不|没|刚|，|,))?"
                                r"(?=是|在|住|喜欢|有|叫|做|今年|已|每|会|正|要|想|不|没|刚|很|最|一直|经常|的|，|,)")
 _EN_NAME = re.compile(rf"^({_LATIN}(?:\s+{_LATIN})*)(?:'s\s+(?i:({_EN_RELATIONS}))\b|'s)?(?=[\s,.;:!?\u4e00-\u9fff]|$)")
-_ZH_NAME = re.compile(rf"^({_ZH_PERSON})"
-                      r"(?=是|在|住|喜欢|有|的|叫|做|从|也|已|养|每|会|正|要|想|和|不|没|刚|，|,)")
+_ZH_NAME = re.compile(rf"^({_ZH_PERSON})"  # an adverb after the name is not part of it (阿芳还在抽: 阿芳)
+                      r"(?=是|在|住|喜欢|有|的|叫|做|从|也|已|养|每|会|正|要|想|和|不|没|刚|还|都|又|就|才|曾|仍|一直|经常|，|,)")
 _OTHER_NAME = re.compile(r"^([^\W\d_\u3040-\u30ff\u3400-\u9fff][^\s,，.。:：\u3400-\u9fff]{0,23})(?=\s|[是在住喜有的])")  # 김민수 / Олег / Lucas是
 _RELATION_APPOSITION = re.compile(r"^[,，]\s*(?:the\s+)?(?:user's|用户的|当前用户的)\s*[^,，]{1,30}[,，]\s*",
                                   re.IGNORECASE)

@@ -50,7 +50,7 @@ from hymem.testing import ScriptedLM
     # a label opens a mem0-style memory; a past verb with a capitalised object is no first name and surname
     ("Favourite movies are Inception and Interstellar", None), ("Birthday is March 3", None),
     ("Visited Paris in 2019", None), ("Joined Google in 2020", None), ("Cooks Italian food often", None),
-    ("Mohammed runs a shop", "Mohammed"), ("Reed Hastings founded Netflix", "Reed Hastings"), ("Ted likes jazz", "Ted"),
+    ("阿芳还在抽。", "阿芳"), ("小李都在家", "小李"), ("Mohammed runs a shop", "Mohammed"), ("Reed Hastings founded Netflix", "Reed Hastings"), ("Ted likes jazz", "Ted"),
     # a relative's name opens like any Chinese name; a time word after the relation is no name
     ("用户的奶奶以前是裁缝。", "用户的奶奶"), ("用户的母亲因病住院了。", "用户的母亲"), ("弟弟的职业是律师", "用户的弟弟"), ("Mother's name is Ann", "the user's mother"),
     ("用户的朋友李雷是医生", "李雷"),

@@ -610,3 +610,14 @@ def test_a_profile_value_only_another_speakers_words_support_is_not_the_users(tm
         assert client.profile("tim") == {}
         client.add([{"role": "user", "content": "I am a nurse in Berlin too."}, TIM_JOHN[1]], user_id="tim")
         assert client.profile("tim") == ({"occupation": value} if value != "john " else {})
+
+
+@pytest.mark.parametrize(("speaker", "said", "text"), [
+    ("Helen", "My name is Helen.", "Helen's name is Helen."), ("阿芳", "我还在抽烟。", "阿芳还在抽。"),
+    ("王芳", "你睡前泡泡脚吧。", "王芳建议用户睡前泡脚。")])
+def test_a_speakers_fact_labelled_the_users_is_filed_under_the_speaker(tmp_path, speaker, said, text):
+    lm = ScriptedLM([extract_reply([(text, "user", "user")]), ops_reply({"op": "ADD", "fact": 0})])
+    with HyMemoryClient(path=tmp_path / "s", lm=lm, embedder="hash") as client:
+        assert client.add([{"role": "user", "content": "hi"}, {"role": "assistant", "name": speaker, "content": said}],
+                          user_id="tim").success
+        assert [(m.text, m.subject) for m in client.get_all("tim")] == [(text, speaker)]
