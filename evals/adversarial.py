@@ -67,10 +67,16 @@ def reconcile_reply(kind: str, prompt: str, reply: str) -> tuple[str, dict[str, 
     decoded = _json(reply)
     if not isinstance(facts, list) or not isinstance(existing, list) or not isinstance(decoded, dict):
         return None
-    pair = next(((f, c) for f in facts for c in existing
-                 if subject_class(f.get("subject")) != subject_class(c.get("subject"))), None)
-    if pair is None:
+    pairs = [(f, c) for f in facts for c in existing
+             if isinstance(f, dict) and isinstance(c, dict)
+             and subject_class(f.get("subject")) != subject_class(c.get("subject"))]
+    if not pairs:
         return None
+    # Two different people, neither the user, when the prompt offers them (Kate's fact and John's memory, "the
+    # user's sister" and "the user's mother"): a guard that only tells the user from everyone else, or that
+    # compares subjects loosely, lets that merge through although it refuses every user-vs-named one.
+    pair = next((p for p in pairs if "user" not in (subject_class(p[0].get("subject")),
+                                                     subject_class(p[1].get("subject")))), pairs[0])
     fact, target = pair
     op = kind.removeprefix("cross_subject_").upper()
     ops = [o for o in decoded.get("ops") or [] if isinstance(o, dict) and o.get("id") != target["id"]
@@ -118,7 +124,7 @@ def extract_reply(kind: str, prompt: str, reply: str) -> tuple[str, dict[str, An
         speaker = by_class[subject_class(fact.get("subject"))]
         facts = [*facts[:index], {**fact, "subject": "user", "owner": "user"}, *facts[index + 1:]]
         return json.dumps({**decoded, "facts": facts}, ensure_ascii=False), {"text": fact.get("text"),
-                                                                                "speaker": speaker}
+                                                                                "speaker": speaker, "owner": "user"}
     user_text = "\n".join(users).casefold()
     user = _user_name(prompt)
     for speaker, lines in named.items():
@@ -178,10 +184,18 @@ def adversarial_anomalies(kind: str, injected: dict[str, Any], user_id: str, bef
                           f"{injected['fact_subject']} ({injected['fact_text']!r}) was applied: the memory is {now}"))
     elif kind == "third_party_as_user":
         for row in memories.values():
-            if row.get("text") == injected["text"] and row.get("superseded_by") is None and \
-                    row.get("deleted_at") is None and subject_class(row.get("subject")) == "user":
+            if row.get("text") != injected["text"] or row.get("superseded_by") is not None or \
+                    row.get("deleted_at") is not None:
+                continue
+            if subject_class(row.get("subject")) == "user":
                 found.append((AnomalyKind.THIRD_PARTY_AS_USER, f"{injected['speaker']}'s fact {injected['text']!r} was stored "
                                                      f"as memory {row['id']} with subject {row.get('subject')!r}"))
+            elif row.get("owner") != injected.get("owner", "user"):
+                # re-filed under the speaker, but not as the reply gave it: a named human is never owner "agent"
+                found.append((AnomalyKind.THIRD_PARTY_AS_USER, f"{injected['speaker']}'s fact {injected['text']!r} was "
+                                                     f"re-filed as memory {row['id']} (subject {row.get('subject')!r}) "
+                                                     f"with owner {row.get('owner')!r}, not the reply's "
+                                                     f"{injected.get('owner', 'user')!r}"))
     else:
         def profile_of(state: Any) -> str:
             rows = [r for r in state.tables.get("profiles", []) if r.get("user_id") == user_id]

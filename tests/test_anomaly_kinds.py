@@ -272,6 +272,95 @@ def test_third_party_as_user_when_named_subjects_are_not_enforced(monkeypatch):
     assert found[0][2].endswith("with subject 'user'")
 
 
+def test_third_party_as_user_when_a_refiled_fact_is_made_the_agents(monkeypatch):
+    real = client_module._named_subjects
+
+    def refile(facts, msgs):  # the bug: a fact re-filed under a named speaker also becomes owner "agent"
+        before = {id(f): f.subject for f in facts}
+        out = real(facts, msgs)
+        for fact in out:
+            if fact.subject != before[id(fact)]:
+                fact.owner = "agent"
+        return out
+
+    monkeypatch.setattr(client_module, "_named_subjects", refile)
+    found = witnesses(replay(JOHN), AnomalyKind.THIRD_PARTY_AS_USER)
+    assert [(site, kind) for site, kind, _ in found] == [("lm.extract", "third_party_as_user")]
+    assert found[0][2].startswith("John's fact 'John lives in Berlin.' was re-filed as memory ")
+    assert found[0][2].endswith("(subject 'John') with owner 'agent', not the reply's 'user'")
+
+
+# Two named people besides the user: Kate speaks, John and the user each have a seeded memory. The adversary
+# must pick the named-vs-named pair (Kate's fact against John's memory), which a guard that only tells the
+# user from everyone else lets through.
+KATE = Case.model_validate({
+    "id": "kate", "lang": "en", "user_id": "u", "tags": [],
+    "memories": [{"text": "The user lives in Paris.", "subject": "user", "owner": "user"},
+                 {"text": "John lives in Rome.", "subject": "John", "owner": "user"}],
+    "turns": [[{"role": "user", "content": "Where do you live now, Kate?"},
+               {"role": "assistant", "name": "Kate", "content": "I moved to Berlin."}]],
+    "expect": {"facts": [{"text": "Kate lives in Berlin.", "subject": "Kate", "owner": "user"}]},
+})
+
+
+def test_cross_subject_merge_applied_when_the_update_guard_compares_subject_classes(monkeypatch):
+    import hymem.reconciler as reconciler_module
+    from hymem.subjects import subject_class
+
+    monkeypatch.setattr(reconciler_module, "same_subject", lambda a, b: subject_class(a) == subject_class(b))
+    found = witnesses(replay(KATE), AnomalyKind.CROSS_SUBJECT_MERGE_APPLIED)
+    assert ("lm.reconcile", "cross_subject_update",
+            "UPDATE of memory 2 ('John lives in Rome.', subject John) by a fact about Kate ('Kate lives in "
+            "Berlin.') was applied: the memory is now 'Kate lives in Berlin.' (Kate)") in found
+
+
+def test_cross_subject_merge_applied_when_same_subject_compares_first_words(monkeypatch):
+    import hymem.reconciler as reconciler_module
+    from hymem.subjects import canonical_subject
+
+    monkeypatch.setattr(reconciler_module, "same_subject",
+                        lambda a, b: canonical_subject(a).split(" ")[0] == canonical_subject(b).split(" ")[0])
+    relatives = Case.model_validate({
+        "id": "kin", "lang": "en", "user_id": "u", "tags": [],
+        "memories": [{"text": "The user's mother lives in Paris.", "subject": "The user's mother", "owner": "user"}],
+        "turns": [[{"role": "user", "content": "My sister lives in Berlin."}]],
+        "expect": {"facts": [{"text": "The user's sister lives in Berlin.", "subject": "The user's sister",
+                              "owner": "user"}]},
+    })
+    found = witnesses(replay(relatives), AnomalyKind.CROSS_SUBJECT_MERGE_APPLIED)
+    assert {kind for _, kind, _ in found} >= {"cross_subject_update", "cross_subject_supersede"}
+    assert all("The user's mother lives in Paris." in w for _, _, w in found)
+
+
+def test_reconcile_candidates_wrong_when_retrieval_drops_one(monkeypatch):
+    import hymem.store._store as store_mod
+
+    real = store_mod.Store.search
+    monkeypatch.setattr(store_mod.Store, "search", lambda self, user_id, vector, k=5, kind=None:
+                        real(self, user_id, vector, k=max(1, k - 1), kind=kind))
+    six = Case.model_validate({
+        "id": "six", "lang": "en", "user_id": "u", "tags": [],
+        "memories": [{"text": t, "subject": "user", "owner": "user"} for t in (
+            "The user lives in Paris.", "The user works at IBM.", "The user likes coffee.", "The user has a dog.",
+            "The user plays tennis.", "The user speaks French.")],
+        "turns": [[{"role": "user", "content": "I moved to Berlin."}]],
+        "expect": {"facts": [{"text": "The user lives in Berlin.", "subject": "user", "owner": "user"}]},
+    })
+    run = CaseReplayer(six, "planted", "offline", lambda c: offline_lm(), HashEmbedder(), FaultPlan.parse("none"),
+                       seed=0).run()
+    found = findings(run, AnomalyKind.RECONCILE_CANDIDATES_WRONG)
+    assert [(check, write) for check, write, _ in found] == [("prompt", 1)]
+    assert found[0][2] == ("write 1, call 2 (lm.reconcile): 4 existing fact memories shown for 1 new fact(s), "
+                           "expected 5 (6 live, 5 candidates per fact)")
+
+
+def test_the_kate_and_six_memory_cases_are_clean_on_a_correct_engine():
+    run = replay(KATE)
+    assert [a for f in run.faults for a in f.anomalies] == [] and run.findings == []
+    injected = {f.kind: f.injected.get("target_text") for f in run.faults if f.site == "lm.reconcile" and f.injected}
+    assert set(injected.values()) == {"John lives in Rome."}  # the named-vs-named pair, not the user's memory
+
+
 def test_the_john_case_is_clean_on_a_correct_engine():
     run = replay(JOHN)
     assert [a for f in run.faults for a in f.anomalies] == [] and run.findings == []
