@@ -263,5 +263,54 @@ def check_prompts(raw_messages: list[dict[str, Any]], prompts: list[dict[str, st
     return list(dict.fromkeys(found))
 
 
-__all__ = ["NAME_LINE", "Said", "check_conversation", "check_prompts", "conversation_of", "label_of",
-           "languages", "read_messages", "user_name"]
+def _section_json(text: str, name: str, until: str) -> Any:
+    head = f"[[ ## {name} ## ]]\n"
+    start = text.find(head)
+    if start < 0:
+        return None
+    body = text[start + len(head):]
+    end = body.find(until)
+    try:
+        return json.loads(body[:end] if end >= 0 else body)
+    except ValueError:
+        return None
+
+
+def check_candidates(prompts: list[dict[str, str]], proposed: list[dict[str, Any]], live: list[dict[str, Any]],
+                     k: int, where: str) -> list[Witnessed]:
+    """The reconcile prompt's existing memories are the retrieval the engine promises: for each kind among the
+    new facts (n of them), between min(k, L) and min(n*k, L) of the user's L live memories of that kind, each one
+    live and of a kind some new fact has. For a one-fact write that is exactly min(k, L), so a retrieval that
+    drops or adds a candidate is seen whatever the memories say. `live` is the user's live memories before the
+    write, `proposed` the write's proposed facts (their kinds), `k` the candidates per fact the harness set."""
+    found: list[Witnessed] = []
+    for number, prompt in enumerate(prompts):
+        if prompt.get("site") != "lm.reconcile":
+            continue
+        text = prompt.get("text", "")
+        facts = _section_json(text, "new_facts", "\n\n[[ ## existing ## ]]")
+        existing = _section_json(text, "existing", "\n\nRespond with")
+        if not isinstance(facts, list) or not isinstance(existing, list) or len(facts) != len(proposed):
+            continue
+        call = f"{where}, call {number + 1} (lm.reconcile)"
+        kinds = [str(f.get("kind") or "fact") for f in proposed]
+        by_id = {m.get("id"): str(m.get("kind") or "fact") for m in live}
+        shown = [e.get("id") if isinstance(e, dict) else None for e in existing]
+        strays = [i for i in shown if by_id.get(i) not in kinds]
+        if strays:
+            found.append((AnomalyKind.RECONCILE_CANDIDATES_WRONG, f"{call}: existing memories {strays} are not live "
+                                                                  f"memories of the user of a new fact's kind"))
+        for kind in sorted(set(kinds)):
+            n, total = kinds.count(kind), sum(1 for v in by_id.values() if v == kind)
+            count = sum(1 for i in shown if by_id.get(i) == kind)
+            low, high = min(k, total), min(n * k, total)
+            if not low <= count <= high:
+                want = f"{low}" if low == high else f"{low} to {high}"
+                found.append((AnomalyKind.RECONCILE_CANDIDATES_WRONG,
+                              f"{call}: {count} existing {kind} memories shown for {n} new {kind}(s), expected {want} "
+                              f"({total} live, {k} candidates per fact)"))
+    return found
+
+
+__all__ = ["NAME_LINE", "Said", "check_candidates", "check_conversation", "check_prompts", "conversation_of",
+           "label_of", "languages", "read_messages", "user_name"]

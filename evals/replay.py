@@ -19,7 +19,7 @@ from evals.adversarial import ADVERSARIAL_KINDS, adversarial_anomalies
 from evals.checker import StoreState, check_faulted_write, closed_store_anomalies
 from evals.dataset import Case
 from evals.faults import Fault, FaultPlan
-from evals.prompt_contract import Said, check_prompts, read_messages, user_name
+from evals.prompt_contract import Said, check_candidates, check_prompts, read_messages, user_name
 from evals.record import Anomaly, AnomalyKind, CaseRun, Codes, FaultRecord, Finding, Witnessed, WriteRecord
 from evals.scratch import scratch_dir
 from evals.systems.base import (
@@ -233,6 +233,8 @@ class CaseReplayer:
         self.log.context = {"write": index, "unit": "control"}
         t0 = time.perf_counter()
         rid = f"{self.case.id}/w{index}"
+        k = getattr(self.system, "candidates_per_fact", None)  # set by the harness; None: no reconcile prompt to check
+        live = self.system.memories(self.case.user_id) if k is not None else []
         try:
             outcome = engine_call(self.system.write, path, payload, self.case.user_id, rid, control=True)
         except EngineRaised as exc:
@@ -246,6 +248,10 @@ class CaseReplayer:
                              reached=outcome.reached, seconds=time.perf_counter() - t0)
         findings += [Finding(kind=kind, check="prompt", write=index, path=path, witness=witness)
                      for kind, witness in prompt_findings(path, payload, outcome, f"write {index}")]
+        if k is not None and outcome.success and not outcome.duplicate:
+            findings += [Finding(kind=kind, check="prompt", write=index, path=path, witness=witness)
+                         for kind, witness in check_candidates(outcome.prompts, outcome.proposed_facts, live, k,
+                                                               f"write {index}")]
         if not outcome.success:
             if self._provider_failed(index) or self._is_http:
                 raise RuntimeError(f"fault-free write {index} ({path}) failed: {outcome.message}")

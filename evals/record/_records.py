@@ -48,6 +48,7 @@ class AnomalyKind(StrEnum):
     CROSS_SUBJECT_MERGE_APPLIED = "CROSS_SUBJECT_MERGE_APPLIED"  # an UPDATE/SUPERSEDE/DELETE across subjects applied
     THIRD_PARTY_AS_USER = "THIRD_PARTY_AS_USER"  # a named human's fact stored under the user
     PROFILE_FROM_THIRD_PARTY = "PROFILE_FROM_THIRD_PARTY"  # the user's L0 profile took a named human's name or words
+    RECONCILE_CANDIDATES_WRONG = "RECONCILE_CANDIDATES_WRONG"  # the reconcile prompt's candidates are not the top-k retrieval
 
 
 # Which anomaly kinds break each property of a faulted write.

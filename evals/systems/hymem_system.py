@@ -87,6 +87,9 @@ class HymemSystem:
     """
 
     name = "hymem"
+    # Candidates per new fact the harness sets; the replayer checks each reconcile prompt shows that retrieval
+    # (`evals.prompt_contract.check_candidates`).
+    candidates_per_fact = 5
 
     def __init__(self, case: Any, lm_factory: Any, embedder: Any, plan: FaultPlan, program: Any = None, *,
                  accounting: Any = None, cache: Any = None, log: Any = None, epoch: int = 0):
@@ -133,6 +136,7 @@ class HymemSystem:
         self.client = HyMemoryClient(path=store, lm=PromptTap.wrap(lm, self._prompts),
                                      embedder=FaultyEmbedder(self.embedder, self.injector, self.log),
                                      reconcile_enabled=True, program=self.program,
+                                     candidates_per_fact=self.candidates_per_fact,
                                      synchronous="NORMAL")  # scratch stores: a kill -9 still leaves all-or-nothing
         self._dim = self._client.dim
 
