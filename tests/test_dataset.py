@@ -356,3 +356,27 @@ def test_dataset_hash_changes_when_a_case_changes(tmp_path: Path) -> None:
     assert dataset_hash(load_cases([str(path)])) != before
     _write(path, _good("b"), _good("a"))
     assert dataset_hash(load_cases([str(path)])) != before  # order is part of the dataset
+
+
+def test_a_message_of_exactly_max_message_chars_is_bundled_and_loads_even_if_the_engine_refuses_it(monkeypatch):
+    import hymem.client as client_module
+    import hymem.messages as messages_module
+    from evals.faults import FaultPlan
+    from evals.replay import CaseReplayer
+    from hymem import HashEmbedder
+    from hymem.offline import offline_lm
+    from hymem.validation import DEFAULT_MAX_MESSAGE_CHARS
+
+    real = messages_module.normalize_messages
+
+    def off_by_one(messages, *, max_message_chars=None, max_write_chars=None):  # the bug: `size >= limit`
+        return real(messages, max_message_chars=None if max_message_chars is None else max_message_chars - 1,
+                    max_write_chars=max_write_chars)
+
+    monkeypatch.setattr(messages_module, "normalize_messages", off_by_one)
+    monkeypatch.setattr(client_module, "normalize_messages", off_by_one)
+    case = next(c for c in load_cases([str(bundled_dataset_dir())]) if c.id == "en-075-message-at-the-limit")
+    assert len(case.turns[0][0]["content"]) == DEFAULT_MAX_MESSAGE_CHARS  # loads: the loader counts sizes itself
+    run = CaseReplayer(case, "planted", "offline", lambda c: offline_lm(), HashEmbedder(), FaultPlan.parse("none"),
+                       seed=0).run()
+    assert run.status == "infra_error" and "max_message_chars" in (run.error or "")  # what the gate's rule sees
