@@ -23,13 +23,16 @@ EMBED_SITE = "embed"
 STORE_SITES = ("store.commit", "store.faiss")
 SITES = (*LM_SITES, EMBED_SITE, *STORE_SITES)
 
-LM_KINDS = ("unavailable", "timeout", "rate_limit", "empty_body", "empty_content", "garbage",
+LM_KINDS = ("unavailable", "timeout", "rate_limit", "empty_body", "non_json_200", "empty_content", "garbage",
             "truncated_json", "wrong_schema")
-RECONCILE_KINDS = (*LM_KINDS, "unknown_id", *RECONCILE_ADVERSARIAL)
-EXTRACT_KINDS = (*LM_KINDS, *EXTRACT_ADVERSARIAL)
+# A reply object whose list field is null (`{"ops": null}`, `{"facts": null, ...}`): a broken reply, never "no
+# changes" or "nothing to remember" (only a literal [] is; spec reconcile-failure.md).
+RECONCILE_KINDS = (*LM_KINDS, "unknown_id", "null_ops", *RECONCILE_ADVERSARIAL)
+EXTRACT_WORKING_KINDS = (*LM_KINDS, "null_facts")
+EXTRACT_KINDS = (*EXTRACT_WORKING_KINDS, *EXTRACT_ADVERSARIAL)
 EMBED_KINDS = ("embed_error", "embed_nan", "embed_wrong_dim")
 STORE_KINDS = ("store_error",)
-KINDS = (*RECONCILE_KINDS, *EXTRACT_ADVERSARIAL, *EMBED_KINDS, *STORE_KINDS)
+KINDS = (*RECONCILE_KINDS, "null_facts", *EXTRACT_ADVERSARIAL, *EMBED_KINDS, *STORE_KINDS)
 
 
 # Faults on the wire (HTTP providers, through `evals.proxy`), and the failure class each one is.
@@ -52,8 +55,8 @@ def kinds_for(site: str) -> tuple[str, ...]:
         return RECONCILE_KINDS
     if site == "lm.extract":
         return EXTRACT_KINDS
-    if site in LM_SITES:
-        return LM_KINDS
+    if site == "lm.extract_working":
+        return EXTRACT_WORKING_KINDS
     if site == EMBED_SITE:
         return EMBED_KINDS
     if site in STORE_SITES:
@@ -72,8 +75,9 @@ class Expected(BaseModel):
 
 
 _LM_CLASS: dict[str, str] = {"unavailable": "unavailable", "timeout": "unavailable", "rate_limit": "unavailable",
-             "empty_body": "empty", "empty_content": "empty", "garbage": "parse", "truncated_json": "parse",
-             "wrong_schema": "parse", "unknown_id": "parse"}
+             "empty_body": "empty", "non_json_200": "parse", "empty_content": "empty", "garbage": "parse",
+             "truncated_json": "parse", "wrong_schema": "parse", "unknown_id": "parse", "null_ops": "parse",
+             "null_facts": "parse"}
 _EXTRACT_CODE = {"unavailable": "LLM_ERROR", "empty": "EMPTY_RESPONSE", "parse": "JSON_PARSE_FAILED"}
 _RECONCILE_CODE = {"unavailable": "LLM_UNAVAILABLE", "empty": "EMPTY_RESPONSE", "parse": "JSON_PARSE_FAILED"}
 

@@ -90,6 +90,13 @@ def call_site() -> str:
     return site
 
 
+# `null_facts` / `null_ops`: the site's list field null, every other field well-formed.
+_NULL_LIST = {
+    "lm.extract": {"facts": None, "profile": {}},
+    "lm.extract_working": {"experiences": [], "facts": None},
+    "lm.reconcile": {"ops": None},
+}
+
 _WRONG_SCHEMA = {
     "lm.extract": {"facts": [{"text": "The user said something.", "subject": "user", "owner": "somebody"}],
                    "profile": {}},
@@ -132,6 +139,8 @@ class FaultyEngine:
             raise lm15.TimeoutError("read timed out (injected, raised in-process)")
         if kind == "empty_body":
             raise empty_body_error()
+        if kind == "non_json_200":
+            raise non_json_body_error()
         if kind == "empty_content":
             return text_response("")
         if kind == "garbage":
@@ -141,9 +150,29 @@ class FaultyEngine:
             return text_response(truncate_json(text))
         if kind == "wrong_schema":
             return text_response(json.dumps(_WRONG_SCHEMA[site]))
+        if kind in ("null_ops", "null_facts"):
+            return text_response(json.dumps(_NULL_LIST[site]))
         if kind == "unknown_id":
             return text_response(json.dumps({"ops": [{"op": "UPDATE", "fact": 0, "id": 987654321}]}))
         raise ValueError(f"fault {kind!r} cannot be injected at {site}")
+
+
+NON_JSON_BODY = b"<html><head><title>502 Bad Gateway</title></head><body>Bad gateway</body></html>"
+
+
+def non_json_body_error() -> Exception:
+    """The error DSPy's default engine raises for an HTTP 200 whose body is not JSON (a gateway's HTML error page),
+    built by the vendored lm15 HTTP response itself, as `hymem.llm.empty_body_error` builds the empty one."""
+    try:
+        from dspy._vendor.lm15.providers.base import HttpResponse
+    except ImportError:  # pragma: no cover - layout of a future dspy
+        return lm15.ProviderError(f"the reply (HTTP 200, text/html, {len(NON_JSON_BODY)} bytes) is not JSON: "
+                                  "Expecting value: line 1 column 1 (char 0)", status=200)
+    try:
+        HttpResponse(status=200, reason="OK", headers=[("content-type", "text/html")], body=NON_JSON_BODY).json()
+    except lm15.ProviderError as exc:
+        return exc
+    raise AssertionError("lm15 parsed an HTML body as JSON")
 
 
 def _prompt_text(request: Any) -> str:

@@ -136,6 +136,72 @@ def test_degraded_success_when_a_failed_reconcile_adds_everything(monkeypatch):
     assert all(w.startswith("success=true under a fault that must fail; ops=") for _, _, w in found)
 
 
+def test_degraded_success_when_a_null_list_field_is_read_as_no_changes(monkeypatch):
+    # The bug (tests/mutants/30): the strict adapter takes `{"ops": null}` / `{"facts": null}` for [] ("some
+    # models say null for nothing"), so a broken reply becomes a successful "no changes" / "nothing to remember".
+    import hymem.llm as llm_module
+
+    real = llm_module.StrictJSONAdapter.parse
+
+    def lenient(self, signature, completion):
+        for field in ("ops", "facts"):
+            completion = completion.replace(f'"{field}": null', f'"{field}": []')
+        return real(self, signature, completion)
+
+    monkeypatch.setattr(llm_module.StrictJSONAdapter, "parse", lenient)
+    found = witnesses(replay(), AnomalyKind.DEGRADED_SUCCESS)
+    assert {(site, kind) for site, kind, _ in found} == {("lm.reconcile", "null_ops"), ("lm.extract", "null_facts")}
+    assert all(w.startswith("success=true under a fault that must fail") for _, _, w in found)
+
+
+def test_wrong_error_code_when_a_non_json_200_body_is_called_empty(monkeypatch):
+    # The bug (tests/mutants/31): classify_failure calls every HTTP-200 provider error "empty", so a gateway's HTML
+    # page behind a 200 returns EMPTY_RESPONSE instead of JSON_PARSE_FAILED. In-process kind non_json_200.
+    import hymem.chain as chain_module
+    from dspy.utils.exceptions import LMProviderError
+
+    real = chain_module.classify_failure
+    monkeypatch.setattr(chain_module, "classify_failure", lambda exc: "empty" if isinstance(exc, LMProviderError)
+                        and getattr(exc, "status", None) == 200 else real(exc))
+    found = witnesses(replay(), AnomalyKind.WRONG_ERROR_CODE)
+    assert {(site, kind) for site, kind, _ in found} == {("lm.extract", "non_json_200"),
+                                                         ("lm.reconcile", "non_json_200")}
+    assert all("EMPTY_RESPONSE" in w for _, _, w in found)
+
+
+def test_null_list_and_non_json_200_faults_expect_a_parse_failure():
+    from evals.faults import expected_outcome, kinds_for
+
+    assert "null_ops" in kinds_for("lm.reconcile") and "null_ops" not in kinds_for("lm.extract")
+    assert "null_facts" in kinds_for("lm.extract") and "null_facts" in kinds_for("lm.extract_working")
+    for site in ("lm.extract", "lm.extract_working", "lm.reconcile"):
+        assert "non_json_200" in kinds_for(site)
+    for site, kind in (("lm.extract", "null_facts"), ("lm.extract_working", "null_facts"),
+                       ("lm.extract", "non_json_200"), ("lm.extract_working", "non_json_200")):
+        assert expected_outcome(site, kind).model_dump() == {
+            "success": False, "error_code": "JSON_PARSE_FAILED", "agent_error_code": None,
+            "reconcile_error_code": None, "retry_safe": True}
+    for kind in ("null_ops", "non_json_200"):
+        assert expected_outcome("lm.reconcile", kind).model_dump() == {
+            "success": False, "error_code": None, "agent_error_code": "RECONCILE_FAILED",
+            "reconcile_error_code": "JSON_PARSE_FAILED", "retry_safe": True}
+
+
+def test_the_injected_non_json_200_is_the_error_lm15_raises_for_an_html_page_behind_a_200(tmp_path):
+    from dspy import lm15
+
+    from evals.inject import non_json_body_error
+    from hymem import HyMemoryClient
+    from hymem.testing import ScriptedLM
+
+    exc = non_json_body_error()
+    assert isinstance(exc, lm15.ProviderError) and exc.status == 200
+    assert "(HTTP 200, text/html, " in str(exc) and "is not JSON" in str(exc)
+    client = HyMemoryClient(path=tmp_path, lm=ScriptedLM([exc]), embedder="hash")
+    result = client.add([{"role": "user", "content": "I moved to Berlin."}], user_id="tim")
+    assert (result.success, result.error_code) == (False, "JSON_PARSE_FAILED")
+
+
 def test_l1_not_rolled_back_when_raw_messages_are_kept_before_extraction(monkeypatch):
     real = client_module.HyMemoryClient._chat_chain
 
