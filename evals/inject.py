@@ -242,7 +242,8 @@ def faulty_lm(lm: dspy.LM, injector: Injector) -> dspy.LM:
 
 
 class PromptTap(dspy.LM):
-    """The same model, with the last user message of every call recorded: what each model call was shown.
+    """The same model, with the last user message of every call recorded: what each model call was shown (and,
+    under "reply", the text it answered).
 
     Why at the `dspy.LM` boundary: every call of every path (in-process engine, HTTP, fault proxy) passes
     here, so the harness checks the prompt the model saw, not the engine's account of it.
@@ -260,5 +261,11 @@ class PromptTap(dspy.LM):
         texts = [m.get("content") for m in messages or [] if m.get("role") == "user"]
         last = texts[-1] if texts else prompt
         text = last if isinstance(last, str) else json.dumps(last, ensure_ascii=False)
-        sink.append({"site": current_call_site() or "lm", "text": text or ""})
-        return inner(prompt=prompt, messages=messages, **kwargs)
+        call = {"site": current_call_site() or "lm", "text": text or ""}
+        sink.append(call)
+        outputs = inner(prompt=prompt, messages=messages, **kwargs)
+        first = outputs[0] if isinstance(outputs, list) and outputs else None
+        reply = first.get("text") if isinstance(first, dict) else first
+        if isinstance(reply, str):
+            call["reply"] = reply  # what the model answered (evals.write_contract.profile_kept)
+        return outputs

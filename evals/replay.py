@@ -35,6 +35,7 @@ from evals.write_contract import (
     concurrency_anomalies,
     history_block,
     history_mismatch,
+    profile_kept,
     reopen_anomalies,
     replay_anomalies,
 )
@@ -72,6 +73,7 @@ class CaseReplayer:
         self.accounting = accounting  # the evals.providers.Provider: attempts, connection limit, retries
         self.cache = cache  # ResponseCache for HTTP providers, or None
         self.log = AttemptLog(provider, case.id)
+        self._prompts: dict[int, list[dict[str, str]]] = {}  # control write → its model calls (and replies)
         self.system = system(case, self.log) if system is not None else HymemSystem(
             case, lm_factory, embedder, plan, self.program, accounting=accounting, cache=cache, log=self.log,
             epoch=epoch)
@@ -152,8 +154,11 @@ class CaseReplayer:
                                         witness=diff))
                 written[:] = [Said(**m) for m in system.history(user)]  # report each divergence once
             if path == "chat":
+                profile = system.profile(user)
                 findings += [Finding(kind=AnomalyKind.PROFILE_FROM_THIRD_PARTY, check="profile", write=index, path=path,
-                                     witness=witness) for witness in third_party_name(payload, system.profile(user))]
+                                     witness=witness) for witness in third_party_name(payload, profile)]
+                findings += [Finding(kind=kind, check="profile", write=index, path=path, witness=witness)
+                             for kind, witness in profile_kept(payload, self._prompts.get(index, []), profile)]
             before = system.snapshot(store)
             self.log.context = {"write": index, "unit": "replay"}
             again = engine_call(system.write, path, payload, user, record.request_id)
@@ -252,6 +257,7 @@ class CaseReplayer:
             findings += [Finding(kind=kind, check="prompt", write=index, path=path, witness=witness)
                          for kind, witness in check_candidates(outcome.prompts, outcome.proposed_facts, live, k,
                                                                f"write {index}")]
+        self._prompts[index] = list(getattr(outcome, "prompts", None) or [])
         if not outcome.success:
             if self._provider_failed(index) or self._is_http:
                 raise RuntimeError(f"fault-free write {index} ({path}) failed: {outcome.message}")

@@ -8,7 +8,10 @@ them moves no score. Each check here is a pure function from what the harness ob
 
 from __future__ import annotations
 
+import json
+import re
 import threading
+import unicodedata
 from collections.abc import Callable
 from typing import Any
 
@@ -53,6 +56,70 @@ def history_mismatch(expected: list[Said], actual: list[Any]) -> str | None:
 
 def _get(message: Any, field: str) -> Any:
     return message.get(field) if isinstance(message, dict) else getattr(message, field, None)
+
+
+PROFILE_FIELDS = ("age", "gender", "occupation", "location")  # BasicProfile's fields besides the name
+_FENCE = re.compile(r"^\s*```(?:json|JSON)?\s*\n(.*)\n\s*```\s*$", re.DOTALL)
+_CJK = re.compile(r"[\u3400-\u9fff]")
+
+
+def profile_kept(raw_messages: list[dict[str, Any]], prompts: list[dict[str, str]], profile: dict[str, Any]
+                 ) -> list[Witnessed]:
+    """After a successful chat write, `profile()` holds what the user stated in it (spec: later statements win).
+
+    Stated: the user's name when a user message is named, and each profile value of the write's extraction
+    reply that the user's own messages of this write contain as a whole word (as the user wrote it). That is
+    the part of the reply the engine's documented filter (a value only a named human's words support, or a named
+    human's name, is not the user's) can never drop: a value a named human also said stays when the user said it.
+    A value the model paraphrased ("dev" for "developer") is not checked.
+    """
+    messages = read_messages(raw_messages)
+    found: list[Witnessed] = []
+    name = (user_name(messages) or "").strip()
+    if name and str(profile.get("name") or "").strip() != name:
+        found.append((AnomalyKind.PROFILE_UPDATE_LOST, f"the user is named {name!r} in this write, but profile() "
+                      f"has name {profile.get('name')!r} after it: {profile}"))
+    proposed = _extracted_profile(prompts)
+    said = _fold("\n".join(m.content for m in messages if m.role == "user"))
+    humans = {_fold(m.name) for m in messages if m.role == "assistant" and m.name and m.name.strip()}
+    for field in PROFILE_FIELDS:
+        value = proposed.get(field)
+        if not isinstance(value, str) or not _stated(_fold(value), said) or _fold(value) in humans:
+            continue
+        if str(profile.get(field) or "").strip() != value.strip():
+            found.append((AnomalyKind.PROFILE_UPDATE_LOST, f"the user said {field} {value.strip()!r} in this write "
+                          f"and the extraction proposed it, but profile() has {profile.get(field)!r} after it: "
+                          f"{profile}"))
+    return found
+
+
+def _extracted_profile(prompts: list[dict[str, str]]) -> dict[str, Any]:
+    """The profile object of the write's last chat extraction reply (strict JSON, as the engine reads it), or {}."""
+    replies = [p.get("reply") for p in prompts if p.get("site") == "lm.extract" and p.get("reply") is not None]
+    if not replies:
+        return {}
+    text = str(replies[-1]).strip()
+    fenced = _FENCE.match(text)
+    try:
+        value = json.loads(fenced.group(1) if fenced else text)
+    except ValueError:
+        return {}
+    profile = value.get("profile") if isinstance(value, dict) else None
+    return profile if isinstance(profile, dict) else {}
+
+
+def _fold(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).casefold().strip()
+
+
+def _stated(value: str, said: str) -> bool:
+    """`value` occurs in `said` as whole words: not inside a longer word ("Ber" in "Berlin"); Chinese runs of
+    two or more characters match anywhere (no word breaks)."""
+    if len(value) < 2:
+        return False
+    if _CJK.search(value):
+        return len(_CJK.findall(value)) >= 2 and value in said
+    return re.search(rf"(?<![\w]){re.escape(value)}(?![\w])", said) is not None
 
 
 def replay_anomalies(before: StoreState, after: StoreState, duplicate: bool | None, success: bool

@@ -157,8 +157,9 @@ def test_degraded_success_when_a_null_list_field_is_read_as_no_changes(monkeypat
 def test_wrong_error_code_when_a_non_json_200_body_is_called_empty(monkeypatch):
     # The bug (tests/mutants/31): classify_failure calls every HTTP-200 provider error "empty", so a gateway's HTML
     # page behind a 200 returns EMPTY_RESPONSE instead of JSON_PARSE_FAILED. In-process kind non_json_200.
-    import hymem.chain as chain_module
     from dspy.utils.exceptions import LMProviderError
+
+    import hymem.chain as chain_module
 
     real = chain_module.classify_failure
     monkeypatch.setattr(chain_module, "classify_failure", lambda exc: "empty" if isinstance(exc, LMProviderError)
@@ -264,6 +265,16 @@ JOHN = Case.model_validate({
                {"role": "assistant", "content": "Nice."}]],
     "expect": {"facts": [{"text": "John lives in Berlin.", "subject": "John", "owner": "user"},
                          {"text": "The user works at IBM.", "subject": "user", "owner": "user"}]},
+})
+
+
+# A named user who moves: the second write's extraction proposes the new city for the profile.
+MOVER = Case.model_validate({
+    "id": "mover", "lang": "en", "user_id": "tim", "tags": [],
+    "turns": [[{"role": "user", "name": "Tim", "content": "I live in Paris."}],
+              [{"role": "user", "name": "Tim", "content": "I moved to Berlin."}]],
+    "expect": {"facts": [{"text": "The user lives in Berlin.", "subject": "user", "owner": "user"}],
+               "profile": {"location": "Berlin"}},
 })
 
 
@@ -425,6 +436,32 @@ def test_the_kate_and_six_memory_cases_are_clean_on_a_correct_engine():
     assert [a for f in run.faults for a in f.anomalies] == [] and run.findings == []
     injected = {f.kind: f.injected.get("target_text") for f in run.faults if f.site == "lm.reconcile" and f.injected}
     assert set(injected.values()) == {"John lives in Rome."}  # the named-vs-named pair, not the user's memory
+
+
+def test_profile_update_lost_when_the_stored_profile_wins_over_the_new_values(monkeypatch):
+    # The bug (tests/mutants/32): merge_profile merges in the wrong order, so a user who moved keeps the old city.
+    import json
+
+    from hymem.store import WriteTx
+
+    def old_values_win(self, user_id, updates):
+        row = self._conn().execute("SELECT basic_info FROM profiles WHERE user_id = ?", (user_id,)).fetchone()
+        updates = {**{k: v for k, v in updates.items() if v is not None}, **(json.loads(row[0]) if row else {})}
+        self._conn().execute("INSERT INTO profiles (user_id, basic_info, updated_at) VALUES (?, ?, 0) ON CONFLICT"
+                             "(user_id) DO UPDATE SET basic_info = excluded.basic_info", (user_id, json.dumps(updates)))
+
+    monkeypatch.setattr(WriteTx, "merge_profile", old_values_win)
+    run = replay(MOVER)
+    assert findings(run, AnomalyKind.PROFILE_UPDATE_LOST) == [
+        ("profile", 1, "the user said location 'Berlin' in this write and the extraction proposed it, but profile() "
+                       "has 'Paris' after it: {'name': 'Tim', 'location': 'Paris'}")]
+
+
+def test_a_value_only_a_named_human_said_is_not_required_in_the_profile():
+    # The engine's documented filter drops John's city; the user's own name is still required, and kept.
+    run = replay(JOHN)
+    assert findings(run, AnomalyKind.PROFILE_UPDATE_LOST) == [] and run.profile.get("location") is None
+    assert run.profile["name"] == "Tim"
 
 
 def test_the_john_case_is_clean_on_a_correct_engine():

@@ -187,6 +187,18 @@ def test_a_profile_leak_and_a_wrong_profile_name_are_counted():
     assert ratio(scores, "profile_leak_rate") == 1.0 and ratio(scores, "profile_name_accuracy") == 0.0
 
 
+def test_profile_field_accuracy_scores_each_expected_field_the_final_profile_holds():
+    # A user who moved keeps the old city in the profile (tests/mutants/32): the name is right, the city is not.
+    case = make_case([], profile={"name": "Tim", "location": "Berlin", "occupation": "nurse"})
+    stale = score_case(case, make_run(case, [], [{}], profile={"name": "Tim", "location": "Paris",
+                                                               "occupation": "Nurse "}))
+    assert stale.tallies["profile_field_accuracy"] == (1, 2) and ratio(stale, "profile_name_accuracy") == 1.0
+    moved = score_case(case, make_run(case, [], [{}], profile={"name": "Tim", "location": "berlin", "occupation": "nurse"}))
+    assert moved.tallies["profile_field_accuracy"] == (2, 2)
+    nameless = make_case([], profile={"name": None})  # a field expected empty is profile_leak_rate's, not this one's
+    assert "profile_field_accuracy" not in score_case(nameless, make_run(nameless, [], [{}], profile={})).tallies
+
+
 def test_an_absent_statement_left_live_is_a_violation_but_the_assistants_suggestion_is_not():
     suggestion = fact("The assistant suggested that the user stop drinking coffee after 2 pm.", "assistant")
     absent = ["The user stopped drinking coffee after 2 pm."]

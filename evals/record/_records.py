@@ -49,6 +49,7 @@ class AnomalyKind(StrEnum):
     THIRD_PARTY_AS_USER = "THIRD_PARTY_AS_USER"  # a named human's fact stored under the user
     PROFILE_FROM_THIRD_PARTY = "PROFILE_FROM_THIRD_PARTY"  # the user's L0 profile took a named human's name or words
     RECONCILE_CANDIDATES_WRONG = "RECONCILE_CANDIDATES_WRONG"  # the reconcile prompt's candidates are not the top-k retrieval
+    PROFILE_UPDATE_LOST = "PROFILE_UPDATE_LOST"  # profile() lacks a value the user stated in the latest write
 
 
 # Which anomaly kinds break each property of a faulted write.

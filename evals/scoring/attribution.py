@@ -161,11 +161,22 @@ def _case_tallies(case: Case, run: CaseRun, matcher: Matcher) -> dict[str, Tally
         got = str(run.profile.get("name") or "").strip().casefold()
         want = (expect.profile["name"] or "").strip().casefold()
         tallies["profile_name_accuracy"] = (float(got == want), 1)
+    fields = _profile_fields(case)
+    if fields:
+        right = sum(str(run.profile.get(key) or "").strip().casefold() == str(want).strip().casefold()
+                    for key, want in fields.items())
+        tallies["profile_field_accuracy"] = (right, len(fields))
     if expect.absent:
         violated = sum(any(matcher.same_fact(text, subject_of(text), m["text"], m.get("subject"))
                            for m in run.memories) for text in expect.absent)
         tallies["absent_violation_rate"] = (violated, len(expect.absent))
     return tallies
+
+
+def _profile_fields(case: Case) -> dict[str, str]:
+    """The profile values the case expects at its end, besides the name (scored on its own): e.g. the city the
+    user last moved to. A field expected empty (None) is profile_leak_rate's."""
+    return {key: value for key, value in case.expect.profile.items() if key != "name" and value is not None}
 
 
 def _error_tallies(case: Case) -> dict[str, Tally]:
@@ -189,6 +200,8 @@ def _error_tallies(case: Case) -> dict[str, Tally]:
         tallies["profile_leak_rate"] = (1, 1)
     if "name" in expect.profile:
         tallies["profile_name_accuracy"] = (0, 1)
+    if _profile_fields(case):
+        tallies["profile_field_accuracy"] = (0, len(_profile_fields(case)))
     if expect.absent:
         tallies["absent_violation_rate"] = (len(expect.absent), len(expect.absent))
     return {**tallies, **merge_error_tallies(case)}
