@@ -41,6 +41,9 @@ def _faults(run: Path) -> pd.DataFrame:
 def test_fast_reaches_every_pair_the_full_sweep_reaches_in_at_most_two_units_of_distinct_cases(runs):
     sweep, fast = _faults(runs["sweep"]), _faults(runs["fast"])
     pairs = set(zip(sweep.site, sweep.kind, strict=True))
+    assert {(site, kind) for site in ("lm.extract", "lm.extract_working", "lm.reconcile") for kind in
+            ("non_json_200", "garbage")} | {("lm.reconcile", "null_ops"), ("lm.extract", "null_facts"),
+                                            ("lm.extract_working", "null_facts")} <= pairs
     assert set(zip(fast.site, fast.kind, strict=True)) == pairs
     per_pair = fast.groupby(["site", "kind"]).case_id.agg(["size", "nunique"])
     assert (per_pair["size"] <= FAST_UNITS_PER_PAIR).all() and (per_pair["size"] == per_pair["nunique"]).all()
