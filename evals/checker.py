@@ -367,6 +367,40 @@ def consistency_anomalies(state: StoreState, dim: int) -> list[Anomaly]:
     for mid in sorted(state.faiss):
         if mid not in live:
             found.append(Anomaly(kind=_K.ORPHAN_VECTOR, witness=f"FAISS id {mid} has no live row"))
+    found += [Anomaly(kind=_K.SUPERSEDED_BY_WRONG, witness=w) for w in superseded_by_problems(state)]
+    return found
+
+
+def superseded_by_problems(state: StoreState) -> list[str]:
+    """A witness for every memory whose `superseded_by` (left out of every state comparison, as ids are) names
+    no other memory of the same user, or starts a chain that comes back to itself: the record of which memory
+    replaced which is lost. Rows without the column (another engine's state) have nothing to check."""
+    rows = state.tables.get("memories", [])
+    pointing = [row for row in rows if row.get("superseded_by") is not None]
+    if not pointing:
+        return []
+    by_id: dict[Any, dict[str, Any]] = {row.get("id"): row for row in rows}
+    found = []
+    for row in sorted(pointing, key=lambda r: str(r.get("id"))):
+        mid, target = row.get("id"), row.get("superseded_by")
+        head = f"memory {mid} ({str(row.get('text'))[:80]!r}, user {row.get('user_id')!r}) is superseded by"
+        other: dict[str, Any] | None = by_id.get(target)
+        if target == mid:
+            found.append(f"{head} itself")
+        elif other is None:
+            found.append(f"{head} memory {target}, which does not exist")
+        elif other.get("user_id") != row.get("user_id"):
+            found.append(f"{head} memory {target} of user {other.get('user_id')!r}")
+        else:
+            seen: set[Any] = {mid}
+            at: dict[str, Any] | None = other  # follow the chain: it must end, never come back
+            while at is not None and at.get("superseded_by") is not None:
+                if at.get("id") in seen:
+                    found.append(f"{head} memory {target}, whose chain of superseded_by comes back to memory "
+                                 f"{at.get('id')}")
+                    break
+                seen.add(at.get("id"))
+                at = by_id.get(at.get("superseded_by"))
     return found
 
 

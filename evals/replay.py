@@ -16,7 +16,7 @@ from typing import Any
 
 from evals.accounting import AttemptLog
 from evals.adversarial import ADVERSARIAL_KINDS, adversarial_anomalies
-from evals.checker import StoreState, check_faulted_write, closed_store_anomalies
+from evals.checker import StoreState, check_faulted_write, closed_store_anomalies, superseded_by_problems
 from evals.dataset import Case
 from evals.faults import Fault, FaultPlan
 from evals.prompt_contract import Said, check_candidates, check_prompts, read_messages, user_name
@@ -26,22 +26,27 @@ from evals.systems.base import (
     MemorySystem,
     ReopenSystem,
     offers_concurrency,
+    offers_cross_user,
     offers_history,
     offers_live_snapshot,
     offers_reopen,
 )
 from evals.systems.hymem_system import HymemSystem
 from evals.write_contract import (
+    changed_payloads,
     concurrency_anomalies,
+    cross_user_anomalies,
     history_block,
     history_mismatch,
     profile_kept,
     reopen_anomalies,
     replay_anomalies,
+    reuse_anomalies,
 )
 from hymem.validation import InputValidationError
 
 CONCURRENT_SENDERS = 2  # threads sending each request_id of a case at once in the concurrency check
+STRANGER_SUFFIX = "/stranger"  # the other user of the cross-user check: the case's user_id with this suffix
 
 
 def case_writes(case: Case) -> list[tuple[str, Any]]:
@@ -120,6 +125,7 @@ class CaseReplayer:
             result.memories = system.memories(self.case.user_id)
             result.profile = system.profile(self.case.user_id)
             self._reopen(tmp, store, result.findings, stale_sources(result.writes, snapshots), latest)
+            self._stranger(tmp, store, writes, result.writes, result.findings)
         finally:
             _close_quietly(system)
         if not sweep:
@@ -165,6 +171,20 @@ class CaseReplayer:
             after = system.snapshot(store)
             findings += [Finding(kind=kind, check="replay", write=index, path=path, witness=witness)
                          for kind, witness in replay_anomalies(before, after, again.duplicate, again.success)]
+            reused = []
+            for what, changed in changed_payloads(path, payload):  # refused before any model call: no cost
+                try:
+                    reused.append((what, engine_call(system.write, path, changed, user, record.request_id)))
+                except InputValidationError:  # the variant is not a valid payload: nothing to check with it
+                    continue
+            if reused:
+                latest = system.snapshot(store)
+                findings += [Finding(kind=kind, check="replay", write=index, path=path, witness=witness)
+                             for kind, witness in reuse_anomalies(record.request_id, reused, after, latest)]
+                after = latest
+            seen = {f.witness for f in findings if f.kind == AnomalyKind.SUPERSEDED_BY_WRONG}
+            findings += [Finding(kind=AnomalyKind.SUPERSEDED_BY_WRONG, check="replay", write=index, path=path,
+                                 witness=witness) for witness in superseded_by_problems(after) if witness not in seen]
             return after
         except EngineRaised as exc:
             findings.append(Finding(kind=AnomalyKind.ENGINE_EXCEPTION, check="replay", write=index, path=path,
@@ -208,6 +228,45 @@ class CaseReplayer:
             return
         findings += [Finding(kind=kind, check="reopen", witness=witness)
                      for kind, witness in reopen_anomalies(before, after, reopened, references)]
+
+    def _stranger(self, tmp: Path, store: Path, writes: list[tuple[str, Any]], records: list[WriteRecord],
+                  findings: list[Finding]) -> None:
+        """Another user on the case's store (a copy of it, closed): the case's first successful payload written
+        as that user under the same request_id must be a new write, leave the case user's rows alone, and
+        each user's search must answer only that user's memories. One write with the prompts of the case's
+        first write (the other user's store is as empty as the case user's was then), and a few searches."""
+        system, user = self.system, self.case.user_id
+        first = next((w for w in records if w.success), None)
+        if first is None or not offers_cross_user(system):
+            return
+        path, payload = writes[first.index]
+        stranger = user + STRANGER_SUFFIX
+        work = _snapshot(store, tmp / "stranger")
+        before = system.snapshot(work)
+        self.log.context = {"write": first.index, "unit": "stranger"}
+        try:
+            system.open(work)
+            queries = _newest_texts(before, user)
+            k = max(1, _live_count(before))
+            searched = {q: engine_call(system.search_as, user, q, k) for q in queries}
+            outcome = engine_call(system.write, path, payload, stranger, first.request_id)
+            after = system.snapshot_open(work)
+            queries += [q for q in _newest_texts(after, stranger) if q not in queries]
+            k = max(1, _live_count(after))
+            answers = {(who, q): engine_call(system.search_as, who, q, k) for who in (user, stranger) for q in queries}
+            system.close()
+        except EngineRaised as exc:
+            findings.append(Finding(kind=AnomalyKind.ENGINE_EXCEPTION, check="stranger",
+                                    witness=f"another user's write or search on the case's store: {exc}"))
+            _close_quietly(system)
+            return
+        failed_at_provider = not outcome.success and (self._is_http or any(
+            a.unit == "stranger" and a.status != "ok" for a in self.log.rows))
+        if failed_at_provider:  # the provider's failure, not the engine's: nothing to conclude
+            return
+        findings += [Finding(kind=kind, check="stranger", write=first.index, path=path, witness=witness)
+                     for kind, witness in cross_user_anomalies(user, stranger, first.request_id, outcome, before,
+                                                               after, answers, searched)]
 
     def _concurrently(self, tmp: Path, writes: list[tuple[str, Any]], findings: list[Finding]) -> None:
         """The case's writes sent at once on a fresh store, each request_id from two threads."""
@@ -386,6 +445,18 @@ def stale_sources(writes: list[WriteRecord], snapshots: list[Path]) -> list[Path
     picks = [max(updated)] if updated else []
     picks += [max(changed)] if changed and max(changed) not in picks else []
     return [snapshots[i] for i in picks if i < len(snapshots)]
+
+
+def _newest_texts(state: StoreState, user_id: str) -> list[str]:
+    """The text of the user's newest live memory (a search query), if it has one."""
+    live = [row for row in state.tables.get("memories", []) if row.get("user_id") == user_id
+            and row.get("superseded_by") is None and row.get("deleted_at") is None]
+    return [max(live, key=lambda row: row["id"])["text"]] if live else []
+
+
+def _live_count(state: StoreState) -> int:
+    return sum(row.get("superseded_by") is None and row.get("deleted_at") is None
+               for row in state.tables.get("memories", []))
 
 
 def _anomalies(pairs: list[Witnessed]) -> list[Anomaly]:

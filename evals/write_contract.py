@@ -135,6 +135,88 @@ def replay_anomalies(before: StoreState, after: StoreState, duplicate: bool | No
     return found
 
 
+def changed_payloads(path: str, payload: Any) -> list[tuple[str, Any]]:
+    """(what changed, payload) variants of a write's payload, each differing from it in one field the request
+    fingerprint must cover: a speaker's name (every message of that name, so a named user stays one person),
+    and the content of the last message (the first memory's text for already-extracted memories). Empty
+    when the payload has no such field (e.g. not a list of dicts)."""
+    if not isinstance(payload, list) or not payload or not all(isinstance(m, dict) for m in payload):
+        return []
+    out: list[tuple[str, Any]] = []
+    if path == "extracted":
+        if isinstance(payload[0].get("text"), str):
+            out.append(("the first memory's text", [{**payload[0], "text": payload[0]["text"] + " (changed)"},
+                                                    *payload[1:]]))
+        return out
+    named = next((m["name"] for m in payload if m.get("role") in ("user", "assistant", "system")
+                  and isinstance(m.get("name"), str) and m["name"].strip()), None)
+    if named is not None:
+        renamed = named + "2"
+        out.append((f"speaker name {named!r} -> {renamed!r}",
+                    [{**m, "name": renamed} if m.get("name") == named and m.get("role") != "tool" else m
+                     for m in payload]))
+    last = next((i for i in range(len(payload) - 1, -1, -1) if isinstance(payload[i].get("content"), str)), None)
+    if last is not None:
+        out.append((f"message {last}'s content", [{**m, "content": m["content"] + " (changed)"} if i == last else m
+                                                  for i, m in enumerate(payload)]))
+    return out
+
+
+def reuse_anomalies(rid: str, results: list[tuple[str, Any]], before: StoreState, after: StoreState
+                    ) -> list[Witnessed]:
+    """A successful write's request_id re-sent with a changed payload (`results`: (what changed, its result)):
+    each must be refused as REQUEST_ID_REUSED, and the store must not change."""
+    found: list[Witnessed] = []
+    for what, result in results:
+        code = (getattr(result, "codes", None) or {}).get("error_code")
+        if result.success or code != "REQUEST_ID_REUSED":
+            found.append((AnomalyKind.REQUEST_ID_REUSE_MISSED, (
+                f"request {rid} re-sent with {what} changed returned success={result.success}, "
+                f"duplicate={result.duplicate}, error_code={code} instead of REQUEST_ID_REUSED")))
+    if canonical(before) != canonical(after):
+        found.append((AnomalyKind.REQUEST_ID_REUSE_MISSED, f"re-sending request {rid} with a changed payload changed "
+                      "the store: " + short_diff(diff_states(before, after))))
+    return found
+
+
+def user_rows(state: StoreState, user_id: str) -> StoreState:
+    """The rows of one user in every table (each whole: ids and timestamps too), without the FAISS part."""
+    return StoreState(tables={t: [r for r in rows if r.get("user_id") == user_id] for t, rows in state.tables.items()},
+                      faiss={})
+
+
+def cross_user_anomalies(user: str, stranger: str, rid: str, result: Any, before: StoreState, after: StoreState,
+                         searches: dict[tuple[str, str], list[tuple[int, float]]],
+                         user_searched_before: dict[str, list[tuple[int, float]]]) -> list[Witnessed]:
+    """Another user (`stranger`) writes the case's first payload, under the case user's `rid`, to the case's store.
+
+    Both users' data share the store but nothing else: the write succeeds as a new one (not a duplicate, not
+    REQUEST_ID_REUSED), the case user's rows stay as they were (every column), and every search answers only
+    the searching user's memories, the case user's the same as before. `searches`: (searching user, query) ->
+    (id, score), k = every live memory of the store; `user_searched_before`: query -> the case user's answers
+    before the stranger's write."""
+    found: list[Witnessed] = []
+    code = (getattr(result, "codes", None) or {}).get("error_code")
+    if result.duplicate or not result.success:
+        found.append((AnomalyKind.CROSS_USER_LEAK, (
+            f"user {stranger!r} writing under request_id {rid!r}, which user {user!r} used, returned "
+            f"success={result.success}, duplicate={result.duplicate}, error_code={code}: request ids are per user")))
+    changed = diff_states(user_rows(before, user), user_rows(after, user))
+    if changed:
+        found.append((AnomalyKind.CROSS_USER_LEAK, f"user {stranger!r}'s write changed user {user!r}'s rows: "
+                      + short_diff(changed)))
+    owner = {row.get("id"): row.get("user_id") for row in after.tables.get("memories", [])}
+    for (who, query), hits in sorted(searches.items()):
+        foreign = [(mid, owner.get(mid)) for mid, _ in hits if owner.get(mid) != who]
+        if foreign:
+            found.append((AnomalyKind.CROSS_USER_LEAK, f"user {who!r}'s search {query[:80]!r} returned "
+                          f"memories of other users (id, user): {foreign[:5]}"))
+        elif who == user and query in user_searched_before and user_searched_before[query] != hits:
+            found.append((AnomalyKind.CROSS_USER_LEAK, f"user {user!r}'s search {query[:80]!r} returned {hits} after "
+                          f"user {stranger!r}'s write, {user_searched_before[query]} before"))
+    return found
+
+
 def reopen_anomalies(before: StoreState | None, after: StoreState | None, reopened: dict[str, Any],
                      references: dict[str, dict[str, Any]]) -> list[Witnessed]:
     """Close and reopen: the same logical state, and the same search answers as each reference (before
@@ -221,5 +303,5 @@ def run_threads(calls: list[Callable[[], Any]]) -> list[Any]:
     return [r if e is None else e for r, e in zip(results, errors, strict=True)]
 
 
-__all__ = ["HISTORY_LIMIT", "concurrency_anomalies", "history_block", "history_mismatch", "reopen_anomalies",
-           "replay_anomalies", "run_threads"]
+__all__ = ["HISTORY_LIMIT", "changed_payloads", "concurrency_anomalies", "cross_user_anomalies", "history_block",
+           "history_mismatch", "reopen_anomalies", "replay_anomalies", "reuse_anomalies", "run_threads", "user_rows"]

@@ -469,6 +469,87 @@ def test_the_john_case_is_clean_on_a_correct_engine():
     assert [a for f in run.faults for a in f.anomalies] == [] and run.findings == []
 
 
+def replay_without_faults(case: Case) -> CaseRun:
+    """The case's control run and its fault-free checks only (history, replay, reopen, the other user)."""
+    run = CaseReplayer(case, "planted", "offline", lambda c: offline_lm(), HashEmbedder(), FaultPlan.parse("none"),
+                       seed=0).run()
+    assert run.status == "ok", run.error
+    return run
+
+
+def test_the_fault_free_checks_find_nothing_on_a_correct_engine():
+    assert replay_without_faults(CASE).findings == [] and replay_without_faults(JOHN).findings == []
+
+
+def test_cross_user_leak_when_search_scores_every_users_vectors(monkeypatch):
+    from hymem.store._index import VectorIndex
+
+    def every_user(self, user_id, query, k, kinds):  # the bug: the user's key is dropped from the group lookup
+        found = [group.top(query, k) for (_, kind), group in self._groups.items() if kind in kinds]
+        if not found:
+            return []
+        import numpy as np
+
+        ids, scores = np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
+        return [(int(ids[i]), float(scores[i])) for i in np.lexsort((ids, -scores))[:k]]
+
+    monkeypatch.setattr(VectorIndex, "search", every_user)
+    found = findings(replay_without_faults(CASE), AnomalyKind.CROSS_USER_LEAK)
+    assert found and {check for check, _, _ in found} == {"stranger"}
+    assert any(w.startswith("user 'tim/stranger''s search 'The user lives in Berlin.' returned memories of other "
+                            "users (id, user): [(") and "'tim')" in w for _, _, w in found)
+
+
+def test_cross_user_leak_when_request_ids_are_global(monkeypatch):
+    import json
+
+    def by_request_id_only(self, user_id, request_id):  # the bug: the per-user key forgotten in the lookup
+        rows = self._read("SELECT fingerprint, result FROM requests WHERE request_id = ?", (request_id,))
+        return (rows[0][0], json.loads(rows[0][1])) if rows else None
+
+    monkeypatch.setattr(store_module.Store, "recorded_request", by_request_id_only)
+    found = findings(replay_without_faults(CASE), AnomalyKind.CROSS_USER_LEAK)
+    assert [(check, write) for check, write, _ in found] == [("stranger", 0)]
+    assert found[0][2] == ("user 'tim/stranger' writing under request_id 'tim/w0', which user 'tim' used, returned "
+                           "success=True, duplicate=True, error_code=None: request ids are per user")
+
+
+def test_request_id_reuse_missed_when_the_fingerprint_ignores_speaker_names(monkeypatch):
+    monkeypatch.setattr(client_module, "_messages_payload", lambda msgs: [m.model_dump(exclude={"name"}) for m in msgs])
+    found = findings(replay_without_faults(JOHN), AnomalyKind.REQUEST_ID_REUSE_MISSED)
+    assert [(check, write) for check, write, _ in found] == [("replay", 1), ("replay", 2)]
+    assert found[0][2] == ("request john/w1 re-sent with speaker name 'John' -> 'John2' changed returned "
+                           "success=True, duplicate=True, error_code=None instead of REQUEST_ID_REUSED")
+
+
+def test_request_id_reuse_missed_when_the_fingerprint_ignores_the_payload(monkeypatch):
+    monkeypatch.setattr(client_module, "_fingerprint", lambda path, payload: path)  # every payload of a path alike
+    found = findings(replay_without_faults(CASE), AnomalyKind.REQUEST_ID_REUSE_MISSED)
+    assert {w.split(" changed returned")[0] for _, _, w in found} == {
+        "request tim/w0 re-sent with the first memory's text", "request tim/w1 re-sent with speaker name 'Tim' -> "
+        "'Tim2'", "request tim/w1 re-sent with message 0's content"}
+
+
+def test_superseded_by_wrong_when_supersede_points_at_the_old_memory_itself(monkeypatch):
+    import time
+
+    from hymem.store import WriteTx
+
+    real = WriteTx.supersede
+
+    def self_pointer(self, old_id, new_id):  # the bug: the row leaves the live set, the chain is lost
+        real(self, old_id, new_id)
+        self._conn().execute("UPDATE memories SET superseded_by = ?, updated_at = ? WHERE id = ?",
+                             (old_id, time.time(), old_id))
+
+    monkeypatch.setattr(WriteTx, "supersede", self_pointer)
+    run = replay(CASE)
+    found = findings(run, AnomalyKind.SUPERSEDED_BY_WRONG)
+    assert found[0] == ("replay", 1, "memory 1 ('The user lives in Paris.', user 'tim') is superseded by itself")
+    assert {check for check, _, _ in found} == {"replay", "concurrency"}  # the concurrent writes' store too
+    assert witnesses(run, AnomalyKind.SUPERSEDED_BY_WRONG)  # and in the faulted writes' states
+
+
 def test_every_anomaly_kind_has_a_planted_bug_test():
     import re
     from pathlib import Path

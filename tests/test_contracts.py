@@ -171,7 +171,8 @@ def test_a_request_id_replayed_twice_is_double_write(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Store, "recorded_request", lambda self, user_id, rid: None)
     run = replay(tmp_path)
-    assert {f.kind for f in run.findings if f.check == "replay"} == {"DOUBLE_WRITE"}
+    # with no lookup at all, a changed payload under the same request_id is written too
+    assert {f.kind for f in run.findings if f.check == "replay"} == {"DOUBLE_WRITE", "REQUEST_ID_REUSE_MISSED"}
 
 
 def _any_readable_index_file(directory, conn, dim, generation):  # generation, checksum and ids unchecked
@@ -320,3 +321,59 @@ def test_an_open_that_rebuilds_an_empty_index_is_reopen_diverged_even_in_a_run_w
     monkeypatch.setattr(store_module, "build_index", lambda conn, dim: type(real_build(conn, dim))(dim))  # empty
     run = replay(tmp_path)  # --faults none: no stale index file to plant, so the check opens a copy without one
     assert "REOPEN_DIVERGED" in {f.kind for f in run.findings if f.check == "reopen"}
+
+
+# ---- request fingerprints, supersession pointers, another user on the store ------------------------------
+
+def test_changed_payloads_rename_one_speaker_everywhere_and_leave_tool_names_alone():
+    from evals.write_contract import changed_payloads
+
+    variants = dict(changed_payloads("chat", TIM_JOHN + [{"role": "user", "name": "Tim", "content": "Bye."}]))
+    renamed = variants["speaker name 'Tim' -> 'Tim2'"]
+    assert [m.get("name") for m in renamed] == ["Tim2", "John", "search_web", None, "Tim2"]  # one user, one name
+    assert variants["message 4's content"][4]["content"] == "Bye. (changed)"
+    assert [w for w, _ in changed_payloads("extracted", [{"text": "x", "owner": "user"}])] == ["the first memory's text"]
+    assert changed_payloads("chat", []) == [] and changed_payloads("chat", "not a list") == []
+
+
+def _memories_state(rows):
+    from evals.checker import StoreState
+
+    return StoreState(tables={"memories": [{"id": i, "user_id": u, "text": f"m{i}", "superseded_by": s,
+                                            "deleted_at": None} for i, u, s in rows]}, faiss={})
+
+
+@pytest.mark.parametrize(("rows", "problem"), [
+    ([(1, "tim", 2), (2, "tim", None)], None),
+    ([(1, "tim", 1)], "is superseded by itself"),
+    ([(1, "tim", 9)], "is superseded by memory 9, which does not exist"),
+    ([(1, "tim", 2), (2, "ann", None)], "is superseded by memory 2 of user 'ann'"),
+    ([(1, "tim", 2), (2, "tim", 3), (3, "tim", 2)], "whose chain of superseded_by comes back to memory 2"),
+], ids=["ok", "itself", "dangling", "other-user", "loop"])
+def test_superseded_by_must_name_another_memory_of_the_same_user(rows, problem):
+    from evals.checker import consistency_anomalies, superseded_by_problems
+
+    found = superseded_by_problems(_memories_state(rows))
+    assert (found == []) if problem is None else (problem in found[0])
+    assert [a.kind for a in consistency_anomalies(_memories_state(rows), 4)
+            if a.kind == "SUPERSEDED_BY_WRONG"] == (["SUPERSEDED_BY_WRONG"] * len(found))
+
+
+def test_the_case_user_and_another_user_on_one_store_are_clean_on_todays_engine(tmp_path):
+    run = replay(tmp_path)
+    assert run.findings == []
+
+
+def test_reuse_anomalies_name_each_variant_not_refused():
+    from types import SimpleNamespace
+
+    from evals.write_contract import reuse_anomalies
+
+    state = _memories_state([(1, "tim", None)])
+    refused = SimpleNamespace(success=False, duplicate=False, codes={"error_code": "REQUEST_ID_REUSED"})
+    answered = SimpleNamespace(success=True, duplicate=True, codes={"error_code": None})
+    assert reuse_anomalies("r", [("a name", refused)], state, state) == []
+    found = reuse_anomalies("r", [("a name", answered), ("the content", refused)], state, _memories_state([]))
+    assert [k for k, _ in found] == ["REQUEST_ID_REUSE_MISSED"] * 2
+    assert found[0][1].startswith("request r re-sent with a name changed returned success=True, duplicate=True")
+    assert found[1][1].startswith("re-sending request r with a changed payload changed the store: memories: +0 -1")

@@ -16,8 +16,8 @@ from evals.record._version import SCHEMA_VERSION
 
 Outcome = Literal["ok", "wrong", "indeterminate", "infra_error"]  # of one faulted run
 Status = Literal["ok", "infra_error"]  # of one unit
-Unit = Literal["control", "fault", "retry", "repeat", "replay", "concurrency"]  # which run of a write an attempt belongs to
-Check = Literal["control", "prompt", "history", "replay", "reopen", "concurrency", "profile"]  # a Finding's check
+Unit = Literal["control", "fault", "retry", "repeat", "replay", "concurrency", "stranger"]  # which run of a write an attempt belongs to
+Check = Literal["control", "prompt", "history", "replay", "reopen", "concurrency", "profile", "stranger"]  # a Finding's check
 
 
 class AnomalyKind(StrEnum):
@@ -50,6 +50,9 @@ class AnomalyKind(StrEnum):
     PROFILE_FROM_THIRD_PARTY = "PROFILE_FROM_THIRD_PARTY"  # the user's L0 profile took a named human's name or words
     RECONCILE_CANDIDATES_WRONG = "RECONCILE_CANDIDATES_WRONG"  # the reconcile prompt's candidates are not the top-k retrieval
     PROFILE_UPDATE_LOST = "PROFILE_UPDATE_LOST"  # profile() lacks a value the user stated in the latest write
+    REQUEST_ID_REUSE_MISSED = "REQUEST_ID_REUSE_MISSED"  # a request_id re-sent with another payload was not refused
+    CROSS_USER_LEAK = "CROSS_USER_LEAK"  # another user's write or search saw, changed or was refused by this user's data
+    SUPERSEDED_BY_WRONG = "SUPERSEDED_BY_WRONG"  # superseded_by names no other memory of the same user (or loops)
 
 
 # Which anomaly kinds break each property of a faulted write.

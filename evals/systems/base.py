@@ -103,6 +103,12 @@ class ConcurrentSystem(MemorySystem, Protocol):
                            ) -> tuple[list[Any], list[dict[str, Any]], int]: ...
 
 
+class CrossUserSystem(ReopenSystem, LiveSnapshotSystem, Protocol):
+    """An engine whose store holds many users, searched as any of them (hymem): the other-user check runs on it."""
+
+    def search_as(self, user_id: str, query: str, k: int) -> list[tuple[int, float]]: ...
+
+
 def offers_history(system: MemorySystem) -> TypeGuard[HistorySystem]:
     return hasattr(system, "history")
 
@@ -113,6 +119,10 @@ def offers_reopen(system: MemorySystem) -> TypeGuard[ReopenSystem]:
 
 def offers_live_snapshot(system: MemorySystem) -> TypeGuard[LiveSnapshotSystem]:
     return hasattr(system, "snapshot_open")
+
+
+def offers_cross_user(system: MemorySystem) -> TypeGuard[CrossUserSystem]:
+    return hasattr(system, "search_as") and offers_reopen(system) and offers_live_snapshot(system)
 
 
 def offers_concurrency(system: MemorySystem) -> TypeGuard[ConcurrentSystem]:
@@ -139,5 +149,5 @@ class Arm:
     close: Callable[[], None] = lambda: None
 
 
-__all__ = ["DEFAULT_SYSTEM", "Arm", "ConcurrentSystem", "HistorySystem", "LiveSnapshotSystem", "MemorySystem", "ReopenSystem",
-           "WriteOutcome", "arm_label", "offers_concurrency", "offers_history", "offers_live_snapshot", "offers_reopen"]
+__all__ = ["DEFAULT_SYSTEM", "Arm", "ConcurrentSystem", "CrossUserSystem", "HistorySystem", "LiveSnapshotSystem", "MemorySystem", "ReopenSystem",
+           "WriteOutcome", "arm_label", "offers_concurrency", "offers_cross_user", "offers_history", "offers_live_snapshot", "offers_reopen"]
