@@ -114,7 +114,7 @@ _DECLARED: tuple[Metric, ...] = (
            "must fail", "cases", 21),
     Metric("anomaly_count", C, LO, "anomalies", "checker anomalies on fired faulted writes (FAULT_NOT_REACHED is "
            "counted in indeterminate_units) and write-contract findings of the control run (prompts, history, "
-           "replay, reopen, concurrency)", "cases", 22),
+           "profile, replay, supersession, reopen, another user, concurrency)", "cases", 22),
     Metric("faulted_units", C, NO, "units", "faulted runs that fired and were checked", "cases", 23),
     Metric("indeterminate_units", C, LO, "units", "faulted runs whose fault did not fire (unknown, not a pass)",
            "cases", 24),
