@@ -234,10 +234,12 @@ class CaseReplayer:
         """Another user on the case's store (a copy of it, closed): the case's first successful payload written
         as that user under the same request_id must be a new write, leave the case user's rows alone, and
         each user's search must answer only that user's memories. One write with the prompts of the case's
-        first write (the other user's store is as empty as the case user's was then), and a few searches."""
+        first write (the other user's store is as empty as the case user's was then), and a few searches. Only
+        with an in-process model (offline, oracle, scripted): a provider over HTTP would be paid for a write that
+        checks the engine, not the model, which the default run checks anyway."""
         system, user = self.system, self.case.user_id
         first = next((w for w in records if w.success), None)
-        if first is None or not offers_cross_user(system):
+        if first is None or not offers_cross_user(system) or self._is_http:
             return
         path, payload = writes[first.index]
         stranger = user + STRANGER_SUFFIX

@@ -40,7 +40,17 @@ def test_the_noisy_oracle_rates_are_recovered_within_their_cis(metrics):
     n = sum(len(c.expect.facts or []) for c in cases)
     dropped = {(cid, p.fact) for cid, ps in plan.items() for p in ps if p.kind == "drop"}
     flipped = {(cid, p.fact) for cid, ps in plan.items() for p in ps if p.kind == "flip_owner"} - dropped
-    swapped = {(cid, p.fact) for cid, ps in plan.items() for p in ps if p.kind == "swap_subject"} - dropped
+    by_id = {c.id: c for c in cases}
+
+    def refiled(cid: str, p) -> bool:
+        """The engine files a named speaker's fact labelled the user's under that speaker (README): a swap the
+        engine undoes is no error left in the stored state."""
+        case, fact = by_id[cid], (by_id[cid].expect.facts or [])[p.fact]
+        speakers = {m["name"] for turn in case.turns for m in turn if m.get("role") == "assistant" and m.get("name")}
+        return p.after in ("user", "用户") and fact.subject in speakers and fact.text.startswith(fact.subject)
+
+    swapped = {(cid, p.fact) for cid, ps in plan.items() for p in ps
+               if p.kind == "swap_subject" and not refiled(cid, p)} - dropped
     assert len(dropped) == round(0.1 * n)  # exactly round(rate × n) of the n gold facts
     expected = {"fact_recall": 1 - len(dropped) / n,
                 "owner_accuracy": 1 - len(flipped) / (n - len(dropped)),

@@ -66,7 +66,7 @@ def no_model_load(monkeypatch):
     ({"role": "user"}, "turns[0][1].content", "missing"),
     ({"role": "assistant", "name": "Jo\nhn", "content": "I am a nurse."}, "turns[0][1].name", ""),
     ({"role": "assistant", "name": "The User", "content": "I am a nurse."}, "turns[0][1].name", "'The User' names the current user"),
-    ({"role": "user", "content": "x" * 32_001}, "turns[0][1].content", "has 32001 characters"),  # the engine's limits
+    ({"role": "user", "content": "x" * 32_001}, "turns[0][1].content", "32001 characters"),  # the engine's limits
 ])
 def test_a_message_the_engine_refuses_is_refused_at_load_time(tmp_path, capsys, no_model_load, message, field,
                                                               problem):
