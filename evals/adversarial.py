@@ -21,7 +21,7 @@ import json
 import re
 from typing import Any
 
-from evals.prompt_contract import NAME_LINE, conversation_of
+from evals.prompt_contract import NAME_LINE, conversation_of, section_json
 from evals.record import AnomalyKind, Witnessed
 
 RECONCILE_ADVERSARIAL = ("cross_subject_update", "cross_subject_supersede", "cross_subject_delete")
@@ -42,16 +42,6 @@ def subject_class(subject: Any) -> str:
     return "user" if text in _USER else "assistant" if text in _ASSISTANT else text
 
 
-def _section(text: str, name: str, until: str) -> str | None:
-    head = f"[[ ## {name} ## ]]\n"
-    start = text.find(head)
-    if start < 0:
-        return None
-    body = text[start + len(head):]
-    end = body.find(until)
-    return body[:end] if end >= 0 else body
-
-
 def _json(text: str | None) -> Any:
     try:
         return json.loads(text) if text is not None else None
@@ -62,8 +52,8 @@ def _json(text: str | None) -> Any:
 def reconcile_reply(kind: str, prompt: str, reply: str) -> tuple[str, dict[str, Any]] | None:
     """The real reconcile reply with one cross-subject merge spliced in, and what was injected; None when the
     prompt has no new fact and candidate of different subjects (or the reply is not a JSON object)."""
-    facts = _json(_section(prompt, "new_facts", "\n\n[[ ## existing ## ]]"))
-    existing = _json(_section(prompt, "existing", "\n\nRespond with"))
+    facts = section_json(prompt, "new_facts", "\n\n[[ ## existing ## ]]")
+    existing = section_json(prompt, "existing", "\n\nRespond with")
     decoded = _json(reply)
     if not isinstance(facts, list) or not isinstance(existing, list) or not isinstance(decoded, dict):
         return None

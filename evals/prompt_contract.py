@@ -263,7 +263,8 @@ def check_prompts(raw_messages: list[dict[str, Any]], prompts: list[dict[str, st
     return list(dict.fromkeys(found))
 
 
-def _section_json(text: str, name: str, until: str) -> Any:
+def section_json(text: str, name: str, until: str) -> Any:
+    """The JSON of a DSPy prompt's `[[ ## name ## ]]` section (up to `until`), or None when absent or not JSON."""
     head = f"[[ ## {name} ## ]]\n"
     start = text.find(head)
     if start < 0:
@@ -288,8 +289,8 @@ def check_candidates(prompts: list[dict[str, str]], proposed: list[dict[str, Any
         if prompt.get("site") != "lm.reconcile":
             continue
         text = prompt.get("text", "")
-        facts = _section_json(text, "new_facts", "\n\n[[ ## existing ## ]]")
-        existing = _section_json(text, "existing", "\n\nRespond with")
+        facts = section_json(text, "new_facts", "\n\n[[ ## existing ## ]]")
+        existing = section_json(text, "existing", "\n\nRespond with")
         if not isinstance(facts, list) or not isinstance(existing, list) or len(facts) != len(proposed):
             continue
         call = f"{where}, call {number + 1} (lm.reconcile)"
@@ -312,5 +313,5 @@ def check_candidates(prompts: list[dict[str, str]], proposed: list[dict[str, Any
     return found
 
 
-__all__ = ["NAME_LINE", "Said", "check_candidates", "check_conversation", "check_prompts", "conversation_of",
+__all__ = ["NAME_LINE", "Said", "check_candidates", "check_conversation", "check_prompts", "conversation_of", "section_json",
            "label_of", "languages", "read_messages", "user_name"]
