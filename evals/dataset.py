@@ -218,7 +218,7 @@ def message_problems(case: Case) -> list[str]:
     problems = []
     for i, turn in enumerate(case.turns):
         try:  # the shape, with the engine's normaliser; the sizes below, by the harness's own count
-            normalize_messages(turn)
+            normalized = normalize_messages(turn)
         except MessageValidationError as exc:
             where = f"turns[{i}]" if exc.index is None else f"turns[{i}][{exc.index}]"
             problems.append(f"{where}{'.' + exc.field if exc.field else ''}: {exc.problem}")
@@ -226,11 +226,14 @@ def message_problems(case: Case) -> list[str]:
         # Against the limits the runner's engine writes with (its defaults), compared here and not by the engine's
         # own check: a case at the limit (exactly max_message_chars) must load even when that check is off by one,
         # so the engine's refusal shows in the run instead of hiding the case.
-        sizes, before = [], 0
-        for j in range(len(turn)):
-            upto = sum(len(m.content) for m in normalize_messages(turn[:j + 1]))
-            sizes.append(upto - before)
-            before = upto
+        if len(normalized) == len(turn):  # one message each (the usual case): read the sizes off in one pass
+            sizes = [len(m.content) for m in normalized]
+        else:  # a message normalised into several (content blocks): attribute each size to its input message
+            sizes, before = [], 0
+            for j in range(len(turn)):
+                upto = sum(len(m.content) for m in normalize_messages(turn[:j + 1]))
+                sizes.append(upto - before)
+                before = upto
         for j, size in enumerate(sizes):
             if size > DEFAULT_MAX_MESSAGE_CHARS:
                 problems.append(f"turns[{i}][{j}].content: {size} characters, over max_message_chars "
