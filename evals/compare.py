@@ -145,6 +145,15 @@ def load_run(path: Path, allow_unfinished: bool = False) -> Run:
                             "while running or writing its report); continue it with --resume")
     metrics, case_metrics = read_table(path, "metrics"), read_table(path, "case_metrics")
     assert metrics is not None and case_metrics is not None  # required tables: read_table raised otherwise
+    if metrics.empty:
+        raise RunInputError(f"{path / 'metrics.parquet'}: no metrics (a run always writes them)")
+    for table, frame, key in (("metrics", metrics, ["provider", "dataset", "metric"]),
+                              ("case_metrics", case_metrics, ["provider", "dataset", "case_id", "metric", "epoch"])):
+        repeated = frame[frame.duplicated(key, keep=False)]
+        if not repeated.empty:  # which row would a comparison read? The first could hide a regression
+            first = repeated.iloc[0]
+            raise RunInputError(f"{path / (table + '.parquet')}: {len(repeated)} rows repeat a key ("
+                                + ", ".join(f"{k}={first[k]!r}" for k in key) + ", ...)")
     return Run(metrics=metrics, case_metrics=case_metrics, manifest=manifest, path=path)
 
 

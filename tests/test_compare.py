@@ -165,3 +165,17 @@ def test_a_metrics_table_with_strings_for_values_is_one_line_and_exit_2(tmp_path
     err = capsys.readouterr().err.strip()  # pandas writes the strings as string or large_string
     assert err.startswith(f"hymem-eval {command}: {bad / 'metrics.parquet'}: schema mismatch, value is ")
     assert err.endswith("string, declared float64") and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("damage", ["empty", "repeated"])
+def test_a_metrics_table_empty_or_with_a_repeated_row_is_one_line_and_exit_2(tmp_path: Path, capsys, damage):
+    """A repeated (provider, dataset, metric) row: the gate read the first and could pass a regression."""
+    good = write_run(tmp_path / "good", RUN_A)
+    bad = write_run(tmp_path / "bad", RUN_A)
+    metrics = pd.read_parquet(bad / "metrics.parquet")
+    changed = metrics.iloc[:0] if damage == "empty" else pd.concat([metrics.iloc[:1].assign(value=0.0), metrics])
+    changed.to_parquet(bad / "metrics.parquet")
+    assert main(["gate", "--baseline", str(good), "--current", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"hymem-eval gate: {bad / 'metrics.parquet'}: ") and len(err.splitlines()) == 1
+    assert ("no metrics" if damage == "empty" else "2 rows repeat a key") in err
