@@ -200,8 +200,8 @@ def _error_tallies(case: Case) -> dict[str, Tally]:
         tallies["profile_leak_rate"] = (1, 1)
     if "name" in expect.profile:
         tallies["profile_name_accuracy"] = (0, 1)
-    if _profile_fields(case):
-        tallies["profile_field_accuracy"] = (0, len(_profile_fields(case)))
+    if fields := _profile_fields(case):
+        tallies["profile_field_accuracy"] = (0, len(fields))
     if expect.absent:
         tallies["absent_violation_rate"] = (len(expect.absent), len(expect.absent))
     return {**tallies, **merge_error_tallies(case)}

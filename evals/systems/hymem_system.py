@@ -227,8 +227,7 @@ class HymemSystem:
         if not live:
             return {}
         query = max(live, key=lambda m: m.id).text
-        hits = self._client.search(query, user_id, k=len(live))
-        return {query: sorted((r.id, round(float(r.score or 0.0), 4)) for r in hits)}
+        return {query: self.search_as(user_id, query, len(live))}
 
     def search_as(self, user_id: str, query: str, k: int) -> list[tuple[int, float]]:
         """`user_id`'s search for `query` on the open store: (id, score) of up to k hits, as the engine answers."""
