@@ -48,6 +48,8 @@ RELATION_FOLD = {"fiance": "fiancé", "fiancee": "fiancée", "in-laws": "in-law"
                  "姥爷": "外公"}
 _EN_USER = re.compile(r"^(?:the\s+)?(?:current\s+)?user\b(?!-)", re.IGNORECASE)
 _EN_ASSISTANT = re.compile(r"^(?:the\s+)?(?:ai\s+)?assistant\b|^the\s+ai\b", re.IGNORECASE)
+# "AI" or "Agent" with no article, as ChatGPT-style notes open ("AI suggested …"): the assistant when a verb follows.
+_EN_BARE_ASSISTANT = re.compile(r"^(AI|(?i:ai|agent))\s+([a-z]+)\b")
 _ZH_USER_WORD = r"(?:当前|该|这位|此)?用户"  # the spellings of _USER in Chinese, as a pattern
 _ZH_ASSISTANT_WORD = r"(?:ai|AI|智能)?助手"
 _ZH_USER = re.compile(rf"^{_ZH_USER_WORD}")
@@ -274,6 +276,8 @@ def split_subject(text: str) -> tuple[str | None, str]:
     for pattern in (_EN_INVERTED, _ZH_INVERTED):  # "Marrakech is the user's favourite city." → the user
         if (match := pattern.match(stripped)) and (named := split_subject(match.group("owner"))[0]) is not None:
             return named, match.group("head") + match.group("tail")
+    if (match := _EN_BARE_ASSISTANT.match(stripped)) and _assistant_verb(match.group(2)):
+        return "assistant", stripped[len(match.group(1)):]  # "AI suggested restarting the pod" (not "AI tools are …")
     if match := _FRONTED.match(stripped):  # "On Sundays, the user plays tennis." / "每天晚上，用户都会看书。"
         subject = "assistant" if re.match(r"(?i)the (?:ai )?assistant|(?:ai)?助手", match.group(2)) else "user"
         return subject, match.group(1) + stripped[match.end():]
@@ -370,6 +374,18 @@ def _verbal(word: str) -> bool:
     return (bool(_VERB_ENDING.search(word)) or word in _IRREGULAR_PAST
             or (len(word) >= 6 and word.endswith(("ted", "ded", "ned", "ved", "ied", "yed", "ked", "ped", "sed", "zed",
                                                    "hed", "ged", "ced"))))
+
+
+def _assistant_verb(word: str) -> bool:
+    """Whether the word after a bare "AI" / "Agent" is its verb: a past form or an auxiliary ("AI suggested",
+    "AI will remind"), or one of the verbs such notes use in the present ("AI recommends"). Any other -s word
+    is more likely a plural ("AI tools are popular", "AI ethics …"), which names no one."""
+    return (word in _AFTER_A_NAME or word in _IRREGULAR_PAST or word.endswith("ed")
+            or word in _ASSISTANT_PRESENT_VERBS)
+
+
+_ASSISTANT_PRESENT_VERBS = frozenset("""suggests recommends advises proposes reminds notes says thinks explains
+drafts writes generates created creates prefers plans uses helps answers replies warns offers""".split())
 
 
 def _finite(word: str) -> bool:

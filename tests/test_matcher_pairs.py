@@ -94,6 +94,8 @@ def test_each_text_names_its_subject_in_the_suites_vocabulary(pairs):
             named = subject_of(row[side]["text"])
             if side == "pred" and subject == "user" and (named is None or named.startswith(("the user's", "用户的"))):
                 continue
+            if named is not None and canonical_subject(named) == subject == "assistant":
+                continue  # "AI suggested restarting the pod": the subject rule reads a bare "AI" as the assistant
             assert any(w in text for w in words.get(subject, (subject,))), (row["id"], side)
         assert _in_vocabulary(row["gold"]["subject"]), row["id"]
         if row["category"] == "subject_alias":  # another spelling of the same subject, never the same string

@@ -22,6 +22,10 @@ from hymem.testing import ScriptedLM
 @pytest.mark.parametrize(("text", "subject"), [
     ("The AI assistant suggested tea.", "assistant"), ("The assistant suggested tea.", "assistant"),
     ("User likes tea", "user"), ("The user's mother is a nurse.", "the user's mother"),
+    # a bare "AI" / "Agent" with its verb is the assistant; with a plural noun after it, nobody
+    ("AI suggested restarting the pod", "assistant"), ("AI recommends pgbouncer", "assistant"),
+    ("Agent recommended pgbouncer", "assistant"), ("AI will remind the user", "assistant"),
+    ("AI tools are popular", None), ("AI is the user's favourite topic.", "user"),
     ("The user's friend Jack is a chef.", "Jack"), ("Jack, the user's friend, is a chef.", "Jack"),
     ("John is a pilot.", "John"), ("用户的姐姐小丽是律师。", "小丽"), ("用户的妈妈是护士。", "用户的母亲"), ("The user's mum is a nurse.", "the user's mother"),
     ("王芳是护士。", "王芳"), ("助手建议用户早睡。", "assistant"), ("On Sundays, the user plays tennis.", "user"),
