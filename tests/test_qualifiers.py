@@ -82,6 +82,16 @@ def test_chinese_numerals_read_as_numbers(a, b):
 
 
 @pytest.mark.parametrize(("a", "b"), [
+    ("The API allows 100 requests per minute.", "The API allows a hundred requests a minute."),
+    ("The user paid 120 dollars.", "The user paid a hundred and twenty dollars."),
+    ("The user has 1,000 followers.", "The user has a thousand followers."),
+])
+def test_a_hundred_is_one_hundred(a, b):
+    assert _same_quantities(a, b), (quantities(a), quantities(b))
+    assert not _same_quantities(a, b.replace("a hundred", "two hundred").replace("a thousand", "two thousand"))
+
+
+@pytest.mark.parametrize(("a", "b"), [
     ("用户考过了英语四级。", "用户考过了英语六级。"),
     ("用户的儿子身高一米六三。", "用户的儿子身高一米六。"),
     ("用户在二十一楼上班。", "用户在十二楼上班。"),

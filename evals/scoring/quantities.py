@@ -69,10 +69,11 @@ _EN_AND_A_HALF = re.compile(rf"\b(?P<n>an?|\d+(?:\.\d+)?|{_EN_WORD})\s+(?:(?P<u1
                             rf"and\s+a\s+half\s+(?P<u2>{_EN_UNIT_WORDS}))\b", re.IGNORECASE)
 _EN_HALF_A = re.compile(rf"\bhalf\s+an?\s+(?P<u>{_EN_UNIT_WORDS})\b", re.IGNORECASE)
 # A number: digits (with thousands commas / a decimal point), or number words ("thirty-four", "ten
-# thousand"); "a"/"an" count as one only before a unit of the table ("a decade", "an hour").
+# thousand", "a hundred and twenty"); "a"/"an" count as one only before a scale word or a unit of the table
+# ("a decade", "an hour").
 _EN_NUMBER = re.compile(
     rf"(?<![A-Za-z0-9_.])(?:(?P<digits>\d{{1,3}}(?:,\d{{3}})+(?:\.\d+)?|\d+(?:\.\d+)?)(?P<k>k\b)?|"
-    rf"(?P<words>(?:(?:{_EN_WORD})(?:[\s-]+(?:{_EN_NEXT_WORD}|hundred|thousand|million|and))*)(?:[\s-]+(?:hundred|thousand|million))?)\b"
+    rf"(?P<words>(?:(?:an?(?=[\s-]+(?:hundred|thousand|million|billion))|{_EN_WORD})(?:[\s-]+(?:{_EN_NEXT_WORD}|hundred|thousand|million|and))*)(?:[\s-]+(?:hundred|thousand|million))?)\b"
     rf"|(?P<article>\ban?\b))", re.IGNORECASE)
 # Ordinal words from "fourth" on, and compounds after a tens word ("twenty-first"), read as "4th", "21st":
 # a bare "first", "second" or "third" is also "native", a unit of time or a fraction, so only digits count there
