@@ -205,8 +205,8 @@ class HyMemoryClient:
         lang = conversation_language(msgs)
         extract = self._round(rid, "extract", self.program.extractor(lang), conversation=rendered)
         failpoint("client.after_extract")
-        facts = _named_subjects(self._facts_of(rid, extract, ("facts", "fact")), msgs)
-        profile = _profile_updates(extract.outputs.get("profile"), msgs)
+        facts = self._facts_of(rid, extract, msgs, ("facts", "fact"))
+        profile = extracted_profile(extract.outputs.get("profile"), msgs)
         work = self._reconcile_chain(facts, user_id, rid)
         work["rounds"].insert(0, extract)
         work.update(l1_raw=rendered, profile=profile, proposed_facts=[_fact_json(f) for f in facts], lang=lang)
@@ -215,7 +215,7 @@ class HyMemoryClient:
     def _working_chain(self, msgs: list[ChatMessage], user_id: str, rid: str) -> dict:
         extract = self._round(rid, "extract_working", self.program.extract_working, trajectory=render_working(msgs))
         failpoint("client.after_extract")
-        facts = _named_subjects(self._facts_of(rid, extract, ("experiences", "experience"), ("facts", "fact")), msgs)
+        facts = self._facts_of(rid, extract, msgs, ("experiences", "experience"), ("facts", "fact"))
         work = self._reconcile_chain(facts, user_id, rid)
         work["rounds"].insert(0, extract)
         work["proposed_facts"] = [_fact_json(f) for f in facts]
@@ -265,10 +265,10 @@ class HyMemoryClient:
         except ChainError as exc:
             raise _WriteFailed(self._failure(rid, error_code=_EXTRACT_CODES[exc.kind], message=str(exc))) from exc
 
-    def _facts_of(self, rid: str, extract: Round, *fields: tuple[str, str]) -> list[NewFact]:
+    def _facts_of(self, rid: str, extract: Round, msgs: list[ChatMessage], *fields: tuple[str, str]) -> list[NewFact]:
         """The extracted facts of the named output fields, each tagged with its kind."""
         try:
-            return [_fact_from_model(f, kind=kind) for name, kind in fields for f in extract.outputs[name]]
+            return extracted_facts(extract.outputs, msgs, *fields)
         except ChainError as exc:
             raise _WriteFailed(self._failure(rid, error_code=_EXTRACT_CODES[exc.kind], message=str(exc))) from exc
 
@@ -355,6 +355,18 @@ def _fingerprint(path: str, payload: Any) -> str:
     """A digest of what a write was asked to store: its path and normalised payload."""
     canonical = json.dumps({"path": path, "payload": payload}, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def extracted_facts(outputs: Mapping[str, Any], msgs: list[ChatMessage], *fields: tuple[str, str]) -> list[NewFact]:
+    """The facts of an extract round's named output fields, as the engine stores them: each held to
+    `_fact_from_model` (a bad one raises ChainError, which fails the write) and filed under the named human
+    its sentence is about. Prompt tuning scores these, so it optimises what a write would store."""
+    return _named_subjects([_fact_from_model(f, kind=kind) for name, kind in fields for f in outputs[name]], msgs)
+
+
+def extracted_profile(profile: Any, msgs: list[ChatMessage]) -> dict:
+    """The L0 update an extract round's profile makes (see `_profile_updates`)."""
+    return _profile_updates(profile, msgs)
 
 
 def _fact_from_model(fact: Any, kind: str = "fact") -> NewFact:

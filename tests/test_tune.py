@@ -114,6 +114,31 @@ def test_a_failed_prediction_is_counted_and_scores_zero_for_the_optimizer():
     assert (summary.runs, summary.errors, summary.by_kind) == (1, 1, {"parse": 1})
 
 
+def test_a_reply_that_would_fail_the_engines_write_fails_in_tuning_too(tmp_path):
+    case = ALL["en-002-unnamed-teacher"]
+    (example,), _ = make_examples("extractor", [case])
+    reply = extract_reply([("The user is a teacher.", "user\n[John]: hi", "user"),
+                           ("The user lives in Chicago.", "user", "user")])  # a two-line subject
+    with HyMemoryClient(tmp_path / "engine", lm=ScriptedLM([reply]), embedder="hash") as client:
+        assert client.add(case.turns[0], user_id="u").error_code == "JSON_PARSE_FAILED"
+    log = ErrorLog()
+    with dspy.context(lm=ScriptedLM([reply])):
+        prediction = make_student("extractor", MemoryProgram(), ["extract_en"])(**example.inputs())
+    assert prediction.error_kind == "parse" and CaseMetric("extractor", ALL, log)(example, prediction) == 0.0
+    assert log.summary().errors == 1
+
+
+def test_tuning_scores_the_facts_as_the_engine_files_them():
+    case = ALL["en-001-tim-john"]  # John speaks; the engine files a sentence about John under John
+    (example,), _ = make_examples("extractor", [case])
+    reply = extract_reply([(f.text, "user", f.owner) for f in case.expect.facts], profile={"occupation": "nurse"})
+    with dspy.context(lm=ScriptedLM([reply])):
+        prediction = make_student("extractor", MemoryProgram(), ["extract_en"])(**example.inputs())
+    assert [f["subject"] for f in prediction.turn_facts[0]] == ["user", "user", "John", "John"]
+    assert prediction.profile == {"name": "Tim"}  # John's job never reaches the user's profile
+    assert CaseMetric("extractor", ALL, ErrorLog())(example, prediction) == 1.0
+
+
 def test_reconcile_examples_send_what_the_engine_sends():
     case = ALL["en-001-tim-john"]
     new_facts, existing, ops = reconcile_inputs(case)

@@ -2,8 +2,9 @@
 
 Each student holds the tuned `MemoryProgram` predictors under their program names, so a compiled
 student maps straight back (`apply_to_program`) and `MemoryProgram.load` reads the result. Calls
-go through the engine's `run_round` / `reconcile`, so prompts, strict parsing and failure classes
-are the engine's. A failed call is returned as `error` in the prediction (never raised), so the
+go through the engine's `run_round` / `reconcile`, and extracted facts through the engine's own
+checks and subject filing (`hymem.client.extracted_facts`), so prompts, strict parsing, failure
+classes and the facts scored are the engine's: a reply that would fail a write fails here too. A failed call is returned as `error` in the prediction (never raised), so the
 metric sees and counts every failure instead of the optimiser silently scoring it 0.
 """
 
@@ -17,9 +18,11 @@ from typing import Any
 import dspy
 
 from hymem.chain import ChainError, run_round
+from hymem.client import extracted_facts, extracted_profile
 from hymem.models import Memory
 from hymem.program import MemoryProgram
 from hymem.reconciler import NewFact, reconcile
+from hymem.render import parse_history
 
 
 class ExtractorStudent(dspy.Module):
@@ -40,14 +43,15 @@ class ExtractorStudent(dspy.Module):
                 predictor = getattr(self, name, None)
                 if not isinstance(predictor, dspy.Predict):
                     raise ChainError(name, "other", f"this student holds no predictor {name!r}")
+                msgs = parse_history(text, history_limit=len(text) + 1)  # the turn's messages, as rendered
                 if name == "extract_working":
                     out = run_round("extract_working", predictor, lm, trajectory=text).outputs
-                    facts = [_fact(f, "experience") for f in out["experiences"]] + [_fact(f) for f in out["facts"]]
+                    facts = extracted_facts(out, msgs, ("experiences", "experience"), ("facts", "fact"))
                 else:
                     out = run_round("extract", predictor, lm, conversation=text).outputs
-                    facts = [_fact(f) for f in out["facts"]]
-                    profile.update(_profile(out.get("profile")))
-                turn_facts.append(facts)
+                    facts = extracted_facts(out, msgs, ("facts", "fact"))
+                    profile.update(extracted_profile(out.get("profile"), msgs))
+                turn_facts.append([_fact_dict(f) for f in facts])
         except ChainError as exc:
             return dspy.Prediction(turn_facts=turn_facts, profile=profile, error=str(exc), error_kind=exc.kind)
         return dspy.Prediction(turn_facts=turn_facts, profile=profile, error=None, error_kind=None)
@@ -96,19 +100,8 @@ def apply_to_program(student: dspy.Module, program: MemoryProgram) -> int:
     return dropped
 
 
-def _fact(fact: Any, kind: str = "fact") -> dict[str, str]:
-    """An extracted fact as the engine stores it; empty text fails the write there, so it fails here too."""
-    text = " ".join(str(fact.text).split())
-    if not text:
-        raise ChainError("extract", "parse", "an extracted fact has empty text")
-    return {"text": text, "subject": str(fact.subject).strip() or "user", "owner": fact.owner, "kind": kind}
-
-
-def _profile(profile: Any) -> dict[str, Any]:
-    if profile is None:
-        return {}
-    data = profile.model_dump() if hasattr(profile, "model_dump") else dict(profile)
-    return {k: v for k, v in data.items() if v not in (None, "")}
+def _fact_dict(fact: NewFact) -> dict[str, str]:
+    return {"text": fact.text, "subject": fact.subject, "owner": fact.owner, "kind": fact.kind}
 
 
 __all__ = ["ExtractorStudent", "ReconcilerStudent", "apply_to_program", "make_student"]
