@@ -248,7 +248,7 @@ def _tune(args: argparse.Namespace) -> int:
         config = TuneConfig(program=args.program, optimizer=args.optimizer, train=args.train, dev=args.dev,
                             lm=args.lm, teacher_lm=args.teacher_lm, prompt_lm=args.prompt_lm, out=args.out,
                             seed=args.seed, dev_fraction=args.dev_fraction, settings=parse_settings(args.setting or []),
-                            matcher=args.matcher)
+                            matcher=args.matcher, providers_file=args.providers)
         outcome = tune(config)
     except TuneError as exc:
         print(f"hymem-eval tune: {exc}", file=sys.stderr)
@@ -443,7 +443,8 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--dev", action="append", default=None, metavar="SPEC",
                       help="held-out cases (repeatable; default: a seeded split of --train)")
     tune.add_argument("--dev-fraction", type=float, default=0.3, help="share of --train held out when --dev is omitted")
-    tune.add_argument("--lm", default="offline", metavar="SPEC", help="task model: offline or a DSPy model string")
+    tune.add_argument("--lm", default="offline", metavar="SPEC", help="task model: offline, a DSPy model string, MODEL@URL "
+                      "or a name from --providers (as for run)")
     tune.add_argument("--teacher-lm", default=None, metavar="SPEC", help="model that runs the program to make demos "
                       "(bootstrap, mipro; default: --lm)")
     tune.add_argument("--prompt-lm", default=None, metavar="SPEC", help="model that proposes (mipro) or reflects "
@@ -452,6 +453,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="optimizer setting over the defaults, VALUE as JSON (repeatable), e.g. max_metric_calls=200")
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--out", type=Path, required=True, metavar="DIR", help="where program.json and its manifest go")
+    tune.add_argument("--providers", type=Path, default=None, metavar="TOML",
+                      help="providers file (as for run): its names work as --lm, --teacher-lm and --prompt-lm")
     _matcher_option(tune, "used by the tuning metric")
     tune.set_defaults(func=_tune)
     return parser

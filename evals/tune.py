@@ -20,9 +20,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evals.dataset import Case, canonical_json, dataset_hash, load_cases
 from evals.manifest import git_state, package_versions
+from evals.record import write_table
 from evals.tuning.budget import BudgetMeter
 from evals.tuning.examples import ProgramKind, eligible, make_examples, predictor_names, split_cases
 from evals.tuning.metric import CaseMetric, ErrorLog
+from evals.tuning.models import TuneModels
 from evals.tuning.optimizers import compile_program, effective_settings
 from evals.tuning.saved import MANIFEST_FILE, PROGRAM_FILE, DevScore, TuneManifest, load_program
 from evals.tuning.students import apply_to_program, make_student
@@ -53,6 +55,7 @@ class TuneConfig(BaseModel):
     settings: dict[str, Any] = Field(default_factory=dict)  # optimiser settings over the defaults
     num_threads: int = 4  # dev-set evaluation threads
     matcher: str | None = None  # --matcher SPEC of the metric (default: semantic, as `run`)
+    providers_file: Path | None = None  # --providers TOML: names usable as --lm / --teacher-lm / --prompt-lm
 
 
 class TuneOutcome(BaseModel):
@@ -78,7 +81,8 @@ def tune(config: TuneConfig) -> TuneOutcome:
                         f"({len(skipped)} skipped{example})")
     if (config.out / MANIFEST_FILE).exists():
         raise TuneError(f"{config.out} already holds a tuned program; choose another --out")
-    task_lm, teacher_lm, prompt_lm = _models(config)
+    models = TuneModels(config.providers_file)
+    task_lm, teacher_lm, prompt_lm = _models(config, models)
     try:
         from evals.scoring.matchers import make_matcher
 
@@ -130,6 +134,7 @@ def tune(config: TuneConfig) -> TuneOutcome:
         budget={phase: meter.budget() for phase, meter in meters.items()}, dev_before=before, dev_after=after,
         engine_version=__version__, git_commit=commit, git_dirty=dirty, packages=package_versions())
     (config.out / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2), encoding="utf-8")
+    write_table(config.out, "attempts", models.attempts_frame())
     for name, group in (("train", split.train), ("dev", split.dev)):
         (config.out / f"{name}.jsonl").write_text("".join(canonical_json(c) + "\n" for c in group), encoding="utf-8")
     return TuneOutcome(out=config.out, manifest=manifest)
@@ -190,7 +195,7 @@ def summary_text(outcome: TuneOutcome) -> str:
                      f"{b.seconds:.1f}s" + (f" [{models}]" if models else ""))
     lines.append(f"demos: {json.dumps(m.demos)}; instructions changed: {', '.join(m.instructions_changed) or 'none'}")
     lines.append(f"prompt fingerprint: {m.prompt_fingerprint_before} -> {m.prompt_fingerprint_after}")
-    lines.append(f"saved: {outcome.out / PROGRAM_FILE} (+ {MANIFEST_FILE}, train.jsonl, dev.jsonl)")
+    lines.append(f"saved: {outcome.out / PROGRAM_FILE} (+ {MANIFEST_FILE}, train.jsonl, dev.jsonl, attempts.parquet)")
     return "\n".join(lines) + "\n"
 
 
@@ -213,15 +218,13 @@ def _load(config: TuneConfig) -> tuple[list[Case], list[Case] | None, dict[str, 
     return train, dev, skipped
 
 
-def _models(config: TuneConfig) -> tuple[dspy.BaseLM, dspy.BaseLM | None, dspy.BaseLM | None]:
-    from hymem.llm import make_lm
-
+def _models(config: TuneConfig, models: TuneModels) -> tuple[dspy.BaseLM, dspy.BaseLM | None, dspy.BaseLM | None]:
     try:
-        task = make_lm(config.lm, timeout=120) if isinstance(config.lm, str) else make_lm(config.lm)
-        teacher = make_lm(config.teacher_lm) if config.teacher_lm is not None else None
-        prompt = make_lm(config.prompt_lm) if config.prompt_lm is not None else None
-    except (TypeError, ValueError) as exc:
-        raise TuneError(f"--lm: {exc}") from exc
+        task = models.lm(config.lm, "--lm")
+        teacher = models.lm(config.teacher_lm, "--teacher-lm") if config.teacher_lm is not None else None
+        prompt = models.lm(config.prompt_lm, "--prompt-lm") if config.prompt_lm is not None else None
+    except ValueError as exc:
+        raise TuneError(str(exc)) from exc
     if config.optimizer in ("mipro", "gepa"):
         prompt = prompt or teacher or task
         if getattr(prompt, "model", None) == "offline/reference":

@@ -283,6 +283,39 @@ def test_cli_tune_then_run_with_the_program_changes_the_prompt_hash_and_compares
     assert "Flipped cases" in capsys.readouterr().out
 
 
+def test_cli_tune_with_an_http_provider_on_loopback_records_every_attempt(data, tmp_path, capsys):
+    import pandas as pd
+
+    from evals.serve import start_server
+
+    with start_server() as server:
+        code = main(["tune", "--program", "extractor", "--optimizer", "bootstrap", "--train", data["train"],
+                     "--dev", data["dev"], "--lm", f"openai/offline@{server.url}", "--out", str(tmp_path / "t")])
+    printed = capsys.readouterr().out
+    assert code == 0 and "0 error(s)" in printed and "errors while tuning: 0 of" in printed
+    manifest = load_manifest(tmp_path / "t")
+    assert manifest.demos["extract_en"] >= 1 and manifest.dev_before.scored == len(DEV)
+    attempts = pd.read_parquet(tmp_path / "t" / "attempts.parquet")
+    assert len(attempts) == manifest.budget["compile"].calls + manifest.budget["dev_eval"].calls
+    assert set(attempts["site"]) == {"lm.extract"} and set(attempts["status"]) == {"ok"}
+    assert attempts["prompt_tokens"].gt(0).all() and not attempts["cache_hit"].any()
+
+
+@pytest.mark.parametrize(("flag", "spec", "says"), [
+    ("--lm", "nonsense", "--lm 'nonsense': use offline"),
+    ("--prompt-lm", "oracle", "--prompt-lm oracle: the oracle answers from the case"),
+    ("--lm", "openai/gpt-4o-mini", "--lm openai/gpt-4o-mini: set OPENAI_API_KEY"),
+])
+def test_cli_tune_refuses_a_model_it_cannot_use_in_one_line(data, tmp_path, capsys, monkeypatch, flag, spec, says):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("OPENAI_API_BASE", raising=False)
+    code = main(["tune", "--program", "extractor", "--optimizer", "bootstrap", "--train", data["train"],
+                 flag, spec, "--out", str(tmp_path / "t")])
+    err = capsys.readouterr().err
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "t").exists()
+
+
 def test_run_refuses_a_program_directory_without_a_saved_program(data, tmp_path, capsys):
     code = main(["run", "--dataset", data["dev"], "--faults", "none", "--embedder", "hash", "--no-progress",
                  "--program", str(tmp_path), "--out", str(tmp_path / "r")])
