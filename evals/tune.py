@@ -89,6 +89,10 @@ def tune(config: TuneConfig) -> TuneOutcome:
         matcher = make_matcher(config.matcher)
     except ValueError as exc:
         raise TuneError(str(exc)) from exc
+    try:  # before any model call: an --out that cannot hold the result must not cost a whole compile
+        config.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TuneError(f"--out {config.out}: cannot create the directory ({exc.strerror or exc})") from exc
     cases = {c.id: c for c in [*split.train, *split.dev]}
     baseline = MemoryProgram()
     names = predictor_names(config.program, train)
@@ -108,7 +112,6 @@ def tune(config: TuneConfig) -> TuneOutcome:
                 raise TuneError(f"{config.optimizer}: {exc}") from exc
         tuned = baseline.deepcopy()
         dropped = apply_to_program(compiled, tuned)
-        config.out.mkdir(parents=True, exist_ok=True)
         tuned.save(str(config.out / PROGRAM_FILE))
         saved = load_program(config.out)
         with meters["dev_eval"].measure():

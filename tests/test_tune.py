@@ -316,6 +316,21 @@ def test_cli_tune_refuses_a_model_it_cannot_use_in_one_line(data, tmp_path, caps
     assert code == 2 and says in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "t").exists()
 
 
+@pytest.mark.parametrize(("args", "says"), [
+    (["--setting", "max_bootstrapped_demos=abc"], "setting max_bootstrapped_demos='abc': Input should be a valid integer"),
+    (["--setting", "max_bootstrapped_demos=-1"], "setting max_bootstrapped_demos=-1: Input should be greater than"),
+    (["--setting", "max_rounds=0"], "setting max_rounds=0: Input should be greater than or equal to 1"),
+    (["--out", "FILE"], "cannot create the directory"),
+])
+def test_cli_tune_refuses_bad_settings_and_outputs_before_any_model_call(data, tmp_path, capsys, args, says):
+    (tmp_path / "FILE").write_text("not a directory")
+    out = ["--out", str(tmp_path / "FILE")] if args == ["--out", "FILE"] else ["--out", str(tmp_path / "t"), *args]
+    code = main(["tune", "--program", "extractor", "--optimizer", "bootstrap", "--train", data["train"], *out])
+    err = capsys.readouterr().err
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1
+    assert "Bootstrapped" not in err  # refused before the optimiser ran
+
+
 def test_run_refuses_a_program_directory_without_a_saved_program(data, tmp_path, capsys):
     code = main(["run", "--dataset", data["dev"], "--faults", "none", "--embedder", "hash", "--no-progress",
                  "--program", str(tmp_path), "--out", str(tmp_path / "r")])

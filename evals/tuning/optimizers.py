@@ -9,9 +9,10 @@ settings are returned for the tuning manifest.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import dspy
+from pydantic import Field, TypeAdapter, ValidationError
 
 OptimizerName = Literal["bootstrap", "mipro", "gepa"]
 OPTIMIZERS: tuple[str, ...] = get_args(OptimizerName)
@@ -56,6 +57,24 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "num_threads": 4,
     },
 }
+# What each setting takes: a wrong type or a count below its floor is refused before any work, not met as a
+# traceback inside the optimiser (or, for a negative count, silently as "no demos").
+_Count = Annotated[int, Field(strict=True, ge=0)]
+_Positive = Annotated[int, Field(strict=True, ge=1)]
+_Flag = Annotated[bool, Field(strict=True)]
+_Threshold = Annotated[float, Field(ge=0, le=1)] | None  # the metric's scores lie in [0, 1]
+_Auto = Literal["light", "medium", "heavy"] | None
+_TYPES: dict[str, Any] = {
+    "max_bootstrapped_demos": _Count, "max_labeled_demos": _Count, "max_rounds": _Positive,
+    "metric_threshold": _Threshold, "max_errors": _Count | None, "auto": _Auto, "num_candidates": _Positive | None,
+    "num_trials": _Positive | None, "num_threads": _Positive, "init_temperature": Annotated[float, Field(ge=0)],
+    "minibatch": _Flag | None, "minibatch_size": _Positive, "minibatch_full_eval_steps": _Positive,
+    "program_aware_proposer": _Flag, "data_aware_proposer": _Flag, "view_data_batch_size": _Positive,
+    "tip_aware_proposer": _Flag, "fewshot_aware_proposer": _Flag, "max_metric_calls": _Positive | None,
+    "max_full_evals": _Positive | None, "reflection_minibatch_size": _Positive,
+    "candidate_selection_strategy": Literal["pareto", "current_best"], "skip_perfect_score": _Flag,
+    "use_merge": _Flag, "max_merge_invocations": _Count,
+}
 _MIPRO_COMPILE = ("num_trials", "minibatch", "minibatch_size", "minibatch_full_eval_steps", "program_aware_proposer",
                   "data_aware_proposer", "view_data_batch_size", "tip_aware_proposer", "fewshot_aware_proposer")
 _BUDGETS = {"mipro": ("auto", "num_candidates"), "gepa": ("auto", "max_metric_calls", "max_full_evals")}
@@ -69,6 +88,12 @@ def effective_settings(optimizer: str, overrides: dict[str, Any]) -> dict[str, A
     if unknown:
         raise ValueError(f"{optimizer}: unknown setting(s) {', '.join(unknown)}; "
                          f"known: {', '.join(sorted(DEFAULTS[optimizer]))}")
+    for key, value in overrides.items():
+        try:
+            TypeAdapter(_TYPES[key]).validate_python(value)
+        except ValidationError as exc:
+            problem = "; ".join(e["msg"] for e in exc.errors())
+            raise ValueError(f"{optimizer}: setting {key}={value!r}: {problem}") from None
     settings = {**DEFAULTS[optimizer], **overrides}
     budget_keys = _BUDGETS.get(optimizer, ())
     if "auto" not in overrides and any(overrides.get(k) is not None for k in budget_keys if k != "auto"):
