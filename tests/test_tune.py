@@ -69,6 +69,17 @@ def test_a_case_given_in_both_sets_stays_in_dev_only():
     assert split.overlap_removed == DEV and not split.seeded
 
 
+def test_one_conversation_under_two_ids_never_lands_on_both_sides():
+    base = [c for c in ALL.values() if c.lang == "en"][:10]
+    twins = [c.model_copy(update={"id": c.id + "-twin", "memories": []}) for c in base]  # same turns, new id
+    for seed in range(4):
+        split = split_cases(base + twins, None, seed=seed)
+        train, dev = ({c.id.removesuffix("-twin") for c in s} for s in (split.train, split.dev))
+        assert not train & dev and len(split.dev) == 6
+    split = split_cases(twins, [base[0]], seed=0)
+    assert split.overlap_removed == [base[0].id + "-twin"] and len(split.train) == 9
+
+
 # ---------------------------------------------------------------------------------------------- metric
 
 

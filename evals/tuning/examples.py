@@ -27,35 +27,75 @@ PROGRAM_KINDS: tuple[str, ...] = get_args(ProgramKind)
 
 
 class Split(BaseModel):
-    """Train and dev cases; no case id is in both."""
+    """Train and dev cases; no case id, and no write (turn), is in both."""
 
     train: list[Case]
     dev: list[Case]
     seeded: bool  # dev was drawn from train with the seed (no --dev given)
-    overlap_removed: list[str] = Field(default_factory=list)  # ids given in both sets, kept in dev only
+    overlap_removed: list[str] = Field(default_factory=list)  # train ids given in dev too, or sharing a write with it
 
 
 def split_cases(train: Sequence[Case], dev: Sequence[Case] | None, *, seed: int, dev_fraction: float = 0.3) -> Split:
-    """Train/dev by case id. Without `dev`, a seeded shuffle of the train ids gives a `dev_fraction` share."""
+    """Train/dev by conversation. Cases that share a write (the same turn, e.g. one conversation under two ids)
+    are one conversation: without `dev`, a seeded shuffle of conversations gives about a `dev_fraction` share
+    of the cases; with `dev`, a train case that is, or shares a write with, a dev case is left out of train."""
     _check_unique(train, "train")
     if dev is not None:
         _check_unique(dev, "dev")
         dev_ids = {c.id for c in dev}
-        overlap = sorted(c.id for c in train if c.id in dev_ids)
-        kept = [c for c in train if c.id not in dev_ids]
+        dev_writes = {w for c in dev for w in _writes(c)}
+        overlap = sorted(c.id for c in train if c.id in dev_ids or not _writes(c).isdisjoint(dev_writes))
+        kept = [c for c in train if c.id not in overlap]
         if not kept:
-            raise ValueError("every train case is also in the dev set: nothing left to train on")
+            raise ValueError("every train case is also in the dev set (or shares a turn with a dev case): "
+                             "nothing left to train on")
         return Split(train=kept, dev=list(dev), seeded=False, overlap_removed=overlap)
     if not 0 < dev_fraction < 1:
         raise ValueError(f"dev fraction must be between 0 and 1, got {dev_fraction}")
     if len(train) < 2:
         raise ValueError(f"a seeded split needs at least 2 cases, got {len(train)}")
-    ids = sorted(c.id for c in train)
-    random.Random(seed).shuffle(ids)
-    n_dev = min(len(ids) - 1, max(1, round(len(ids) * dev_fraction)))
-    dev_ids = set(ids[:n_dev])
+    groups = _conversations(train)
+    if len(groups) < 2:
+        raise ValueError(f"a seeded split needs at least 2 conversations; these {len(train)} cases share turns")
+    keys = sorted(groups)
+    random.Random(seed).shuffle(keys)
+    target = min(len(train) - 1, max(1, round(len(train) * dev_fraction)))
+    dev_ids: set[str] = set()
+    for key in keys[:-1]:  # the last conversation always trains
+        if len(dev_ids) >= target:
+            break
+        dev_ids |= groups[key]
     return Split(train=[c for c in train if c.id not in dev_ids], dev=[c for c in train if c.id in dev_ids],
                  seeded=True)
+
+
+def _writes(case: Case) -> set[str]:
+    """Each turn of a case as canonical JSON: two cases holding the same turn hold the same conversation."""
+    return {json.dumps(turn, sort_keys=True, ensure_ascii=False) for turn in case.turns}
+
+
+def _conversations(cases: Sequence[Case]) -> dict[str, set[str]]:
+    """Case ids grouped into conversations (cases linked by a shared write), keyed by their first id."""
+    parent = {c.id: c.id for c in cases}
+
+    def root(i: str) -> str:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first: dict[str, str] = {}
+    for case in cases:
+        for write in _writes(case):
+            if write in first:
+                a, b = root(first[write]), root(case.id)
+                parent[max(a, b)] = min(a, b)
+            else:
+                first[write] = case.id
+    groups: dict[str, set[str]] = {}
+    for case in cases:
+        groups.setdefault(root(case.id), set()).add(case.id)
+    return {min(ids): ids for ids in groups.values()}
 
 
 def _check_unique(cases: Sequence[Case], which: str) -> None:

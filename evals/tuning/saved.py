@@ -53,7 +53,7 @@ class TuneManifest(BaseModel):
     dev_hash: str
     train_ids: list[str]
     dev_ids: list[str]
-    overlap_removed: list[str] = Field(default_factory=list)  # ids given in both sets, kept in dev only
+    overlap_removed: list[str] = Field(default_factory=list)  # train ids given in dev too, or sharing a turn with a dev case: dev only
     skipped: dict[str, str] = Field(default_factory=dict)  # case id -> why it could not be used
     prompt_fingerprint_before: str  # MemoryProgram.prompt_fingerprint() of the starting program
     prompt_fingerprint_after: str  # ... of the saved program as loaded back from disk
