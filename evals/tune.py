@@ -184,7 +184,10 @@ def summary_text(outcome: TuneOutcome) -> str:
 
     def score(d: DevScore) -> str:
         value = "n/a" if d.score is None else f"{d.score:.3f}"
-        return f"{value} ({d.scored}/{d.n} scored, {d.errors.errors} error(s))"
+        # failures are left out of the headline mean, so it is never read without what they cost
+        costed = f"; {d.score_with_errors:.3f} with each error as 0" if d.errors.errors and d.score_with_errors \
+            is not None else ""
+        return f"{value} ({d.scored}/{d.n} scored, {d.errors.errors} error(s){costed})"
 
     lines = [f"tuned {m.program} ({', '.join(m.predictors)}) with {m.optimizer}, seed {m.seed}: "
              f"{len(m.train_ids)} train / {len(m.dev_ids)} dev cases, {len(m.skipped)} skipped",

@@ -213,7 +213,9 @@ def test_errors_while_tuning_are_counted_and_the_budget_reported(data, tmp_path)
     assert m.budget["compile"].calls == 2 and m.budget["compile"].failed_calls == 1
     assert m.demos == {"extract_en": 1}
     assert m.dev_after.errors.errors == 1 and m.dev_after.score is None and m.dev_after.score_with_errors == 0.0
-    assert "errors while tuning: 1 of 2 predictions" in summary_text(outcome)
+    text = summary_text(outcome)
+    assert "errors while tuning: 1 of 2 predictions" in text
+    assert "dev score after:  n/a (0/1 scored, 1 error(s); 0.000 with each error as 0)" in text
 
 
 def test_mipro_runs_with_a_scripted_proposing_model(data, tmp_path):
