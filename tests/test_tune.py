@@ -314,6 +314,21 @@ def test_cli_tune_with_an_http_provider_on_loopback_records_every_attempt(data, 
     assert attempts["prompt_tokens"].gt(0).all() and not attempts["cache_hit"].any()
 
 
+def test_proposing_calls_to_an_http_model_are_recorded_at_their_own_site():
+    from dspy.utils.exceptions import LMError
+
+    from evals.serve import start_server
+    from evals.tuning.models import OPTIMIZER_SITE, TuneModels
+
+    models = TuneModels()
+    with start_server() as server:
+        lm = models.lm(f"openai/offline@{server.url}", "--prompt-lm").copy(temperature=1.0)  # as MIPROv2 copies it
+        with pytest.raises(LMError):  # the offline server answers only the engine's signatures
+            lm(messages=[{"role": "user", "content": "Propose a better instruction."}])
+    rows = models.attempts_frame()
+    assert rows["site"].tolist() == [OPTIMIZER_SITE] and rows["status"].tolist() == ["LMInvalidRequestError"]
+
+
 @pytest.mark.parametrize(("flag", "spec", "says"), [
     ("--lm", "nonsense", "--lm 'nonsense': use offline"),
     ("--prompt-lm", "oracle", "--prompt-lm oracle: the oracle answers from the case"),

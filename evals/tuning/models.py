@@ -34,13 +34,6 @@ class TuneLM(AccountingLM):
         finally:
             _site.reset(token)
 
-    def __deepcopy__(self, memo: dict) -> TuneLM:
-        """DSPy copies LMs (`lm.copy(temperature=...)`): the copy shares the provider and the attempt log."""
-        clone = TuneLM(self.model, engine=self.engine, async_engine=self._async_engine_spec, cache=False,
-                       num_retries=0, model_type=self.model_type, **dict(self.kwargs))
-        clone._acct = {**self._acct, "pending": []}
-        return clone
-
 
 class TuneModels:
     """Every model a tuning run uses, made once per spec, and the attempts of the HTTP ones."""
