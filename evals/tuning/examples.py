@@ -60,12 +60,12 @@ def split_cases(train: Sequence[Case], dev: Sequence[Case] | None, *, seed: int,
     keys = sorted(groups)
     random.Random(seed).shuffle(keys)
     target = min(len(train) - 1, max(1, round(len(train) * dev_fraction)))
-    dev_ids: set[str] = set()
+    chosen: set[str] = set()
     for key in keys[:-1]:  # the last conversation always trains
-        if len(dev_ids) >= target:
+        if len(chosen) >= target:
             break
-        dev_ids |= groups[key]
-    return Split(train=[c for c in train if c.id not in dev_ids], dev=[c for c in train if c.id in dev_ids],
+        chosen |= groups[key]
+    return Split(train=[c for c in train if c.id not in chosen], dev=[c for c in train if c.id in chosen],
                  seeded=True)
 
 
