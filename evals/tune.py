@@ -86,7 +86,7 @@ def tune(config: TuneConfig) -> TuneOutcome:
     try:
         from evals.scoring.matchers import make_matcher
 
-        matcher = make_matcher(config.matcher)
+        matcher = make_matcher(config.matcher, providers_file=config.providers_file)
     except ValueError as exc:
         raise TuneError(str(exc)) from exc
     try:  # before any model call: an --out that cannot hold the result must not cost a whole compile
@@ -123,6 +123,8 @@ def tune(config: TuneConfig) -> TuneOutcome:
     manifest = TuneManifest(
         program=config.program, predictors=names, optimizer=config.optimizer, settings=settings, seed=config.seed,
         lm=_model_label(config.lm), teacher_lm=_label(config.teacher_lm), prompt_lm=_prompt_label(config),
+        matcher=matcher.fingerprint(), judge_calls=getattr(matcher, "calls", 0),
+        judge_errors=getattr(matcher, "errors", 0),
         train=list(config.train), dev=list(config.dev) if config.dev else None,
         dev_fraction=config.dev_fraction if split.seeded else None,
         train_hash=dataset_hash(split.train), dev_hash=dataset_hash(split.dev),
@@ -137,10 +139,22 @@ def tune(config: TuneConfig) -> TuneOutcome:
         budget={phase: meter.budget() for phase, meter in meters.items()}, dev_before=before, dev_after=after,
         engine_version=__version__, git_commit=commit, git_dirty=dirty, packages=package_versions())
     (config.out / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2), encoding="utf-8")
-    write_table(config.out, "attempts", models.attempts_frame())
+    write_table(config.out, "attempts", _attempts(models, matcher))
     for name, group in (("train", split.train), ("dev", split.dev)):
         (config.out / f"{name}.jsonl").write_text("".join(canonical_json(c) + "\n" for c in group), encoding="utf-8")
     return TuneOutcome(out=config.out, manifest=manifest)
+
+
+def _attempts(models: TuneModels, matcher: Any) -> Any:
+    """The HTTP attempts of the tuning models, and of an LLM judge matcher (site `judge`), as `run` keeps them."""
+    import pandas as pd
+
+    frames = [models.attempts_frame()]
+    judge = getattr(matcher, "attempts_frame", None)
+    if judge is not None:
+        frames.append(judge())
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else models.attempts_frame()
 
 
 def evaluate(kind: ProgramKind, program: MemoryProgram, examples: list[dspy.Example], cases: dict[str, Case],
@@ -195,6 +209,10 @@ def summary_text(outcome: TuneOutcome) -> str:
              f"dev score after:  {score(m.dev_after)}",
              f"errors while tuning: {m.train_errors.errors} of {m.train_errors.runs} predictions"
              + (f" {json.dumps(m.train_errors.by_kind)}" if m.train_errors.errors else "")]
+    if m.judge_calls:
+        lines.append(f"judge ({m.matcher}): {m.judge_calls} calls, {m.judge_errors} failed"
+                     + (" (their pairs counted as not the same: the scores above are lower bounds)"
+                        if m.judge_errors else ""))
     for phase, b in m.budget.items():
         models = ", ".join(f"{name}: {mb.calls} calls, {mb.total_tokens} tokens" for name, mb in b.by_model.items())
         lines.append(f"budget {phase}: {b.calls} calls ({b.failed_calls} failed), {b.total_tokens} tokens, "

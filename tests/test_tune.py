@@ -314,6 +314,24 @@ def test_cli_tune_with_an_http_provider_on_loopback_records_every_attempt(data, 
     assert attempts["prompt_tokens"].gt(0).all() and not attempts["cache_hit"].any()
 
 
+def test_a_failing_llm_judge_in_the_metric_is_reported_not_silently_scored(data, tmp_path, capsys):
+    import pandas as pd
+
+    from evals.serve import start_server
+
+    with start_server() as server:  # the offline server cannot answer the judge's prompt: every judge call fails
+        code = main(["tune", "--program", "extractor", "--optimizer", "bootstrap", "--train", data["train"],
+                     "--dev", data["dev"], "--matcher", f"llm:openai/offline@{server.url}",
+                     "--out", str(tmp_path / "t")])
+    printed = capsys.readouterr().out
+    manifest = load_manifest(tmp_path / "t")
+    assert code == 0 and manifest.matcher.startswith(f"llm:openai/offline@{server.url}")
+    assert manifest.judge_calls > 0 and manifest.judge_errors == manifest.judge_calls
+    assert f"{manifest.judge_errors} failed (their pairs counted as not the same" in printed
+    attempts = pd.read_parquet(tmp_path / "t" / "attempts.parquet")
+    assert (attempts["site"] == "judge").sum() >= manifest.judge_calls and "ok" not in set(attempts["status"])
+
+
 def test_proposing_calls_to_an_http_model_are_recorded_at_their_own_site():
     from dspy.utils.exceptions import LMError
 

@@ -46,6 +46,9 @@ class TuneManifest(BaseModel):
     lm: str  # task model spec (never a key)
     teacher_lm: str | None = None  # model that ran the program for demos (bootstrap, mipro)
     prompt_lm: str | None = None  # proposing (mipro) / reflecting (gepa) model
+    matcher: str | None = None  # the metric's matcher, as its fingerprint (spec and parameters)
+    judge_calls: int = 0  # --matcher llm:...: judge calls made by the metric
+    judge_errors: int = 0  # of which failed: their pairs counted as "not the same" (see attempts.parquet)
     train: list[str]  # dataset specs as given
     dev: list[str] | None = None  # dataset specs as given; None: a seeded split of train
     dev_fraction: float | None = None  # share of train drawn as dev when dev is None
