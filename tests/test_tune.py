@@ -377,6 +377,22 @@ def test_cli_tune_refuses_bad_settings_and_outputs_before_any_model_call(data, t
     assert "Bootstrapped" not in err  # refused before the optimiser ran
 
 
+@pytest.mark.parametrize(("edit", "says"), [
+    (lambda state: state["extract_en"].update(demos="x"), "extract_en.demos: Input should be a valid list"),
+    (lambda state: state["extract_en"].update(demos=[{"foo": 1}]), "extract_en.demos[0]: fields ['foo']"),
+    (lambda state: state["reconcile"]["signature"].update(instructions=5), "reconcile.signature.instructions"),
+])
+def test_run_refuses_a_saved_program_of_the_wrong_shape_in_one_line(data, tmp_path, capsys, edit, says):
+    MemoryProgram().save(str(tmp_path / "program.json"))
+    state = json.loads((tmp_path / "program.json").read_text())
+    edit(state)
+    (tmp_path / "program.json").write_text(json.dumps(state))
+    code = main(["run", "--dataset", data["dev"], "--faults", "none", "--embedder", "hash", "--no-progress",
+                 "--matcher", "text", "--program", str(tmp_path), "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1
+
+
 def test_run_refuses_a_program_directory_without_a_saved_program(data, tmp_path, capsys):
     code = main(["run", "--dataset", data["dev"], "--faults", "none", "--embedder", "hash", "--no-progress",
                  "--program", str(tmp_path), "--out", str(tmp_path / "r")])

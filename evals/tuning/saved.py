@@ -7,11 +7,12 @@ the data, optimiser, settings, seed, models (specs, never keys), budget, errors 
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evals.tuning.budget import Budget
 from evals.tuning.metric import ErrorSummary
@@ -86,10 +87,51 @@ def load_program(path: str | Path) -> MemoryProgram:
         raise ValueError(f"{path}: no {PROGRAM_FILE} here (expected the --out directory of `hymem-eval tune`)")
     program = MemoryProgram()
     try:
+        _check_state(json.loads(file.read_text(encoding="utf-8")), program)
         program.load(file)
     except (KeyError, ValueError, TypeError) as exc:
         raise ValueError(f"{file}: not a saved MemoryProgram ({type(exc).__name__}: {exc})") from exc
     return program
+
+
+class _SavedField(BaseModel):
+    prefix: str
+    description: str
+
+
+class _SavedSignature(BaseModel):
+    instructions: str
+    fields: list[_SavedField]
+
+
+class _SavedPredictor(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    demos: list[dict[str, Any]]
+    signature: _SavedSignature
+
+
+def _check_state(state: Any, program: MemoryProgram) -> None:
+    """Each predictor's saved state has the shape DSPy's load expects: a wrong one would otherwise load
+    silently (a string of demos reaches no prompt, yet changes the prompt hash) or fail with a traceback."""
+    if not isinstance(state, dict):
+        raise ValueError(f"expected a JSON object, got {type(state).__name__}")
+    for name, predictor in program.named_predictors():
+        if name not in state:
+            raise ValueError(f"{name}: missing")
+        try:
+            saved = _SavedPredictor.model_validate(state[name])
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"])
+            raise ValueError(f"{name}{where}: {first['msg']}") from None
+        if len(saved.signature.fields) != len(predictor.signature.fields):
+            raise ValueError(f"{name}.signature.fields: {len(saved.signature.fields)} fields, the engine's "
+                             f"signature has {len(predictor.signature.fields)}")
+        for i, demo in enumerate(saved.demos):
+            if not set(demo) & set(predictor.signature.fields):  # it would reach no prompt
+                raise ValueError(f"{name}.demos[{i}]: fields {sorted(demo)} are not {name}'s "
+                                 f"({', '.join(predictor.signature.fields)})")
 
 
 def load_manifest(path: str | Path) -> TuneManifest:
