@@ -12,7 +12,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -161,16 +161,24 @@ def resolve_embedder(spec: str | None) -> tuple[str, Any]:
         raise UsageError(f"--embedder: {exc}") from exc
 
 
-def load_tuned_program(path: Path | None) -> Any:
-    """The MemoryProgram saved by `hymem-eval tune` in `path`, or None for the built-in prompts."""
+def load_tuned_program(path: Path | None, cases: Sequence[Case] = ()) -> Any:
+    """The MemoryProgram saved by `hymem-eval tune` in `path`, or None for the built-in prompts. Refused when
+    any of `cases` is one it was tuned on: its demos may hold that very conversation, so the scores would be
+    fitted on the data they report on."""
     if path is None:
         return None
-    from evals.tuning.saved import load_program
+    from evals.tuning.saved import fitted_cases, load_program
 
     try:
-        return load_program(path)
+        program = load_program(path)
+        fitted = fitted_cases(path, cases)
     except ValueError as exc:
         raise UsageError(f"--program: {exc}") from exc
+    if fitted:
+        raise UsageError(f"--program {path}: {len(fitted)} case(s) of the dataset were in its train set "
+                         f"({', '.join(fitted[:3])}{', ...' if len(fitted) > 3 else ''}): scores on them would be "
+                         "fitted; run it on held-out cases (e.g. its dev.jsonl)")
+    return program
 
 
 def _prompt_hash(program: Any = None) -> str:
@@ -284,7 +292,7 @@ def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], t
     from hymem import __version__
 
     commit, dirty = git_state(REPO_ROOT)
-    program = load_tuned_program(config.program)
+    program = load_tuned_program(config.program, cases)
     manifest = Manifest(run_id="", datasets=specs, dataset_hash=dataset_hash(cases), n_cases=len(cases),
                         case_hashes={f"{dataset_name(c)}/{c.id}": case_hash(c) for c in cases},
                         providers=[arm_label(s, name) for s in systems for name in factories], embedder=embedder_name,

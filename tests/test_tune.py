@@ -296,6 +296,21 @@ def test_cli_tune_then_run_with_the_program_changes_the_prompt_hash_and_compares
     assert "Flipped cases" in capsys.readouterr().out
 
 
+def test_run_refuses_to_score_a_tuned_program_on_cases_it_was_tuned_on(data, tmp_path, capsys):
+    tuned = tmp_path / "tuned"
+    tune(TuneConfig(program="extractor", optimizer="bootstrap", train=[data["train"]], dev=[data["dev"]], out=tuned,
+                    matcher="text"))
+    renamed = ALL[TRAIN[0]].model_copy(update={"id": "renamed"})  # the same conversation under another id
+    both = tmp_path / "both.jsonl"
+    both.write_text(canonical_json(ALL[DEV[0]]) + "\n" + canonical_json(renamed) + "\n", encoding="utf-8")
+    common = ["--faults", "none", "--embedder", "hash", "--no-progress", "--matcher", "text", "--program", str(tuned)]
+    capsys.readouterr()
+    assert main(["run", "--dataset", str(both), *common, "--out", str(tmp_path / "fitted")]) == 2
+    err = capsys.readouterr().err
+    assert "1 case(s) of the dataset were in its train set (renamed)" in err and len(err.strip().splitlines()) == 1
+    assert main(["run", "--dataset", data["dev"], *common, "--out", str(tmp_path / "held_out")]) == 0
+
+
 def test_cli_tune_with_an_http_provider_on_loopback_records_every_attempt(data, tmp_path, capsys):
     import pandas as pd
 

@@ -43,8 +43,8 @@ def split_cases(train: Sequence[Case], dev: Sequence[Case] | None, *, seed: int,
     if dev is not None:
         _check_unique(dev, "dev")
         dev_ids = {c.id for c in dev}
-        dev_writes = {w for c in dev for w in _writes(c)}
-        overlap = sorted(c.id for c in train if c.id in dev_ids or not _writes(c).isdisjoint(dev_writes))
+        dev_writes = {w for c in dev for w in turn_keys(c)}
+        overlap = sorted(c.id for c in train if c.id in dev_ids or not turn_keys(c).isdisjoint(dev_writes))
         kept = [c for c in train if c.id not in overlap]
         if not kept:
             raise ValueError("every train case is also in the dev set (or shares a turn with a dev case): "
@@ -69,7 +69,7 @@ def split_cases(train: Sequence[Case], dev: Sequence[Case] | None, *, seed: int,
                  seeded=True)
 
 
-def _writes(case: Case) -> set[str]:
+def turn_keys(case: Case) -> set[str]:
     """Each turn of a case as canonical JSON: two cases holding the same turn hold the same conversation."""
     return {json.dumps(turn, sort_keys=True, ensure_ascii=False) for turn in case.turns}
 
@@ -86,7 +86,7 @@ def _conversations(cases: Sequence[Case]) -> dict[str, set[str]]:
 
     first: dict[str, str] = {}
     for case in cases:
-        for write in _writes(case):
+        for write in turn_keys(case):
             if write in first:
                 a, b = root(first[write]), root(case.id)
                 parent[max(a, b)] = min(a, b)
@@ -184,4 +184,4 @@ def predictor_names(kind: ProgramKind, examples: Sequence[dspy.Example]) -> list
 
 
 __all__ = ["PROGRAM_KINDS", "ProgramKind", "Split", "eligible", "extractor_turns", "make_examples",
-           "predictor_names", "reconcile_inputs", "split_cases"]
+           "predictor_names", "reconcile_inputs", "split_cases", "turn_keys"]

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from evals.dataset import Case
 from evals.tuning.budget import Budget
 from evals.tuning.metric import ErrorSummary
 from hymem.program import MemoryProgram
@@ -134,11 +136,27 @@ def _check_state(state: Any, program: MemoryProgram) -> None:
                                  f"({', '.join(predictor.signature.fields)})")
 
 
+def fitted_cases(path: str | Path, cases: Sequence[Case]) -> list[str]:
+    """Ids of `cases` the tuned program in `path` was fitted on: those sharing a turn with its train.jsonl
+    (by id when only the manifest is there). Empty for a program saved without tune's files."""
+    from evals.dataset import load_cases
+    from evals.tuning.examples import turn_keys
+
+    folder = program_path(path).parent
+    if (folder / "train.jsonl").is_file():
+        seen = {key for case in load_cases([folder / "train.jsonl"]) for key in turn_keys(case)}
+        return [c.id for c in cases if not turn_keys(c).isdisjoint(seen)]
+    if (folder / MANIFEST_FILE).is_file():
+        train = set(load_manifest(folder).train_ids)
+        return [c.id for c in cases if c.id in train]
+    return []
+
+
 def load_manifest(path: str | Path) -> TuneManifest:
     path = Path(path)
     file = path / MANIFEST_FILE if path.is_dir() else path.with_name(MANIFEST_FILE)
     return TuneManifest.model_validate_json(file.read_text(encoding="utf-8"))
 
 
-__all__ = ["MANIFEST_FILE", "PROGRAM_FILE", "DevScore", "TuneManifest", "load_manifest", "load_program",
-           "program_path"]
+__all__ = ["MANIFEST_FILE", "PROGRAM_FILE", "DevScore", "TuneManifest", "fitted_cases", "load_manifest",
+           "load_program", "program_path"]
