@@ -218,6 +218,25 @@ def test_errors_while_tuning_are_counted_and_the_budget_reported(data, tmp_path)
     assert "dev score after:  n/a (0/1 scored, 1 error(s); 0.000 with each error as 0)" in text
 
 
+def test_the_budget_counts_tokens_spent_in_an_optimisers_threads():
+    from evals.serve import start_server
+    from evals.tuning.budget import BudgetMeter
+    from evals.tuning.models import TuneModels
+
+    (example,), _ = make_examples("extractor", [ALL["en-002-unnamed-teacher"]])
+    student = make_student("extractor", MemoryProgram(), ["extract_en"])
+    one, threaded = BudgetMeter(), BudgetMeter()
+    with start_server() as server:
+        lm = TuneModels().lm(f"openai/offline@{server.url}", "--lm")
+        with dspy.context(lm=lm):
+            with one.measure():
+                student(**example.inputs())
+            with threaded.measure():  # GEPA and MIPROv2 evaluate candidates on a dspy.Parallel like this
+                dspy.Parallel(num_threads=2, disable_progress_bar=True)([(student, example.inputs())] * 4)
+    assert one.budget().total_tokens > 0
+    assert threaded.budget().calls == 4 and threaded.budget().total_tokens == 4 * one.budget().total_tokens
+
+
 def test_mipro_runs_with_a_scripted_proposing_model(data, tmp_path):
     pytest.importorskip("optuna", reason="MIPROv2 needs optuna")
     proposal = "[[ ## proposed_instruction ## ]]\nName each fact's subject.\n\n[[ ## completed ## ]]"

@@ -1,8 +1,10 @@
 """What tuning cost: model calls (failed ones too) and tokens, per model.
 
-A DSPy callback counts every `LM.__call__`; DSPy's usage tracker sums the tokens providers
-report. Both live in `dspy.context`, which DSPy propagates to the worker threads of `Evaluate`,
-`Parallel` and GEPA, so calls made by an optimiser's threads are counted as well.
+A DSPy callback counts every `LM.__call__`; a usage tracker sums the tokens providers report.
+Both live in `dspy.context`, which DSPy propagates to the worker threads of `Evaluate`,
+`Parallel` and GEPA, so calls made by an optimiser's threads are counted as well. DSPy's
+parallel executor deep-copies the usage tracker into each thread (to tell examples apart), so
+the tracker here is one shared object that a deep copy returns as itself.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 import dspy
 from dspy.utils.callback import BaseCallback
-from dspy.utils.usage_tracker import track_usage
+from dspy.utils.usage_tracker import UsageTracker
 from pydantic import BaseModel, Field
 
 
@@ -37,6 +39,21 @@ class Budget(BaseModel):
     total_tokens: int = 0
     seconds: float = 0.0
     by_model: dict[str, ModelBudget] = Field(default_factory=dict)
+
+
+class _SharedTracker(UsageTracker):
+    """A usage tracker every thread of a phase adds to (a deep copy is the tracker itself)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+
+    def add_usage(self, lm: str, usage_entry: dict[str, Any]) -> None:
+        with self._lock:
+            super().add_usage(lm, usage_entry)
+
+    def __deepcopy__(self, memo: dict) -> _SharedTracker:
+        return self
 
 
 class _CallCounter(BaseCallback):
@@ -81,7 +98,8 @@ class BudgetMeter:
 
         start = time.perf_counter()
         callbacks = [*(dspy.settings.get("callbacks") or []), self._counter]
-        with dspy.context(callbacks=callbacks), track_usage() as tracker:
+        tracker = _SharedTracker()
+        with dspy.context(callbacks=callbacks, usage_tracker=tracker):
             try:
                 yield
             finally:
