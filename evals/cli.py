@@ -242,7 +242,7 @@ def _plots(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from evals.tune import TuneConfig, TuneError, parse_settings, summary_text, tune
+    from evals.tune import TuneConfig, TuneError, TuneFailed, parse_settings, summary_text, tune
 
     try:
         config = TuneConfig(program=args.program, optimizer=args.optimizer, train=args.train, dev=args.dev,
@@ -253,6 +253,9 @@ def _tune(args: argparse.Namespace) -> int:
     except TuneError as exc:
         print(f"hymem-eval tune: {exc}", file=sys.stderr)
         return 2
+    except TuneFailed as exc:
+        print(f"hymem-eval tune: {exc}", file=sys.stderr)
+        return 1
     print(summary_text(outcome), end="")
     return 0
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import dspy
+from dspy.utils.exceptions import DSPyError
 from pydantic import BaseModel, ConfigDict, Field
 
 from evals.dataset import Case, canonical_json, dataset_hash, load_cases
@@ -35,6 +36,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 class TuneError(ValueError):
     """Bad input: tuning refuses to start (exit code 2)."""
+
+
+class TuneFailed(RuntimeError):
+    """The optimiser stopped on a model failure it does not absorb (exit code 1, one line)."""
 
 
 class TuneConfig(BaseModel):
@@ -108,6 +113,12 @@ def tune(config: TuneConfig) -> TuneOutcome:
             try:
                 compiled = compile_program(config.optimizer, student, train, metric, settings=settings,
                                            seed=config.seed, teacher_lm=teacher_lm, prompt_lm=prompt_lm)
+            except DSPyError as exc:  # a call the optimiser makes itself (proposing, reflecting) failed for good
+                write_table(config.out, "attempts", _attempts(models, matcher))
+                first = (str(exc).splitlines() or [""])[0][:300]
+                raise TuneFailed(f"{config.optimizer}: a model call of the optimiser failed, nothing was saved: "
+                                 f"{type(exc).__name__}: {first} (every attempt: "
+                                 f"{config.out / 'attempts.parquet'})") from exc
             except ValueError as exc:  # settings the optimiser itself refuses
                 raise TuneError(f"{config.optimizer}: {exc}") from exc
         tuned = baseline.deepcopy()
@@ -276,4 +287,5 @@ def _model_label(lm: Any) -> str:
     return f"{type(lm).__name__}:{getattr(lm, 'model', '?')}"
 
 
-__all__ = ["TuneConfig", "TuneError", "TuneOutcome", "evaluate", "parse_settings", "summary_text", "tune"]
+__all__ = ["TuneConfig", "TuneError", "TuneFailed", "TuneOutcome", "evaluate", "parse_settings", "summary_text",
+           "tune"]

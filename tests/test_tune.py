@@ -366,6 +366,25 @@ def test_a_failing_llm_judge_in_the_metric_is_reported_not_silently_scored(data,
     assert (attempts["site"] == "judge").sum() >= manifest.judge_calls and "ok" not in set(attempts["status"])
 
 
+def test_a_proposing_model_that_fails_is_a_one_line_error_with_its_attempts_kept(data, tmp_path, capsys):
+    pytest.importorskip("optuna", reason="MIPROv2 needs optuna")
+    import pandas as pd
+
+    from evals.serve import start_server
+
+    with start_server() as server:  # the offline server answers the engine's signatures, not MIPROv2's proposer
+        code = main(["tune", "--program", "extractor", "--optimizer", "mipro", "--train", data["train"],
+                     "--dev", data["dev"], "--prompt-lm", f"openai/offline@{server.url}", "--matcher", "text",
+                     "--setting", "num_candidates=2", "--setting", "num_trials=1",
+                     "--setting", "max_bootstrapped_demos=1", "--setting", "program_aware_proposer=false",
+                     "--setting", "data_aware_proposer=false", "--out", str(tmp_path / "t")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and err[-1].startswith("hymem-eval tune: mipro: a model call of the optimiser failed")
+    assert "Traceback" not in "\n".join(err) and not (tmp_path / "t" / "program.json").exists()
+    attempts = pd.read_parquet(tmp_path / "t" / "attempts.parquet")
+    assert set(attempts["site"]) == {"tune.optimizer"} and "LMInvalidRequestError" in set(attempts["status"])
+
+
 def test_proposing_calls_to_an_http_model_are_recorded_at_their_own_site():
     from dspy.utils.exceptions import LMError
 
