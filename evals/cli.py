@@ -354,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     matcher = sub.add_parser("matcher", help="measure and fit the fact matcher on labelled pairs")
     matcher_sub = matcher.add_subparsers(dest="matcher_command", required=True)
-    m_eval = matcher_sub.add_parser("eval", help="agreement of a matcher with labelled pairs, with 95% CIs")
+    m_eval = matcher_sub.add_parser("eval", help="agreement of a matcher with labelled pairs, with 95%% CIs")
     _matcher_option(m_eval)
     m_eval.add_argument("--pairs", type=Path, default=None, metavar="FILE",
                         help="a pairs JSONL file (default: the bundled datasets/matcher/pairs.jsonl)")

@@ -47,3 +47,20 @@ def test_the_clis_matcher_help_is_the_matchers_own():
     from evals.scoring.matchers import SPECS_HELP
 
     assert MATCHER_SPECS_HELP == SPECS_HELP
+
+
+def test_every_commands_help_renders():
+    """`--help` of every command and subcommand prints (a bare `%` in a help string made `matcher --help` a
+    traceback)."""
+    import argparse
+
+    from evals.cli import build_parser
+
+    def walk(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        return [parser, *(p for s in subs for child in s.choices.values() for p in walk(child))]
+
+    parsers = walk(build_parser())
+    assert len(parsers) > 10
+    for parser in parsers:
+        assert parser.format_help()
