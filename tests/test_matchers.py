@@ -222,6 +222,31 @@ def test_the_judge_through_the_provider_plumbing_logs_site_judge(tmp_path):
     assert list(attempts.site) == ["judge"] and list(attempts.status) == ["ok"]
 
 
+def _cached_judge(replies: list, cache_file: Path) -> tuple[JudgeMatcher, ScriptedLM]:
+    """A judge through the provider plumbing (attempt log, retries, the response cache) on a scripted model."""
+    from evals.accounting import AccountingLM, AttemptLog, ResponseCache, price_table
+    from evals.providers import Provider, ProviderConfig
+
+    provider = Provider(ProviderConfig(name="scripted", model="openai/scripted", api_base="http://127.0.0.1:9/v1"))
+    log = AttemptLog(provider="judge:scripted", case_id="(matcher)")
+    scripted = ScriptedLM(replies)
+    cache = ResponseCache(cache_file)
+    lm = AccountingLM.wrap(scripted, provider=provider, log=log, injector=None, cache=cache, retries=True,
+                           prices=price_table())
+    return JudgeMatcher(lm, "scripted", log, cache), scripted
+
+
+def test_a_judge_reply_that_could_not_be_read_is_never_cached(tmp_path):
+    cache = tmp_path / "responses.sqlite"
+    judge, _ = _cached_judge(["they look the same to me", json.dumps({"same": [True]})], cache)
+    assert not judge.same_fact("The user likes tea.", "user", "The user enjoys tea.", "user")
+    assert judge.same_fact("The user works at Stripe.", "user", "The user is a Stripe employee.", "user")
+    judge.close()
+    again, scripted = _cached_judge([json.dumps({"same": [True]})], cache)
+    assert again.same_fact("The user likes tea.", "user", "The user enjoys tea.", "user")  # asked afresh
+    assert scripted.calls == 1 and again.errors == 0
+
+
 # ------------------------------------------------------------------ runs name their matcher and its agreement
 @pytest.fixture(scope="module")
 def text_run(tmp_path_factory) -> Path:

@@ -106,12 +106,18 @@ class JudgeMatcher(Matcher):
             self.calls += 1
             try:
                 same = self._ask(g, todo)
-                if self._cache is not None and hasattr(self._lm, "take_pending"):
-                    self._cache.put_many(self._lm.take_pending())
             except Exception:  # noqa: BLE001 - a failed judge call decides nothing; counted, never a crash
                 self.errors += 1
                 same = [False] * len(todo)
+                self._take_pending()  # a reply that could not be read is never cached: a rerun asks again
+            else:
+                if self._cache is not None:
+                    self._cache.put_many(self._take_pending())
             self._decisions.update({(g, p): s for p, s in zip(todo, same, strict=True)})
+
+    def _take_pending(self) -> list[tuple[str, list]]:
+        take = getattr(self._lm, "take_pending", None)
+        return take() if take is not None else []
 
     def scores(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
         self.prepare(gold, pred)
