@@ -86,9 +86,12 @@ def _run_summary(outcome) -> str:
         table = show(outcome.run_dir)
     except RunInputError as exc:
         table = f"(the headline table could not be read: {exc})\n"
+    from evals.scoring.agreement import judge_failures
+
+    judge = judge_failures(outcome.manifest.matcher).replace("**", "")
     lines = [table.rstrip("\n"), "",
              f"infra errors: {outcome.infra_error_units} of {outcome.units} units, {outcome.infra_error_faults} "
-             "faulted runs (an infra error is never a pass; see summary.md 'Infra errors')",
+             "faulted runs (an infra error is never a pass; see summary.md 'Infra errors')", *([judge] if judge else []),
              f"verdict: {outcome.verdict}  ({outcome.units} units)"]
     lines += [f"  - {reason}" for reason in outcome.reasons]
     lines += [f"  {outcome.verdict} means: {VERDICT_MEANS.get(outcome.verdict, '')}",

@@ -412,6 +412,16 @@ def _flips_section(cases: pd.DataFrame, a_label: str, b_label: str) -> list[str]
     return out
 
 
+def judge_note(runs: list[Run]) -> str:
+    """A warning when a run's LLM judge failed on some of its calls (those facts count as not matched)."""
+    failed = [f"{r.label} ({r.manifest.matcher['judge_errors']} of {r.manifest.matcher.get('judge_calls', '?')} calls)"
+              for r in runs if r.manifest is not None and (r.manifest.matcher or {}).get("judge_errors")]
+    if not failed:
+        return ""
+    return (f"The judge failed on some calls of {', '.join(failed)}: the facts it left undecided count as not "
+            "matched, so those runs' attribution metrics are understated.")
+
+
 def write_comparison(run_dirs: list[Path], out: Path | None = None, matcher: str | None = None
                      ) -> tuple[str, list[Path]]:
     """Load the runs (re-scored with `matcher` when given), compare them, write compare.md,
@@ -422,7 +432,7 @@ def write_comparison(run_dirs: list[Path], out: Path | None = None, matcher: str
     out = Path(out) if out is not None else Path(run_dirs[-1])
     out.mkdir(parents=True, exist_ok=True)
     text = comparison_markdown(comparison)
-    for note in (embedder_note(runs), matcher_note(runs)):
+    for note in (embedder_note(runs), matcher_note(runs), judge_note(runs)):
         if note:
             text = f"**{note}**\n\n{text}"
     paths = [out / "compare.md", out / "compare.parquet", out / "compare_cases.parquet"]
@@ -467,5 +477,5 @@ def show(run_dir: Path) -> str:
 
 __all__ = ["CASE_COLUMNS", "CASE_METRICS_COLUMNS", "DELTA_COLUMNS", "HEADLINE", "METRICS_COLUMNS", "Arm",
            "Comparison", "Run", "RunInputError", "arm_pairs", "case_values", "compare_runs", "comparison_markdown",
-           "embedder_note", "fmt", "fmt_ci", "headline", "is_count", "load_run", "lower_is_better", "metric_row", "show",
+           "embedder_note", "fmt", "judge_note", "fmt_ci", "headline", "is_count", "load_run", "lower_is_better", "metric_row", "show",
            "write_comparison"]

@@ -35,6 +35,7 @@ from evals.compare import (
     RunInputError,
     case_values,
     embedder_note,
+    judge_note,
     load_run,
     matcher_note,
     metric_row,
@@ -501,7 +502,8 @@ def run_gate(baseline: Path, current: Path, *, rules: Path | None = None, junit:
                                  f"with the baseline's (`{spec}`) for this gate.")
     except RunInputError as exc:
         raise GateInputError(str(exc)) from exc
-    for different in (matcher_note([base_run, cur_run]), embedder_note([base_run, cur_run])):
+    for different in (matcher_note([base_run, cur_run]), embedder_note([base_run, cur_run]),
+                      judge_note([base_run, cur_run])):
         if different:
             matcher_notes.append(f"**{different}**")  # said, not failed: a model switch may be meant
     check_scopes(rule_set, base_run, cur_run, _rules_name(rules))

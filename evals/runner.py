@@ -627,6 +627,8 @@ def report_run(run_dir: Path, manifest: Manifest, cases: list[Case], runs: list[
     scored = attribution_metrics(pairs, manifest.seed, matcher, once)
     labels = flagged_label_metrics(cases, list(dict.fromkeys(r.provider for r in runs)))
     attempts = attempts_frame(runs)
+    if (health := getattr(matcher, "health", None)) is not None:  # the judge's failed calls, said in the report
+        manifest.matcher = {**(manifest.matcher or {"spec": matcher.spec}), **health()}
     judge = getattr(matcher, "attempts_frame", None)
     if judge is not None:  # the LLM judge's own calls, site `judge`
         import pandas as pd

@@ -205,6 +205,65 @@ def test_a_malformed_judge_reply_decides_nothing_and_is_counted():
     judge, lm = _judge([json.dumps({"same": [True, True, True]})])
     frame = facts_frame([(case, run)], judge)
     assert judge.errors == 1 and not frame[frame.stage == "stored"].matched.any()
+    assert frame.note.str.startswith("judge_error").all()  # every row the failed call was to decide says so
+    assert judge.health()["judge_errors"] == 1 and "JudgeError" in judge.health()["judge_first_error"]
+
+
+@pytest.fixture(scope="module")
+def judge_server():
+    """An OpenAI-compatible judge on 127.0.0.1 whose model name picks its reply: `judge-ok` says every
+    candidate is the gold fact, `judge-prose` answers in prose (no JSON). Counts requests per gold fact."""
+    import re
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    asked: list[tuple[str, int]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            prompt = body["messages"][-1]["content"]
+            prompt = prompt if isinstance(prompt, str) else "".join(part.get("text", "") for part in prompt)
+            found = re.search(r"\[\[ ## gold_fact ## \]\]\n(.*?)\n\n\[\[ ## candidates ## \]\]\n(.*?)\n\n", prompt, re.S)
+            candidates = json.loads(found.group(2)) if found else []
+            asked.append((found.group(1) if found else "", len(candidates)))
+            text = json.dumps({"same": [True] * len(candidates)}) if body["model"] == "judge-ok" else "Same, I think."
+            data = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                               "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                            "finish_reason": "stop"}],
+                               "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", asked
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_a_run_whose_judge_fails_says_so_in_manifest_summary_facts_and_terminal(tmp_path, judge_server, capsys):
+    url, _ = judge_server
+    out = tmp_path / "run"
+    code = main(["run", "--dataset", "datasets/chat_en.jsonl", "--limit", "2", "--faults", "none", "--embedder",
+                 "hash", "--matcher", f"llm:openai/judge-prose@{url}", "--out", str(out), "--no-progress"])
+    assert code == 0
+    card = json.loads((out / "manifest.json").read_text())["matcher"]
+    assert card["judge_calls"] > 0 and card["judge_errors"] == card["judge_calls"]
+    failed = f"The judge failed on {card['judge_errors']} of {card['judge_calls']} calls"
+    assert f"**{failed}" in (out / "summary.md").read_text()
+    assert failed in capsys.readouterr().out
+    facts = pd.read_parquet(out / "facts.parquet")
+    assert facts[facts.gold_text.notna()].note.str.startswith("judge_error").all()
+    from evals.compare import judge_note, load_run
+
+    assert "The judge failed on some calls of run" in judge_note([load_run(out)])  # compare and gate say it too
 
 
 def test_the_judge_through_the_provider_plumbing_logs_site_judge(tmp_path):

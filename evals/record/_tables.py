@@ -99,7 +99,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
         ("match_score", "float64", "the matcher's score of a matched pair (>= its threshold)"), ("matched", "bool"),
         ("subject_ok", "bool", "null unless matched"), ("owner_ok", "bool"),
         ("gold_class", "string", "user | named | assistant"), ("pred_class", "string"),
-        ("note", "string", "why a prediction is left out of precision, or infra_error"),
+        ("note", "string", "why a prediction is left out of precision, infra_error, or judge_error (a failed judge call left the fact undecided)"),
         ("matcher", "string", "the --matcher spec that decided the match (semantic, text, llm:MODEL)"),
         ("epoch", "int64", "the repeat of the case"),
     ),

@@ -158,8 +158,23 @@ def matcher_card(matcher: Matcher, cache_file: Path | None, *, measure: bool = T
     return {**card, **(hit or {})}
 
 
+def judge_failures(card: dict[str, Any] | None) -> str:
+    """A bold sentence when the run's LLM judge failed on some calls, else ''."""
+    if not card or not card.get("judge_errors"):
+        return ""
+    return (f"**The judge failed on {card['judge_errors']} of {card.get('judge_calls', '?')} calls (first: "
+            f"{card.get('judge_first_error')}): the facts those calls were to decide count as not matched (note "
+            f"`judge_error` in facts.parquet), so fact recall and precision are understated.**")
+
+
 def card_line(card: dict[str, Any] | None) -> str:
-    """One line for summary.md; a matcher with no measured agreement is flagged in bold."""
+    """One line for summary.md; a matcher with no measured agreement is flagged in bold, and so are an LLM
+    judge's failed calls."""
+    failures = judge_failures(card)
+    return f"{_card_line(card)} {failures}" if failures else _card_line(card)
+
+
+def _card_line(card: dict[str, Any] | None) -> str:
     if not card:
         return "**The fact matcher is not recorded: the attribution figures have no measured agreement.**"
     spec = card.get("spec") or card.get("kind", "?")  # runs before held-out cards named a class
@@ -179,4 +194,4 @@ def card_line(card: dict[str, Any] | None) -> str:
 
 
 __all__ = ["AGREEMENT_COLUMNS", "agreement_frame", "card_line", "card_of", "decide", "evaluate", "format_agreement",
-           "matcher_card", "remember"]
+           "judge_failures", "matcher_card", "remember"]

@@ -29,6 +29,7 @@ CLASSES = ("user", "named", "assistant")
 STAGES = {"stored": "", "proposed": "proposed_"}  # stage -> metric-name prefix
 FACTS_SCHEMA = pandas_dtypes("facts")  # facts.parquet: columns declared in evals.record
 FACTS_COLUMNS = columns("facts")
+JUDGE_ERROR = "judge_error: undecided, counted as not matched"  # the note of a fact a failed judge call touched
 
 
 class Preparer(Protocol):
@@ -100,7 +101,8 @@ def _stage(case: Case, run: CaseRun, stage: str, matcher: Matcher) -> tuple[dict
     for gi, g in enumerate(gold):
         pi, score = by_gold.get(gi, (None, None))
         p = preds[pi] if pi is not None else None
-        row = _fact_row(run, stage, g, p, score)
+        undecided = any(matcher.undecided(g.text, q["text"]) for q in preds)
+        row = _fact_row(run, stage, g, p, score, JUDGE_ERROR if undecided else None)
         if p is not None:
             confusion[(subject_class(g.subject), subject_class(p.get("subject")))] += 1  # the row's classes
             subject_ok += bool(row["subject_ok"])
@@ -111,6 +113,8 @@ def _stage(case: Case, run: CaseRun, stage: str, matcher: Matcher) -> tuple[dict
         if pi not in matched_preds:
             note = _exclusion(case, run, p, matcher) if stage == "proposed" else None
             excluded += note is not None
+            if note is None and any(matcher.undecided(g.text, p["text"]) for g in gold):
+                note = JUDGE_ERROR
             rows.append(_fact_row(run, stage, None, p, None, note))
     tp = len(pairs)
     n_pred = len(preds) - excluded

@@ -7,7 +7,8 @@ attempt with site `judge`. Calls are batched: at most one per distinct gold text
 subject is not the judge's question: who a sentence is about is decided in code
 (`hymem.subjects`), as for every matcher, so a fact filed under the wrong person is still matched
 and counted as an attribution error. A failed or malformed judge call decides nothing: its pairs
-count as "not the same" and the failure is counted in `errors` and in the attempts.
+count as "not the same", are `undecided`, and the failure is counted (`health`: in the run's manifest and
+summary; the facts it touched carry the note `judge_error` in facts.parquet).
 """
 
 from __future__ import annotations
@@ -56,8 +57,10 @@ class JudgeMatcher(Matcher):
         self._cache = cache
         self._predict = dspy.Predict(JudgeFacts)
         self._decisions: dict[tuple[str, str], bool] = {}
+        self._undecided: set[tuple[str, str]] = set()
         self.calls = 0
         self.errors = 0
+        self.first_error: str | None = None
 
     @classmethod
     def from_spec(cls, model_spec: str, *, attempts_dir: Any = None, cache_file: Any = None,
@@ -106,14 +109,23 @@ class JudgeMatcher(Matcher):
             self.calls += 1
             try:
                 same = self._ask(g, todo)
-            except Exception:  # noqa: BLE001 - a failed judge call decides nothing; counted, never a crash
+            except Exception as exc:  # noqa: BLE001 - a failed judge call decides nothing; counted, never a crash
                 self.errors += 1
+                self.first_error = self.first_error or f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"
+                self._undecided.update((g, p) for p in todo)
                 same = [False] * len(todo)
                 self._take_pending()  # a reply that could not be read is never cached: a rerun asks again
             else:
                 if self._cache is not None:
                     self._cache.put_many(self._take_pending())
             self._decisions.update({(g, p): s for p, s in zip(todo, same, strict=True)})
+
+    def undecided(self, gold: str, pred: str) -> bool:
+        return (gold, pred) in self._undecided
+
+    def health(self) -> dict[str, Any]:
+        """The judge's calls and failed calls (each failure left its pairs "not the same")."""
+        return {"judge_calls": self.calls, "judge_errors": self.errors, "judge_first_error": self.first_error}
 
     def _take_pending(self) -> list[tuple[str, list]]:
         take = getattr(self._lm, "take_pending", None)

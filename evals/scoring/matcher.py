@@ -172,6 +172,11 @@ class Matcher:
         """Changes whenever the matcher's decisions may change (spec, parameters)."""
         return self.spec
 
+    def undecided(self, gold: str, pred: str) -> bool:
+        """Whether the pair was left "not the same" only because the matcher could not decide it (a failed
+        judge call)."""
+        return False
+
     def similarity(self, a: str, b: str) -> float:
         return float(self.scores([a], [b])[0, 0])
 
