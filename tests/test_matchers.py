@@ -306,6 +306,34 @@ def test_a_judge_reply_that_could_not_be_read_is_never_cached(tmp_path):
     assert scripted.calls == 1 and again.errors == 0
 
 
+def test_matcher_eval_with_the_judge_asks_once_per_gold_about_its_own_pairs_only(tmp_path, judge_server, capsys):
+    url, asked = judge_server
+    asked.clear()
+    pairs = _pairs_file(tmp_path / "pairs.jsonl", PAIRS)
+    assert main(["matcher", "eval", "--matcher", f"llm:openai/judge-ok@{url}", "--pairs", str(pairs),
+                 "--out", str(tmp_path / "o")]) == 0
+    # one call per gold text, with the predictions labelled against it (not every prediction of the file)
+    assert sorted(asked) == sorted([("The user lives in Berlin.", 2), ("The user likes coffee.", 1),
+                                    ("用户住在深圳。", 1), ("用户吃辣。", 1)])
+    total = pd.read_parquet(tmp_path / "o" / "agreement.parquet").query("lang == 'all' and category == 'all'")
+    # "same" to every text: p1, p4 right, p2, p5 wrong, p3 "not same" by its subjects alone
+    assert total.set_index("metric")["value"].to_dict() == {"agreement": 0.6, "precision": 0.5, "recall": 1.0}
+    attempts = pd.read_parquet(tmp_path / "o" / "attempts.parquet")
+    assert set(attempts.site) == {"judge"} and len(attempts) == 4
+    assert "undecided" not in capsys.readouterr().out
+
+
+def test_matcher_eval_counts_pairs_a_failed_judge_left_undecided_against_it(tmp_path, judge_server, capsys):
+    url, _ = judge_server
+    pairs = _pairs_file(tmp_path / "pairs.jsonl", PAIRS)
+    assert main(["matcher", "eval", "--matcher", f"llm:openai/judge-prose@{url}", "--pairs", str(pairs),
+                 "--out", str(tmp_path / "o")]) == 0
+    total = pd.read_parquet(tmp_path / "o" / "agreement.parquet").query("lang == 'all' and category == 'all'")
+    # every pair whose subjects agree is undecided and counted wrong; p3 is "not same" by its subjects
+    assert total.set_index("metric").loc["agreement", "value"] == 0.2
+    assert "undecided: 4 of 5 pairs (4 of 4 judge calls failed" in capsys.readouterr().out
+
+
 # ------------------------------------------------------------------ runs name their matcher and its agreement
 @pytest.fixture(scope="module")
 def text_run(tmp_path_factory) -> Path:

@@ -25,12 +25,24 @@ GROUPS = {"group:same": True, "group:different": False}  # paraphrase-like vs ne
 
 
 def decide(matcher: Matcher, pairs: list[Pair]) -> np.ndarray:
-    """The matcher's same/not-same decision for every pair, all texts prepared in one batch."""
+    """The matcher's same/not-same decision for every pair, all pairs prepared in one batch. A pair the matcher
+    could not decide (a failed judge call) counts as disagreeing with its label: agreement is never inflated by a
+    failure, and `undecided` says how many there were."""
     if not pairs:
         return np.zeros(0, dtype=bool)
-    matcher.prepare(list(dict.fromkeys(p.gold.text for p in pairs)), list(dict.fromkeys(p.pred.text for p in pairs)))
-    return np.array([matcher.same_fact(p.gold.text, p.gold.subject, p.pred.text, p.pred.subject) for p in pairs],
+    matcher.prepare_pairs([(p.gold.text, p.pred.text) for p in pairs])
+    said = np.array([matcher.same_fact(p.gold.text, p.gold.subject, p.pred.text, p.pred.subject) for p in pairs],
                     dtype=bool)
+    failed = undecided(matcher, pairs)
+    return np.where(failed, ~np.array([p.same for p in pairs], dtype=bool), said)
+
+
+def undecided(matcher: Matcher, pairs: list[Pair]) -> np.ndarray:
+    """The pairs the matcher could not decide (their texts prepared already); a pair whose subjects differ is
+    decided by that alone."""
+    return np.array([matcher.undecided(p.gold.text, p.pred.text)
+                     and matcher.subjects_agree(p.gold.text, p.gold.subject, p.pred.text, p.pred.subject)
+                     for p in pairs], dtype=bool)
 
 
 def _rows(spec: str, split: str, lang: str, category: str, said: np.ndarray, truth: np.ndarray, seed: int
@@ -194,4 +206,4 @@ def _card_line(card: dict[str, Any] | None) -> str:
 
 
 __all__ = ["AGREEMENT_COLUMNS", "agreement_frame", "card_line", "card_of", "decide", "evaluate", "format_agreement",
-           "judge_failures", "matcher_card", "remember"]
+           "judge_failures", "matcher_card", "remember", "undecided"]

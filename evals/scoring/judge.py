@@ -120,6 +120,14 @@ class JudgeMatcher(Matcher):
                     self._cache.put_many(self._take_pending())
             self._decisions.update({(g, p): s for p, s in zip(todo, same, strict=True)})
 
+    def prepare_pairs(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """One call per gold text over the predictions it is paired with, never every prediction of the file."""
+        by_gold: dict[str, list[str]] = {}
+        for g, p in pairs:
+            by_gold.setdefault(g, []).append(p)
+        for g, preds in by_gold.items():
+            self.prepare([g], list(dict.fromkeys(preds)))
+
     def undecided(self, gold: str, pred: str) -> bool:
         return (gold, pred) in self._undecided
 

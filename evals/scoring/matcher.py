@@ -164,6 +164,10 @@ class Matcher:
     def prepare(self, gold: Sequence[str], pred: Sequence[str]) -> None:
         """Per-text work for a case's gold-side and prediction-side texts, batched."""
 
+    def prepare_pairs(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """Per-text work for labelled (gold, pred) pairs, batched: by default every text of them at once."""
+        self.prepare(list(dict.fromkeys(g for g, _ in pairs)), list(dict.fromkeys(p for _, p in pairs)))
+
     def scores(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
         """[len(gold), len(pred)] text-match scores in [0, 1]."""
         raise NotImplementedError
@@ -186,8 +190,12 @@ class Matcher:
     def same_fact(self, a_text: str, a_subject: str | None, b_text: str, b_subject: str | None) -> bool:
         """Same statement about the same subject; `a` is the gold side (a gold fact, an absent
         statement, a seeded memory), `b` the prediction side."""
-        return (subject_rule(a_text, a_subject, b_text, b_subject) and texts_name_same_subject(a_text, b_text)
-                and self.matches(a_text, b_text))
+        return self.subjects_agree(a_text, a_subject, b_text, b_subject) and self.matches(a_text, b_text)
+
+    @staticmethod
+    def subjects_agree(a_text: str, a_subject: str | None, b_text: str, b_subject: str | None) -> bool:
+        """The subject half of `same_fact`, decided in code for every matcher."""
+        return subject_rule(a_text, a_subject, b_text, b_subject) and texts_name_same_subject(a_text, b_text)
 
     def same_facts(self, gold: Sequence[tuple[str, str | None]], pred: Sequence[tuple[str, str | None]]
                    ) -> np.ndarray:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from evals.scoring.agreement import AGREEMENT_COLUMNS, evaluate, format_agreement, remember
+from evals.scoring.agreement import AGREEMENT_COLUMNS, evaluate, format_agreement, remember, undecided
 from evals.scoring.matchers import MatcherSpecError, make_matcher
 from evals.scoring.pairs import BUNDLED_PAIRS, PairsError, load_pairs
 
@@ -40,14 +40,24 @@ def matcher_eval(spec: str | None, *, pairs: Path | None, split: str | None, out
     except MatcherSpecError as exc:
         raise MatcherEvalError(str(exc)) from exc
     frame, rate = evaluate(matcher, chosen, split, seed)
+    failed = int(undecided(matcher, chosen).sum())
     out.mkdir(parents=True, exist_ok=True)
     target = out / "agreement.parquet"
     pq.write_table(pa.Table.from_pandas(frame, schema=AGREEMENT_SCHEMA, preserve_index=False), target)
+    if (attempts := getattr(matcher, "attempts_frame", None)) is not None:  # the judge's calls, site `judge`
+        attempts().to_parquet(out / "attempts.parquet", index=False)
     if hasattr(matcher, "close"):
         matcher.close()
-    if bundled and split == "heldout":  # the card every run's manifest shows
+    if bundled and split == "heldout" and not failed:  # the card every run's manifest shows
         remember(frame, matcher, chosen, out.parent / ".cache" / "matcher_agreement.json")
-    return f"pairs: {path} ({split}, {len(chosen)})\n" + format_agreement(frame, rate), target
+    text = f"pairs: {path} ({split}, {len(chosen)})\n" + format_agreement(frame, rate)
+    if failed:
+        health = matcher.health() if hasattr(matcher, "health") else {}
+        text += (f"undecided: {failed} of {len(chosen)} pairs ({health.get('judge_errors')} of "
+                 f"{health.get('judge_calls')} judge calls failed; first: {health.get('judge_first_error')}), "
+                 "counted as disagreeing with their labels; not recorded as the matcher's held-out agreement "
+                 "(run again: the calls that succeeded are cached)\n")
+    return text, target
 
 
 def matcher_fit(*, pairs: Path | None, out: Path | None) -> str:
