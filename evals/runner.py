@@ -344,15 +344,17 @@ def make_matcher_spec(spec: str | None) -> str:
 
 
 def open_matcher(manifest: Manifest, run_dir: Path, cache_dir: Path | None = None,
-                 providers_file: Path | None = None, minilm: Any = None) -> Any:
-    """The run's matcher, and its card (held-out agreement) recorded in the manifest."""
+                 providers_file: Path | None = None, minilm: Any = None, use_cache: bool = True) -> Any:
+    """The run's matcher, and its card (held-out agreement) recorded in the manifest. `use_cache`: False
+    (`--no-cache`) sends every judge call to the model."""
     from evals.scoring.agreement import matcher_card
     from evals.scoring.matchers import MatcherSpecError, make_matcher
 
     cache = cache_dir or run_dir.parent / ".cache"
     try:
         matcher = make_matcher(manifest.matcher_spec, embedder=minilm, attempts_dir=run_dir,
-                               cache_file=cache / "responses.sqlite", providers_file=providers_file)
+                               cache_file=cache / "responses.sqlite" if use_cache else None,
+                               providers_file=providers_file)
     except MatcherSpecError as exc:
         raise UsageError(str(exc)) from exc
     manifest.matcher = matcher_card(matcher, cache / "matcher_agreement.json",
@@ -507,7 +509,8 @@ def _execute(config: RunConfig, cases: list[Case], plan: FaultPlan, factories: d
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
         matcher = open_matcher(manifest, run_dir, config.cache_dir and config.cache_dir.parent, config.providers_file,
-                               embedder if embedder_name == "minilm" else None)  # one model load per run
+                               embedder if embedder_name == "minilm" else None,  # one model load per run
+                               use_cache=config.cache)
     except UsageError:
         for arm in arms:
             arm.close()

@@ -306,6 +306,19 @@ def test_a_judge_reply_that_could_not_be_read_is_never_cached(tmp_path):
     assert scripted.calls == 1 and again.errors == 0
 
 
+def test_a_run_with_no_cache_asks_the_judge_again(tmp_path, judge_server):
+    url, asked = judge_server
+    argv = ["run", "--dataset", "datasets/chat_en.jsonl", "--limit", "1", "--faults", "none", "--embedder", "hash",
+            "--matcher", f"llm:openai/judge-ok@{url}", "--no-progress"]
+    asked.clear()
+    assert main([*argv, "--out", str(tmp_path / "one")]) == 0
+    first = len(asked)
+    assert main([*argv, "--out", str(tmp_path / "two"), "--no-cache"]) == 0
+    assert first > 0 and len(asked) == 2 * first
+    attempts = pd.read_parquet(tmp_path / "two" / "attempts.parquet")
+    assert not attempts[attempts.site == "judge"].cache_hit.any()
+
+
 def test_matcher_eval_with_the_judge_asks_once_per_gold_about_its_own_pairs_only(tmp_path, judge_server, capsys):
     url, asked = judge_server
     asked.clear()
