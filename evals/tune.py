@@ -134,8 +134,6 @@ def tune(config: TuneConfig) -> TuneOutcome:
     manifest = TuneManifest(
         program=config.program, predictors=names, optimizer=config.optimizer, settings=settings, seed=config.seed,
         lm=_model_label(config.lm), teacher_lm=_label(config.teacher_lm), prompt_lm=_prompt_label(config),
-        matcher=matcher.fingerprint(), judge_calls=getattr(matcher, "calls", 0),
-        judge_errors=getattr(matcher, "errors", 0),
         train=list(config.train), dev=list(config.dev) if config.dev else None,
         dev_fraction=config.dev_fraction if split.seeded else None,
         train_hash=dataset_hash(split.train), dev_hash=dataset_hash(split.dev),
@@ -148,6 +146,8 @@ def tune(config: TuneConfig) -> TuneOutcome:
                               if a.signature.instructions != b.signature.instructions],
         demos_dropped=dropped, train_errors=train_log.summary(),
         budget={phase: meter.budget() for phase, meter in meters.items()}, dev_before=before, dev_after=after,
+        matcher={"spec": matcher.spec, "fingerprint": matcher.fingerprint(),
+                 **(matcher.health() if hasattr(matcher, "health") else {})},
         engine_version=__version__, git_commit=commit, git_dirty=dirty, packages=package_versions())
     (config.out / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2), encoding="utf-8")
     write_table(config.out, "attempts", _attempts(models, matcher))
@@ -220,14 +220,15 @@ def summary_text(outcome: TuneOutcome) -> str:
              f"dev score after:  {score(m.dev_after)}",
              f"errors while tuning: {m.train_errors.errors} of {m.train_errors.runs} predictions"
              + (f" {json.dumps(m.train_errors.by_kind)}" if m.train_errors.errors else "")]
-    if m.judge_calls:
-        lines.append(f"judge ({m.matcher}): {m.judge_calls} calls, {m.judge_errors} failed"
-                     + (" (their pairs counted as not the same: the scores above are lower bounds)"
-                        if m.judge_errors else ""))
     for phase, b in m.budget.items():
         models = ", ".join(f"{name}: {mb.calls} calls, {mb.total_tokens} tokens" for name, mb in b.by_model.items())
         lines.append(f"budget {phase}: {b.calls} calls ({b.failed_calls} failed), {b.total_tokens} tokens, "
                      f"{b.seconds:.1f}s" + (f" [{models}]" if models else ""))
+    if m.matcher is not None:
+        from evals.scoring.agreement import judge_failures
+
+        failed = judge_failures(m.matcher).replace("**", "")
+        lines.append(f"facts matched by: {m.matcher['spec']}" + (f". {failed}" if failed else ""))
     lines.append(f"demos: {json.dumps(m.demos)}; instructions changed: {', '.join(m.instructions_changed) or 'none'}")
     lines.append(f"prompt fingerprint: {m.prompt_fingerprint_before} -> {m.prompt_fingerprint_after}")
     lines.append(f"saved: {outcome.out / PROGRAM_FILE} (+ {MANIFEST_FILE}, train.jsonl, dev.jsonl, attempts.parquet)")

@@ -319,6 +319,22 @@ def test_a_run_with_no_cache_asks_the_judge_again(tmp_path, judge_server):
     assert not attempts[attempts.site == "judge"].cache_hit.any()
 
 
+def test_tune_names_its_metrics_matcher_and_the_judges_failed_calls(tmp_path, judge_server):
+    from test_tune import write_cases
+
+    from evals.tune import TuneConfig, summary_text, tune
+
+    url, _ = judge_server
+    train = write_cases(tmp_path / "train.jsonl", ["en-001-tim-john", "en-002-unnamed-teacher"])
+    dev = write_cases(tmp_path / "dev.jsonl", ["en-004-john-pilot-trap"])
+    spec = f"llm:openai/judge-prose@{url}"
+    outcome = tune(TuneConfig(program="extractor", optimizer="bootstrap", train=[train], dev=[dev], out=tmp_path / "t",
+                              matcher=spec))
+    card = outcome.manifest.matcher
+    assert card["spec"] == spec and card["judge_errors"] == card["judge_calls"] > 0
+    assert f"The judge failed on {card['judge_errors']} of {card['judge_calls']} calls" in summary_text(outcome)
+
+
 def test_matcher_eval_with_the_judge_asks_once_per_gold_about_its_own_pairs_only(tmp_path, judge_server, capsys):
     url, asked = judge_server
     asked.clear()

@@ -49,9 +49,6 @@ class TuneManifest(BaseModel):
     lm: str  # task model spec (never a key)
     teacher_lm: str | None = None  # model that ran the program for demos (bootstrap, mipro)
     prompt_lm: str | None = None  # proposing (mipro) / reflecting (gepa) model
-    matcher: str | None = None  # the metric's matcher, as its fingerprint (spec and parameters)
-    judge_calls: int = 0  # --matcher llm:...: judge calls made by the metric
-    judge_errors: int = 0  # of which failed: their pairs counted as "not the same" (see attempts.parquet)
     train: list[str]  # dataset specs as given
     dev: list[str] | None = None  # dataset specs as given; None: a seeded split of train
     dev_fraction: float | None = None  # share of train drawn as dev when dev is None
@@ -70,6 +67,8 @@ class TuneManifest(BaseModel):
     budget: dict[str, Budget] = Field(default_factory=dict)  # phase (compile, dev_eval) -> spend
     dev_before: DevScore
     dev_after: DevScore
+    # the metric's matcher: spec and fingerprint (spec and parameters); an LLM judge's calls and failed calls
+    matcher: dict[str, Any] | None = None
     engine_version: str
     git_commit: str | None = None
     git_dirty: bool | None = None
