@@ -412,6 +412,19 @@ def _flips_section(cases: pd.DataFrame, a_label: str, b_label: str) -> list[str]
     return out
 
 
+def matcher_version_note(runs: list[Run]) -> str:
+    """A warning when runs scored by the same matcher spec were scored by different versions of it (refitted
+    parameters, another judge prompt): their recorded fingerprints differ."""
+    specs = {r.manifest.matcher_spec for r in runs if r.manifest is not None}
+    prints = sorted({str(r.manifest.matcher["fingerprint"]) for r in runs
+                     if r.manifest is not None and (r.manifest.matcher or {}).get("fingerprint")})
+    if len(specs) != 1 or len(prints) <= 1:
+        return ""
+    spec = next(iter(specs))
+    return (f"The runs were scored by different versions of the matcher `{spec}` ({', '.join(prints)}): their "
+            f"attribution metrics are not comparable; pass --matcher {spec} to re-score them all with this one.")
+
+
 def judge_note(runs: list[Run]) -> str:
     """A warning when a run's LLM judge failed on some of its calls (those facts count as not matched)."""
     failed = [f"{r.label} ({r.manifest.matcher['judge_errors']} of {r.manifest.matcher.get('judge_calls', '?')} calls)"
@@ -432,7 +445,7 @@ def write_comparison(run_dirs: list[Path], out: Path | None = None, matcher: str
     out = Path(out) if out is not None else Path(run_dirs[-1])
     out.mkdir(parents=True, exist_ok=True)
     text = comparison_markdown(comparison)
-    for note in (embedder_note(runs), matcher_note(runs), judge_note(runs)):
+    for note in (embedder_note(runs), matcher_note(runs), matcher_version_note(runs), judge_note(runs)):
         if note:
             text = f"**{note}**\n\n{text}"
     paths = [out / "compare.md", out / "compare.parquet", out / "compare_cases.parquet"]
@@ -477,5 +490,5 @@ def show(run_dir: Path) -> str:
 
 __all__ = ["CASE_COLUMNS", "CASE_METRICS_COLUMNS", "DELTA_COLUMNS", "HEADLINE", "METRICS_COLUMNS", "Arm",
            "Comparison", "Run", "RunInputError", "arm_pairs", "case_values", "compare_runs", "comparison_markdown",
-           "embedder_note", "fmt", "judge_note", "fmt_ci", "headline", "is_count", "load_run", "lower_is_better", "metric_row", "show",
+           "embedder_note", "fmt", "judge_note", "matcher_version_note", "fmt_ci", "headline", "is_count", "load_run", "lower_is_better", "metric_row", "show",
            "write_comparison"]

@@ -38,6 +38,7 @@ from evals.compare import (
     judge_note,
     load_run,
     matcher_note,
+    matcher_version_note,
     metric_row,
     rescored_dirs,
 )
@@ -502,8 +503,8 @@ def run_gate(baseline: Path, current: Path, *, rules: Path | None = None, junit:
                                  f"with the baseline's (`{spec}`) for this gate.")
     except RunInputError as exc:
         raise GateInputError(str(exc)) from exc
-    for different in (matcher_note([base_run, cur_run]), embedder_note([base_run, cur_run]),
-                      judge_note([base_run, cur_run])):
+    for different in (matcher_note([base_run, cur_run]), matcher_version_note([base_run, cur_run]),
+                      embedder_note([base_run, cur_run]), judge_note([base_run, cur_run])):
         if different:
             matcher_notes.append(f"**{different}**")  # said, not failed: a model switch may be meant
     check_scopes(rule_set, base_run, cur_run, _rules_name(rules))

@@ -406,6 +406,25 @@ def test_gate_rescores_the_current_run_with_the_baselines_matcher_and_compare_sa
     assert "scored by different matchers (text, llm:x)" in (tmp_path / "cmp" / "compare.md").read_text()
 
 
+def test_runs_scored_by_two_versions_of_one_matcher_are_flagged_and_rescored_alike(text_run, tmp_path):
+    import shutil
+
+    older = tmp_path / "older"
+    shutil.copytree(text_run, older)
+    manifest = json.loads((older / "manifest.json").read_text())
+    manifest["matcher"]["fingerprint"] = "text:threshold=0.4"  # scored before the matcher changed
+    (older / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["compare", str(older), str(text_run), "--out", str(tmp_path / "cmp")]) == 0
+    assert "different versions of the matcher `text`" in (tmp_path / "cmp" / "compare.md").read_text()
+    assert main(["gate", "--baseline", str(older), "--current", str(text_run), "--summary",
+                 str(tmp_path / "gate.md"), "--junit", str(tmp_path / "gate.xml")]) in (0, 1)
+    assert "**The runs were scored by different versions" in (tmp_path / "gate.md").read_text()
+    # --matcher text re-scores the older run with today's text matcher; the current one is left as it is
+    assert main(["compare", str(older), str(text_run), "--matcher", "text", "--out", str(tmp_path / "cmp2")]) == 0
+    assert "different versions" not in (tmp_path / "cmp2" / "compare.md").read_text()
+    assert (older / "rescored" / "text" / "metrics.parquet").is_file() and not (text_run / "rescored" / "text").exists()
+
+
 @pytest.mark.slow
 def test_compare_rescores_both_runs_with_one_matcher(text_run, tmp_path, capsys):
     assert main(["compare", str(text_run), str(text_run), "--matcher", "semantic", "--out", str(tmp_path)]) == 0

@@ -34,6 +34,25 @@ def _cases_of(manifest: Manifest, ids: set[str]) -> list:
                        "files changed since the run)")
 
 
+def _same_version(manifest: Manifest, spec: str) -> bool:
+    """Whether the run was scored by the matcher `spec` names today (its recorded fingerprint is this one's); a
+    run that recorded none is taken as scored so."""
+    from evals.scoring.matchers import MatcherSpecError, make_matcher
+
+    recorded = (manifest.matcher or {}).get("fingerprint")
+    if recorded is None:
+        return True
+    try:
+        matcher = make_matcher(spec)
+    except MatcherSpecError as exc:
+        raise RescoreError(str(exc)) from exc
+    try:
+        return bool(matcher.fingerprint() == recorded)
+    finally:
+        if hasattr(matcher, "close"):
+            matcher.close()
+
+
 def rescore(run_dir: Path, spec: str) -> Path:
     """The run's report scored with matcher `spec`: the run itself when it was scored so, else a
     re-scored copy under RUN/rescored/<spec>/."""
@@ -44,7 +63,7 @@ def rescore(run_dir: Path, spec: str) -> Path:
         manifest = read_manifest(run_dir)
     except RunDirError as exc:
         raise RescoreError(str(exc)) from exc
-    if manifest.matcher_spec == spec:
+    if manifest.matcher_spec == spec and _same_version(manifest, spec):
         return run_dir
     if not (run_dir / "units.jsonl").is_file():
         raise RescoreError(f"{run_dir}: no units.jsonl, so it cannot be re-scored with --matcher {spec}")
