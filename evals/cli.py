@@ -103,7 +103,8 @@ def _matcher_eval(args: argparse.Namespace) -> int:
     from evals.scoring.matcher_eval import MatcherEvalError, matcher_eval
 
     try:
-        text, path = matcher_eval(args.matcher, pairs=args.pairs, split=args.split, out=args.out, seed=args.seed)
+        text, path = matcher_eval(args.matcher, pairs=args.pairs, split=args.split, out=args.out, seed=args.seed,
+                                  providers_file=args.providers)
     except MatcherEvalError as exc:
         print(f"hymem-eval matcher eval: {exc}", file=sys.stderr)
         return 2
@@ -366,6 +367,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="default: heldout for the bundled pairs, all for another file")
     m_eval.add_argument("--out", type=Path, required=True, metavar="DIR", help="where agreement.parquet goes")
     m_eval.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    m_eval.add_argument("--providers", type=Path, default=None, metavar="TOML",
+                        help="the providers file an llm:NAME judge is named in (as run --providers)")
     m_eval.set_defaults(func=_matcher_eval)
     m_sample = matcher_sub.add_parser("sample", help="pairs to label from a finished run (its provider's own "
                                       "phrasing), for `matcher eval --pairs`")

@@ -335,6 +335,19 @@ def test_tune_names_its_metrics_matcher_and_the_judges_failed_calls(tmp_path, ju
     assert f"The judge failed on {card['judge_errors']} of {card['judge_calls']} calls" in summary_text(outcome)
 
 
+def test_a_judge_named_in_a_providers_file_is_measured_and_known_by_its_model_and_endpoint(tmp_path, judge_server):
+    url, _ = judge_server
+    providers = tmp_path / "providers.toml"
+    providers.write_text(f'[[provider]]\nname = "judge"\nmodel = "openai/judge-ok"\napi_base = "{url}"\n')
+    pairs = _pairs_file(tmp_path / "pairs.jsonl", PAIRS)
+    assert main(["matcher", "eval", "--matcher", "llm:judge", "--providers", str(providers), "--pairs", str(pairs),
+                 "--out", str(tmp_path / "o")]) == 0
+    named = JudgeMatcher.from_spec("judge", providers_file=providers)
+    assert named.fingerprint() == JudgeMatcher.from_spec(f"openai/judge-ok@{url}").fingerprint()
+    providers.write_text(f'[[provider]]\nname = "judge"\nmodel = "openai/judge-prose"\napi_base = "{url}"\n')
+    assert JudgeMatcher.from_spec("judge", providers_file=providers).fingerprint() != named.fingerprint()
+
+
 def test_matcher_eval_with_the_judge_asks_once_per_gold_about_its_own_pairs_only(tmp_path, judge_server, capsys):
     url, asked = judge_server
     asked.clear()

@@ -50,8 +50,9 @@ class JudgeMatcher(Matcher):
 
     threshold = 0.5
 
-    def __init__(self, lm: dspy.BaseLM, name: str, log: Any = None, cache: Any = None):
+    def __init__(self, lm: dspy.BaseLM, name: str, log: Any = None, cache: Any = None, identity: str | None = None):
         self.spec = f"llm:{name}"
+        self._identity = identity or name  # the model and endpoint the name resolved to
         self._lm = lm
         self._log = log
         self._cache = cache
@@ -78,13 +79,17 @@ class JudgeMatcher(Matcher):
         cache = ResponseCache(cache_file) if cache_file is not None else None
         lm = AccountingLM.wrap(provider.http_lm(), provider=provider, log=log, injector=None, cache=cache, retries=True,
                                prices=price_table())
-        return cls(lm, config.name, log, cache)
+        from evals.providers import endpoint
+
+        return cls(lm, config.name, log, cache, identity=f"{config.model}@{endpoint(config.model, config.api_base)}")
 
     def fingerprint(self) -> str:
+        """The model and endpoint the spec resolved to (not the spec: a providers-file name may point elsewhere
+        tomorrow) and the judge's prompt."""
         from hashlib import sha256
 
         prompt = JudgeFacts.__doc__ or ""
-        return f"{self.spec}:{sha256(prompt.encode()).hexdigest()[:12]}"
+        return f"llm:{self._identity}:{sha256(prompt.encode()).hexdigest()[:12]}"
 
     def _ask(self, gold: str, candidates: list[str]) -> list[bool]:
         from hymem.sites import _site  # the accounting layer reads the call site from it; the judge is no engine site

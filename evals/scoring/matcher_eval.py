@@ -21,9 +21,10 @@ class MatcherEvalError(ValueError):
     """Bad input to `matcher eval` / `matcher fit` (exit 2)."""
 
 
-def matcher_eval(spec: str | None, *, pairs: Path | None, split: str | None, out: Path, seed: int = 0
-                 ) -> tuple[str, Path]:
-    """Agreement of the matcher with the pairs; writes `out/agreement.parquet`; returns (text, path)."""
+def matcher_eval(spec: str | None, *, pairs: Path | None, split: str | None, out: Path, seed: int = 0,
+                 providers_file: Path | None = None) -> tuple[str, Path]:
+    """Agreement of the matcher with the pairs; writes `out/agreement.parquet`; returns (text, path).
+    `providers_file`: where an `llm:NAME` judge's name is looked up, as `run --providers`."""
     path = Path(pairs) if pairs is not None else BUNDLED_PAIRS
     bundled = path.resolve() == BUNDLED_PAIRS.resolve()
     split = split or ("heldout" if bundled else "all")
@@ -34,7 +35,8 @@ def matcher_eval(spec: str | None, *, pairs: Path | None, split: str | None, out
     if not chosen:
         raise MatcherEvalError(f"{path}: no pairs in split {split!r}")
     out = Path(out)
-    judge_options = {"attempts_dir": out, "cache_file": out.parent / ".cache" / "responses.sqlite"}
+    judge_options = {"attempts_dir": out, "cache_file": out.parent / ".cache" / "responses.sqlite",
+                     "providers_file": providers_file}
     try:
         matcher = make_matcher(spec, **judge_options)
     except MatcherSpecError as exc:
