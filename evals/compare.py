@@ -416,8 +416,8 @@ def matcher_version_note(runs: list[Run]) -> str:
     """A warning when runs scored by the same matcher spec were scored by different versions of it (refitted
     parameters, another judge prompt): their recorded fingerprints differ."""
     specs = {r.manifest.matcher_spec for r in runs if r.manifest is not None}
-    prints = sorted({str(r.manifest.matcher["fingerprint"]) for r in runs
-                     if r.manifest is not None and (r.manifest.matcher or {}).get("fingerprint")})
+    cards = [r.manifest.matcher or {} for r in runs if r.manifest is not None]
+    prints = sorted({str(card["fingerprint"]) for card in cards if card.get("fingerprint")})
     if len(specs) != 1 or len(prints) <= 1:
         return ""
     spec = next(iter(specs))
@@ -427,8 +427,9 @@ def matcher_version_note(runs: list[Run]) -> str:
 
 def judge_note(runs: list[Run]) -> str:
     """A warning when a run's LLM judge failed on some of its calls (those facts count as not matched)."""
-    failed = [f"{r.label} ({r.manifest.matcher['judge_errors']} of {r.manifest.matcher.get('judge_calls', '?')} calls)"
-              for r in runs if r.manifest is not None and (r.manifest.matcher or {}).get("judge_errors")]
+    cards = [(r.label, r.manifest.matcher or {}) for r in runs if r.manifest is not None]
+    failed = [f"{label} ({card['judge_errors']} of {card.get('judge_calls', '?')} calls)"
+              for label, card in cards if card.get("judge_errors")]
     if not failed:
         return ""
     return (f"The judge failed on some calls of {', '.join(failed)}: the facts it left undecided count as not "
