@@ -154,6 +154,18 @@ def test_a_bad_pairs_line_is_exit_2_with_file_line_field_problem(tmp_path, capsy
     assert f"{path}:2: {problem}" in capsys.readouterr().err
 
 
+def test_an_out_that_is_a_file_is_exit_2_before_any_matching(tmp_path, capsys):
+    pairs = _pairs_file(tmp_path / "pairs.jsonl", PAIRS)
+    assert main(["matcher", "eval", "--matcher", "text", "--pairs", str(pairs), "--out", str(pairs)]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {pairs}: cannot create the directory" in err and "Traceback" not in err
+
+
+def test_matcher_fit_refuses_an_out_it_cannot_write_before_fitting(tmp_path, capsys):
+    assert main(["matcher", "fit", "--out", str(tmp_path / "missing" / "params.json")]) == 2
+    assert "no such directory" in capsys.readouterr().err
+
+
 def test_an_unknown_matcher_spec_is_exit_2(tmp_path, capsys):
     pairs = _pairs_file(tmp_path / "pairs.jsonl", PAIRS)
     assert main(["matcher", "eval", "--matcher", "fuzzy", "--pairs", str(pairs), "--out", str(tmp_path / "o")]) == 2

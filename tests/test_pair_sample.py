@@ -81,6 +81,14 @@ def test_bad_options_exit_2_with_what_is_wrong(noisy_run, tmp_path, capsys, args
     assert not (tmp_path / "x.jsonl").exists()
 
 
+def test_an_out_that_cannot_be_written_exits_2(noisy_run, tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    assert main(["matcher", "sample", str(noisy_run), "--out", str(tmp_path / "file" / "x.jsonl"), "--matcher",
+                 "text"]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "cannot write" in err and "Traceback" not in err
+
+
 def test_a_directory_that_is_not_a_run_exits_2(tmp_path, capsys):
     assert main(["matcher", "sample", str(tmp_path), "--out", str(tmp_path / "x.jsonl")]) == 2
     assert "facts.parquet: not found" in capsys.readouterr().err

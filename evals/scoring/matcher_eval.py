@@ -35,6 +35,10 @@ def matcher_eval(spec: str | None, *, pairs: Path | None, split: str | None, out
     if not chosen:
         raise MatcherEvalError(f"{path}: no pairs in split {split!r}")
     out = Path(out)
+    try:  # before any matcher work: a judge's calls are not spent on a result that cannot be written
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise MatcherEvalError(f"--out {out}: cannot create the directory: {exc.strerror or exc}") from exc
     judge_options = {"attempts_dir": out, "cache_file": out.parent / ".cache" / "responses.sqlite",
                      "providers_file": providers_file}
     try:
@@ -43,7 +47,6 @@ def matcher_eval(spec: str | None, *, pairs: Path | None, split: str | None, out
         raise MatcherEvalError(str(exc)) from exc
     frame, rate = evaluate(matcher, chosen, split, seed)
     failed = int(undecided(matcher, chosen).sum())
-    out.mkdir(parents=True, exist_ok=True)
     target = out / "agreement.parquet"
     pq.write_table(pa.Table.from_pandas(frame, schema=AGREEMENT_SCHEMA, preserve_index=False), target)
     if (attempts := getattr(matcher, "attempts_frame", None)) is not None:  # the judge's calls, site `judge`
@@ -76,6 +79,8 @@ def matcher_fit(*, pairs: Path | None, out: Path | None) -> str:
     except PairsError as exc:
         raise MatcherEvalError(str(exc)) from exc
     target = Path(out) if out is not None else PARAMS_FILE
+    if target.is_dir() or not target.parent.is_dir():  # said before the fit, not after it
+        raise MatcherEvalError(f"--out {target}: {'is a directory' if target.is_dir() else 'no such directory'}")
     params = fit_semantic(calibration, source=path.name)
     if heldout:
         from hymem.embedder import make_embedder
@@ -83,7 +88,10 @@ def matcher_fit(*, pairs: Path | None, out: Path | None) -> str:
         # not `SemanticMatcher.load()`: the committed parameters may weigh other features than the new ones
         frame, _ = evaluate(SemanticMatcher(params, make_embedder(params.embedder)), heldout, "heldout")
         params.heldout = {**card_of(frame), "pairs_hash": pairs_hash(heldout)}
-    target.write_text(params.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    try:
+        target.write_text(params.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise MatcherEvalError(f"--out {target}: cannot write: {exc.strerror or exc}") from exc
     return f"fitted on {len(calibration)} calibration pairs of {path}: {target}\n{params.model_dump_json(indent=2)}\n"
 
 

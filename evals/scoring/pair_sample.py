@@ -137,10 +137,13 @@ def sample_pairs(run_dir: Path, out: Path, *, n: int = 200, seed: int = 0, stage
                                  "pred": {"text": c.pred_text, "subject": c.pred_subject}, "same": None},
                                 ensure_ascii=False))
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    tmp.replace(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        tmp.replace(out)
+    except OSError as exc:
+        raise SampleError(f"--out {out}: cannot write: {exc.strerror or exc}") from exc
     kinds = {k: sum(pool[i].category == k for i in chosen) for k in ("matched", "rejected")}
     return (f"{len(chosen)} pairs of {len(pool)} distinct candidates ({kinds['matched']} matched, "
             f"{kinds['rejected']} rejected; stage {stage}, matcher {spec}) written to {out}\n"
