@@ -146,6 +146,8 @@ def test_a_pairs_file_saved_with_a_byte_order_mark_and_blank_lines_loads(tmp_pat
      '"pred": {"text": "b", "subject": "user"}, "same": "yes"}', "same: Input should be a valid boolean"),
     ('{"id": "x", "lang": "en", "category": "c", "gold": {"text": " ", "subject": "user"}, '
      '"pred": {"text": "b", "subject": "user"}, "same": true}', "gold.text: Value error, must not be blank"),
+    ('{"id": "x", "lang": "en", "category": "all", "gold": {"text": "a", "subject": "user"}, '
+     '"pred": {"text": "b", "subject": "user"}, "same": true}', "category: Value error, 'all' is reserved"),
     ("not json", "(line): not JSON")])
 def test_a_bad_pairs_line_is_exit_2_with_file_line_field_problem(tmp_path, capsys, line, problem):
     path = tmp_path / "bad.jsonl"

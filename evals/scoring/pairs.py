@@ -31,6 +31,17 @@ def _non_blank(value: str) -> str:
 Text = Annotated[str, AfterValidator(_non_blank)]
 
 
+def _not_reserved(value: str) -> str:
+    """`all` and `group:…` name the totals and label groups of `matcher eval`: a category so named would
+    replace them."""
+    if value.strip() == "all" or value.strip().startswith("group:"):
+        raise ValueError(f"{value!r} is reserved for the totals of matcher eval; name the category otherwise")
+    return value
+
+
+Category = Annotated[str, AfterValidator(_non_blank), AfterValidator(_not_reserved)]
+
+
 class PairSide(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -43,7 +54,7 @@ class Pair(BaseModel):
 
     id: Text  # unique in the file; its hash decides the split
     lang: Literal["en", "zh"]
-    category: Text  # what the pair exercises (paraphrase_synonym, modality, …)
+    category: Category  # what the pair exercises (paraphrase_synonym, modality, …)
     gold: PairSide  # the gold fact
     pred: PairSide  # a predicted memory
     same: bool  # does the prediction state the gold fact about the same subject?
