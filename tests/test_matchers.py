@@ -271,7 +271,10 @@ def test_a_run_whose_judge_fails_says_so_in_manifest_summary_facts_and_terminal(
     card = json.loads((out / "manifest.json").read_text())["matcher"]
     assert card["judge_calls"] > 0 and card["judge_errors"] == card["judge_calls"]
     failed = f"The judge failed on {card['judge_errors']} of {card['judge_calls']} calls"
-    assert f"**{failed}" in (out / "summary.md").read_text()
+    summary = (out / "summary.md").read_text()
+    assert f"**{failed}" in summary
+    # its spend is said apart: the run's tokens_total counts the engine's calls only
+    assert card["judge_tokens"] == 15 * card["judge_calls"] and f"({card['judge_tokens']} tokens" in summary
     assert failed in capsys.readouterr().out
     facts = pd.read_parquet(out / "facts.parquet")
     assert facts[facts.gold_text.notna()].note.str.startswith("judge_error").all()

@@ -182,8 +182,18 @@ def judge_failures(card: dict[str, Any] | None) -> str:
 def card_line(card: dict[str, Any] | None) -> str:
     """One line for summary.md; a matcher with no measured agreement is flagged in bold, and so are an LLM
     judge's failed calls."""
-    failures = judge_failures(card)
-    return f"{_card_line(card)} {failures}" if failures else _card_line(card)
+    line = " ".join(part for part in (_card_line(card), judge_spend(card), judge_failures(card)) if part)
+    return line
+
+
+def judge_spend(card: dict[str, Any] | None) -> str:
+    """What an LLM judge spent, which the run's tokens_total and cost_total leave out; '' for other matchers."""
+    if not card or card.get("judge_calls") is None:
+        return ""
+    cost = card.get("judge_cost_usd")
+    price = f"${cost:.4f}" if cost is not None else "cost unknown"
+    return (f"The judge made {card['judge_calls']} calls ({card.get('judge_tokens', 0)} tokens, {price}; not in "
+            "tokens_total or cost_total, its attempts are in attempts.parquet with site `judge`).")
 
 
 def _card_line(card: dict[str, Any] | None) -> str:
@@ -206,4 +216,4 @@ def _card_line(card: dict[str, Any] | None) -> str:
 
 
 __all__ = ["AGREEMENT_COLUMNS", "agreement_frame", "card_line", "card_of", "decide", "evaluate", "format_agreement",
-           "judge_failures", "matcher_card", "remember", "undecided"]
+           "judge_failures", "judge_spend", "matcher_card", "remember", "undecided"]

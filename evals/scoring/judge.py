@@ -137,8 +137,13 @@ class JudgeMatcher(Matcher):
         return (gold, pred) in self._undecided
 
     def health(self) -> dict[str, Any]:
-        """The judge's calls and failed calls (each failure left its pairs "not the same")."""
-        return {"judge_calls": self.calls, "judge_errors": self.errors, "judge_first_error": self.first_error}
+        """The judge's calls and failed calls (each failure left its pairs "not the same"), and what the attempts
+        that reached the model spent (the run's tokens_total and cost_total count the engine's calls only)."""
+        sent = [a for a in (self._log.rows if self._log else []) if not a.cache_hit]
+        costs = [a.cost_usd for a in sent if a.cost_usd is not None]
+        return {"judge_calls": self.calls, "judge_errors": self.errors, "judge_first_error": self.first_error,
+                "judge_tokens": sum((a.prompt_tokens or 0) + (a.completion_tokens or 0) for a in sent),
+                "judge_cost_usd": round(sum(costs), 6) if costs else None}
 
     def _take_pending(self) -> list[tuple[str, list]]:
         take = getattr(self._lm, "take_pending", None)
