@@ -459,6 +459,19 @@ def write_comparison(run_dirs: list[Path], out: Path | None = None, matcher: str
 # ---- show -------------------------------------------------------------------------------------------------
 
 
+def matcher_headline(spec: str, card: dict[str, Any] | None) -> str:
+    """The matcher line of `show`: who decided every attribution figure below, and how far it agrees with people."""
+    card = card or {}
+    if card.get("heldout_agreement") is None:
+        line = f"facts matched by {spec}: NO measured agreement with labelled pairs (attribution figures unverified)"
+    else:
+        line = (f"facts matched by {spec}: held-out agreement {card['heldout_agreement']:.3f} "
+                f"[{card['ci_low']:.3f}, {card['ci_high']:.3f}] n={card['n']}")
+    if card.get("judge_errors"):
+        line += f"; the judge FAILED on {card['judge_errors']} of {card.get('judge_calls', '?')} calls"
+    return line
+
+
 def headline(run: Run, dataset: str = "all") -> str:
     """The terminal table of `show`: the verdict, then the headline metrics per provider with CI and n."""
     m = run.manifest
@@ -469,6 +482,7 @@ def headline(run: Run, dataset: str = "all") -> str:
     if m is not None:
         lines.append(f"seed {m.seed} · faults {m.faults} · {m.n_cases} cases · embedder {m.embedder} · "
                      f"engine {m.engine_version}")
+        lines.append(matcher_headline(m.matcher_spec, m.matcher))
     providers = run.providers
     present = set(run.metrics.loc[run.metrics["dataset"] == dataset, "metric"])
     names = [name for name in HEADLINE if name in present]

@@ -275,7 +275,8 @@ def test_a_run_whose_judge_fails_says_so_in_manifest_summary_facts_and_terminal(
     assert f"**{failed}" in summary
     # its spend is said apart: the run's tokens_total counts the engine's calls only
     assert card["judge_tokens"] == 15 * card["judge_calls"] and f"({card['judge_tokens']} tokens" in summary
-    assert failed in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert failed in printed and "NO measured agreement" in printed and "the judge FAILED on" in printed
     facts = pd.read_parquet(out / "facts.parquet")
     assert facts[facts.gold_text.notna()].note.str.startswith("judge_error").all()
     from evals.compare import judge_note, load_run
@@ -412,6 +413,9 @@ def test_a_run_names_its_matcher_and_held_out_agreement_with_ci(text_run):
     summary = (text_run / "summary.md").read_text()
     assert f"Facts are matched by `text`, which agrees with {card['heldout_agreement']:.1%}" in summary
     assert set(pd.read_parquet(text_run / "facts.parquet").matcher) == {"text"}
+    from evals.compare import show
+
+    assert f"facts matched by text: held-out agreement {card['heldout_agreement']:.3f}" in show(text_run)
 
 
 def test_a_matcher_with_no_measured_agreement_is_flagged_in_bold():
