@@ -168,6 +168,17 @@ def test_matcher_fit_refuses_an_out_it_cannot_write_before_fitting(tmp_path, cap
     assert "no such directory" in capsys.readouterr().err
 
 
+@pytest.mark.slow
+def test_matcher_eval_says_when_pairs_are_those_the_semantic_matcher_was_fitted_on(tmp_path, capsys):
+    calibration = load_pairs(split="calibration")[:3]  # a copy of bundled pairs under another name
+    pairs = _pairs_file(tmp_path / "mine.jsonl", [*(p.model_dump() for p in calibration), PAIRS[0]])
+    assert main(["matcher", "eval", "--matcher", "semantic", "--pairs", str(pairs), "--out", str(tmp_path / "o")]) == 0
+    assert "in-sample: 3 of 4 pairs are in the calibration split" in capsys.readouterr().out
+    heldout = _pairs_file(tmp_path / "h.jsonl", [p.model_dump() for p in load_pairs(split="heldout")[:3]])
+    assert main(["matcher", "eval", "--matcher", "semantic", "--pairs", str(heldout), "--out", str(tmp_path / "h")]) == 0
+    assert "in-sample" not in capsys.readouterr().out
+
+
 def test_an_unknown_matcher_spec_is_exit_2(tmp_path, capsys):
     pairs = _pairs_file(tmp_path / "pairs.jsonl", PAIRS)
     assert main(["matcher", "eval", "--matcher", "fuzzy", "--pairs", str(pairs), "--out", str(tmp_path / "o")]) == 2

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 
 from evals.scoring.agreement import AGREEMENT_COLUMNS, evaluate, format_agreement, remember, undecided
 from evals.scoring.matchers import MatcherSpecError, make_matcher
-from evals.scoring.pairs import BUNDLED_PAIRS, PairsError, load_pairs
+from evals.scoring.pairs import BUNDLED_PAIRS, Pair, PairsError, load_pairs
 
 AGREEMENT_SCHEMA = pa.schema([("matcher", pa.string()), ("split", pa.string()), ("lang", pa.string()),
                               ("category", pa.string()), ("metric", pa.string()), ("value", pa.float64()),
@@ -56,6 +56,10 @@ def matcher_eval(spec: str | None, *, pairs: Path | None, split: str | None, out
     if bundled and split == "heldout" and not failed:  # the card every run's manifest shows
         remember(frame, matcher, chosen, out.parent / ".cache" / "matcher_agreement.json")
     text = f"pairs: {path} ({split}, {len(chosen)})\n" + format_agreement(frame, rate)
+    if fitted := in_sample(matcher, chosen):
+        text += (f"in-sample: {fitted} of {len(chosen)} pairs are in the calibration split the matcher's parameters "
+                 f"were fitted on ({BUNDLED_PAIRS.name}): agreement over them is not a held-out measure (the held-out "
+                 "figure: --split heldout without --pairs)\n")
     if failed:
         health = matcher.health() if hasattr(matcher, "health") else {}
         text += (f"undecided: {failed} of {len(chosen)} pairs ({health.get('judge_errors')} of "
@@ -63,6 +67,20 @@ def matcher_eval(spec: str | None, *, pairs: Path | None, split: str | None, out
                  "counted as disagreeing with their labels; not recorded as the matcher's held-out agreement "
                  "(run again: the calls that succeeded are cached)\n")
     return text, target
+
+
+def in_sample(matcher: object, pairs: list[Pair]) -> int:
+    """How many of the pairs the matcher's parameters were fitted on: the semantic matcher's, fitted on the
+    bundled calibration split, recognised by content (a copy of the file under another name too)."""
+    fitted_on = str(getattr(getattr(matcher, "params", None), "fitted_on", ""))
+    if not fitted_on.startswith(BUNDLED_PAIRS.name):
+        return 0
+
+    def key(p: Pair) -> tuple[str, str, str, str]:
+        return p.gold.text, p.gold.subject, p.pred.text, p.pred.subject
+
+    fitted = {key(p) for p in load_pairs(BUNDLED_PAIRS, "calibration")}
+    return sum(key(p) in fitted for p in pairs)
 
 
 def matcher_fit(*, pairs: Path | None, out: Path | None) -> str:
@@ -95,4 +113,4 @@ def matcher_fit(*, pairs: Path | None, out: Path | None) -> str:
     return f"fitted on {len(calibration)} calibration pairs of {path}: {target}\n{params.model_dump_json(indent=2)}\n"
 
 
-__all__ = ["AGREEMENT_SCHEMA", "MatcherEvalError", "matcher_eval", "matcher_fit"]
+__all__ = ["AGREEMENT_SCHEMA", "MatcherEvalError", "in_sample", "matcher_eval", "matcher_fit"]
