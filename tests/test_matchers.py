@@ -324,6 +324,15 @@ def _cached_judge(replies: list, cache_file: Path) -> tuple[JudgeMatcher, Script
     return JudgeMatcher(lm, "scripted", log, cache), scripted
 
 
+def test_a_rate_limited_or_timed_out_judge_call_is_retried_and_decides(tmp_path):
+    judge, scripted = _cached_judge([ScriptedLM.rate_limit(0.01), ScriptedLM.timeout(), json.dumps({"same": [True]})],
+                                    tmp_path / "responses.sqlite")
+    assert judge.same_fact("The user works at Stripe.", "user", "The user is a Stripe employee.", "user")
+    attempts = judge.attempts_frame()
+    assert list(attempts.status) == ["LMRateLimitError", "LMTimeoutError", "ok"] and set(attempts.site) == {"judge"}
+    assert judge.health()["judge_errors"] == 0 and scripted.calls == 3
+
+
 def test_a_judge_reply_that_could_not_be_read_is_never_cached(tmp_path):
     cache = tmp_path / "responses.sqlite"
     judge, _ = _cached_judge(["they look the same to me", json.dumps({"same": [True]})], cache)
