@@ -43,7 +43,7 @@ from evals.compare import (
     rescored_dirs,
 )
 from evals.gate_inputs import InputDiff, compare_inputs, restrict
-from evals.record.catalogue import METRICS, Direction, Kind, find, format_value
+from evals.record.catalogue import METRICS, REPEAT_METRICS, Direction, Kind, find, format_value
 from evals.stats import paired_bootstrap_delta
 
 Status = Literal["pass", "fail", "skipped"]
@@ -295,9 +295,10 @@ def _baseline_metrics(baseline: Run, current: Run, pair: Pair) -> tuple[Check, l
     A metric the catalogue does not declare is compared when it has per-case values."""
     b = baseline.metrics[baseline.metrics["provider"] == pair.baseline]
     scored = {m for (p, m) in baseline.case_index if p == pair.baseline}
+    one_epoch = epochs_of(current) < 2  # it cannot measure the repeat metrics: not a case that dropped out
     vanished, fell, measured = [], [], 0
     for row in b.to_dict("records"):
-        if _measured(row) is None:
+        if _measured(row) is None or (one_epoch and row["metric"] in REPEAT_METRICS):
             continue
         measured += 1
         dataset, metric = row["dataset"], row["metric"]
@@ -313,6 +314,23 @@ def _baseline_metrics(baseline: Run, current: Run, pair: Pair) -> tuple[Check, l
         return Check(provider=pair.label, status="skipped", detail="the baseline measured no metric"), [], []
     return (Check(provider=pair.label, status="pass", detail=f"{measured} (dataset, metric) values checked"),
             vanished, fell)
+
+
+def epochs_of(run: Run) -> int:
+    """The run's epochs per case (1 for a run without a manifest, or made before epochs existed)."""
+    return run.manifest.epochs if run.manifest is not None else 1
+
+
+def epochs_note(baseline: Run, current: Run) -> str:
+    """What a gate across different epoch counts compares, and what it leaves out."""
+    b, c = epochs_of(baseline), epochs_of(current)
+    if b == c:
+        return ""
+    note = (f"The baseline ran {b} epoch(s) per case and the current run {c}: each case is paired on its values "
+            "pooled over its epochs")
+    if c < 2:
+        note += f"; {' and '.join(REPEAT_METRICS)} need two or more epochs and are not required of the current run"
+    return note + "."
 
 
 def _counts_cases(metric: str, scored: set[str]) -> bool:
@@ -503,6 +521,8 @@ def run_gate(baseline: Path, current: Path, *, rules: Path | None = None, junit:
                                  f"with the baseline's (`{spec}`) for this gate.")
     except RunInputError as exc:
         raise GateInputError(str(exc)) from exc
+    if different_epochs := epochs_note(base_run, cur_run):
+        matcher_notes.append(different_epochs)
     for different in (matcher_note([base_run, cur_run]), matcher_version_note([base_run, cur_run]),
                       embedder_note([base_run, cur_run]), judge_note([base_run, cur_run])):
         if different:

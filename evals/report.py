@@ -35,13 +35,12 @@ from evals.record import (
     read_units,
     write_table,
 )
-from evals.record.catalogue import HEADLINE, format_value, metric, note
+from evals.record.catalogue import HEADLINE, REPEAT_METRICS, format_value, metric, note
 from evals.scoring.epochs import epoch_metrics, fact_flips, flaky_cases, pooled_by_case, stability_frame
 from evals.stats import bootstrap_ci
 from evals.systems import DEFAULT_SYSTEM, SYSTEMS, site_kinds
 
 NOT_REACHED = AnomalyKind.FAULT_NOT_REACHED
-REPEAT_METRICS = ("flaky_case_rate", "decision_flip_rate")  # headlined when a run has several epochs
 
 # ---- tables -----------------------------------------------------------------------------------------------
 

@@ -32,11 +32,17 @@ def usage_metrics(runs: list[CaseRun], frame: pd.DataFrame | None = None) -> lis
     for provider in dict.fromkeys(r.provider for r in runs):
         mine = frame[frame["provider"] == provider]
         cases = [r for r in runs if r.provider == provider]
-        out += _group(provider, "all", mine, len(cases))
+        out += _group(provider, "all", mine, _n_cases(cases))
         for dataset in sorted({r.dataset for r in cases}):
             out += _group(provider, dataset, mine[mine["dataset"] == dataset],
-                          sum(r.dataset == dataset for r in cases))
+                          _n_cases([r for r in cases if r.dataset == dataset]))
     return out
+
+
+def _n_cases(runs: list[CaseRun]) -> int:
+    """The cases among `runs`: with K epochs a case has K units, and n counts it once, as every other metric does
+    (else a 1-epoch run gated against a K-epoch baseline would look like it lost cases)."""
+    return len({(r.dataset, r.case_id) for r in runs})
 
 
 def _group(provider: str, dataset: str, frame: pd.DataFrame, n_cases: int) -> list[MetricRow]:

@@ -271,3 +271,19 @@ def test_http_epochs_send_their_own_seed_and_the_temperature_and_never_share_a_c
     assert len(recorder.bodies) == len(first)  # the second run was answered from the cache, epoch by epoch
     again = read_units(tmp_path / "two")
     assert all(a.cache_hit for u in again for a in u.attempts if a.site != "embed")
+
+
+def test_a_one_epoch_run_gates_against_a_multi_epoch_baseline_and_back(tmp_path: Path, capsys):
+    """A repeated baseline is not a bigger one: the 1-epoch run lost no case, and cannot measure flakiness."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    small = ["--lm", "oracle", "--dataset", str(ROOT / "datasets" / "chat_en.jsonl"), "--limit", "3",
+             "--matcher", "text"]
+    assert _run(*small, "--out", str(one)) == 0
+    assert _run(*small, "--epochs", "2", "--out", str(two)) == 0
+    assert _metric(two, "oracle", "lm_attempts")["n"] == _metric(one, "oracle", "lm_attempts")["n"] == 3
+    capsys.readouterr()
+    assert main(["gate", "--baseline", str(two), "--current", str(one)]) == 0, capsys.readouterr().out
+    note = (one / "gate.md").read_text(encoding="utf-8")
+    assert "The baseline ran 2 epoch(s) per case and the current run 1" in note
+    assert "flaky_case_rate and decision_flip_rate need two or more epochs" in note
+    assert main(["gate", "--baseline", str(one), "--current", str(two)]) == 0

@@ -166,6 +166,8 @@ DECLARED: tuple[Metric, ...] = _DECLARED + _CONFUSION  # one entry per family, a
 METRICS: dict[str, Metric] = {m.name: m for base in DECLARED for m in _variants(base)}  # every concrete name
 HEADLINE: tuple[str, ...] = tuple(m.name for m in sorted((m for m in METRICS.values() if m.headline is not None),
                                                          key=lambda m: m.headline or 0))
+# Measured only by a run with two or more epochs (run --epochs K): headlined then; a one-epoch run cannot have them.
+REPEAT_METRICS: tuple[str, ...] = ("flaky_case_rate", "decision_flip_rate")
 
 
 class UnknownMetricError(KeyError):
