@@ -129,8 +129,11 @@ def _counts_by_case(run: Run) -> pd.DataFrame:
                                               zip(per_case["provider"], per_case["dataset"], per_case["case_id"],
                                                   strict=True)]
     cases = run.table("cases")  # a case without faulted runs counts zeros
-    if cases is not None:
-        per_case = cases[["provider", "dataset", "case_id"]].merge(per_case, how="left").fillna(0.0)
+    if cases is not None:  # a case of K epochs has K units: its counts are per epoch, as the report's
+        units = cases.groupby(["provider", "dataset", "case_id"], as_index=False).size()
+        per_case = units.merge(per_case, how="left").fillna(0.0)
+        per_case[columns[3:]] = per_case[columns[3:]].div(per_case["size"], axis=0)
+        per_case = per_case[columns]
     return per_case
 
 
@@ -142,15 +145,17 @@ def _only(frame: pd.DataFrame, keys: set[CaseKey]) -> pd.DataFrame:
 def restrict(run: Run, keys: set[CaseKey]) -> Run:
     """`run` with only the cases in `keys`: case_metrics filtered, metrics recomputed pooled ("all") and per
     dataset. A rate is sum(num)/sum(den) over the kept cases and its n the cases that scored it; a count is
-    summed over the kept cases, n the kept cases. Metrics with no per-case record (usage) are left out."""
+    summed over the kept cases (per epoch with several), n the kept cases. Metrics with no per-case record (usage,
+    the repeat metrics) are left out."""
     kept = _only(run.case_metrics, keys)
     rows = []
     scored = kept[kept["den"] != 0]
     for dataset_scope in ("all", *sorted(scored["dataset"].unique())):
         part = scored if dataset_scope == "all" else scored[scored["dataset"] == dataset_scope]
         for (provider, metric), group in part.groupby(["provider", "metric"], sort=False):
-            value = float(group["num"].sum() / group["den"].sum())
-            rows.append([provider, dataset_scope, metric, value, math.nan, math.nan, len(group), "shared cases only"])
+            value = float(group["num"].sum() / group["den"].sum())  # pooled over cases and their epochs
+            n = len(group.drop_duplicates(["dataset", "case_id"]))  # cases, not case x epoch
+            rows.append([provider, dataset_scope, metric, value, math.nan, math.nan, n, "shared cases only"])
     counts = _counts_by_case(run)
     counts = _only(counts, keys)
     for dataset_scope in ("all", *sorted(counts["dataset"].unique())):

@@ -287,3 +287,25 @@ def test_a_one_epoch_run_gates_against_a_multi_epoch_baseline_and_back(tmp_path:
     assert "The baseline ran 2 epoch(s) per case and the current run 1" in note
     assert "flaky_case_rate and decision_flip_rate need two or more epochs" in note
     assert main(["gate", "--baseline", str(one), "--current", str(two)]) == 0
+
+
+def test_gating_shared_cases_of_a_multi_epoch_run_keeps_its_values_and_n(tmp_path: Path):
+    """--allow-different-inputs recomputes every value from the per-case tables: over all cases of a K-epoch run
+    it must give the report's values and n (cases, not case x epoch; counts per epoch, not K^2 times)."""
+    from evals.compare import load_run
+    from evals.gate_inputs import case_hashes, restrict
+
+    out = tmp_path / "run"
+    assert main(["run", "--embedder", "hash", "--no-progress", "--matcher", "text", "--limit", "3", "--epochs", "2",
+                 "--dataset", str(ROOT / "datasets" / "chat_en.jsonl"), "--faults", "random:0.3", "--seed", "1",
+                 "--out", str(out)]) == 0
+    run = load_run(out)
+    again = restrict(run, set(case_hashes(run)))
+    merged = again.metrics.merge(run.metrics, on=["provider", "dataset", "metric"], suffixes=("", "_report"))
+    assert len(merged) == len(again.metrics) and {"faulted_units", "owner_accuracy"} <= set(merged["metric"])
+    assert _metric(out, "offline", "faulted_units")["value"] > 0
+    pd.testing.assert_series_equal(merged["value"], merged["value_report"], check_names=False)
+    by_case = merged[~merged["metric"].isin(["rollback_correct_rate", "error_code_accuracy", "retry_equivalence_rate",
+                                             "infra_error_rate"])]  # whose report n counts units, not cases
+    assert len(by_case) > 20
+    pd.testing.assert_series_equal(by_case["n"], by_case["n_report"], check_names=False)
