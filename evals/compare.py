@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from evals.record import Manifest, RunDirError, columns, read_manifest, read_table
-from evals.record.catalogue import HEADLINE, find, format_value
+from evals.record.catalogue import HEADLINE, count_text, find, format_value
 from evals.stats import paired_bootstrap_delta
 
 METRICS_COLUMNS = columns("metrics")
@@ -189,7 +189,7 @@ def is_count(metric: str) -> bool:
 def fmt(value: Any, count: bool = False) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
-    return f"{value:.0f}" if count else f"{value:.3f}"
+    return count_text(value) if count else f"{value:.3f}"
 
 
 def fmt_ci(row: dict[str, Any] | None, count: bool = False) -> str:
@@ -348,7 +348,7 @@ def _side(row: Any, prefix: str, count: bool) -> str:
 
 
 def _signed(x: float, count: bool = False) -> str:
-    return "n/a" if math.isnan(x) else f"{x:+.0f}" if count else f"{x:+.3f}"
+    return "n/a" if math.isnan(x) else count_text(x, signed=True) if count else f"{x:+.3f}"
 
 
 def _delta(row: Any, count: bool) -> list[str]:

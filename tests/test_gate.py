@@ -427,3 +427,20 @@ def test_the_shipped_rules_cover_infra_errors_and_the_profile():
     assert by_metric["infra_error_rate"].kind == "max_increase"
     assert {"profile_leak_rate", "profile_name_accuracy", "no_memory_accuracy"} <= by_metric.keys()
     assert all(r.dataset is None for r in by_metric.values())  # pooled and per dataset
+
+
+def test_a_count_averaged_over_epochs_is_never_printed_as_zero(tmp_path: Path, capsys):
+    """With 2 epochs a count is per epoch: one anomaly in one epoch is 0.5. The gate fails on it and every report
+    must show 0.50, not a rounded 0 beside 'violates == 0'."""
+    from evals.compare import show
+
+    base = write_run(tmp_path / "base", *run_frames(PERFECT), epochs=2)
+    cur = write_run(tmp_path / "cur", *run_frames(PERFECT, anomalies=0.5), epochs=2)
+    assert gate(tmp_path, base, cur) == 1
+    row = next(line for line in capsys.readouterr().out.splitlines() if "anomaly_count == 0" in line)
+    assert "| 0 | 0.50 | 0.50 violates == 0 |" in row, row
+    shown = next(line for line in show(cur).splitlines() if line.startswith("anomaly_count"))
+    assert shown.split() == ["anomaly_count", "0.50"], shown
+    assert main(["compare", str(base), str(cur), "--out", str(tmp_path / "cmp")]) == 0
+    md = (tmp_path / "cmp" / "compare.md").read_text(encoding="utf-8")
+    assert "| anomaly_count | 0 | 0.50 | +0.50 |" in md

@@ -197,7 +197,8 @@ def note(name: str) -> str:
 
 
 def format_value(name: str, value: float | None) -> str:
-    """A value as the report prints it: rates to 3 places, counts whole, seconds as ms, cost in USD."""
+    """A value as the report prints it: rates to 3 places, counts whole (2 places for a mean over epochs),
+    seconds as ms, cost in USD."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
     m = find(name)
@@ -206,9 +207,17 @@ def format_value(name: str, value: float | None) -> str:
         return f"{value * 1000:.1f} ms"
     if kind is USD:
         return f"${value:.4f}"
-    if kind in (C, T):
+    if kind is C:
+        return count_text(value)
+    if kind is T:
         return f"{value:.0f}"
     return f"{value:.3f}"
+
+
+def count_text(value: float, signed: bool = False) -> str:
+    """A count: whole, unless it is a mean over epochs (1 anomaly in 3 epochs is 0.33, never a printed 0)."""
+    sign = "+" if signed else ""
+    return f"{value:{sign}.0f}" if float(value).is_integer() else f"{value:{sign}.2f}"
 
 
 # ---- the README's metric table ----------------------------------------------------------------------------
