@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from evals.record import Manifest, RunDirError, columns, read_manifest, read_table
-from evals.record.catalogue import HEADLINE, count_text, find, format_value
+from evals.record.catalogue import HEADLINE, REPEAT_METRICS, count_text, find, format_value
 from evals.stats import paired_bootstrap_delta
 
 METRICS_COLUMNS = columns("metrics")
@@ -480,12 +480,14 @@ def headline(run: Run, dataset: str = "all") -> str:
         lines[0] = (f"run {run.label}: UNFINISHED, no verdict (stopped while running or writing its report; the "
                     "tables may be partial): continue it with --resume")
     if m is not None:
-        lines.append(f"seed {m.seed} · faults {m.faults} · {m.n_cases} cases · embedder {m.embedder} · "
+        repeats = "" if m.epochs < 2 else f"{m.epochs} epochs per case" + (
+            f" at temperature {m.temperature:g}" if m.temperature is not None else "") + " · "
+        lines.append(f"seed {m.seed} · faults {m.faults} · {repeats}{m.n_cases} cases · embedder {m.embedder} · "
                      f"engine {m.engine_version}")
         lines.append(matcher_headline(m.matcher_spec, m.matcher))
     providers = run.providers
     present = set(run.metrics.loc[run.metrics["dataset"] == dataset, "metric"])
-    names = [name for name in HEADLINE if name in present]
+    names = [name for name in (*HEADLINE, *REPEAT_METRICS) if name in present]  # repeats: a K-epoch run's, as summary.md
     grid = [["metric", *providers]]
     for name in names:
         grid.append([name, *(fmt_ci(metric_row(run, p, dataset, name), is_count(name)) for p in providers)])

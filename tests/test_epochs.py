@@ -309,3 +309,13 @@ def test_gating_shared_cases_of_a_multi_epoch_run_keeps_its_values_and_n(tmp_pat
                                              "infra_error_rate"])]  # whose report n counts units, not cases
     assert len(by_case) > 20
     pd.testing.assert_series_equal(by_case["n"], by_case["n_report"], check_names=False)
+
+
+def test_show_says_how_many_epochs_and_headlines_flakiness(oracles: Path):
+    """The terminal table (show, and the end of `run`) of a K-epoch run, as its summary.md."""
+    from evals.compare import show
+
+    text = show(oracles)
+    assert "· 3 epochs per case ·" in text.splitlines()[1]
+    assert any(line.startswith("flaky_case_rate ") for line in text.splitlines())
+    assert any(line.startswith("decision_flip_rate ") for line in text.splitlines())
