@@ -278,21 +278,22 @@ def verdict_of(runs: list[CaseRun], unreached: dict[str, list[str]] | None = Non
     valid: every unit checked clean and every applicable pair reached.
     """
     faults = [f for r in runs for f in r.faults]
+    units = _units(runs)
     wrong = Counter(str(a.kind) for f in faults if _checked(f) for a in f.anomalies if a.kind != NOT_REACHED)
     wrong.update(str(finding.kind) for r in runs for finding in r.findings)
     checked = sum(_checked(f) for f in faults)
     reasons = []
     if wrong:
-        units = sum(f.outcome == "wrong" for f in faults)
+        wrong_units = sum(f.outcome == "wrong" for f in faults)
         cases = sum(bool(r.findings) for r in runs)
         kinds = ", ".join(f"{k} ×{n}" for k, n in sorted(wrong.items()))
-        reasons.append(f"{sum(wrong.values())} anomalies on {units} of {checked} faulted units and in the "
-                       f"write-contract checks of {cases} of {len(runs)} cases: {kinds}")
+        reasons.append(f"{sum(wrong.values())} anomalies on {wrong_units} of {checked} faulted units and in the "
+                       f"write-contract checks of {cases} of {units}: {kinds}")
     case_errors = sum(r.status == "infra_error" for r in runs)
     fault_errors = sum(f.outcome == "infra_error" for f in faults)
     indeterminate = sum(f.outcome == "indeterminate" for f in faults)
     if case_errors:
-        reasons.append(f"{case_errors} of {len(runs)} cases failed with an infra error")
+        reasons.append(f"{case_errors} of {units} failed with an infra error")
     if fault_errors:
         reasons.append(f"{fault_errors} of {len(faults)} faulted runs failed with an infra error")
     if indeterminate:
@@ -307,7 +308,16 @@ def verdict_of(runs: list[CaseRun], unreached: dict[str, list[str]] | None = Non
         return "invalid", reasons
     if reasons:
         return "unknown", reasons
-    return "valid", [f"all {checked} faulted units in {len(runs)} cases were checked with no anomaly"]
+    return "valid", [f"all {checked} faulted units in {units} were checked with no anomaly"]
+
+
+def _units(runs: list[CaseRun]) -> str:
+    """`N cases`, or with epochs `N units (M cases × K epochs)`: a repeated case is not another case."""
+    epochs = len({r.epoch for r in runs})
+    if epochs < 2:
+        return f"{len(runs)} cases"
+    cases = len({(r.provider, r.dataset, r.case_id) for r in runs})
+    return f"{len(runs)} units ({cases} cases × {epochs} epochs)"
 
 
 def run_verdict(runs: list[CaseRun], manifest: Manifest, coverage: pd.DataFrame | None = None) -> tuple[str, list[str]]:

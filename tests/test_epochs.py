@@ -289,16 +289,23 @@ def test_a_one_epoch_run_gates_against_a_multi_epoch_baseline_and_back(tmp_path:
     assert main(["gate", "--baseline", str(one), "--current", str(two)]) == 0
 
 
-def test_gating_shared_cases_of_a_multi_epoch_run_keeps_its_values_and_n(tmp_path: Path):
+@pytest.fixture(scope="module")
+def faulted(tmp_path_factory) -> Path:
+    """The offline model under the fast sweep, 2 epochs of 4 cases."""
+    out = tmp_path_factory.mktemp("faulted") / "run"
+    assert main(["run", "--embedder", "hash", "--no-progress", "--matcher", "text", "--limit", "4", "--epochs", "2",
+                 "--dataset", str(ROOT / "datasets" / "chat_en.jsonl"), "--faults", "sweep:fast",
+                 "--out", str(out)]) == 0
+    return out
+
+
+def test_gating_shared_cases_of_a_multi_epoch_run_keeps_its_values_and_n(faulted: Path):
     """--allow-different-inputs recomputes every value from the per-case tables: over all cases of a K-epoch run
     it must give the report's values and n (cases, not case x epoch; counts per epoch, not K^2 times)."""
     from evals.compare import load_run
     from evals.gate_inputs import case_hashes, restrict
 
-    out = tmp_path / "run"
-    assert main(["run", "--embedder", "hash", "--no-progress", "--matcher", "text", "--limit", "3", "--epochs", "2",
-                 "--dataset", str(ROOT / "datasets" / "chat_en.jsonl"), "--faults", "random:0.3", "--seed", "1",
-                 "--out", str(out)]) == 0
+    out = faulted
     run = load_run(out)
     again = restrict(run, set(case_hashes(run)))
     merged = again.metrics.merge(run.metrics, on=["provider", "dataset", "metric"], suffixes=("", "_report"))
@@ -319,3 +326,10 @@ def test_show_says_how_many_epochs_and_headlines_flakiness(oracles: Path):
     assert "· 3 epochs per case ·" in text.splitlines()[1]
     assert any(line.startswith("flaky_case_rate ") for line in text.splitlines())
     assert any(line.startswith("decision_flip_rate ") for line in text.splitlines())
+
+
+def test_the_verdict_counts_a_repeated_case_once(faulted: Path):
+    """8 units of 4 cases in 2 epochs are not 8 cases."""
+    summary = (faulted / "summary.md").read_text(encoding="utf-8")
+    reasons = summary.split("\n\n", 2)[1]
+    assert "in 8 units (4 cases × 2 epochs)" in reasons and "8 cases" not in reasons, reasons
