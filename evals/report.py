@@ -84,7 +84,7 @@ def faults_frame(runs: list[CaseRun], seed: int) -> pd.DataFrame:
                 "n_anomalies": len(f.anomalies),
                 "error": f.actual.exception if f.outcome == "infra_error" else None,
                 "wire_log": json.dumps(f.wire, ensure_ascii=False) if f.wire else None,
-                "seconds": f.seconds,
+                "seconds": f.seconds, "epoch": r.epoch,
             })
     return frame("faults", rows)
 
@@ -98,12 +98,12 @@ def anomalies_frame(runs: list[CaseRun], seed: int) -> pd.DataFrame:
                 rows.append({"kind": str(a.kind), "provider": r.provider, "system": r.system, "dataset": r.dataset,
                              "case_id": r.case_id, "write": f.write, "path": f.path, "site": f.site, "fault": f.kind,
                              "seed": seed, "expected": _json(f.expected), "actual": _json(f.actual),
-                             "witness": a.witness, "outcome": f.outcome})
+                             "witness": a.witness, "outcome": f.outcome, "epoch": r.epoch})
         for finding in r.findings:  # write-contract checks outside a faulted write: site = the check, no fault
             rows.append({"kind": str(finding.kind), "provider": r.provider, "system": r.system, "dataset": r.dataset,
                          "case_id": r.case_id, "write": finding.write, "path": finding.path, "site": finding.check,
                          "fault": None, "seed": seed, "expected": "", "actual": "", "witness": finding.witness,
-                         "outcome": "wrong"})
+                         "outcome": "wrong", "epoch": r.epoch})
     return frame("anomalies", rows)
 
 
@@ -418,18 +418,24 @@ def summary_markdown(manifest: Manifest, verdict: str, reasons: list[str], cases
             pairs = zip(unreached["site"], unreached["kind"], strict=True)
             out.append("  - unreached: " + ", ".join(f"{s}×{k}" for s, k in pairs))
     out.append("")
-    out += _anomaly_section(anomalies[anomalies["outcome"] != "indeterminate"], "## Anomalies")
+    repeated = manifest.epochs > 1  # say which epoch: the same case and write recur once per epoch
+    out += _anomaly_section(anomalies[anomalies["outcome"] != "indeterminate"], "## Anomalies", repeated)
     out += _anomaly_section(anomalies[anomalies["outcome"] == "indeterminate"],
-                            "## Findings on indeterminate units (fault did not fire; not counted)")
-    errors = [(r.provider, r.case_id, "case", r.error) for r in cases.itertuples() if r.status == "infra_error"]
-    errors += [(r.provider, r.case_id, f"write {r.write} {r.site}×{r.kind}", r.error)
+                            "## Findings on indeterminate units (fault did not fire; not counted)", repeated)
+    errors = [(r.provider, r.case_id, _in_epoch("case", r, repeated), r.error)
+              for r in cases.itertuples() if r.status == "infra_error"]
+    errors += [(r.provider, r.case_id, _in_epoch(f"write {r.write} {r.site}×{r.kind}", r, repeated), r.error)
                for r in faults.itertuples() if r.outcome == "infra_error"]
     out += ["## Infra errors", ""]
     out += [f"- {p} `{c}` ({where}): {_one_line(e)}" for p, c, where, e in errors] or ["None."]
     return "\n".join(out) + "\n"
 
 
-def _anomaly_section(anomalies: pd.DataFrame, title: str) -> list[str]:
+def _in_epoch(where: str, row: Any, repeated: bool) -> str:
+    return f"{where}, epoch {row.epoch}" if repeated else where
+
+
+def _anomaly_section(anomalies: pd.DataFrame, title: str, repeated: bool = False) -> list[str]:
     if title != "## Anomalies" and anomalies.empty:
         return []
     out = [title, ""]
@@ -437,7 +443,7 @@ def _anomaly_section(anomalies: pd.DataFrame, title: str) -> list[str]:
         return out + ["None.", ""]
     for kind, group in sorted(anomalies.groupby("kind"), key=lambda kg: (-len(kg[1]), kg[0])):
         out.append(f"### {kind} ({len(group)})")
-        out += [f"- {a.provider} `{a.case_id}` write {a.write} ({a.path}), "
+        out += [f"- {a.provider} `{a.case_id}` {_in_epoch(f'write {a.write}', a, repeated)} ({a.path}), "
                 f"{a.site + '×' + a.fault if isinstance(a.fault, str) else a.site + ' check'}: {_one_line(a.witness)}"
                 for a in group.head(3).itertuples()]
         out.append("")

@@ -342,3 +342,33 @@ def test_the_verdict_counts_a_repeated_case_once(faulted: Path):
     summary = (faulted / "summary.md").read_text(encoding="utf-8")
     reasons = summary.split("\n\n", 2)[1]
     assert "in 8 units (4 cases × 2 epochs)" in reasons and "8 cases" not in reasons, reasons
+
+
+def test_faults_and_anomalies_say_which_epoch_they_belong_to(faulted: Path):
+    """K epochs replay the same case and write K times: without the epoch their rows cannot be told apart."""
+    faults = read_table(faulted, "faults")
+    assert faults is not None and set(faults["epoch"]) == {0, 1}
+    per_epoch = faults.groupby("epoch").size()
+    assert per_epoch[0] == per_epoch[1] > 0
+    anomalies = read_table(faulted, "anomalies")
+    assert anomalies is not None and "epoch" in anomalies.columns
+
+
+def test_an_anomaly_in_the_summary_names_its_epoch(tmp_path: Path, monkeypatch):
+    import hymem.client as client_module
+
+    real = client_module.HyMemoryClient.add
+
+    def broken_for_tim(self, messages, user_id, request_id=None):
+        if user_id == "tim":
+            raise RuntimeError("planted: tim's writes fail")
+        return real(self, messages, user_id, request_id)
+
+    monkeypatch.setattr(client_module.HyMemoryClient, "add", broken_for_tim)
+    out = tmp_path / "run"
+    assert _run("--dataset", str(ROOT / "datasets" / "chat_en.jsonl"), "--limit", "2", "--epochs", "2",
+                "--matcher", "text", "--out", str(out)) == 0
+    found = (out / "summary.md").read_text(encoding="utf-8").split("## Anomalies", 1)[1].split("## Infra", 1)[0]
+    assert "`en-001-tim-john` write 1, epoch 0 (chat)" in found and "write 1, epoch 1 (chat)" in found, found
+    anomalies = read_table(out, "anomalies")
+    assert anomalies is not None and sorted(anomalies["epoch"]) == [0, 1]

@@ -52,6 +52,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
         ("error", "string", "the harness exception of an infra_error unit"),
         ("wire_log", "string", "JSON: the fault proxy's log lines for this unit (HTTP providers), else null"),
         ("seconds", "float64"),
+        ("epoch", "int64", "the repeat of the case (run --epochs K: 0..K-1)"),
     ),
     "anomalies": _cols(
         ("kind", "string", "an AnomalyKind"), ("provider", "string"), ("system", "string"), ("dataset", "string"),
@@ -59,6 +60,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
         ("seed", "int64"), ("expected", "string", "expected codes, JSON"), ("actual", "string", "actual codes, JSON"),
         ("witness", "string"),
         ("outcome", "string", "the unit's outcome: wrong (counted) | indeterminate (fault did not fire; not counted)"),
+        ("epoch", "int64", "the repeat of the case (run --epochs K: 0..K-1)"),
     ),
     "coverage": _cols(
         ("provider", "string"), ("system", "string"), ("site", "string"), ("kind", "string"),

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-SCHEMA_VERSION = 3  # 1: untyped units (anomalies as [kind, witness] pairs); 2: typed records with schema_version;
-# 3: repeats — a unit is (provider, case, epoch), the manifest counts epochs, per-case tables carry `epoch`
+SCHEMA_VERSION = 4  # 1: untyped units (anomalies as [kind, witness] pairs); 2: typed records with schema_version;
+# 3: repeats — a unit is (provider, case, epoch), the manifest counts epochs, per-case tables carry `epoch`;
+# 4: faults and anomalies carry `epoch` too (which repeat a faulted run or an anomaly belongs to)
 
 
 class SchemaError(ValueError):
@@ -43,12 +44,20 @@ def _m003_manifest(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _m004_same(data: dict[str, Any]) -> dict[str, Any]:
+    """v3 → v4: no JSON field changed (units already carried their epoch); only two tables gained a column."""
+    return data
+
+
 # version N → N+1, per record type; append only, never edit a released step.
-UNIT_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _m002_unit, 2: _m003_unit}
-MANIFEST_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _m002_manifest, 2: _m003_manifest}
-# Parquet tables, by the version that added columns: {version: {table: {column: value older files get}}}.
+UNIT_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _m002_unit, 2: _m003_unit,
+                                                                         3: _m004_same}
+MANIFEST_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _m002_manifest, 2: _m003_manifest,
+                                                                             3: _m004_same}
+# Parquet tables, by the version a file is migrated from: {version: {table: {column: value older files get}}}.
 TABLE_MIGRATIONS: dict[int, dict[str, dict[str, Any]]] = {
     2: {"cases": {"epoch": 0}, "case_metrics": {"epoch": 0}, "facts": {"epoch": 0}},
+    3: {"faults": {"epoch": 0}, "anomalies": {"epoch": 0}},  # a v3 run of K epochs cannot say which: 0
 }
 
 
