@@ -108,10 +108,12 @@ def compare_inputs(baseline: Run, current: Run) -> InputDiff:
 
 
 def _counts_by_case(run: Run) -> pd.DataFrame:
-    """Per case, the counts of metrics.parquet (evals.report.COUNTS), from faults.parquet and anomalies.parquet."""
+    """Per case, the counts of metrics.parquet (evals.report.COUNTS), from faults.parquet and anomalies.parquet:
+    anomaly_count counts the control run's write-contract findings (anomalies with no fault) too. A case of K
+    epochs has K units: its counts are per epoch, as the report's."""
     faults = run.table("faults")
-    columns = ["provider", "dataset", "case_id", "faulted_units", "indeterminate_units", "anomaly_count",
-               "degraded_success_count"]
+    key = ["provider", "dataset", "case_id"]
+    columns = [*key, "faulted_units", "indeterminate_units", "anomaly_count", "degraded_success_count"]
     if faults is None:
         return pd.DataFrame(columns=columns)
     f = faults.copy()
@@ -120,21 +122,20 @@ def _counts_by_case(run: Run) -> pd.DataFrame:
     f["indeterminate_units"] = (f["outcome"] == "indeterminate").astype(float)
     f["anomaly_count"] = f["n_anomalies"].where(checked, 0).astype(float)
     f["degraded_success_count"] = 0.0
-    per_case = f.groupby(["provider", "dataset", "case_id"], as_index=False)[columns[3:]].sum()
-    anomalies = run.table("anomalies")  # a unit has at most one DEGRADED_SUCCESS (evals.checker)
-    if anomalies is not None and len(anomalies):
-        degraded = anomalies[(anomalies["kind"] == "DEGRADED_SUCCESS") & anomalies["outcome"].isin(_CHECKED)]
-        tally = degraded.groupby(["provider", "dataset", "case_id"]).size()
-        per_case["degraded_success_count"] = [float(tally.get((p, d, c), 0)) for p, d, c in
-                                              zip(per_case["provider"], per_case["dataset"], per_case["case_id"],
-                                                  strict=True)]
+    per_case = f.groupby(key, as_index=False)[columns[3:]].sum()
     cases = run.table("cases")  # a case without faulted runs counts zeros
-    if cases is not None:  # a case of K epochs has K units: its counts are per epoch, as the report's
-        units = cases.groupby(["provider", "dataset", "case_id"], as_index=False).size()
-        per_case = units.merge(per_case, how="left").fillna(0.0)
-        per_case[columns[3:]] = per_case[columns[3:]].div(per_case["size"], axis=0)
-        per_case = per_case[columns]
-    return per_case
+    units = cases.groupby(key, as_index=False).size() if cases is not None else per_case[key].assign(size=1)
+    per_case = units.merge(per_case, how="left").fillna(0.0)
+    anomalies = run.table("anomalies")
+    if anomalies is not None and len(anomalies):
+        keys = list(zip(per_case["provider"], per_case["dataset"], per_case["case_id"], strict=True))
+        degraded = anomalies[(anomalies["kind"] == "DEGRADED_SUCCESS") & anomalies["outcome"].isin(_CHECKED)]
+        tally = degraded.groupby(key).size()  # a unit has at most one DEGRADED_SUCCESS (evals.checker)
+        per_case["degraded_success_count"] = [float(tally.get(k, 0)) for k in keys]
+        findings = anomalies[anomalies["fault"].isna()].groupby(key).size()
+        per_case["anomaly_count"] += [float(findings.get(k, 0)) for k in keys]
+    per_case[columns[3:]] = per_case[columns[3:]].div(per_case["size"], axis=0)
+    return per_case[columns]
 
 
 def _only(frame: pd.DataFrame, keys: set[CaseKey]) -> pd.DataFrame:

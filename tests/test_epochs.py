@@ -354,7 +354,9 @@ def test_faults_and_anomalies_say_which_epoch_they_belong_to(faulted: Path):
     assert anomalies is not None and "epoch" in anomalies.columns
 
 
-def test_an_anomaly_in_the_summary_names_its_epoch(tmp_path: Path, monkeypatch):
+@pytest.fixture(scope="module")
+def engine_errors(tmp_path_factory) -> Path:
+    """2 epochs of 2 cases, where every write for tim raises: a write-contract finding (ENGINE_EXCEPTION) per epoch."""
     import hymem.client as client_module
 
     real = client_module.HyMemoryClient.add
@@ -364,11 +366,30 @@ def test_an_anomaly_in_the_summary_names_its_epoch(tmp_path: Path, monkeypatch):
             raise RuntimeError("planted: tim's writes fail")
         return real(self, messages, user_id, request_id)
 
-    monkeypatch.setattr(client_module.HyMemoryClient, "add", broken_for_tim)
-    out = tmp_path / "run"
-    assert _run("--dataset", str(ROOT / "datasets" / "chat_en.jsonl"), "--limit", "2", "--epochs", "2",
-                "--matcher", "text", "--out", str(out)) == 0
+    out = tmp_path_factory.mktemp("engine_errors") / "run"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(client_module.HyMemoryClient, "add", broken_for_tim)
+        assert _run("--dataset", str(ROOT / "datasets" / "chat_en.jsonl"), "--limit", "2", "--epochs", "2",
+                    "--matcher", "text", "--out", str(out)) == 0
+    return out
+
+
+def test_an_anomaly_in_the_summary_names_its_epoch(engine_errors: Path):
+    out = engine_errors
     found = (out / "summary.md").read_text(encoding="utf-8").split("## Anomalies", 1)[1].split("## Infra", 1)[0]
     assert "`en-001-tim-john` write 1, epoch 0 (chat)" in found and "write 1, epoch 1 (chat)" in found, found
     anomalies = read_table(out, "anomalies")
     assert anomalies is not None and sorted(anomalies["epoch"]) == [0, 1]
+
+
+def test_gating_shared_cases_counts_the_write_contract_findings_as_anomalies(engine_errors: Path):
+    """restrict() must count what anomaly_count counts, the control run's findings included, or a gate with
+    --allow-different-inputs passes `anomaly_count == 0` on a run whose summary lists anomalies."""
+    from evals.compare import load_run
+    from evals.gate_inputs import case_hashes, restrict
+
+    run = load_run(engine_errors)
+    assert _metric(engine_errors, "offline", "anomaly_count")["value"] == 1.0
+    again = restrict(run, set(case_hashes(run))).metrics
+    row = again[(again["dataset"] == "all") & (again["metric"] == "anomaly_count")]
+    assert row["value"].tolist() == [1.0]
