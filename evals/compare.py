@@ -364,7 +364,13 @@ def comparison_markdown(comparison: Comparison) -> str:
     for run in comparison.runs:
         m = run.manifest
         about = f"verdict **{m.verdict}**, seed {m.seed}, faults `{m.faults}`, {m.n_cases} cases" if m else ""
+        about += f", {m.epochs} epochs per case" if m is not None and m.epochs > 1 else ""
         out.append(f"- `{run.label}`: {about}" + (f" ({run.path})" if run.path else ""))
+    epochs = {r.manifest.epochs for r in comparison.runs if r.manifest is not None}
+    if len(epochs) > 1:
+        out += ["", f"**The runs repeat their cases a different number of times ({', '.join(map(str, sorted(epochs)))} "
+                "epochs): cases are paired on their values pooled over epochs, but flaky_case_rate and "
+                "decision_flip_rate grow with the epoch count and are not comparable between them.**"]
     out += ["", "Δ is b − a averaged over the cases scored in both (each case weighs the same), with a paired "
             "bootstrap 95% CI, so it can differ from the difference of the pooled values; a count has no CI. "
             "Per-dataset rows are in compare.parquet.", ""]

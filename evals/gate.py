@@ -328,8 +328,11 @@ def epochs_note(baseline: Run, current: Run) -> str:
         return ""
     note = (f"The baseline ran {b} epoch(s) per case and the current run {c}: each case is paired on its values "
             "pooled over its epochs")
+    repeats = " and ".join(REPEAT_METRICS)
     if c < 2:
-        note += f"; {' and '.join(REPEAT_METRICS)} need two or more epochs and are not required of the current run"
+        note += f"; {repeats} need two or more epochs and are not required of the current run"
+    elif b >= 2:
+        note += f"; {repeats} grow with the epoch count, so a rule on them compares unlike figures"
     return note + "."
 
 

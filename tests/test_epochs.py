@@ -296,6 +296,9 @@ def test_a_one_epoch_run_gates_against_a_multi_epoch_baseline_and_back(tmp_path:
     assert "The baseline ran 2 epoch(s) per case and the current run 1" in note
     assert "flaky_case_rate and decision_flip_rate need two or more epochs" in note
     assert main(["gate", "--baseline", str(one), "--current", str(two)]) == 0
+    assert main(["compare", str(one), str(two), "--out", str(tmp_path / "cmp")]) == 0
+    md = (tmp_path / "cmp" / "compare.md").read_text(encoding="utf-8")
+    assert ", 3 cases, 2 epochs per case (" in md and "a different number of times (1, 2 epochs)" in md
 
 
 @pytest.fixture(scope="module")
