@@ -499,7 +499,7 @@ def check_inputs(baseline: Run, current: Run, allow_different: bool) -> tuple[Ru
     note = f"**Different inputs: {diff.describe()}. Only the {len(diff.shared)} cases in both runs are gated**"
     if diff.datasets_differ:
         note += ("; every value below is recomputed over those cases (rates as pooled num/den, n = cases scoring "
-                 "the metric; usage figures are left out)")
+                 "the metric; usage figures and the epochs' flaky_case_rate and decision_flip_rate are left out)")
         baseline, current = restrict(baseline, diff.shared), restrict(current, diff.shared)
     return baseline, current, [note + "."]
 
