@@ -195,19 +195,27 @@ def _load(specs: list[str], config: RunConfig) -> list[Case]:
         raise UsageError("--gold must be all or clean")
     gold: Literal["all", "clean"] = "clean" if config.gold == "clean" else "all"
     if all(":" not in spec for spec in specs) and config.limit is None and config.sample is None:
-        return _one_file_per_name(load_cases(specs))  # one pass that reports every bad line of every file together
+        # one pass that reports every bad line of every file together
+        return _one_file_per_name(_unique_ids(load_cases(specs)))
     cases: list[Case] = []
     for spec in specs:
         cases += load_spec(spec, gold=gold, limit=config.limit, sample=config.sample, seed=config.seed)
-    ids = [c.id for c in cases]
-    if len(ids) != len(set(ids)):
-        dupes = sorted({i for i in ids if ids.count(i) > 1})[:5]
-        raise UsageError(f"case ids repeat across datasets: {dupes}")
+    _unique_ids(cases)
     # A corpus adapter builds its messages in code: they pass the engine's own check too, before any work.
     problems = [f"{c.source or 'dataset'}:{c.line or c.id}: {problem}" for c in cases for problem in message_problems(c)]
     if problems:
         raise DatasetError(problems)
     return _one_file_per_name(cases)
+
+
+def _unique_ids(cases: list[Case]) -> list[Case]:
+    """A unit is (provider, case id, epoch): two cases of one id, in two files, would share their units (resume
+    would skip the second, scoring would read one's gold for both), so they are refused, with or without --limit."""
+    ids = [c.id for c in cases]
+    if len(ids) != len(set(ids)):
+        dupes = sorted({i for i in ids if ids.count(i) > 1})[:5]
+        raise UsageError(f"case ids repeat across datasets: {dupes}")
+    return cases
 
 
 def _one_file_per_name(cases: list[Case]) -> list[Case]:

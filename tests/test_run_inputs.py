@@ -92,6 +92,16 @@ def test_two_dataset_files_of_one_name_are_refused_not_merged(tmp_path, capsys, 
     _one_line_error(capsys, code, 2, "are all dataset 'chat'", str(first), str(second))
 
 
+@pytest.mark.parametrize("limit", [[], ["--limit", "5"]])
+def test_one_case_id_in_two_files_is_refused_with_or_without_limit(tmp_path, capsys, no_model_load, limit):
+    """A unit is (provider, case id, epoch): two cases of one id would share units (resume, scoring)."""
+    first = _write(tmp_path / "first.jsonl", CASES[:1])
+    second = _write(tmp_path / "second.jsonl", [{**CASES[0], "user_id": "tom"}])
+    code = main(_run("--dataset", str(first), "--dataset", str(second), "--embedder", "minilm", *limit,
+                     "--out", str(tmp_path / "r")))
+    _one_line_error(capsys, code, 2, "case ids repeat across datasets: ['a']")
+
+
 def test_a_lone_surrogate_escape_is_a_bad_line_not_a_traceback(tmp_path, capsys):
     path = tmp_path / "s.jsonl"
     text = json.dumps(CASES[0]).replace("I work at Stripe.", "I work at \\ud800 Stripe.")
