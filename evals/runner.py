@@ -38,6 +38,7 @@ from evals.record import (
     CaseRun,
     RunDirError,
     UnitsWriter,
+    atomic_write_text,
     epoch_seed,
     read_manifest,
     read_units,
@@ -554,7 +555,7 @@ def _execute(config: RunConfig, cases: list[Case], plan: FaultPlan, factories: d
         if config.executor == "ray":
             results = _ray_results(todo, config, factories, embedder_name, plan, cases, cache, program, manifest)
         elif plan.fast:
-            results = _fast_sweep(todo, replay_with, plan, config)
+            results = _fast_sweep(todo, replay_with, plan, config, run_dir)
         else:
             results = run_local(todo, replay_with(plan), _units_in_flight(config))
         for result in results:
@@ -595,16 +596,31 @@ def _execute(config: RunConfig, cases: list[Case], plan: FaultPlan, factories: d
                       infra_error_faults=sum(f.outcome == "infra_error" for r in runs for f in r.faults))
 
 
+FAST_PLAN_FILE = "sweep_fast.json"  # the designated sweep:fast plan, kept so --resume replays the same one
+
+
 def _fast_sweep(units: list[tuple[Any, Case, int]], replay_with: Callable[[FaultPlan], Any], plan: FaultPlan,
-                config: RunConfig) -> Generator[CaseRun, None, None]:
+                config: RunConfig, run_dir: Path) -> Generator[CaseRun, None, None]:
     """`--faults sweep:fast`: replay every unit with the probe plan (controls and their checks, no fault), designate
     the faulted units from what the writes offered, then yield the probe's runs of the cases given no fault and
-    fresh replays, with their faults, of the cases given one."""
+    fresh replays, with their faults, of the cases given one.
+
+    The designation is saved before any unit is: a resumed run replays its missing units with the plan the
+    whole run was designated (a designation over only the missing units would fault other cases, and one
+    case's epochs differently)."""
     probe = plan.probe()
-    probed = list(run_local(units, replay_with(probe), _units_in_flight(config)))
-    final = probe.designate(probe.offered, config.seed)
-    chosen = final.designated_cases()
-    yield from (run for run in probed if (run.provider, run.case_id) not in chosen)
+    saved = run_dir / FAST_PLAN_FILE
+    if config.resume and saved.is_file():
+        final = FaultPlan.model_validate_json(saved.read_text(encoding="utf-8"))
+        chosen = final.designated_cases()
+        yield from run_local([u for u in units if (u[0].label, u[1].id) not in chosen], replay_with(probe),
+                             _units_in_flight(config))
+    else:
+        probed = list(run_local(units, replay_with(probe), _units_in_flight(config)))
+        final = probe.designate(probe.offered, config.seed)
+        atomic_write_text(saved, final.model_dump_json())
+        chosen = final.designated_cases()
+        yield from (run for run in probed if (run.provider, run.case_id) not in chosen)
     yield from run_local([u for u in units if (u[0].label, u[1].id) in chosen], replay_with(final),
                          _units_in_flight(config))
 

@@ -396,3 +396,18 @@ def test_gating_shared_cases_counts_the_write_contract_findings_as_anomalies(eng
     again = restrict(run, set(case_hashes(run))).metrics
     row = again[(again["dataset"] == "all") & (again["metric"] == "anomaly_count")]
     assert row["value"].tolist() == [1.0]
+
+
+def test_a_resumed_fast_sweep_faults_the_same_units_as_an_uninterrupted_one(tmp_path: Path):
+    """sweep:fast designates its faulted units from a probe of every unit. A resume that probed only the missing
+    units designated others: a case's two epochs got different faults, and the run was not the one it resumed."""
+    out = tmp_path / "run"
+    args = ["--dataset", str(ROOT / "datasets" / "chat_en.jsonl"), "--limit", "10", "--lm", "oracle", "--epochs", "2",
+            "--faults", "sweep:fast", "--matcher", "text", "--out", str(out)]
+    assert main(["run", "--embedder", "hash", "--no-progress", *args]) == 0
+    whole = {(u.case_id, u.epoch): sorted((f.write, f.site, f.kind) for f in u.faults) for u in read_units(out)}
+    lines = (out / "units.jsonl").read_text(encoding="utf-8").splitlines()
+    (out / "units.jsonl").write_text("\n".join(lines[:-6]) + "\n", encoding="utf-8")  # the last faulted replays
+    assert main(["run", "--embedder", "hash", "--no-progress", *args, "--resume"]) == 0
+    resumed = {(u.case_id, u.epoch): sorted((f.write, f.site, f.kind) for f in u.faults) for u in read_units(out)}
+    assert resumed == whole
