@@ -255,9 +255,6 @@ def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], t
         raise UsageError("--epochs must be at least 1")
     if config.temperature is not None and not 0 <= config.temperature <= 2:
         raise UsageError("--temperature must be between 0 and 2")
-    if config.temperature is not None and (other := [s for s in _systems(config) if s != DEFAULT_SYSTEM]):
-        raise UsageError(f"--temperature: the {', '.join(other)} arm builds its own requests and sends no sampling "
-                         "temperature or seed, so its epochs would not sample as the manifest says; drop --temperature")
     if config.workers is not None and config.workers < 1:
         raise UsageError("--workers must be at least 1")
     if config.executor not in EXECUTORS:

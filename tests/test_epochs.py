@@ -158,15 +158,6 @@ def test_bad_epochs_and_temperature_are_one_line_usage_errors(tmp_path: Path, ca
     assert "--epochs must be at least 1" in err and "--temperature must be between 0 and 2" in err
 
 
-def test_a_temperature_mem0_would_not_send_is_refused(tmp_path: Path, capsys):
-    """mem0's arm sends neither temperature nor seed: the manifest must not claim a temperature it never used."""
-    assert _run("--system", "mem0", "--system", "hymem", "--temperature", "0.7", "--epochs", "2",
-                "--out", str(tmp_path / "a")) == 2
-    err = capsys.readouterr().err
-    assert "--temperature: the mem0 arm builds its own requests" in err and len(err.strip().splitlines()) == 1
-    assert not (tmp_path / "a").exists()
-
-
 def test_each_epoch_plans_its_own_oracle_errors_from_its_seed():
     cases = load_cases([bundled_dataset_dir()])
     spec = parse_oracle_spec(NOISY)
