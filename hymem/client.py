@@ -31,7 +31,7 @@ from hymem.reconciler import NewFact, PlannedOp, ReconcilePlan, direct_plan, rec
 from hymem.render import MAX_NAME_CHARS, conversation_language, parse_history, render_conversation, render_working
 from hymem.sites import calling, recording_calls
 from hymem.store import Store, WriteTx
-from hymem.subjects import canonical_subject, same_subject, subject_of
+from hymem.subjects import canonical_subject, memory_subject, same_subject, subject_of
 from hymem.validation import (
     DEFAULT_MAX_MESSAGE_CHARS,
     DEFAULT_MAX_WRITE_CHARS,
@@ -419,14 +419,8 @@ def _fact_from_dict(index: int, memory: Any, max_chars: int | None) -> NewFact:
         subject = subject.strip()
         if len(subject) > MAX_NAME_CHARS or len(subject.splitlines()) > 1:
             raise refuse("subject", f"must be one line of at most {MAX_NAME_CHARS} characters")
-    return NewFact(text=" ".join(text.split()), subject=subject or _guess_subject(text, owner), owner=owner,
+    return NewFact(text=" ".join(text.split()), subject=subject or memory_subject(text, owner), owner=owner,
                    kind=kind)
-
-
-def _guess_subject(text: str, owner: str) -> str:
-    """Subject of a seeded memory given without one: the assistant's for an agent memory, else the
-    subject the sentence names (`hymem.subjects.subject_of`), else the user's."""
-    return "assistant" if owner == "agent" else (subject_of(text) or "user")
 
 
 def _named_humans(msgs: list[ChatMessage]) -> list[str]:

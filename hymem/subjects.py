@@ -424,6 +424,14 @@ def subject_of(text: str) -> str | None:
     return split_subject(text)[0]
 
 
+def memory_subject(text: str, owner: str | None) -> str:
+    """The subject of a memory stored without one (a seed given without a subject, a mem0 memory): the
+    assistant's for an agent memory (mem0: `attributed_to: assistant`, "Suggested chamomile tea"), else the
+    subject the sentence names, else the user's ("Works at Stripe"). One rule, so a subjectless memory is
+    filed the same way whichever engine stored it."""
+    return "assistant" if owner == "agent" else (subject_of(text) or "user")
+
+
 def names_subject(text: str, subject: str | None) -> bool:
     """Whether the sentence is about `subject`: it opens with it, or (for a named person) mentions it."""
     named = subject_of(text)
@@ -435,5 +443,5 @@ def names_subject(text: str, subject: str | None) -> bool:
     return canonical_subject(subject) in _fold(text)
 
 
-__all__ = ["canonical_subject", "fact_subject", "names_subject", "related_to_user", "same_subject", "split_subject", "subject_class",
+__all__ = ["canonical_subject", "fact_subject", "memory_subject", "names_subject", "related_to_user", "same_subject", "split_subject", "subject_class",
            "subject_of"]

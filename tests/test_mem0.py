@@ -7,6 +7,8 @@ faults are injected on the wire by the fault proxy. hymem replays the same cases
 from __future__ import annotations
 
 import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pyarrow.parquet as pq
 import pytest
@@ -16,7 +18,7 @@ from evals.dataset import Case
 from evals.faults import FaultPlan
 from evals.replay import CaseReplayer
 from evals.scoring.attribution import score_case
-from evals.systems.mem0_system import EXTRA_ERROR, Mem0System, import_mem0, local_endpoints, mem0_available
+from evals.systems.mem0_system import EXTRA_ERROR, Endpoint, Mem0System, import_mem0, local_endpoints, mem0_available
 
 needs_mem0 = pytest.mark.skipif(not mem0_available(), reason="mem0ai is not installed (pip install 'hymem[mem0]')")
 
@@ -59,8 +61,43 @@ class Aimed(Mem0System):
                 if (write, f.site, f.kind, f.occurrence) in self.aim]
 
 
-def replay_mem0(server, case: dict, aim: set = frozenset(), plan: str = "sweep"):
-    llm, embed, dim = local_endpoints(server.url, "hash")
+class Scripted:
+    """An OpenAI-compatible chat endpoint on 127.0.0.1 whose every reply is `content`: mem0's model, scripted."""
+
+    def __init__(self, content: str):
+        body = json.dumps({"id": "s", "object": "chat.completion", "created": 0, "model": "scripted",
+                           "choices": [{"index": 0, "finish_reason": "stop",
+                                        "message": {"role": "assistant", "content": content}}],
+                           "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                self.rfile.read(int(self.headers["Content-Length"]))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.endpoint = Endpoint(f"http://127.0.0.1:{self.httpd.server_address[1]}/v1", "scripted", "x")
+
+    def __enter__(self) -> Scripted:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def replay_mem0(server, case: dict, aim: set = frozenset(), plan: str = "sweep", llm: Endpoint | None = None):
+    local_llm, embed, dim = local_endpoints(server.url, "hash")
+    llm = llm or local_llm
     return CaseReplayer(Case.model_validate(case), "d", "mem0/offline", None, None, FaultPlan.parse(plan), 0,
                         system=lambda c, log: Aimed(llm, embed, dim, log=log, aim=set(aim))).run()
 
@@ -192,6 +229,29 @@ def test_run_side_by_side_hymem_is_valid_where_mem0_shows_every_finding(server, 
     assert "## offline" in summary and "## mem0/offline" in summary
 
 
+@needs_mem0
+def test_a_subjectless_memory_mem0_attributes_to_the_assistant_is_the_assistants_not_a_leak_to_the_user(server):
+    case = {"id": "sleep-tip", "lang": "en", "user_id": "u",
+            "turns": [[{"role": "user", "content": "I have trouble sleeping. Any tips?"},
+                       {"role": "assistant", "content": "I suggest that you stop drinking coffee after 2 pm."}]],
+            "expect": {"facts": [
+                {"text": "The user has trouble sleeping.", "subject": "user", "owner": "user"},
+                {"text": "The assistant suggested that the user stop drinking coffee after 2 pm.",
+                 "subject": "assistant", "owner": "agent"}]}}
+    reply = {"memory": [{"id": "0", "text": "Has trouble sleeping", "attributed_to": "user"},
+                        {"id": "1", "text": "Suggested stopping coffee after 2 pm", "attributed_to": "assistant"}]}
+    with Scripted(json.dumps(reply)) as model:
+        run = replay_mem0(server, case, plan="none", llm=model.endpoint)
+    assert run.status == "ok", run.error
+    assert sorted((m["text"], m["subject"], m["owner"]) for m in run.memories) == [
+        ("Has trouble sleeping", "user", "user"), ("Suggested stopping coffee after 2 pm", "assistant", "agent")]
+    assert [(o.subject, o.owner) for o in run.writes[0].ops] == [("user", "user"), ("assistant", "agent")]
+    tallies = score_case(Case.model_validate(case), run).tallies
+    for stage in ("", "proposed_"):
+        assert tallies[f"{stage}ai_to_user_rate"] == (0, 1)  # mem0 said whose it was: not the user's
+        assert tallies[f"{stage}subject_accuracy"] == (2, 2)
+
+
 def test_subject_and_owner_are_read_off_mem0s_plain_text():
     from evals.systems.mem0_system import owner_of, subject_of
 
@@ -199,6 +259,8 @@ def test_subject_and_owner_are_read_off_mem0s_plain_text():
                                     "Jack, the user's friend, is a chef.", "王芳是护士。", "用户在北京工作。",
                                     "The assistant suggested tea.", "lives somewhere")] == [
         "user", "user", "John", "Jack", "王芳", "user", "assistant", "user"]
+    assert [subject_of(t, "assistant") for t in ("Recommended chamomile tea", "The assistant suggested tea.")] == [
+        "assistant", "assistant"]  # hymem's rule for a memory stored without a subject (memory_subject)
     assert (owner_of("assistant"), owner_of("user"), owner_of(None)) == ("agent", "user", "user")
 
 

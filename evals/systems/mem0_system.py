@@ -14,9 +14,10 @@ with `infer=False`, `embed.memory` (occurrence n: the n-th seed). Kinds are the 
 make the write fail and store nothing, as in hymem's failure table, except `latency` (a slow, correct reply).
 
 mem0 has no result codes: success = `add` returned, failure = it raised (the exception is kept as `raised`).
-Its memories are plain text: the subject is read off the text ("The user ..."/"User ..." → user, "The
-assistant ..." → assistant, else a leading name), the owner is "agent" for `attributed_to: assistant`, else
-"user". mem0 keeps no profile (`{}`) and takes no request id (it is stored as metadata only).
+Its memories are plain text with `attributed_to`: the owner is "agent" for `attributed_to: assistant`, else
+"user"; the subject is hymem's rule for a memory stored without one (`hymem.subjects.memory_subject`): the
+assistant's for an agent memory ("Suggested chamomile tea"), else the one the text names ("The user ...",
+"John ..."), else the user's ("Works at Stripe"). mem0 keeps no profile (`{}`) and takes no request id (it is stored as metadata only).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from evals.proxy import KINDS
 from evals.record import OpRecord
 from evals.systems.base import WriteOutcome
 from evals.systems.mem0_wire import Calls, Endpoint, Wire
-from hymem.subjects import subject_of as named_subject
+from hymem.subjects import memory_subject
 
 EXTRA_ERROR = "mem0 needs the extra: pip install 'hymem[mem0]'"
 SITES = ("embed.query", "lm.extract", "embed.facts", "embed.entities", "embed.memory")
@@ -85,9 +86,10 @@ def expected_outcome(site: str, kind: str) -> Expected:
 
 # ---------------------------------------------------------------------------------------------- projections
 
-def subject_of(text: str) -> str:
-    """The subject a plain memory text names (`hymem.subjects.subject_of`); the user's when it names none."""
-    return named_subject(str(text)) or "user"
+def subject_of(text: str, attributed_to: Any = None) -> str:
+    """The subject of a plain memory: hymem's rule for a memory stored without one (`memory_subject`), so a
+    subjectless memory mem0 attributes to the assistant is the assistant's, not the user's."""
+    return memory_subject(str(text), owner_of(attributed_to))
 
 
 def owner_of(attributed_to: Any) -> str:
@@ -214,11 +216,11 @@ class Mem0System:
         except Exception as exc:  # mem0's way of failing a write
             raised, items = f"{type(exc).__name__}: {exc}", []
         proposed = self._parse_reply(self.calls.reply) if infer else []
-        attributed = {f["text"]: f["owner"] for f in proposed}
+        attributed = {f["text"]: f for f in proposed}
         ops = [OpRecord(op=item.get("event", "ADD"), memory_id=item.get("id"), target_id=None, text=item.get("memory"),
-                        subject=subject_of(item.get("memory", "")), owner=attributed.get(item.get("memory"), "user"),
-                        kind="fact", refused=None)
-               for item in items]
+                        subject=attributed[text]["subject"] if text in attributed else subject_of(text),
+                        owner=attributed[text]["owner"] if text in attributed else "user", kind="fact", refused=None)
+               for item in items for text in [item.get("memory", "")]]
         codes: dict[str, Any] = {"success": raised is None, "error_code": None, "agent_error_code": None,
                  "reconcile_error_code": None, "retry_safe": True}
         if raised is not None:
@@ -235,7 +237,8 @@ class Mem0System:
         """The facts the extraction reply proposed, as the scorers read them (empty when it did not parse)."""
         try:
             facts = json.loads(reply or "").get("memory", [])
-            return [{"text": f["text"], "subject": subject_of(f["text"]), "owner": owner_of(f.get("attributed_to")),
+            return [{"text": f["text"], "subject": subject_of(f["text"], f.get("attributed_to")),
+                     "owner": owner_of(f.get("attributed_to")),
                      "kind": "fact"} for f in facts if isinstance(f, dict) and isinstance(f.get("text"), str)]
         except (ValueError, AttributeError, TypeError):
             return []
@@ -243,7 +246,7 @@ class Mem0System:
     def memories(self, user_id: str) -> list[dict[str, Any]]:
         rows = self.memory.get_all(filters={"user_id": user_id}, top_k=10_000)["results"]
         return [{"id": r["id"], "user_id": r.get("user_id", user_id), "text": r.get("memory", ""),
-                 "subject": subject_of(r.get("memory", "")), "owner": owner_of(r.get("attributed_to")),
+                 "subject": subject_of(r.get("memory", ""), r.get("attributed_to")), "owner": owner_of(r.get("attributed_to")),
                  "kind": "fact", "request_id": (r.get("metadata") or {}).get("request_id"),
                  "created_at": r.get("created_at"), "updated_at": r.get("updated_at")}
                 for r in sorted(rows, key=lambda r: (r.get("created_at") or "", r.get("memory", "")))]
