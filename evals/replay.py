@@ -87,7 +87,8 @@ class CaseReplayer:
         start = time.perf_counter()
         result = CaseRun(case_id=self.case.id, dataset=self.dataset, provider=self.provider, system=self.system.name,
                          transport=getattr(self.system, "transport", "in-process"),
-                         epoch=self.epoch, lang=self.case.lang, tags=list(self.case.tags), status="ok")
+                         epoch=self.epoch, lang=self.case.lang, tags=list(self.case.tags), status="ok",
+                         profile={} if self.system.keeps_profile else None)
         with scratch_dir(prefix="hymem-case-") as tmp:  # removed in the background once the unit is done
             try:
                 self._run(tmp, result)
@@ -123,7 +124,8 @@ class CaseReplayer:
                 if record.success:
                     latest = self._after_write(store, index, path, payload, record, written, result.findings)
             result.memories = system.memories(self.case.user_id)
-            result.profile = system.profile(self.case.user_id)
+            if system.keeps_profile:
+                result.profile = system.profile(self.case.user_id)
             self._reopen(tmp, store, result.findings, stale_sources(result.writes, snapshots), latest)
             self._stranger(tmp, store, writes, result.writes, result.findings)
         finally:

@@ -189,6 +189,17 @@ def test_mem0_is_add_only_so_a_contradiction_leaves_both_facts(server):
 
 
 @needs_mem0
+def test_mem0_keeps_no_profile_so_its_profile_metrics_are_not_measured_where_hymems_are(server):
+    case = {**TWO_FACTS, "expect": {**TWO_FACTS["expect"], "profile": {"name": "Tim"}, "profile_excludes": ["pilot"]}}
+    mem0_run, hymem_run = replay_mem0(server, case, plan="none"), replay_hymem(case)
+    assert mem0_run.profile is None and hymem_run.profile["name"] == "Tim"
+    mem0_tallies = score_case(Case.model_validate(case), mem0_run).tallies
+    hymem_tallies = score_case(Case.model_validate(case), hymem_run).tallies
+    assert not [m for m in mem0_tallies if m.startswith("profile_")]
+    assert hymem_tallies["profile_name_accuracy"] == (1, 1) and hymem_tallies["profile_leak_rate"] == (0, 1)
+
+
+@needs_mem0
 def test_speaker_names_never_reach_mems_model_so_a_named_humans_facts_are_lost(server, tmp_path):
     case = Case.model_validate(JOHN)
     mem0_run, hymem_run = replay_mem0(server, JOHN, plan="none"), replay_hymem(JOHN)

@@ -283,6 +283,16 @@ def test_a_proposed_fact_that_a_later_turn_replaced_is_not_an_extra():
 
 
 # ------------------------------------------------------------------ infra errors
+def test_an_engine_that_keeps_no_profile_is_not_measured_on_the_profile_metrics_not_scored_zero():
+    ok, err = perfect_pair("ok"), perfect_pair("err", status="infra_error")
+    for _, run in (ok, err):
+        run.profile = None  # mem0: no profile to read (keeps_profile = False)
+    err[1].writes, err[1].memories = [], []
+    rows = dumped(attribution_metrics([ok, err], seed=7))
+    assert not [r["metric"] for r in rows if r["metric"].startswith("profile_")]  # neither a 0 nor a vacuous pass
+    assert row(rows, "fact_recall_with_errors")["value"] == 0.5  # the rest is scored as for any engine
+
+
 def test_an_infra_error_case_is_left_out_of_plain_metrics_and_counted_all_wrong_with_errors():
     ok = perfect_pair("ok")
     err = perfect_pair("err", status="infra_error")

@@ -210,7 +210,7 @@ class CaseRun(Record):
     error: str | None = None  # the infra error with its traceback
     writes: list[WriteRecord] = Field(default_factory=list)
     memories: list[dict[str, Any]] = Field(default_factory=list)  # live memories after the control run
-    profile: dict[str, Any] = Field(default_factory=dict)
+    profile: dict[str, Any] | None = Field(default_factory=dict)  # None: the engine keeps no profile (mem0)
     faults: list[FaultRecord] = Field(default_factory=list)
     findings: list[Finding] = Field(default_factory=list)  # write-contract anomalies outside faulted writes
     attempts: list[Attempt] = Field(default_factory=list)  # every LM and embedding attempt

@@ -155,25 +155,34 @@ def _case_tallies(case: Case, run: CaseRun, matcher: Matcher) -> dict[str, Tally
     """Tallies that do not depend on the stage: profile and absent statements."""
     tallies: dict[str, Tally] = {}
     expect = case.expect
-    values = [str(v).casefold() for v in run.profile.values() if v is not None]
-    must_be_empty = [key for key, value in expect.profile.items() if value is None]  # e.g. an unnamed user's name
-    if expect.profile_excludes or must_be_empty:
-        leak = any(banned.casefold() in v for banned in expect.profile_excludes for v in values)
-        leak = leak or any(str(run.profile.get(key) or "").strip() for key in must_be_empty)
-        tallies["profile_leak_rate"] = (float(leak), 1)
-    if "name" in expect.profile:
-        got = str(run.profile.get("name") or "").strip().casefold()
-        want = (expect.profile["name"] or "").strip().casefold()
-        tallies["profile_name_accuracy"] = (float(got == want), 1)
-    fields = _profile_fields(case)
-    if fields:
-        right = sum(str(run.profile.get(key) or "").strip().casefold() == str(want).strip().casefold()
-                    for key, want in fields.items())
-        tallies["profile_field_accuracy"] = (right, len(fields))
+    if run.profile is not None:
+        tallies.update(_profile_tallies(case, run.profile))
     if expect.absent:
         violated = sum(any(matcher.same_fact(text, subject_of(text), m["text"], m.get("subject"))
                            for m in run.memories) for text in expect.absent)
         tallies["absent_violation_rate"] = (violated, len(expect.absent))
+    return tallies
+
+
+def _profile_tallies(case: Case, profile: dict[str, Any]) -> dict[str, Tally]:
+    """The profile metrics, for an engine that keeps a profile (one that keeps none is not measured on them)."""
+    tallies: dict[str, Tally] = {}
+    expect = case.expect
+    values = [str(v).casefold() for v in profile.values() if v is not None]
+    must_be_empty = [key for key, value in expect.profile.items() if value is None]  # e.g. an unnamed user's name
+    if expect.profile_excludes or must_be_empty:
+        leak = any(banned.casefold() in v for banned in expect.profile_excludes for v in values)
+        leak = leak or any(str(profile.get(key) or "").strip() for key in must_be_empty)
+        tallies["profile_leak_rate"] = (float(leak), 1)
+    if "name" in expect.profile:
+        got = str(profile.get("name") or "").strip().casefold()
+        want = (expect.profile["name"] or "").strip().casefold()
+        tallies["profile_name_accuracy"] = (float(got == want), 1)
+    fields = _profile_fields(case)
+    if fields:
+        right = sum(str(profile.get(key) or "").strip().casefold() == str(want).strip().casefold()
+                    for key, want in fields.items())
+        tallies["profile_field_accuracy"] = (right, len(fields))
     return tallies
 
 
@@ -183,8 +192,9 @@ def _profile_fields(case: Case) -> dict[str, str]:
     return {key: value for key, value in case.expect.profile.items() if key != "name" and value is not None}
 
 
-def _error_tallies(case: Case) -> dict[str, Tally]:
-    """An infra-error case counted as all wrong, in the units its gold implies (at least one)."""
+def _error_tallies(case: Case, keeps_profile: bool = True) -> dict[str, Tally]:
+    """An infra-error case counted as all wrong, in the units its gold implies (at least one); the profile
+    metrics only for an engine that keeps a profile."""
     expect = case.expect
     tallies: dict[str, Tally] = {}
     for prefix in STAGES.values():
@@ -200,11 +210,11 @@ def _error_tallies(case: Case) -> dict[str, Tally]:
         tallies[f"{prefix}owner_accuracy"] = (0, n_gold)
         tallies[f"{prefix}third_party_to_user_rate"] = (classes.count("named"), classes.count("named"))
         tallies[f"{prefix}ai_to_user_rate"] = (classes.count("assistant"), classes.count("assistant"))
-    if expect.profile_excludes or None in expect.profile.values():
+    if keeps_profile and (expect.profile_excludes or None in expect.profile.values()):
         tallies["profile_leak_rate"] = (1, 1)
-    if "name" in expect.profile:
+    if keeps_profile and "name" in expect.profile:
         tallies["profile_name_accuracy"] = (0, 1)
-    if fields := _profile_fields(case):
+    if keeps_profile and (fields := _profile_fields(case)):
         tallies["profile_field_accuracy"] = (0, len(fields))
     if expect.absent:
         tallies["absent_violation_rate"] = (len(expect.absent), len(expect.absent))
@@ -238,7 +248,7 @@ def score_one(case: Case, run: CaseRun, matcher: Matcher = DEFAULT_MATCHER) -> S
     rows: list[FactRow] = []
     if run.status == "infra_error":
         rows = [_fact_row(run, stage, g, None, None, "infra_error") for stage in STAGES for g in case.expect.facts or []]
-        return ScoredCase(scores=scores(_error_tallies(case)), rows=rows)
+        return ScoredCase(scores=scores(_error_tallies(case, run.profile is not None)), rows=rows)
     prepare_case(case, run, matcher)
     tallies: dict[str, Tally] = {}
     for stage in STAGES:

@@ -45,6 +45,7 @@ class MemorySystem(Protocol):
     """One engine for one unit (a case on one provider). `open`/`close` bracket every write's store."""
 
     name: str  # hymem | mem0
+    keeps_profile: bool  # False (mem0): the engine keeps no user profile, so the profile metrics are not measured
 
     @property
     def dim(self) -> int: ...  # vector size, for the checker's vector consistency check
@@ -58,7 +59,7 @@ class MemorySystem(Protocol):
 
     def memories(self, user_id: str) -> list[dict[str, Any]]: ...  # id, text, subject, owner, kind, request_id
 
-    def profile(self, user_id: str) -> dict[str, Any]: ...
+    def profile(self, user_id: str) -> dict[str, Any]: ...  # only asked of an engine that keeps_profile
 
     def snapshot(self, store: Path) -> StoreState: ...  # the logical state of a closed store
 

@@ -87,6 +87,7 @@ class HymemSystem:
     """
 
     name = "hymem"
+    keeps_profile = True
     # Candidates per new fact the harness sets; the replayer checks each reconcile prompt shows that retrieval
     # (`evals.prompt_contract.check_candidates`).
     candidates_per_fact = 5

@@ -17,7 +17,8 @@ mem0 has no result codes: success = `add` returned, failure = it raised (the exc
 Its memories are plain text with `attributed_to`: the owner is "agent" for `attributed_to: assistant`, else
 "user"; the subject is hymem's rule for a memory stored without one (`hymem.subjects.memory_subject`): the
 assistant's for an agent memory ("Suggested chamomile tea"), else the one the text names ("The user ...",
-"John ..."), else the user's ("Works at Stripe"). mem0 keeps no profile (`{}`) and takes no request id (it is stored as metadata only).
+"John ..."), else the user's ("Works at Stripe"). mem0 keeps no profile (`keeps_profile = False`: the profile
+metrics are not measured for it) and takes no request id (it is stored as metadata only).
 """
 
 from __future__ import annotations
@@ -115,6 +116,7 @@ class Mem0System:
     """mem0 for one unit. One `Memory` for the unit; each `open` points it at that store's qdrant and history DB."""
 
     name = "mem0"
+    keeps_profile = False  # mem0 has no profile: its profile metrics are not measured (never a 0 or a vacuous pass)
     transport = "wire"  # its LLM and embedder are faulted through a proxy in front of the local server
 
     def __init__(self, llm: Endpoint, embed: Endpoint, dim: int, *, timeout: float = 10.0, log: Any = None):

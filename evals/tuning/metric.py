@@ -165,7 +165,7 @@ def _extraction_problems(case: Case, run: CaseRun, frame: Any) -> list[str]:
             if subject_text_mismatch(fact["text"], fact.get("subject"), fact.get("kind", "fact")):
                 lines.append(f'"{fact["text"]}" is filed under subject {fact.get("subject")}, but the sentence '
                              "does not name that subject")
-    values = [str(v).casefold() for v in run.profile.values() if v is not None]
+    values = [str(v).casefold() for v in (run.profile or {}).values() if v is not None]
     for banned in case.expect.profile_excludes:
         if any(banned.casefold() in v for v in values):
             lines.append(f'the profile holds "{banned}", which is not about the current user')
