@@ -153,6 +153,8 @@ def embedder_spec(spec: str | None) -> str:
 
 def resolve_embedder(spec: str | None) -> tuple[str, Any]:
     """(name, loaded embedder): loading a model takes seconds, so it comes after every check of the inputs."""
+    from openai import OpenAIError
+
     from hymem.embedder import make_embedder
 
     spec = embedder_spec(spec)
@@ -160,6 +162,10 @@ def resolve_embedder(spec: str | None) -> tuple[str, Any]:
         return spec, _SharedEmbedder(make_embedder(spec))
     except (ValueError, TypeError, RuntimeError) as exc:
         raise UsageError(f"--embedder: {exc}") from exc
+    except OpenAIError as exc:  # an endpoint's dimension probe failed (unreachable, refused, no such model)
+        first = (str(exc).splitlines() or [""])[0]
+        raise UsageError(f"--embedder {spec}: the endpoint did not answer a dimension probe: "
+                         f"{type(exc).__name__}: {first}") from exc
 
 
 def load_tuned_program(path: Path | None, cases: Sequence[Case] = ()) -> Any:

@@ -126,6 +126,23 @@ def test_a_missing_key_is_a_one_line_error_before_any_work(dataset, tmp_path, mo
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("system", ["hymem", "mem0"])
+def test_an_embedding_endpoint_that_does_not_answer_is_a_one_line_error_not_a_traceback(dataset, tmp_path, capsys,
+                                                                                        system):
+    from evals.systems.mem0_system import mem0_available
+
+    if system == "mem0" and not mem0_available():
+        pytest.skip("mem0ai is not installed")
+    with start_server() as handle:  # a port that was just listened on and is closed now: connection refused
+        url = handle.url
+    code = main(["run", "--system", system, "--dataset", str(dataset), "--embedder", f"openai@{url}",
+                 "--faults", "none", "--out", str(tmp_path / "run"), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err.splitlines() == [f"hymem-eval run: --embedder openai@{url}: the endpoint did not answer a dimension "
+                                "probe: APIConnectionError: Connection error."]
+
+
 def test_a_sweep_over_http_faults_the_wire_and_the_checker_finds_hymem_valid(dataset, tmp_path, server):
     """Every wire fault kind at every reached LM call: the documented codes, nothing stored, the proxy's log joined."""
     outcome = run_eval(RunConfig(datasets=[str(dataset)], providers=[f"openai/offline@{server.url}"],
