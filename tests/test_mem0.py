@@ -263,6 +263,31 @@ def test_a_subjectless_memory_mem0_attributes_to_the_assistant_is_the_assistants
         assert tallies[f"{stage}subject_accuracy"] == (2, 2)
 
 
+@needs_mem0
+def test_the_same_priced_model_costs_the_same_whichever_engine_called_it(server, tmp_path):
+    import pandas as pd
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps(TWO_FACTS) + "\n", encoding="utf-8")
+    lm = f"openai/gpt-4o-mini@{server.url}"  # the local server answers any model name; its price is in prices.toml
+    for spec, out in ((lm, "http"), ("offline", "offline")):
+        code = main(["run", "--system", "hymem", "--system", "mem0", "--lm", spec, "--dataset", str(data),
+                     "--embedder", "hash", "--faults", "none", "--matcher", "text", "--no-cache", "--out",
+                     str(tmp_path / out), "--no-progress"])
+        assert code == 0
+    attempts = pd.read_parquet(tmp_path / "http" / "attempts.parquet")
+    lm_rows = attempts[attempts.site.str.startswith("lm.")]
+    assert set(lm_rows.model) == {"openai/gpt-4o-mini"}  # one name for the one model, in both arms
+    mem0_rows = lm_rows[lm_rows.provider == f"mem0/{lm}"]
+    assert len(mem0_rows) == 1 and mem0_rows.prompt_tokens.iloc[0] > 0
+    want = (mem0_rows.prompt_tokens * 0.15 + mem0_rows.completion_tokens * 0.60) / 1_000_000
+    assert mem0_rows.cost_usd.tolist() == pytest.approx(want.tolist())
+    for out, arm in (("http", f"mem0/{lm}"), ("offline", "mem0/offline")):
+        metrics = pd.read_parquet(tmp_path / out / "metrics.parquet")
+        total = metrics[(metrics.provider == arm) & (metrics.dataset == "all") & (metrics.metric == "cost_total")]
+        assert total.value.iloc[0] == pytest.approx(want.sum() if out == "http" else 0.0)  # priced, not n/a
+
+
 def test_subject_and_owner_are_read_off_mem0s_plain_text():
     from evals.systems.mem0_system import owner_of, subject_of
 

@@ -88,6 +88,7 @@ def open_arm(system: str, provider: Any, embedder_spec: str) -> Arm:
         return Arm(system=system, provider=provider.name, label=label, make=None)
     from evals.systems.mem0_offline import start_offline_server
     from evals.systems.mem0_system import Endpoint, Mem0System, local_endpoints
+    from hymem.offline import MODEL as OFFLINE_MODEL
 
     config = provider.config
     validate_arm(system, config)
@@ -98,10 +99,10 @@ def open_arm(system: str, provider: Any, embedder_spec: str) -> Arm:
         local = local_endpoints(server.url, embedder_spec if local_embedder else "hash") if server else None
         if config.model == "offline":
             assert local is not None  # the offline model runs behind a local server
-            llm, timeout = local[0], OFFLINE_TIMEOUT
+            llm, timeout, model = local[0], OFFLINE_TIMEOUT, OFFLINE_MODEL
         else:
-            url, model, key = _llm_endpoint(config)
-            llm, timeout = Endpoint(url, model, key), float(config.timeout)
+            url, wire_model, key = _llm_endpoint(config)
+            llm, timeout, model = Endpoint(url, wire_model, key), float(config.timeout), config.model
         if local_embedder:
             assert local is not None  # so do the local embedders
             _, embed, dim = local
@@ -112,8 +113,10 @@ def open_arm(system: str, provider: Any, embedder_spec: str) -> Arm:
             server.close()
         raise
 
+    prices = (config.input_price, config.output_price)
+
     def make(case: Any, log: Any) -> Mem0System:
-        return Mem0System(llm, embed, dim, timeout=timeout, log=log)
+        return Mem0System(llm, embed, dim, timeout=timeout, log=log, model=model, prices=prices)
 
     return Arm(system=system, provider=provider.name, label=label, make=make,
                close=server.close if server is not None else (lambda: None))

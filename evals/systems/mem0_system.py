@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from evals.accounting import cost, price_table
 from evals.checker import StoreState
 from evals.faults import Expected, Fault, FaultPlan
 from evals.proxy import KINDS
@@ -119,9 +120,14 @@ class Mem0System:
     keeps_profile = False  # mem0 has no profile: its profile metrics are not measured (never a 0 or a vacuous pass)
     transport = "wire"  # its LLM and embedder are faulted through a proxy in front of the local server
 
-    def __init__(self, llm: Endpoint, embed: Endpoint, dim: int, *, timeout: float = 10.0, log: Any = None):
+    def __init__(self, llm: Endpoint, embed: Endpoint, dim: int, *, timeout: float = 10.0, log: Any = None,
+                 model: str | None = None, prices: tuple[float | None, float | None] | None = None):
         self.llm_endpoint, self.embed_endpoint, self._dim = llm, embed, dim
         self.timeout, self.log = timeout, log
+        # the provider's model as hymem's attempts name and price it (`offline/reference`, `openai/gpt-4o-mini`),
+        # and its providers-file prices: the same model costs the same whichever engine called it
+        self.model, self.prices = model or llm.model, prices
+        self._price_table = price_table()
         self.calls = Calls()
         self.memory: Any = None
         self._proxies: dict[tuple[str, str], Any] = {}
@@ -201,9 +207,15 @@ class Mem0System:
             return self._proxies[key]
 
     def attempt(self, model: str, kind_of_call: str, start: float, injected: str | None, **fields: Any) -> None:
-        if self.log is not None:
-            self.log.add(model=model, site="embed" if kind_of_call == "embed" else "lm.extract",
-                         latency_s=time.perf_counter() - start, injected=injected, **fields)
+        if self.log is None:
+            return
+        if kind_of_call != "embed":
+            model = self.model
+            if fields.get("prompt_tokens") is not None:
+                fields["cost_usd"] = cost(model, fields["prompt_tokens"], fields.get("completion_tokens"),
+                                          self._price_table, self.prices)
+        self.log.add(model=model, site="embed" if kind_of_call == "embed" else "lm.extract",
+                     latency_s=time.perf_counter() - start, injected=injected, **fields)
 
     # ------------------------------------------------------------------ writes and reads
     def write(self, path: str, payload: Any, user_id: str, request_id: str, fault: Fault | None = None, *,
