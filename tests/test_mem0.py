@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pyarrow.parquet as pq
@@ -62,17 +63,26 @@ class Aimed(Mem0System):
 
 
 class Scripted:
-    """An OpenAI-compatible chat endpoint on 127.0.0.1 whose every reply is `content`: mem0's model, scripted."""
+    """An OpenAI-compatible chat endpoint on 127.0.0.1 whose every reply is `content`, after `delay` seconds:
+    mem0's model, scripted. `most` is the most requests it held at once."""
 
-    def __init__(self, content: str):
+    def __init__(self, content: str, delay: float = 0.0):
         body = json.dumps({"id": "s", "object": "chat.completion", "created": 0, "model": "scripted",
                            "choices": [{"index": 0, "finish_reason": "stop",
                                         "message": {"role": "assistant", "content": content}}],
                            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
+        self.most, held, lock = 0, [0], threading.Lock()
+        scripted = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802
                 self.rfile.read(int(self.headers["Content-Length"]))
+                with lock:
+                    held[0] += 1
+                    scripted.most = max(scripted.most, held[0])
+                time.sleep(delay)
+                with lock:
+                    held[0] -= 1
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -286,6 +296,18 @@ def test_the_same_priced_model_costs_the_same_whichever_engine_called_it(server,
         metrics = pd.read_parquet(tmp_path / out / "metrics.parquet")
         total = metrics[(metrics.provider == arm) & (metrics.dataset == "all") & (metrics.metric == "cost_total")]
         assert total.value.iloc[0] == pytest.approx(want.sum() if out == "http" else 0.0)  # priced, not n/a
+
+
+@needs_mem0
+def test_mem0s_model_calls_hold_the_providers_connection_slots(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({**TWO_FACTS, "id": f"c{i}"}) + "\n" for i in range(4)), encoding="utf-8")
+    with Scripted(json.dumps({"memory": []}), delay=0.3) as model:
+        code = main(["run", "--system", "mem0", "--lm", f"openai/m@{model.endpoint.url}", "--dataset", str(data),
+                     "--embedder", "hash", "--faults", "none", "--matcher", "text", "--concurrency", "4",
+                     "--max-connections", "1", "--out", str(tmp_path / "run"), "--no-progress"])
+    assert code == 0
+    assert model.most == 1  # 5 units in flight, one connection: never more than one request at once
 
 
 def test_subject_and_owner_are_read_off_mem0s_plain_text():

@@ -116,7 +116,8 @@ def open_arm(system: str, provider: Any, embedder_spec: str) -> Arm:
     prices = (config.input_price, config.output_price)
 
     def make(case: Any, log: Any) -> Mem0System:
-        return Mem0System(llm, embed, dim, timeout=timeout, log=log, model=model, prices=prices)
+        return Mem0System(llm, embed, dim, timeout=timeout, log=log, model=model, prices=prices,
+                          connections=provider.connections)  # read per unit: a Ray worker swaps in cluster slots
 
     return Arm(system=system, provider=provider.name, label=label, make=make,
                close=server.close if server is not None else (lambda: None))

@@ -7,6 +7,7 @@ the fault itself is still injected on the wire, by sending that request through 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -111,9 +112,12 @@ class Wire:
             proxy, tag = self.system.proxy(self.endpoint.url, kind), f"mem0-{next(_ids)}"
             calls.tags.append((proxy, tag))
             client = client.with_options(base_url=proxy.url_for(tag))
+        slots = self.system.connections if texts is None else None  # a model call holds a provider's slot
         start = time.perf_counter()
         try:
-            response = send(client)
+            with slots if slots is not None else contextlib.nullcontext():
+                start = time.perf_counter()  # the model's time, not a wait for a slot held by another unit
+                response = send(client)
         except Exception as exc:
             calls.seconds += time.perf_counter() - start
             self.system.attempt(self.endpoint.model, kind_of_call, start, kind, status=type(exc).__name__,
