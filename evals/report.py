@@ -288,7 +288,7 @@ def verdict_of(runs: list[CaseRun], unreached: dict[str, list[str]] | None = Non
         cases = sum(bool(r.findings) for r in runs)
         kinds = ", ".join(f"{k} ×{n}" for k, n in sorted(wrong.items()))
         reasons.append(f"{sum(wrong.values())} anomalies on {wrong_units} of {checked} faulted units and in the "
-                       f"write-contract checks of {cases} of {units}: {kinds}")
+                       f"write-contract checks of {cases} of {units}: {kinds}{_by_arm(runs)}")
     case_errors = sum(r.status == "infra_error" for r in runs)
     fault_errors = sum(f.outcome == "infra_error" for f in faults)
     indeterminate = sum(f.outcome == "indeterminate" for f in faults)
@@ -318,6 +318,23 @@ def _units(runs: list[CaseRun]) -> str:
         return f"{len(runs)} cases"
     cases = len({(r.provider, r.dataset, r.case_id) for r in runs})
     return f"{len(runs)} units ({cases} cases × {epochs} epochs)"
+
+
+def _by_arm(runs: list[CaseRun]) -> str:
+    """Where the anomalies are, per arm, when a run has several (engines or providers side by side): the run's
+    verdict pools them, and a clean arm must not read as the one that broke."""
+    arms = _ordered(r.provider for r in runs)
+    if len(arms) < 2:
+        return ""
+    parts = []
+    for arm in arms:
+        mine = [r for r in runs if r.provider == arm]
+        faults = [f for r in mine for f in r.faults]
+        found = sum(a.kind != NOT_REACHED for f in faults if _checked(f) for a in f.anomalies)
+        found += sum(len(r.findings) for r in mine)
+        wrong = sum(f.outcome == "wrong" for f in faults)
+        parts.append(f"{arm} {found} on {wrong} of {sum(_checked(f) for f in faults)} faulted units")
+    return "; by arm: " + ", ".join(parts)
 
 
 def run_verdict(runs: list[CaseRun], manifest: Manifest, coverage: pd.DataFrame | None = None) -> tuple[str, list[str]]:

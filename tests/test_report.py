@@ -180,6 +180,17 @@ def test_verdict_is_invalid_on_any_anomaly_even_with_infra_errors():
     assert any("PARTIAL_WRITE" in r for r in reasons) and any("infra error" in r for r in reasons)
 
 
+def test_an_invalid_verdict_says_which_arm_the_anomalies_are_on_when_arms_sit_side_by_side():
+    runs = [case("c1", [fault()], provider="offline"), case("c2", [fault()], provider="offline"),
+            case("c1", [fault(outcome="wrong", anomalies=[("PARTIAL_WRITE", "memories: +1 -0"),
+                                                           ("DOUBLE_WRITE", "messages: +1 -0")])],
+                 provider="mem0/offline")]
+    verdict, reasons = verdict_of(runs)
+    assert verdict == "invalid"
+    assert reasons[0].endswith("; by arm: offline 0 on 0 of 2 faulted units, mem0/offline 2 on 1 of 1 faulted units")
+    assert "by arm" not in verdict_of(known_history())[1][0]  # one arm: nothing to tell apart
+
+
 @pytest.mark.parametrize("runs", [
     [case("c1", [fault()]), case("c2", status="infra_error", error="RuntimeError: down")],
     [case("c1", [fault(), fault(outcome="infra_error", actual={"exception": "OSError: x"})])],
