@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import chain
@@ -337,6 +338,19 @@ def canonical(state: StoreState) -> dict[str, list[str]]:
     return out
 
 
+def logical_diff(before: StoreState, after: StoreState) -> dict[str, dict[str, list[str]]]:
+    """Rows added and removed per table as `canonical` sees them (ids and timestamps left out), counted as
+    multisets: what made two states unequal. Why not `diff_states`: an engine with random ids (mem0's uuids)
+    shows every re-written row as one removed and one added, hiding the rows that really differ."""
+    a, b = canonical(before), canonical(after)
+    out: dict[str, dict[str, list[str]]] = {}
+    for table in sorted(set(a) | set(b)):
+        old, new = Counter(a.get(table, [])), Counter(b.get(table, []))
+        if old != new:
+            out[table] = {"added": sorted((new - old).elements()), "removed": sorted((old - new).elements())}
+    return out
+
+
 def _live_memories(state: StoreState) -> list[dict[str, Any]]:
     """The state's live memory rows: found once per distinct leaf page by `read_state`, else here."""
     if state.live_memories is None:
@@ -451,7 +465,7 @@ def check_faulted_write(expected: Expected, result: Any, before: StoreState, aft
         elif same_as_control and canonical(after) != canonical(control_after):
             found.append(Anomaly(kind=_K.RETRY_DIVERGED,
                                  witness="state after the write differs from the fault-free run: "
-                                 + short_diff(diff_states(control_after, after))))
+                                 + short_diff(logical_diff(control_after, after))))
     else:
         diff = diff_states(before, after)
         if result.success:
@@ -471,11 +485,11 @@ def check_faulted_write(expected: Expected, result: Any, before: StoreState, aft
         elif canonical(retry_after) != canonical(control_after):
             extra = _extra_rows(control_after, retry_after)
             kind = _K.DOUBLE_WRITE if extra else _K.RETRY_DIVERGED
-            found.append(Anomaly(kind=kind, witness=short_diff(diff_states(control_after, retry_after))))
+            found.append(Anomaly(kind=kind, witness=short_diff(logical_diff(control_after, retry_after))))
         found += [Anomaly(kind=a.kind, witness="after retry: " + a.witness) for a in consistency_anomalies(retry_after, dim)]
     if canonical(repeat_after) != canonical(retry_after if not expected.success else after):
         found.append(Anomaly(kind=_K.DOUBLE_WRITE, witness="re-sending the same request_id changed the store: "
-                             + short_diff(diff_states(retry_after if not expected.success else after, repeat_after))))
+                             + short_diff(logical_diff(retry_after if not expected.success else after, repeat_after))))
     return list(dict.fromkeys(found))  # each (kind, witness) once, in the order found
 
 

@@ -189,6 +189,18 @@ def test_a_fact_whose_embedding_fails_is_silently_dropped_as_a_partial_write(ser
 
 
 @needs_mem0
+def test_a_retry_witness_names_the_rows_that_differ_not_every_row_mem0_gave_a_new_uuid(server):
+    run = replay_mem0(server, TWO_FACTS, {(0, "embed.facts", "null_content", 0)})
+    [record] = run.faults
+    assert record.fired and record.actual.success is False  # mem0 raised, and kept the conversation
+    witness = kinds(record)
+    assert witness["L1_NOT_ROLLED_BACK"].startswith("messages: +1 -0")
+    # the retry stored the same two memories under new ids: only the conversation saved twice differs
+    assert witness["RETRY_DIVERGED"].startswith("messages: +1 -0") and "memories" not in witness["RETRY_DIVERGED"]
+    assert "I live in Berlin. I work at Stripe." in witness["RETRY_DIVERGED"]
+
+
+@needs_mem0
 def test_mem0_is_add_only_so_a_contradiction_leaves_both_facts(server):
     case = Case.model_validate(MOVED)
     mem0_run, hymem_run = replay_mem0(server, MOVED, plan="none"), replay_hymem(MOVED)
