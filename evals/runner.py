@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Generator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -546,9 +547,11 @@ def _execute(config: RunConfig, cases: list[Case], plan: FaultPlan, factories: d
             arm, case, epoch = unit
             provider = factories[arm.provider]
             lm = provider.sampling(sampling_seed(config, epoch), config.temperature)
+            system = partial(arm.make, seed=sampling_seed(config, epoch), temperature=config.temperature) \
+                if arm.make is not None else None  # another engine samples each epoch as hymem does
             return CaseReplayer(case, dataset_name(case), arm.label, lm, embedder, unit_plan, config.seed,
                                 program=program, accounting=provider, epoch=epoch,
-                                cache=cache if provider.config.is_http else None, system=arm.make).run()
+                                cache=cache if provider.config.is_http else None, system=system).run()
         return one
 
     bar = _progress(len(todo), config.progress, total_done=len(done))

@@ -72,12 +72,14 @@ class Scripted:
                                         "message": {"role": "assistant", "content": content}}],
                            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
         self.most, held, lock = 0, [0], threading.Lock()
+        self.requests: list[dict] = []  # every request body, as sent
         scripted = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802
-                self.rfile.read(int(self.headers["Content-Length"]))
+                request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with lock:
+                    scripted.requests.append(request)
                     held[0] += 1
                     scripted.most = max(scripted.most, held[0])
                 time.sleep(delay)
@@ -320,6 +322,26 @@ def test_mem0s_model_calls_hold_the_providers_connection_slots(tmp_path):
                      "--max-connections", "1", "--out", str(tmp_path / "run"), "--no-progress"])
     assert code == 0
     assert model.most == 1  # 5 units in flight, one connection: never more than one request at once
+
+
+@needs_mem0
+@pytest.mark.parametrize("executor", ["local", pytest.param("ray", marks=pytest.mark.slow)])
+def test_mem0_samples_each_epoch_as_hymem_does_with_the_runs_temperature_and_epoch_seed(tmp_path, executor):
+    from evals.runner import sampling_seed
+
+    if executor == "ray":
+        pytest.importorskip("ray")
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps(TWO_FACTS) + "\n", encoding="utf-8")
+    with Scripted(json.dumps({"memory": []})) as model:
+        code = main(["run", "--system", "mem0", "--lm", f"openai/m@{model.endpoint.url}", "--dataset", str(data),
+                     "--embedder", "hash", "--faults", "none", "--matcher", "text", "--epochs", "2",
+                     "--temperature", "0.7", "--seed", "3", "--executor", executor, "--out", str(tmp_path / "run"),
+                     "--no-progress"])
+    assert code == 0
+    sent = sorted((r.get("temperature"), r.get("seed")) for r in model.requests)
+    config = type("C", (), {"seed": 3, "epochs": 2})
+    assert sent == sorted((0.7, sampling_seed(config, e)) for e in range(2))  # as hymem's requests carry them
 
 
 def test_subject_and_owner_are_read_off_mem0s_plain_text():

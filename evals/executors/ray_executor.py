@@ -18,6 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Generator, Sequence
+from functools import partial
 from typing import Any
 
 from evals.executors._unit import UnitTask, failed_unit
@@ -144,10 +145,11 @@ def run_unit(task: UnitTask, run_token: str, cases_ref: list, slots: Any) -> Any
     arm = _arm(task, provider)
     cache = _cache(task.cache_path, task.prompt_hash) if task.provider.is_http else None
     lm = provider.sampling(task.sampling_seed, task.temperature)
+    system = partial(arm.make, seed=task.sampling_seed, temperature=task.temperature) if arm.make is not None else None
     try:
         return CaseReplayer(task.case, task.dataset, task.label, lm, _embedder(task.embedder),
                             FaultPlan.parse(task.plan), task.seed, program=task.program, accounting=provider,
-                            cache=cache, system=arm.make, epoch=task.epoch).run()
+                            cache=cache, system=system, epoch=task.epoch).run()
     finally:
         drain_scratch()  # a worker may be stopped without running exit handlers: leave no scratch behind
 

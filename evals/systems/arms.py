@@ -115,9 +115,12 @@ def open_arm(system: str, provider: Any, embedder_spec: str) -> Arm:
 
     prices = (config.input_price, config.output_price)
 
-    def make(case: Any, log: Any) -> Mem0System:
+    def make(case: Any, log: Any, *, seed: int | None = None, temperature: float | None = None) -> Mem0System:
+        """One unit's mem0; `seed` and `temperature`: the epoch's sampling, as hymem's requests carry it."""
+        sampling = {k: v for k, v in (("temperature", temperature), ("seed", seed)) if v is not None}
         return Mem0System(llm, embed, dim, timeout=timeout, log=log, model=model, prices=prices,
-                          connections=provider.connections)  # read per unit: a Ray worker swaps in cluster slots
+                          connections=provider.connections,  # read per unit: a Ray worker swaps in cluster slots
+                          sampling=sampling if config.is_http else {})  # the offline model takes neither
 
     return Arm(system=system, provider=provider.name, label=label, make=make,
                close=server.close if server is not None else (lambda: None))

@@ -146,7 +146,8 @@ class Arm:
     system: str
     provider: str
     label: str
-    make: Callable[..., MemorySystem] | None  # (case, log) -> a system for one unit; None: the replayer's hymem
+    make: Callable[..., MemorySystem] | None  # (case, log, *, seed, temperature) -> a system for one unit (the
+    # epoch's sampling seed and the run's temperature, as hymem's requests get them); None: the replayer's hymem
     close: Callable[[], None] = lambda: None
 
 

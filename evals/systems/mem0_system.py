@@ -122,13 +122,14 @@ class Mem0System:
 
     def __init__(self, llm: Endpoint, embed: Endpoint, dim: int, *, timeout: float = 10.0, log: Any = None,
                  model: str | None = None, prices: tuple[float | None, float | None] | None = None,
-                 connections: Any = None):
+                 connections: Any = None, sampling: dict[str, Any] | None = None):
         self.llm_endpoint, self.embed_endpoint, self._dim = llm, embed, dim
         self.timeout, self.log = timeout, log
         # the provider's model as hymem's attempts name and price it (`offline/reference`, `openai/gpt-4o-mini`),
         # and its providers-file prices: the same model costs the same whichever engine called it
         self.model, self.prices = model or llm.model, prices
         self.connections = connections  # the provider's slots (evals.slots), shared with hymem's calls; None: no limit
+        self.sampling = dict(sampling or {})  # temperature and seed of this epoch, over mem0's own (temperature 0.1)
         self._price_table = price_table()
         self.calls = Calls()
         self.memory: Any = None

@@ -90,6 +90,7 @@ class Wire:
     def _chat(self, **params: Any) -> Any:
         # mem0 makes one kind of chat call, its extraction: name it, so the server need not read the prompt
         headers = {**(params.pop("extra_headers", None) or {}), SITE_HEADER: MEM0_SITE}
+        params.update(self.system.sampling)  # the run's temperature and the epoch's seed, as hymem's calls get them
         response = self._call("lm.extract", None,
                               lambda c: c.chat.completions.create(**params, extra_headers=headers))
         try:  # kept for the proposals; reading it must never change what mem0 sees
