@@ -123,10 +123,10 @@ def applicable_pairs(system: str, transport: str, paths: set[str]) -> list[tuple
 
     hymem in-process: the engine's kinds at every site; over the wire (an HTTP provider): the wire kinds at
     the LM sites, in-process kinds for embedding and store. An extraction site whose path no write took does
-    not apply. Another engine: its own table.
+    not apply. Another engine: its own table, narrowed to the sites its writes could reach.
     """
     if system != DEFAULT_SYSTEM:
-        return site_kinds(system)
+        return site_kinds(system, paths)
     kinds = wire_kinds_for if transport == "wire" else kinds_for
 
     def applies(site: str) -> bool:

@@ -128,11 +128,29 @@ def test_the_report_names_each_units_system_and_lists_coverage_over_that_systems
     assert [(c["provider"], c["system"]) for c in cases] == [("p", "hymem"), ("mem0/p", "mem0")]
     coverage = pq.read_table(tmp_path / "coverage.parquet").to_pylist()
     mem0_pairs = {(r["site"], r["kind"]) for r in coverage if r["provider"] == "mem0/p"}
-    assert mem0_pairs == set(site_kinds("mem0")) and ("lm.reconcile", "garbage") not in mem0_pairs
+    assert mem0_pairs == set(site_kinds("mem0", {"chat"})) and ("lm.reconcile", "garbage") not in mem0_pairs
     assert {r["system"] for r in coverage if r["provider"] == "p"} == {"hymem"}
     reached = [(r["site"], r["kind"]) for r in coverage if r["reached"]]
     assert reached == [("lm.reconcile", "garbage"), ("lm.extract", "empty_content")]
     assert "## mem0/p" in (tmp_path / "summary.md").read_text()
+
+
+def test_mem0_coverage_counts_only_the_sites_its_writes_could_reach():
+    from importlib.util import find_spec
+
+    from evals.report import coverage_frame, unreached_pairs
+
+    links_entities = find_spec("spacy") is not None and find_spec("en_core_web_sm") is not None
+    chat_only = _unit("mem0/p", "mem0", "lm.extract", "empty_content")  # no seeds: no infer=False write
+    pairs = {(r.site, r.kind) for r in coverage_frame([chat_only], ["mem0/p"]).itertuples()}
+    sites = {site for site, _ in pairs}
+    assert {"embed.query", "lm.extract", "embed.facts"} <= sites and "embed.memory" not in sites
+    assert ("embed.entities" in sites) == links_entities  # mem0 links entities only with spaCy and its model
+    unreached = unreached_pairs(coverage_frame([chat_only], ["mem0/p"]))["mem0/p"]
+    assert not [p for p in unreached if p.startswith("embed.memory")]  # no gap the writes could not have reached
+    seeded = chat_only.model_copy(update={"writes": [WriteRecord(index=0, path="extracted", request_id="c1/w0",
+                                                                  success=True, codes={}), *chat_only.writes]})
+    assert "embed.memory" in {r.site for r in coverage_frame([seeded], ["mem0/p"]).itertuples()}
 
 
 def test_an_unknown_system_is_refused_before_any_work(dataset, tmp_path):

@@ -27,12 +27,13 @@ def check_system(name: str) -> None:
             raise Mem0Missing(EXTRA_ERROR)
 
 
-def site_kinds(system: str) -> list[tuple[str, str]]:
-    """Every (fault site, kind) pair of a system, for the coverage table."""
+def site_kinds(system: str, paths: set[str] | None = None) -> list[tuple[str, str]]:
+    """Every (fault site, kind) pair of a system, for the coverage table; for mem0, given `paths` (the write paths
+    its units took), only the sites those writes could reach."""
     if system == "mem0":
         from evals.systems import mem0_system
 
-        return [(site, kind) for site in mem0_system.SITES for kind in mem0_system.kinds_for(site)]
+        return [(site, kind) for site in mem0_system.applicable_sites(paths) for kind in mem0_system.kinds_for(site)]
     from evals.faults import SITES, kinds_for
 
     return [(site, kind) for site in SITES for kind in kinds_for(site)]

@@ -73,6 +73,22 @@ def import_mem0() -> Any:
     return Memory
 
 
+def entity_linking_available() -> bool:
+    """mem0 links entities (and so calls `embed.entities`) only with spaCy and its en_core_web_sm model installed."""
+    return importlib.util.find_spec("spacy") is not None and importlib.util.find_spec("en_core_web_sm") is not None
+
+
+def applicable_sites(paths: set[str] | None = None) -> list[str]:
+    """The sites a sweep can reach, given the write paths its units took (None: every site): `embed.memory` only
+    with seeds (written with infer=False), the others only with a conversation, `embed.entities` only where mem0
+    can link entities. As hymem's path-bound sites: a site no write could call is not a coverage gap."""
+    if paths is None:
+        return list(SITES)
+    seeds, talk = "extracted" in paths, bool(paths - {"extracted"})
+    applies = {"embed.memory": seeds, "embed.entities": talk and entity_linking_available()}
+    return [site for site in SITES if applies.get(site, talk)]
+
+
 def kinds_for(site: str) -> tuple[str, ...]:
     if site not in SITES:
         raise ValueError(f"unknown mem0 call site {site!r}")
@@ -341,6 +357,7 @@ def local_endpoints(url: str, embedder: str) -> tuple[Endpoint, Endpoint, int]:
     return Endpoint(url, "offline", "hymem-local"), Endpoint(url, embedder, "hymem-local"), int(dim)
 
 
-__all__ = ["COLLECTION", "EXTRA_ERROR", "KINDS", "SITES", "Endpoint", "Mem0Missing", "Mem0System", "expected_outcome",
+__all__ = ["COLLECTION", "EXTRA_ERROR", "KINDS", "SITES", "Endpoint", "Mem0Missing", "Mem0System", "applicable_sites",
+           "entity_linking_available", "expected_outcome",
            "import_mem0", "kinds_for", "local_endpoints", "mem0_available", "owner_of", "read_mem0_state",
            "subject_of"]
