@@ -300,6 +300,9 @@ def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], t
                 validate_arm(system, provider.config)
     except (ValueError, ImportError) as exc:
         raise UsageError(str(exc)) from exc
+    if config.program is not None and DEFAULT_SYSTEM not in systems:  # it would only change the manifest's hash
+        raise UsageError(f"--program tunes hymem's prompts, and this run has no hymem arm (--system "
+                         f"{' --system '.join(systems)}): add --system hymem or leave --program out")
     for name, provider in factories.items() if DEFAULT_SYSTEM in systems else ():  # others: faults on the wire
         if plan.name != "none" and not provider.supports_inprocess_faults and not provider.config.api_base:
             raise UsageError(f"--lm {name}: faults reach an HTTP provider on the wire, through a local fault proxy "

@@ -142,6 +142,19 @@ def test_without_mem0ai_the_run_stops_with_one_line_naming_the_extra(tmp_path, m
 
 
 @needs_mem0
+def test_a_tuned_program_with_no_hymem_arm_to_use_it_is_refused_in_one_line(tmp_path, capsys):
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps(TWO_FACTS) + "\n", encoding="utf-8")
+    code = main(["run", "--system", "mem0", "--program", str(tmp_path / "tuned"), "--dataset", str(data),
+                 "--embedder", "hash", "--faults", "none", "--out", str(tmp_path / "o"), "--no-progress"])
+    assert code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "hymem-eval run: --program tunes hymem's prompts, and this run has no hymem arm (--system mem0): add "
+        "--system hymem or leave --program out"]
+    assert not (tmp_path / "o").exists()
+
+
+@needs_mem0
 def test_the_offline_model_answers_mem0s_own_prompt_and_never_sees_a_speaker_name(server):
     from mem0.configs.prompts import ADDITIVE_EXTRACTION_PROMPT, generate_additive_extraction_prompt
     from mem0.memory.utils import parse_messages
