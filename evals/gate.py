@@ -377,6 +377,18 @@ def evaluate_rules(rules: RuleSet, baseline: Run, current: Run, *, seed: int = 0
     return results
 
 
+def _arms_kept(baseline: Run, chosen: list[Pair]) -> list[RuleResult]:
+    """Paired by name, every provider (engine arm) of the baseline is in the current run: one that is gone
+    took all its metrics with it (a run without `--system mem0`, a provider left out), which no rule would see.
+    Explicit `--pair`s say which are gated, so this check is for name pairing only."""
+    gated = {p.baseline for p in chosen}
+    checks = [Check(provider=p, status="fail", detail="in the baseline, absent from the current run")
+              for p in baseline.providers if p not in gated]
+    if not checks:
+        checks = [Check(provider="-", status="pass", detail=f"{len(gated)} provider(s) of the baseline gated")]
+    return [_result("every provider of the baseline is in the current run", "*", checks)]
+
+
 def passed(results: list[RuleResult]) -> bool:
     return all(r.status != "fail" for r in results)
 
@@ -535,6 +547,8 @@ def run_gate(baseline: Path, current: Path, *, rules: Path | None = None, junit:
     base_run, cur_run, input_notes = check_inputs(base_run, cur_run, allow_different_inputs)
     seed = cur_run.manifest.seed if cur_run.manifest is not None else 0
     results = evaluate_rules(rule_set, base_run, cur_run, seed=seed, pairs=chosen)
+    if not pairs and rule_set.require_baseline_metrics:
+        results += _arms_kept(base_run, chosen)
     markdown = summary_markdown(results, notes=input_notes + pair_notes + matcher_notes, **names)
     junit_path = Path(junit) if junit is not None else Path(current) / "gate.xml"
     summary_path = Path(summary) if summary is not None else Path(current) / "gate.md"

@@ -292,6 +292,18 @@ def test_a_model_switch_pairs_the_only_provider_of_each_run_and_says_so(tmp_path
     assert "| ❌ fail | owner_accuracy may drop at most 0.02 | offline → gpt | all |" in capsys.readouterr().out
 
 
+def test_a_provider_or_engine_arm_gone_from_the_current_run_fails_the_gate(tmp_path: Path, capsys):
+    base = write_run(tmp_path / "base", *_providers(("offline", PERFECT), ("mem0/offline", WORSE)),
+                     providers=("offline", "mem0/offline"))
+    cur = write_run(tmp_path / "cur", *_providers(("offline", PERFECT)), providers=("offline",))
+    assert gate(tmp_path, base, cur) == 1  # mem0's arm, and every metric of it, vanished
+    out = capsys.readouterr().out
+    assert ("| ❌ fail | every provider of the baseline is in the current run | mem0/offline | all | — | — | in the "
+            "baseline, absent from the current run |") in out
+    assert gate(tmp_path, base, base) == 0
+    assert gate(tmp_path, base, cur, "--pair", "offline=offline") == 0  # pairs chosen: the rest is left out on purpose
+
+
 def test_pair_chooses_which_provider_is_gated_against_which(tmp_path: Path, capsys):
     base = write_run(tmp_path / "base", *_providers(("p", PERFECT), ("q", WORSE)), providers=("p", "q"))
     cur = write_run(tmp_path / "cur", *_providers(("r", PERFECT), ("s", WORSE)), providers=("r", "s"))
