@@ -72,3 +72,53 @@ def test_local_slots_share_the_pause_across_threads():
     for t in threads:
         t.join()
     assert min(starts) - told >= 0.45
+
+
+def _dies_holding_a_slot(actor, provider: str, marker: str) -> str:
+    """Takes the provider's only slot; the first attempt is then killed, as kill -9 would, still holding it."""
+    import os
+
+    with ClusterSlots(actor, provider):
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(9)
+    return "retried"
+
+
+def test_a_slot_held_by_a_killed_worker_is_free_for_the_retry(cluster, tmp_path):
+    actor = ray.remote(_Slots).options(max_concurrency=100).remote({"p": 1})
+    ref = ray.remote(_dies_holding_a_slot).options(max_retries=1).remote(actor, "p", str(tmp_path / "died"))
+    assert ray.get(ref, timeout=60) == "retried"  # before: the retry waited forever for the dead attempt's slot
+    assert ray.get(ray.remote(_hold).remote(actor, "p", 1, 0.0), timeout=30)  # and the slot came back
+
+
+def _unit_that_dies_holding_a_slot(task, run_token, cases_ref, slots):
+    """run_unit's stand-in: the first unit dies for good holding the only slot; the next needs that slot."""
+    import os
+
+    from evals.executors import failed_unit
+
+    with ClusterSlots(slots, "p"):
+        if task.seed == 0:
+            os._exit(9)
+    return failed_unit(task, "took the slot")
+
+
+def test_a_unit_that_died_for_good_gives_its_slot_back(cluster, monkeypatch):
+    import threading
+
+    from evals.dataset import load_cases
+    from evals.executors import UnitTask, ray_executor
+    from evals.providers import parse_lm_spec
+
+    case = load_cases([str(__import__("pathlib").Path(__file__).parents[1] / "datasets/working.jsonl")])[0]
+    tasks = [UnitTask(case=case, dataset="working", label="p", system="hymem", provider=parse_lm_spec("offline"),
+                      embedder="hash", plan="none", seed=seed) for seed in (0, 1)]
+    monkeypatch.setattr(ray_executor, "run_unit", _unit_that_dies_holding_a_slot)
+    runs: list = []
+    thread = threading.Thread(target=lambda: runs.extend(ray_executor.run_ray(
+        tasks, workers=1, address=None, limits={"p": 1}, cases=[case], run_token="t", max_retries=0)), daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "the second unit waited forever for the slot of the first's dead worker"
+    assert sorted(r.error.split(":")[0] for r in runs) == ["ray", "took the slot"]

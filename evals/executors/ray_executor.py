@@ -39,26 +39,50 @@ def _ray() -> Any:
 
 
 class _Slots:
-    """The actor behind cluster-wide connection slots (an async actor: waiting callers cost no thread)."""
+    """The actor behind cluster-wide connection slots (an async actor: waiting callers cost no thread).
+
+    Each slot handed out is a lease held by a (task, worker). A worker killed while it holds a slot never
+    releases it, so a lease outlives its holder in two ways, both freed here: Ray retries the task on
+    another worker (its first `acquire` frees the dead attempt's leases), or the task ends for good (the
+    driver calls `release_task`). Without this, every kill -9 mid-call cost the provider a slot for the
+    rest of the run, and with one connection the run waited forever.
+    """
 
     def __init__(self, limits: dict[str, int]):
         self._limits = limits
         self._semaphores: dict[str, asyncio.Semaphore] = {}
         self._resume_at: dict[str, float] = {}
+        self._leases: dict[str, list[tuple[str, str]]] = {}  # provider -> (task, worker) of each slot held
 
     def _semaphore(self, provider: str) -> asyncio.Semaphore:
         if provider not in self._semaphores:
             self._semaphores[provider] = asyncio.Semaphore(self._limits.get(provider, 1))
         return self._semaphores[provider]
 
-    async def acquire(self, provider: str) -> None:
+    def _free(self, stale: Any) -> None:
+        for provider, leases in self._leases.items():
+            for lease in [lease for lease in leases if stale(lease)]:
+                leases.remove(lease)
+                self._semaphore(provider).release()
+
+    async def acquire(self, provider: str, task: str = "", worker: str = "") -> None:
+        if task:  # a task runs on one worker at a time: its leases held on another worker are a dead attempt's
+            self._free(lambda lease: lease[0] == task and lease[1] != worker)
         await self._semaphore(provider).acquire()
+        self._leases.setdefault(provider, []).append((task, worker))
         wait = self._resume_at.get(provider, 0.0) - time.time()
         if wait > 0:
             await asyncio.sleep(wait)
 
-    async def release(self, provider: str) -> None:
-        self._semaphore(provider).release()
+    async def release(self, provider: str, task: str = "", worker: str = "") -> None:
+        leases = self._leases.get(provider, [])
+        if (task, worker) in leases:  # already freed by release_task: releasing again would raise the limit
+            leases.remove((task, worker))
+            self._semaphore(provider).release()
+
+    async def release_task(self, task: str) -> None:
+        """The task finished (or died for good): any slot it still holds is free."""
+        self._free(lambda lease: lease[0] == task)
 
     async def pause(self, provider: str, seconds: float) -> None:
         self._resume_at[provider] = max(self._resume_at.get(provider, 0.0), time.time() + max(0.0, seconds))
@@ -74,12 +98,16 @@ class ClusterSlots:
         """Waits until the actor has the pause, so every slot handed out after this call honours it."""
         _ray().get(self.actor.pause.remote(self.provider, seconds))
 
+    def _holder(self) -> tuple[str, str]:
+        context = _ray().get_runtime_context()
+        return context.get_task_id() or "", context.get_worker_id()
+
     def __enter__(self) -> ClusterSlots:
-        _ray().get(self.actor.acquire.remote(self.provider))
+        _ray().get(self.actor.acquire.remote(self.provider, *self._holder()))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.actor.release.remote(self.provider)
+        self.actor.release.remote(self.provider, *self._holder())
 
 
 class _WorkerState:
@@ -192,6 +220,7 @@ def run_ray(tasks: Sequence[UnitTask], *, workers: int, address: str | None, lim
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
                 for ref in ready:
                     task = pending.pop(ref)
+                    slots.release_task.remote(ref.task_id().hex())  # a slot its dead worker held is free again
                     try:
                         yield ray.get(ref)
                     except ray.exceptions.RayError as exc:  # the worker died max_retries + 1 times, or the task raised
