@@ -31,6 +31,7 @@ from evals.dataset import (
     message_problems,
 )
 from evals.executors import EXECUTORS, UnitTask, run_local
+from evals.executors.ray_executor import RayUnavailable
 from evals.faults import FaultPlan
 from evals.manifest import Manifest, git_state, package_versions
 from evals.providers import Provider, resolve_providers
@@ -266,14 +267,19 @@ def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], t
         raise UsageError("--workers must be at least 1")
     if config.executor not in EXECUTORS:
         raise UsageError(f"--executor must be one of {', '.join(EXECUTORS)}")
-    if config.executor != "ray" and (config.ray_address or config.workers is not None):
+    if config.ray_address is not None and not config.ray_address.strip():  # e.g. "$HEAD" unset: never run here instead
+        raise UsageError("--ray-address is empty: give HOST:PORT, ray://HOST:PORT or auto, or leave it out to "
+                         "start a local Ray instance")
+    if config.executor != "ray" and (config.ray_address is not None or config.workers is not None):
         raise UsageError("--ray-address and --workers go with --executor ray")
     if config.executor == "ray":
-        from evals.executors.ray_executor import RayUnavailable, _ray
+        from evals.executors.ray_executor import _ray, check_address
 
         try:
             _ray()
-        except RayUnavailable as exc:
+            if config.ray_address:
+                check_address(config.ray_address)
+        except (RayUnavailable, ValueError) as exc:
             raise UsageError(str(exc)) from exc
     specs = config.datasets or [str(bundled_dataset_dir())]
     try:
@@ -498,6 +504,8 @@ def run_eval(config: RunConfig) -> RunOutcome:
         return _execute(config, cases, plan, factories, embedder, manifest, run_dir, program, state)
     except KeyboardInterrupt:  # a unit's line may be on disk before its count: Ctrl-C can land inside the fsync
         raise RunInterrupted(run_dir, max(state["saved"], _records_on_disk(run_dir))) from None
+    except RayUnavailable as exc:  # Ray did not start or join the cluster: nothing ran, the run can be resumed
+        raise UsageError(f"{exc}; {state['saved']} finished units are saved in {run_dir / UNITS_FILE}") from None
     except OSError as exc:
         where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
         raise RunIOError(f"cannot write the run{where}: {exc.strerror or exc}; {state['saved']} finished units "

@@ -152,3 +152,59 @@ def test_ray_and_local_executors_agree_on_every_bundled_suite(tmp_path: Path) ->
     for path in sorted((tmp_path / "local").glob("*.parquet")):
         pd.testing.assert_frame_equal(_table(path), _table(tmp_path / "ray" / path.name), check_dtype=False,
                                       obj=path.name)
+
+
+@pytest.mark.parametrize(("address", "says"), [
+    ("garbage", "use HOST:PORT"),
+    ("http://head:6379", "use HOST:PORT"),
+    ("", "--ray-address is empty"),
+    ("127.0.0.1:{closed}", "cannot reach 127.0.0.1:"),
+    ("ray://127.0.0.1:{closed}", "cannot reach 127.0.0.1:"),
+])
+def test_a_bad_or_unreachable_ray_address_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                 address: str, says: str) -> None:
+    """Before: a traceback (garbage), minutes of Ray retrying (HOST:PORT) or an 'I/O failure' after 40 s
+    (ray://), each after the run directory was made; an empty one (an unset "$HEAD") ran locally instead."""
+    import socket
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    code = _run(tmp_path / "run", "--executor", "ray", "--ray-address", address.format(closed=closed), faults="none")
+    err = capsys.readouterr().err
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_without_an_address_the_run_starts_its_own_ray_whatever_ray_address_says(monkeypatch) -> None:
+    """README: with no --ray-address a local Ray instance starts. Before, Ray followed RAY_ADDRESS (or an
+    earlier `ray start`) and died with a traceback on a bad one, or refused num_cpus on a good one."""
+    import ray
+
+    from evals.dataset import load_cases
+    from evals.executors import UnitTask
+    from evals.executors.ray_executor import run_ray
+    from evals.providers import parse_lm_spec
+
+    monkeypatch.setenv("RAY_ADDRESS", "garbage")  # before: ValueError: Invalid address format
+    case = load_cases([str(REPO / "datasets/working.jsonl")])[0]
+    task = UnitTask(case=case, dataset="working", label="offline", system="hymem", provider=parse_lm_spec("offline"),
+                    embedder="hash", plan="none", seed=0)
+    runs = list(run_ray([task], workers=1, address=None, limits={"offline": 1}, cases=[case], run_token="t"))
+    assert [r.status for r in runs] == ["ok"] and not ray.is_initialized()
+
+
+@pytest.mark.slow
+def test_an_address_that_is_not_a_ray_head_is_one_line_after_one_try(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture) -> None:
+    """A port that listens but is not a GCS (a dashboard, the client port without ray://): Ray retried it for
+    about 13 minutes; now one connect attempt (about 40 s), then one line, exit 2."""
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+        code = _run(tmp_path / "run", "--executor", "ray", "--ray-address", address, faults="none")
+    err = capsys.readouterr().err
+    assert code == 2 and f"--ray-address {address}: Ray did not start or join" in err and "Traceback" not in err

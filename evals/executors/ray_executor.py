@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Generator, Sequence
 from functools import partial
@@ -182,18 +183,52 @@ def run_unit(task: UnitTask, run_token: str, cases_ref: list, slots: Any) -> Any
         drain_scratch()  # a worker may be stopped without running exit handlers: leave no scratch behind
 
 
+def check_address(address: str) -> None:
+    """Refuse an address Ray cannot use, in one line and at once: a malformed one made Ray raise a traceback,
+    and an unreachable one made it retry for minutes (a GCS address) or time out as if the disk had failed
+    (a `ray://` one). Raises ValueError naming the address."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if address == "auto":  # Ray finds the cluster (RAY_ADDRESS, or the one `ray start` made here)
+        return
+    client = address.startswith("ray://")
+    try:
+        url = urlsplit(address if client else f"//{address}")
+        host, port = url.hostname, url.port
+    except ValueError:
+        host, port = None, None
+    if not host or port is None or (url.path or url.query) or (not client and "://" in address):
+        raise ValueError(f"--ray-address {address!r}: use HOST:PORT (the head's GCS, e.g. 10.0.0.1:6379), "
+                         "ray://HOST:PORT (Ray Client, e.g. ray://head:10001) or auto")
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except OSError as exc:
+        raise ValueError(f"--ray-address {address}: cannot reach {host}:{port} "
+                         f"({exc.strerror or type(exc).__name__}); is the cluster's head running?") from None
+
+
 def connect(address: str | None, workers: int) -> bool:
     """Join the cluster at `address`, or start a local Ray instance with `workers` CPUs.
-    Returns True when this call started Ray (so the run shuts it down again)."""
+    Returns True when this call started Ray (so the run shuts it down again).
+
+    Without an address the instance is always a new local one (`address="local"`): Ray would otherwise join
+    the cluster RAY_ADDRESS or an earlier `ray start` names, and then refuse `num_cpus` with a traceback."""
     ray = _ray()
     if ray.is_initialized():
         return False
     options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                                "logging_level": logging.ERROR, "configure_logging": True}
-    if address:
-        ray.init(address=address, **options)
-    else:
-        ray.init(num_cpus=workers, **options)
+    if address and not address.startswith("ray://"):  # one GCS connect (about 40 s), not Ray's 20 (13 minutes)
+        os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "1")  # on a port that is not a GCS; yours wins
+    try:
+        if address:
+            ray.init(address=address, **options)
+        else:
+            ray.init(address="local", num_cpus=workers, **options)
+    except Exception as exc:  # ConnectionError, TimeoutError, ValueError, RuntimeError: Ray's own, one line
+        where = f"--ray-address {address}" if address else "a local Ray instance"
+        raise RayUnavailable(f"{where}: Ray did not start or join: {_last_line(exc)}") from None
     return True
 
 
@@ -242,4 +277,4 @@ def _last_line(exc: BaseException) -> str:
     return text.splitlines()[-1][:300] if text else type(exc).__name__
 
 
-__all__ = ["MAX_RETRIES", "ClusterSlots", "RayUnavailable", "connect", "run_ray", "run_unit"]
+__all__ = ["MAX_RETRIES", "ClusterSlots", "RayUnavailable", "check_address", "connect", "run_ray", "run_unit"]
