@@ -122,3 +122,14 @@ def test_a_unit_that_died_for_good_gives_its_slot_back(cluster, monkeypatch):
     thread.join(timeout=60)
     assert not thread.is_alive(), "the second unit waited forever for the slot of the first's dead worker"
     assert sorted(r.error.split(":")[0] for r in runs) == ["ray", "took the slot"]
+
+
+def test_the_slots_actor_comes_back_after_its_process_dies(cluster):
+    """kill -9 of the ray::_Slots process: before, every later LM call of the run raised ActorDiedError, so
+    every unit still to run became an infra error (and --resume keeps those)."""
+    from evals.executors.ray_executor import slots_actor
+
+    actor = slots_actor({"p": 1})
+    assert ray.get(ray.remote(_hold).remote(actor, "p", 1, 0.0), timeout=30)
+    ray.kill(actor, no_restart=False)  # the process dies as a crash would; Ray may restart it
+    assert ray.get(ray.remote(_hold).remote(actor, "p", 2, 0.0), timeout=60)

@@ -232,6 +232,14 @@ def connect(address: str | None, workers: int) -> bool:
     return True
 
 
+def slots_actor(limits: dict[str, int]) -> Any:
+    """The run's `_Slots` actor. Ray restarts it if its process dies (kill -9, OOM) and re-sends the calls it was
+    running: before, every unit still to call a provider became an infra error (ActorDiedError), and --resume
+    keeps infra errors. A restarted actor starts with every slot free and no pause; the slots its old self had
+    handed out are given back as no-ops, so the limit is exceeded at most by the calls then in flight."""
+    return _ray().remote(_Slots).options(max_concurrency=10_000, max_restarts=-1, max_task_retries=-1).remote(limits)
+
+
 def run_ray(tasks: Sequence[UnitTask], *, workers: int, address: str | None, limits: dict[str, int],
             cases: Sequence[Any], run_token: str, max_retries: int = MAX_RETRIES) -> Generator[Any, None, None]:
     """Yield each unit's `CaseRun` as it finishes, in any order. At most `workers` tasks are in flight.
@@ -242,7 +250,7 @@ def run_ray(tasks: Sequence[UnitTask], *, workers: int, address: str | None, lim
     ray = _ray()
     started = connect(address, workers)
     try:
-        slots = ray.remote(_Slots).options(max_concurrency=10_000).remote(limits)
+        slots = slots_actor(limits)
         remote = ray.remote(run_unit).options(num_cpus=1, max_retries=max_retries)
         cases_ref = [ray.put(list(cases))]  # nested in a list: a worker resolves it only when it needs it
         queue = list(reversed(tasks))
@@ -277,4 +285,4 @@ def _last_line(exc: BaseException) -> str:
     return text.splitlines()[-1][:300] if text else type(exc).__name__
 
 
-__all__ = ["MAX_RETRIES", "ClusterSlots", "RayUnavailable", "check_address", "connect", "run_ray", "run_unit"]
+__all__ = ["MAX_RETRIES", "ClusterSlots", "RayUnavailable", "check_address", "connect", "slots_actor", "run_ray", "run_unit"]
