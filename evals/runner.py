@@ -504,8 +504,9 @@ def run_eval(config: RunConfig) -> RunOutcome:
         return _execute(config, cases, plan, factories, embedder, manifest, run_dir, program, state)
     except KeyboardInterrupt:  # a unit's line may be on disk before its count: Ctrl-C can land inside the fsync
         raise RunInterrupted(run_dir, max(state["saved"], _records_on_disk(run_dir))) from None
-    except RayUnavailable as exc:  # Ray did not start or join the cluster: nothing ran, the run can be resumed
-        raise UsageError(f"{exc}; {state['saved']} finished units are saved in {run_dir / UNITS_FILE}") from None
+    except RayUnavailable as exc:  # Ray did not join the cluster given (bad input) or start here (the machine)
+        error = UsageError if config.ray_address else RunIOError
+        raise error(f"{exc}; {state['saved']} finished units are saved in {run_dir / UNITS_FILE}") from None
     except OSError as exc:
         where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
         raise RunIOError(f"cannot write the run{where}: {exc.strerror or exc}; {state['saved']} finished units "

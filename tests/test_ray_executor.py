@@ -208,3 +208,13 @@ def test_an_address_that_is_not_a_ray_head_is_one_line_after_one_try(tmp_path: P
         code = _run(tmp_path / "run", "--executor", "ray", "--ray-address", address, faults="none")
     err = capsys.readouterr().err
     assert code == 2 and f"--ray-address {address}: Ray did not start or join" in err and "Traceback" not in err
+
+
+def test_a_local_ray_that_cannot_start_is_one_line_and_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                              monkeypatch) -> None:
+    """The machine's fault, not the input's: exit 1 as an I/O failure is, naming Ray, with no traceback."""
+    (tmp_path / "a-file").touch()
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "a-file"))  # Ray's session directory cannot be made
+    assert _run(tmp_path / "run", "--executor", "ray", "--workers", "1", faults="none") == 1
+    err = capsys.readouterr().err
+    assert "a local Ray instance: Ray did not start" in err and "Traceback" not in err
