@@ -389,3 +389,29 @@ def test_mem0_sites_and_kinds_are_the_proxys():
     assert KINDS == PROXY_KINDS  # one list: the kinds the proxy can inject
     assert all(not expected_outcome(s, k).success for s in SITES for k in KINDS if k != "latency")
     assert all(expected_outcome(s, "latency").success for s in SITES)  # slow but correct: must change nothing
+
+
+def test_mem0_never_downloads_a_spacy_model_at_run_time(monkeypatch):
+    """With spaCy installed but not its model, mem0 would download en_core_web_sm on first use; the harness
+    makes that a failed load (no entity linking) instead, since nothing may be downloaded at run time."""
+    import sys
+    import types
+
+    from evals.systems.mem0_system import import_mem0
+
+    downloads: list[str] = []
+    spacy = types.ModuleType("spacy")
+    spacy.util = types.SimpleNamespace(is_package=lambda name: False)  # type: ignore[attr-defined]
+    spacy.cli = types.SimpleNamespace(download=downloads.append)  # type: ignore[attr-defined]
+    spacy.load = lambda *a, **k: pytest.fail("spacy.load called for a model that is not installed")  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "spacy", spacy)
+    monkeypatch.setitem(sys.modules, "spacy.cli", spacy.cli)
+    import_mem0()
+    from mem0.utils import spacy_models
+
+    monkeypatch.setattr(spacy_models, "_nlp_full", None)
+    monkeypatch.setattr(spacy_models, "_load_failed_full", False)
+    monkeypatch.setattr(spacy_models, "_nlp_lemma", None)
+    monkeypatch.setattr(spacy_models, "_load_failed_lemma", False)
+    assert spacy_models.get_nlp_full() is None and spacy_models.get_nlp_lemma() is None
+    assert downloads == []

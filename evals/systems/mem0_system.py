@@ -70,7 +70,25 @@ def import_mem0() -> Any:
     logging.getLogger("mem0").setLevel(logging.CRITICAL)  # injected faults are logged by design
     from mem0 import Memory
 
+    _never_download_models()
     return Memory
+
+
+def _never_download_models() -> None:
+    """mem0 downloads spaCy's en_core_web_sm when spaCy is installed and the model is not
+    (`mem0.utils.spacy_models._ensure_model_available`); nothing may be downloaded at run time, so here a
+    missing model is a failed load, which mem0 already handles by linking no entities."""
+    try:
+        from mem0.utils import spacy_models
+    except ImportError:  # a mem0 without the shared loader downloads nothing there
+        return
+
+    def model_installed() -> None:
+        if not entity_linking_available():
+            raise RuntimeError("en_core_web_sm is not installed and hymem never downloads a model at run time")
+
+    if hasattr(spacy_models, "_ensure_model_available"):
+        spacy_models._ensure_model_available = model_installed
 
 
 def entity_linking_available() -> bool:
