@@ -29,6 +29,7 @@ from evals.systems.base import (
     offers_cross_user,
     offers_history,
     offers_live_snapshot,
+    offers_ranked_search,
     offers_reopen,
 )
 from evals.systems.hymem_system import HymemSystem
@@ -38,10 +39,13 @@ from evals.write_contract import (
     cross_user_anomalies,
     history_block,
     history_mismatch,
+    live_rows,
     profile_kept,
+    read_anomalies,
     reopen_anomalies,
     replay_anomalies,
     reuse_anomalies,
+    stated_profile,
 )
 from hymem.validation import InputValidationError
 
@@ -79,6 +83,7 @@ class CaseReplayer:
         self.cache = cache  # ResponseCache for HTTP providers, or None
         self.log = AttemptLog(provider, case.id)
         self._prompts: dict[int, list[dict[str, str]]] = {}  # control write → its model calls (and replies)
+        self._stated: dict[str, str] = {}  # profile field -> the value the user stated last (control writes)
         self.system = system(case, self.log) if system is not None else HymemSystem(
             case, lm_factory, embedder, plan, self.program, accounting=accounting, cache=cache, log=self.log,
             epoch=epoch)
@@ -165,8 +170,10 @@ class CaseReplayer:
                 profile = system.profile(user)
                 findings += [Finding(kind=AnomalyKind.PROFILE_FROM_THIRD_PARTY, check="profile", write=index, path=path,
                                      witness=witness) for witness in third_party_name(payload, profile)]
+                prompts = self._prompts.get(index, [])
                 findings += [Finding(kind=kind, check="profile", write=index, path=path, witness=witness)
-                             for kind, witness in profile_kept(payload, self._prompts.get(index, []), profile)]
+                             for kind, witness in profile_kept(payload, prompts, profile, self._stated)]
+                self._stated.update(stated_profile(payload, prompts))
             before = system.snapshot(store)
             self.log.context = {"write": index, "unit": "replay"}
             again = engine_call(system.write, path, payload, user, record.request_id)
@@ -187,11 +194,27 @@ class CaseReplayer:
             seen = {f.witness for f in findings if f.kind == AnomalyKind.SUPERSEDED_BY_WRONG}
             findings += [Finding(kind=AnomalyKind.SUPERSEDED_BY_WRONG, check="replay", write=index, path=path,
                                  witness=witness) for witness in superseded_by_problems(after) if witness not in seen]
+            findings += [Finding(kind=kind, check="reads", write=index, path=path, witness=witness)
+                         for kind, witness in self._reads(after)]
             return after
         except EngineRaised as exc:
             findings.append(Finding(kind=AnomalyKind.ENGINE_EXCEPTION, check="replay", write=index, path=path,
                                     witness=f"after write {index}: {exc}"))
             return None
+
+    def _reads(self, state: StoreState) -> list[Witnessed]:
+        """get_all() and searches on the open store, whose state is `state`, checked against its live rows: k = every
+        live memory and smaller ones, for the newest and the oldest live memory's text (`read_anomalies`)."""
+        system, user = self.system, self.case.user_id
+        if not offers_ranked_search(system):
+            return []
+        live = live_rows(state, user)
+        memories = engine_call(system.memories, user)
+        n = len(live)
+        queries = list(dict.fromkeys(str(row["text"]) for row in (live[-1:] + live[:1])))
+        ks = sorted({n, 1, n // 2, n - 1} - {0})
+        searches = {(q, k): engine_call(system.search_ranked, user, q, k) for q in queries for k in ks}
+        return read_anomalies(user, state, memories, searches)
 
     def _reopen(self, tmp: Path, store: Path, findings: list[Finding], stale: list[Path],
                 state: StoreState | None = None) -> None:

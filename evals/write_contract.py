@@ -63,9 +63,11 @@ _FENCE = re.compile(r"^\s*```(?:json|JSON)?\s*\n(.*)\n\s*```\s*$", re.DOTALL)
 _CJK = re.compile(r"[\u3400-\u9fff]")
 
 
-def profile_kept(raw_messages: list[dict[str, Any]], prompts: list[dict[str, str]], profile: dict[str, Any]
-                 ) -> list[Witnessed]:
-    """After a successful chat write, `profile()` holds what the user stated in it (spec: later statements win).
+def profile_kept(raw_messages: list[dict[str, Any]], prompts: list[dict[str, str]], profile: dict[str, Any],
+                 earlier: dict[str, str] | None = None) -> list[Witnessed]:
+    """After a successful chat write, `profile()` holds what the user stated in it (spec: later statements win),
+    and still holds what the user stated in earlier writes (`earlier`, field -> value) for every field this write's
+    extraction reply proposed nothing for: a merge never drops a field it was not given.
 
     Stated: the user's name when a user message is named, and each profile value of the write's extraction
     reply that the user's own messages of this write contain as a whole word (as the user wrote it). That is
@@ -73,24 +75,40 @@ def profile_kept(raw_messages: list[dict[str, Any]], prompts: list[dict[str, str
     human's name, is not the user's) can never drop: a value a named human also said stays when the user said it.
     A value the model paraphrased ("dev" for "developer") is not checked.
     """
-    messages = read_messages(raw_messages)
     found: list[Witnessed] = []
+    proposed, stated = _extracted_profile(prompts), stated_profile(raw_messages, prompts)
+    for field, value in (earlier or {}).items():
+        if proposed.get(field) is None and field not in stated and str(profile.get(field) or "").strip() != value:
+            found.append((AnomalyKind.PROFILE_UPDATE_LOST, f"the user stated {field} {value!r} in an earlier write and "
+                          f"this write proposed no {field}, but profile() has {profile.get(field)!r} after it: {profile}"))
+    for field, value in stated.items():
+        if str(profile.get(field) or "").strip() == value:
+            continue
+        if field == "name":
+            found.append((AnomalyKind.PROFILE_UPDATE_LOST, f"the user is named {value!r} in this write, but profile() "
+                          f"has name {profile.get('name')!r} after it: {profile}"))
+        else:
+            found.append((AnomalyKind.PROFILE_UPDATE_LOST, f"the user said {field} {value!r} in this write "
+                          f"and the extraction proposed it, but profile() has {profile.get(field)!r} after it: "
+                          f"{profile}"))
+    return found
+
+
+def stated_profile(raw_messages: list[dict[str, Any]], prompts: list[dict[str, str]]) -> dict[str, str]:
+    """The profile values a chat write states (see `profile_kept`): field -> value, stripped."""
+    messages = read_messages(raw_messages)
+    stated: dict[str, str] = {}
     name = (user_name(messages) or "").strip()
-    if name and str(profile.get("name") or "").strip() != name:
-        found.append((AnomalyKind.PROFILE_UPDATE_LOST, f"the user is named {name!r} in this write, but profile() "
-                      f"has name {profile.get('name')!r} after it: {profile}"))
+    if name:
+        stated["name"] = name
     proposed = _extracted_profile(prompts)
     said = _fold("\n".join(m.content for m in messages if m.role == "user"))
     humans = {_fold(m.name) for m in messages if m.role == "assistant" and m.name and m.name.strip()}
     for field in PROFILE_FIELDS:
         value = proposed.get(field)
-        if not isinstance(value, str) or not _stated(_fold(value), said) or _fold(value) in humans:
-            continue
-        if str(profile.get(field) or "").strip() != value.strip():
-            found.append((AnomalyKind.PROFILE_UPDATE_LOST, f"the user said {field} {value.strip()!r} in this write "
-                          f"and the extraction proposed it, but profile() has {profile.get(field)!r} after it: "
-                          f"{profile}"))
-    return found
+        if isinstance(value, str) and _stated(_fold(value), said) and _fold(value) not in humans:
+            stated[field] = value.strip()
+    return stated
 
 
 def _extracted_profile(prompts: list[dict[str, str]]) -> dict[str, Any]:
@@ -138,15 +156,20 @@ def replay_anomalies(before: StoreState, after: StoreState, duplicate: bool | No
 def changed_payloads(path: str, payload: Any) -> list[tuple[str, Any]]:
     """(what changed, payload) variants of a write's payload, each differing from it in one field the request
     fingerprint must cover: a speaker's name (every message of that name, so a named user stays one person),
-    and the content of the last message (the first memory's text for already-extracted memories). Empty
+    and the content of the last message (the first memory's text, owner and kind for already-extracted memories). Empty
     when the payload has no such field (e.g. not a list of dicts)."""
     if not isinstance(payload, list) or not payload or not all(isinstance(m, dict) for m in payload):
         return []
     out: list[tuple[str, Any]] = []
     if path == "extracted":
-        if isinstance(payload[0].get("text"), str):
-            out.append(("the first memory's text", [{**payload[0], "text": payload[0]["text"] + " (changed)"},
-                                                    *payload[1:]]))
+        first = payload[0]
+        if isinstance(first.get("text"), str):
+            out.append(("the first memory's text", [{**first, "text": first["text"] + " (changed)"}, *payload[1:]]))
+        # the owner and kind a memory is stored with are the payload too ("agent" / "experience" when not given)
+        owner = "user" if first.get("owner", "user") == "agent" else "agent"
+        kind = "fact" if first.get("kind", "fact") == "experience" else "experience"
+        out += [(f"the first memory's owner -> {owner!r}", [{**first, "owner": owner}, *payload[1:]]),
+                (f"the first memory's kind -> {kind!r}", [{**first, "kind": kind}, *payload[1:]])]
         return out
     named = next((m["name"] for m in payload if m.get("role") in ("user", "assistant", "system")
                   and isinstance(m.get("name"), str) and m["name"].strip()), None)
@@ -214,6 +237,60 @@ def cross_user_anomalies(user: str, stranger: str, rid: str, result: Any, before
         elif who == user and query in user_searched_before and user_searched_before[query] != hits:
             found.append((AnomalyKind.CROSS_USER_LEAK, f"user {user!r}'s search {query[:80]!r} returned {hits} after "
                           f"user {stranger!r}'s write, {user_searched_before[query]} before"))
+    return found
+
+
+_READ_FIELDS = ("text", "subject", "owner", "kind", "request_id", "created_at", "updated_at")
+
+
+def live_rows(state: StoreState, user_id: str) -> list[dict[str, Any]]:
+    """The user's live memory rows (neither superseded nor deleted), oldest (lowest id) first."""
+    return sorted((r for r in state.tables.get("memories", []) if r.get("user_id") == user_id
+                   and r.get("superseded_by") is None and r.get("deleted_at") is None), key=lambda r: r["id"])
+
+
+def read_anomalies(user_id: str, state: StoreState, memories: list[dict[str, Any]],
+                   searches: dict[tuple[str, int], list[tuple[int, float]]]) -> list[Witnessed]:
+    """What the reads answer, against the store's live rows after a write (`READ_WRONG`).
+
+    Why: every other check sorts search answers by id and asks for every live memory, so the ranking, `k` and
+    get_all's filter went unchecked. `memories`: get_all(); `searches`: (query, k) -> (id, score) in the engine's
+    order. get_all must be exactly the live rows, oldest first, each field as stored, with created_at <=
+    updated_at; a search with k = every live memory must answer each once, best first (scores non-increasing,
+    ties to the lower id); one with a smaller k, the first k of that answer."""
+    found: list[Witnessed] = []
+    live = live_rows(state, user_id)
+    got = [m.get("id") for m in memories]
+    if got != [r["id"] for r in live]:
+        found.append((AnomalyKind.READ_WRONG, f"get_all() answered ids {got[:20]}, the live rows are "
+                      f"{[r['id'] for r in live][:20]} (oldest first)"))
+    else:
+        for memory, row in zip(memories, live, strict=True):
+            wrong = [f for f in _READ_FIELDS if memory.get(f) != row.get(f)]
+            if wrong:
+                found.append((AnomalyKind.READ_WRONG, f"get_all()'s memory {row['id']} has "
+                              + ", ".join(f"{f}={memory.get(f)!r}" for f in wrong) + " but the row "
+                              + ", ".join(f"{f}={row.get(f)!r}" for f in wrong)))
+                break
+    stamped = next((r for r in live if None not in (r.get("created_at"), r.get("updated_at"))
+                    and r["created_at"] > r["updated_at"]), None)
+    if stamped is not None:
+        found.append((AnomalyKind.READ_WRONG, f"memory {stamped['id']} ({str(stamped.get('text'))[:60]!r}) was "
+                      f"created at {stamped['created_at']} after its last update at {stamped['updated_at']}"))
+    ids = {r["id"] for r in live}
+    full = {query: hits for (query, k), hits in searches.items() if k >= len(live)}
+    for (query, k), hits in sorted(searches.items()):
+        where = f"search({query[:60]!r}, k={k})"
+        if len(hits) > k:
+            found.append((AnomalyKind.READ_WRONG, f"{where} answered {len(hits)} memories"))
+        elif k >= len(live) and sorted(mid for mid, _ in hits) != sorted(ids):
+            found.append((AnomalyKind.READ_WRONG, f"{where} answered ids {sorted(mid for mid, _ in hits)[:20]}, "
+                          f"the live memories are {sorted(ids)[:20]}"))
+        elif any((-s, mid) > (-t, nid) for (mid, s), (nid, t) in zip(hits, hits[1:], strict=False)):
+            found.append((AnomalyKind.READ_WRONG, f"{where} answered {hits[:8]}: not best first"))
+        elif query in full and k < len(live) and hits != full[query][:k]:
+            found.append((AnomalyKind.READ_WRONG, f"{where} answered {hits}, the first {k} of "
+                          f"k={len(live)}'s answer are {full[query][:k]}"))
     return found
 
 

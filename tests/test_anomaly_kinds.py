@@ -526,8 +526,24 @@ def test_request_id_reuse_missed_when_the_fingerprint_ignores_the_payload(monkey
     monkeypatch.setattr(client_module, "_fingerprint", lambda path, payload: path)  # every payload of a path alike
     found = findings(replay_without_faults(CASE), AnomalyKind.REQUEST_ID_REUSE_MISSED)
     assert {w.split(" changed returned")[0] for _, _, w in found} == {
-        "request tim/w0 re-sent with the first memory's text", "request tim/w1 re-sent with speaker name 'Tim' -> "
-        "'Tim2'", "request tim/w1 re-sent with message 0's content"}
+        "request tim/w0 re-sent with the first memory's text", "request tim/w0 re-sent with the first memory's owner "
+        "-> 'agent'", "request tim/w0 re-sent with the first memory's kind -> 'experience'", "request tim/w1 re-sent "
+        "with speaker name 'Tim' -> 'Tim2'", "request tim/w1 re-sent with message 0's content"}
+
+
+def test_request_id_reuse_missed_when_the_extracted_fingerprint_leaves_out_owner_and_kind(monkeypatch):
+    real = client_module._fingerprint
+
+    def text_only(path, payload):  # the bug: an extracted memory's owner and kind are not part of the fingerprint
+        if path == "extracted":
+            payload = [{"text": m["text"], "subject": m["subject"]} for m in payload]
+        return real(path, payload)
+
+    monkeypatch.setattr(client_module, "_fingerprint", text_only)
+    found = findings(replay_without_faults(CASE), AnomalyKind.REQUEST_ID_REUSE_MISSED)
+    assert [w.split(" changed returned")[0] for _, _, w in found] == [
+        "request tim/w0 re-sent with the first memory's owner -> 'agent'",
+        "request tim/w0 re-sent with the first memory's kind -> 'experience'"]
 
 
 def test_superseded_by_wrong_when_supersede_points_at_the_old_memory_itself(monkeypatch):
@@ -563,3 +579,96 @@ def test_every_anomaly_kind_has_a_planted_bug_test():
 @pytest.fixture(autouse=True)
 def _no_network(monkeypatch):
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+# A fact and an experience of one user, and a write that adds one more fact: search(k) must merge the kinds to k.
+TWO_KINDS = Case.model_validate({
+    "id": "two-kinds", "lang": "en", "user_id": "tim", "tags": [],
+    "memories": [{"text": "The user lives in Paris.", "subject": "user", "owner": "user"},
+                 {"text": "When pytest failed with ImportError, installing the missing package fixed it.",
+                  "subject": "user", "owner": "user", "kind": "experience"}],
+    "turns": [[{"role": "user", "name": "Tim", "content": "I work at IBM."}]],
+    "expect": {"facts": [{"text": "The user works at IBM.", "subject": "user", "owner": "user"}]},
+})
+
+
+def test_read_wrong_when_search_answers_in_id_order(monkeypatch):
+    real = store_module.Store.search
+
+    def id_order(self, user_id, vector, k=5, kind=None):  # the bug: the hits come back oldest first, not best first
+        return sorted(real(self, user_id, vector, k=k, kind=kind), key=lambda m: m.id)
+
+    monkeypatch.setattr(store_module.Store, "search", id_order)
+    found = findings(replay_without_faults(JOHN), AnomalyKind.READ_WRONG)
+    assert found and {check for check, _, _ in found} == {"reads"}
+    assert any(w.endswith(": not best first") for _, _, w in found)
+
+
+def test_read_wrong_when_search_merges_kinds_beyond_k(monkeypatch):
+    import numpy as np
+
+    from hymem.store._index import VectorIndex
+
+    def uncut(self, user_id, query, k, kinds):  # the bug: each kind's top k merged, the merge never cut to k
+        found = [self._groups[(user_id, kind)].top(query, k) for kind in kinds if (user_id, kind) in self._groups]
+        if not found:
+            return []
+        ids, scores = np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
+        return [(int(ids[i]), float(scores[i])) for i in np.lexsort((ids, -scores))]
+
+    monkeypatch.setattr(VectorIndex, "search", uncut)
+    found = findings(replay_without_faults(TWO_KINDS), AnomalyKind.READ_WRONG)
+    assert ("reads", 1, "search('The user works at IBM.', k=1) answered 2 memories") in found
+
+
+def test_read_wrong_when_get_all_keeps_superseded_memories(monkeypatch):
+    def live_query(user_id, kind, columns):  # the bug: the live filter forgets superseded rows
+        return f"SELECT {columns} FROM memories WHERE user_id = ? AND deleted_at IS NULL", (user_id,)
+
+    monkeypatch.setattr(store_module.Store, "_live_query", staticmethod(live_query))
+    found = findings(replay_without_faults(CASE), AnomalyKind.READ_WRONG)
+    assert found == [("reads", 1, "get_all() answered ids [1, 2], the live rows are [2] (oldest first)")]
+
+
+
+# A named user who states a city, then a job, then speaks unnamed: the profile keeps all three values.
+SETTLER = Case.model_validate({
+    "id": "settler", "lang": "en", "user_id": "tim", "tags": [],
+    "turns": [[{"role": "user", "name": "Tim", "content": "I live in Paris."}],
+              [{"role": "user", "name": "Tim", "content": "I work as a nurse."}],
+              [{"role": "user", "content": "I like tea."}]],
+    "expect": {"profile": {"name": "Tim", "location": "Paris", "occupation": "nurse"}},
+})
+
+
+def test_profile_update_lost_when_a_merge_replaces_the_stored_profile(monkeypatch):
+    # The bug (new mutant profile-merge-replaces): basic_info becomes the latest write's fields only.
+    import json
+
+    from hymem.store import WriteTx
+
+    def replaces(self, user_id, updates):
+        self._conn().execute("INSERT INTO profiles (user_id, basic_info, updated_at) VALUES (?, ?, 0) ON CONFLICT"
+                             "(user_id) DO UPDATE SET basic_info = excluded.basic_info", (user_id, json.dumps(updates)))
+
+    assert findings(replay_without_faults(SETTLER), AnomalyKind.PROFILE_UPDATE_LOST) == []
+    monkeypatch.setattr(WriteTx, "merge_profile", replaces)
+    found = findings(replay_without_faults(SETTLER), AnomalyKind.PROFILE_UPDATE_LOST)
+    assert [(check, write, w.split(":")[0]) for check, write, w in found] == [
+        ("profile", 1, "the user stated location 'Paris' in an earlier write and this write proposed no location, "
+                       "but profile() has None after it"),
+        ("profile", 2, "the user stated location 'Paris' in an earlier write and this write proposed no location, "
+                       "but profile() has None after it")]  # the unnamed write proposes nothing: no merge
+
+
+def test_history_mismatch_when_history_parses_every_write_as_one_text(monkeypatch):
+    # The bug (new mutant history-one-parse): one write's name line names the user of a later, unnamed write.
+    from hymem.render import parse_history
+
+    def joined(self, user_id):
+        return parse_history("\n".join(self.store.l1_raw(user_id)), history_limit=self.history_limit)
+
+    monkeypatch.setattr(client_module.HyMemoryClient, "history", joined)
+    found = findings(replay_without_faults(SETTLER), AnomalyKind.HISTORY_MISMATCH)
+    assert [(check, write) for check, write, _ in found] == [("history", 2)]
+    assert found[0][2].startswith("message 2: wrote user/None (11 characters), history has user/'Tim'")

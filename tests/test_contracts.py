@@ -332,7 +332,11 @@ def test_changed_payloads_rename_one_speaker_everywhere_and_leave_tool_names_alo
     renamed = variants["speaker name 'Tim' -> 'Tim2'"]
     assert [m.get("name") for m in renamed] == ["Tim2", "John", "search_web", None, "Tim2"]  # one user, one name
     assert variants["message 4's content"][4]["content"] == "Bye. (changed)"
-    assert [w for w, _ in changed_payloads("extracted", [{"text": "x", "owner": "user"}])] == ["the first memory's text"]
+    assert [w for w, _ in changed_payloads("extracted", [{"text": "x", "owner": "user"}])] == [
+        "the first memory's text", "the first memory's owner -> 'agent'", "the first memory's kind -> 'experience'"]
+    extracted = dict(changed_payloads("extracted", [{"text": "x", "owner": "agent", "kind": "experience"}]))
+    assert extracted["the first memory's owner -> 'user'"] == [{"text": "x", "owner": "user", "kind": "experience"}]
+    assert extracted["the first memory's kind -> 'fact'"] == [{"text": "x", "owner": "agent", "kind": "fact"}]
     assert changed_payloads("chat", []) == [] and changed_payloads("chat", "not a list") == []
 
 

@@ -17,7 +17,7 @@ from evals.record._version import SCHEMA_VERSION
 Outcome = Literal["ok", "wrong", "indeterminate", "infra_error"]  # of one faulted run
 Status = Literal["ok", "infra_error"]  # of one unit
 Unit = Literal["control", "fault", "retry", "repeat", "replay", "concurrency", "stranger"]  # which run of a write an attempt belongs to
-Check = Literal["control", "prompt", "history", "replay", "reopen", "concurrency", "profile", "stranger"]  # a Finding's check
+Check = Literal["control", "prompt", "history", "replay", "reopen", "concurrency", "profile", "stranger", "reads"]  # a Finding's check
 
 
 class AnomalyKind(StrEnum):
@@ -53,6 +53,7 @@ class AnomalyKind(StrEnum):
     REQUEST_ID_REUSE_MISSED = "REQUEST_ID_REUSE_MISSED"  # a request_id re-sent with another payload was not refused
     CROSS_USER_LEAK = "CROSS_USER_LEAK"  # another user's write or search saw, changed or was refused by this user's data
     SUPERSEDED_BY_WRONG = "SUPERSEDED_BY_WRONG"  # superseded_by names no other memory of the same user (or loops)
+    READ_WRONG = "READ_WRONG"  # get_all()/search() disagree with the live rows: missing, extra, not best first, over k
 
 
 # Which anomaly kinds break each property of a faulted write.

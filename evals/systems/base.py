@@ -110,6 +110,14 @@ class CrossUserSystem(ReopenSystem, LiveSnapshotSystem, Protocol):
     def search_as(self, user_id: str, query: str, k: int) -> list[tuple[int, float]]: ...
 
 
+class RankedSearchSystem(LiveSnapshotSystem, Protocol):
+    """An engine whose search answers are read in its own order, with any k (hymem): the reads check runs on it."""
+
+    def memories(self, user_id: str) -> list[dict[str, Any]]: ...
+
+    def search_ranked(self, user_id: str, query: str, k: int) -> list[tuple[int, float]]: ...
+
+
 def offers_history(system: MemorySystem) -> TypeGuard[HistorySystem]:
     return hasattr(system, "history")
 
@@ -124,6 +132,10 @@ def offers_live_snapshot(system: MemorySystem) -> TypeGuard[LiveSnapshotSystem]:
 
 def offers_cross_user(system: MemorySystem) -> TypeGuard[CrossUserSystem]:
     return hasattr(system, "search_as") and offers_reopen(system) and offers_live_snapshot(system)
+
+
+def offers_ranked_search(system: MemorySystem) -> TypeGuard[RankedSearchSystem]:
+    return hasattr(system, "search_ranked") and offers_live_snapshot(system)
 
 
 def offers_concurrency(system: MemorySystem) -> TypeGuard[ConcurrentSystem]:
@@ -151,5 +163,7 @@ class Arm:
     close: Callable[[], None] = lambda: None
 
 
-__all__ = ["DEFAULT_SYSTEM", "Arm", "ConcurrentSystem", "CrossUserSystem", "HistorySystem", "LiveSnapshotSystem", "MemorySystem", "ReopenSystem",
-           "WriteOutcome", "arm_label", "offers_concurrency", "offers_cross_user", "offers_history", "offers_live_snapshot", "offers_reopen"]
+__all__ = ["DEFAULT_SYSTEM", "Arm", "ConcurrentSystem", "CrossUserSystem", "HistorySystem", "LiveSnapshotSystem", "MemorySystem",
+           "RankedSearchSystem", "ReopenSystem",
+           "WriteOutcome", "arm_label", "offers_concurrency", "offers_cross_user", "offers_history", "offers_live_snapshot",
+           "offers_ranked_search", "offers_reopen"]

@@ -234,6 +234,10 @@ class HymemSystem:
         """`user_id`'s search for `query` on the open store: (id, score) of up to k hits, as the engine answers."""
         return sorted((r.id, round(float(r.score or 0.0), 4)) for r in self._client.search(query, user_id, k=k))
 
+    def search_ranked(self, user_id: str, query: str, k: int) -> list[tuple[int, float]]:
+        """`user_id`'s search for `query` with this k, as the engine orders it (best first): (id, score)."""
+        return [(r.id, float(r.score or 0.0)) for r in self._client.search(query, user_id, k=k)]
+
     def rebuilt_probe(self, store: Path, user_id: str, state: StoreState) -> dict[str, list[tuple[int, float]]]:
         """`search_probe` on the closed `store` with its index rebuilt from SQLite by the engine's own rebuild
         (`hymem.store.rebuilt_index`: what an open does when the index file is missing or refused), read-only.
