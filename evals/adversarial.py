@@ -6,6 +6,10 @@ the model's real reply to the real prompt and changes exactly one decision into 
 
 - ``cross_subject_update`` / ``cross_subject_supersede`` / ``cross_subject_delete`` (lm.reconcile): an op
   that changes a candidate memory of another subject than the new fact's;
+- ``double_update`` (lm.reconcile): two new facts of one subject both UPDATE one candidate of that subject;
+  the engine applies the first and must refuse the second (it is added instead), so neither fact is lost,
+  and the memory updated in place keeps its `created_at` and moves its `updated_at`. The offline model never
+  UPDATEs (it supersedes), so this is also the sweep's only in-place update;
 - ``third_party_as_user`` (lm.extract): a named human's fact filed under the user (subject "user");
 - ``profile_from_third_party`` (lm.extract): an L0 profile update (name, occupation) taken from what a
   named human said.
@@ -24,7 +28,8 @@ from typing import Any
 from evals.prompt_contract import NAME_LINE, conversation_of, section_json
 from evals.record import AnomalyKind, Witnessed
 
-RECONCILE_ADVERSARIAL = ("cross_subject_update", "cross_subject_supersede", "cross_subject_delete")
+CROSS_SUBJECT_ADVERSARIAL = ("cross_subject_update", "cross_subject_supersede", "cross_subject_delete")
+RECONCILE_ADVERSARIAL = (*CROSS_SUBJECT_ADVERSARIAL, "double_update")
 EXTRACT_ADVERSARIAL = ("third_party_as_user", "profile_from_third_party")
 ADVERSARIAL_KINDS = (*RECONCILE_ADVERSARIAL, *EXTRACT_ADVERSARIAL)
 
@@ -57,6 +62,8 @@ def reconcile_reply(kind: str, prompt: str, reply: str) -> tuple[str, dict[str, 
     decoded = _json(reply)
     if not isinstance(facts, list) or not isinstance(existing, list) or not isinstance(decoded, dict):
         return None
+    if kind == "double_update":
+        return _double_update(facts, existing, decoded)
     pairs = [(f, c) for f in facts for c in existing
              if isinstance(f, dict) and isinstance(c, dict)
              and subject_class(f.get("subject")) != subject_class(c.get("subject"))]
@@ -75,6 +82,28 @@ def reconcile_reply(kind: str, prompt: str, reply: str) -> tuple[str, dict[str, 
     injected = {"op": op, "fact_text": fact.get("text"), "fact_subject": fact.get("subject"),
                 "target_id": target["id"], "target_text": target.get("text"), "target_subject": target.get("subject")}
     return json.dumps({**decoded, "ops": ops}, ensure_ascii=False), injected
+
+
+def _double_update(facts: list[Any], existing: list[Any], decoded: dict[str, Any]
+                   ) -> tuple[str, dict[str, Any]] | None:
+    """The reply with two new facts of one subject both UPDATing one candidate of that subject (the ops on those
+    facts and that candidate replaced); None when no candidate shares its subject with two new facts."""
+    for target in existing:
+        if not isinstance(target, dict):
+            continue
+        same = [f for f in facts if isinstance(f, dict) and isinstance(f.get("index"), int)
+                and subject_class(f.get("subject")) == subject_class(target.get("subject"))]
+        if len(same) < 2 or same[0].get("text") == same[1].get("text"):
+            continue
+        first, second = same[0], same[1]
+        ops = [o for o in decoded.get("ops") or [] if isinstance(o, dict) and o.get("id") != target["id"]
+               and o.get("fact") not in (first["index"], second["index"])]
+        ops += [{"op": "UPDATE", "fact": first["index"], "id": target["id"]},
+                {"op": "UPDATE", "fact": second["index"], "id": target["id"]}]
+        injected = {"op": "UPDATE", "target_id": target["id"], "target_text": target.get("text"),
+                    "target_subject": target.get("subject"), "fact_texts": [first.get("text"), second.get("text")]}
+        return json.dumps({**decoded, "ops": ops}, ensure_ascii=False), injected
+    return None
 
 
 def _speakers(prompt: str) -> tuple[dict[str, list[str]], list[str]]:
@@ -161,7 +190,9 @@ def adversarial_anomalies(kind: str, injected: dict[str, Any], user_id: str, bef
     """What the store shows after an adversarial reply the engine had to refuse (StoreStates before/after)."""
     found: list[Witnessed] = []
     memories = {row["id"]: row for row in after.tables.get("memories", [])}
-    if kind in RECONCILE_ADVERSARIAL:
+    if kind == "double_update":
+        found += _double_update_anomalies(injected, user_id, before, memories)
+    elif kind in CROSS_SUBJECT_ADVERSARIAL:
         target = memories.get(injected["target_id"])
         kept = target is not None and target.get("superseded_by") is None and target.get("deleted_at") is None \
             and target.get("text") == injected["target_text"]
@@ -199,5 +230,29 @@ def adversarial_anomalies(kind: str, injected: dict[str, Any], user_id: str, bef
     return found
 
 
-__all__ = ["ADVERSARIAL_KINDS", "EXTRACT_ADVERSARIAL", "RECONCILE_ADVERSARIAL", "adversarial_anomalies",
-           "adversarial_reply", "subject_class"]
+def _double_update_anomalies(injected: dict[str, Any], user_id: str, before: Any, memories: dict[Any, dict[str, Any]]
+                             ) -> list[Witnessed]:
+    """Both facts of a double UPDATE live after the write; the memory updated in place keeps its created_at and
+    moves its updated_at (timestamps are left out of every state comparison)."""
+    found: list[Witnessed] = []
+    target_id = injected["target_id"]
+    live = {row.get("text") for row in memories.values() if row.get("user_id") == user_id
+            and row.get("superseded_by") is None and row.get("deleted_at") is None}
+    lost = [text for text in injected["fact_texts"] if text not in live]
+    if lost:
+        found.append((AnomalyKind.UPDATE_WRONG, f"two UPDATEs of memory {target_id} ({injected['target_text']!r}) in "
+                      f"one write: {lost} not live after it (the second op on a memory already changed must be "
+                      "refused and its fact added, never overwrite the first)"))
+    old = next((row for row in before.tables.get("memories", []) if row.get("id") == target_id), None)
+    new = memories.get(target_id)
+    if old is not None and new is not None and new.get("text") != old.get("text") and (
+            new.get("created_at") != old.get("created_at") or not new.get("updated_at", 0) > old.get("updated_at", 0)):
+        found.append((AnomalyKind.UPDATE_WRONG, f"memory {target_id} updated in place to {new.get('text')!r}: "
+                      f"created_at {old.get('created_at')} -> {new.get('created_at')}, updated_at "
+                      f"{old.get('updated_at')} -> {new.get('updated_at')} (an update keeps created_at and moves "
+                      "updated_at)"))
+    return found
+
+
+__all__ = ["ADVERSARIAL_KINDS", "CROSS_SUBJECT_ADVERSARIAL", "EXTRACT_ADVERSARIAL", "RECONCILE_ADVERSARIAL",
+           "adversarial_anomalies", "adversarial_reply", "subject_class"]

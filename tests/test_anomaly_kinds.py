@@ -672,3 +672,53 @@ def test_history_mismatch_when_history_parses_every_write_as_one_text(monkeypatc
     found = findings(replay_without_faults(SETTLER), AnomalyKind.HISTORY_MISMATCH)
     assert [(check, write) for check, write, _ in found] == [("history", 2)]
     assert found[0][2].startswith("message 2: wrote user/None (11 characters), history has user/'Tim'")
+
+
+# Two user facts in one write next to a user memory: the sweep's double_update makes both UPDATE that memory.
+TWO_FACTS = Case.model_validate({
+    "id": "two-facts", "lang": "en", "user_id": "tim", "tags": [],
+    "memories": [{"text": "The user lives in Paris.", "subject": "user", "owner": "user"}],
+    "turns": [[{"role": "user", "content": "I moved to Berlin. I work at IBM."}]],
+})
+
+
+def test_a_double_update_is_refused_once_and_keeps_both_facts_on_a_correct_engine():
+    run = replay(TWO_FACTS)
+    injected = [f for f in run.faults if f.kind == "double_update"]
+    assert [(f.outcome, f.injected["fact_texts"]) for f in injected] == [
+        ("ok", ["The user lives in Berlin.", "The user works at IBM."])]
+    assert [a for f in run.faults for a in f.anomalies] == [] and run.findings == []
+
+
+def test_update_wrong_when_a_second_update_of_one_memory_overwrites_the_first(monkeypatch):
+    import hymem.reconciler as reconciler_module
+
+    real = reconciler_module.validate_ops
+
+    def no_second_refusal(proposed, facts, candidates):  # the bug: every UPDATE applies, the first one is lost
+        ops = real(proposed, facts, candidates)
+        return [reconciler_module.PlannedOp("UPDATE", fact=op.fact, target_id=proposed[i]["id"])
+                if op.refused and "already changed" in op.refused else op for i, op in enumerate(ops)]
+
+    monkeypatch.setattr(reconciler_module, "validate_ops", no_second_refusal)
+    found = witnesses(replay(TWO_FACTS), AnomalyKind.UPDATE_WRONG)
+    assert found == [("lm.reconcile", "double_update", "two UPDATEs of memory 1 ('The user lives in Paris.') in one "
+                      "write: ['The user lives in Berlin.'] not live after it (the second op on a memory already "
+                      "changed must be refused and its fact added, never overwrite the first)")]
+
+
+def test_update_wrong_when_an_update_stamps_created_at(monkeypatch):
+    from hymem.store import WriteTx
+
+    real = WriteTx.update_memory
+
+    def stamps_created(self, memory_id, *args):  # the bug: created_at moves, updated_at stays
+        before = self._conn().execute("SELECT updated_at FROM memories WHERE id = ?", (memory_id,)).fetchone()[0]
+        real(self, memory_id, *args)
+        self._conn().execute("UPDATE memories SET created_at = updated_at, updated_at = ? WHERE id = ?",
+                             (before, memory_id))
+
+    monkeypatch.setattr(WriteTx, "update_memory", stamps_created)
+    found = witnesses(replay(TWO_FACTS), AnomalyKind.UPDATE_WRONG)
+    assert len(found) == 1 and found[0][:2] == ("lm.reconcile", "double_update")
+    assert found[0][2].startswith("memory 1 updated in place to 'The user lives in Berlin.': created_at ")

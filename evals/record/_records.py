@@ -53,6 +53,7 @@ class AnomalyKind(StrEnum):
     REQUEST_ID_REUSE_MISSED = "REQUEST_ID_REUSE_MISSED"  # a request_id re-sent with another payload was not refused
     CROSS_USER_LEAK = "CROSS_USER_LEAK"  # another user's write or search saw, changed or was refused by this user's data
     SUPERSEDED_BY_WRONG = "SUPERSEDED_BY_WRONG"  # superseded_by names no other memory of the same user (or loops)
+    UPDATE_WRONG = "UPDATE_WRONG"  # an in-place UPDATE lost a fact (a second op on one memory) or its timestamps
     READ_WRONG = "READ_WRONG"  # get_all()/search() disagree with the live rows: missing, extra, not best first, over k
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from evals.adversarial import RECONCILE_ADVERSARIAL
+from evals.adversarial import CROSS_SUBJECT_ADVERSARIAL
 from evals.dataset import Case
 from evals.record import CaseRun, OpRow, WriteRecord, columns, pandas_dtypes
 from evals.scoring.matcher import DEFAULT_MATCHER, Matcher
@@ -120,7 +120,8 @@ def merge_tallies(case: Case, run: CaseRun, matcher: Matcher = DEFAULT_MATCHER
         notes[f"cross_subject_merge_{source}_rate"] = len(merges) - len(judged)
     # Adversarial reconcile replies (evals.adversarial) each propose one cross-subject merge; one the guard let
     # through is an applied merge (and a CROSS_SUBJECT_MERGE_APPLIED anomaly), one it refused is not.
-    injected = [f for f in run.faults if f.kind in RECONCILE_ADVERSARIAL and f.injected and f.outcome in ("ok", "wrong")]
+    injected = [f for f in run.faults
+                if f.kind in CROSS_SUBJECT_ADVERSARIAL and f.injected and f.outcome in ("ok", "wrong")]
     let_through = sum(any(a.kind == "CROSS_SUBJECT_MERGE_APPLIED" for a in f.anomalies) for f in injected)
     num, den = tallies["cross_subject_merge_proposed_rate"]
     tallies["cross_subject_merge_proposed_rate"] = (num + len(injected), den + len(injected))
