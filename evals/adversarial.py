@@ -12,7 +12,9 @@ the model's real reply to the real prompt and changes exactly one decision into 
   UPDATEs (it supersedes), so this is also the sweep's only in-place update;
 - ``third_party_as_user`` (lm.extract): a named human's fact filed under the user (subject "user");
 - ``profile_from_third_party`` (lm.extract): an L0 profile update (name, occupation) taken from what a
-  named human said.
+  named human said;
+- ``profile_other_name`` (lm.extract): the profile names a named user otherwise than the role=user message
+  does, which is the trusted input for the name (spec 3): the profile keeps the message's name.
 
 The engine must refuse each (both facts stay, the profile is untouched) and still succeed. A kind applies
 only where the prompt offers the chance (a candidate of another subject, a named speaker's fact), which
@@ -30,7 +32,7 @@ from evals.record import AnomalyKind, Witnessed
 
 CROSS_SUBJECT_ADVERSARIAL = ("cross_subject_update", "cross_subject_supersede", "cross_subject_delete")
 RECONCILE_ADVERSARIAL = (*CROSS_SUBJECT_ADVERSARIAL, "double_update")
-EXTRACT_ADVERSARIAL = ("third_party_as_user", "profile_from_third_party")
+EXTRACT_ADVERSARIAL = ("third_party_as_user", "profile_from_third_party", "profile_other_name")
 ADVERSARIAL_KINDS = (*RECONCILE_ADVERSARIAL, *EXTRACT_ADVERSARIAL)
 
 _USER = {"user", "the user", "current user", "用户", "当前用户"}
@@ -129,6 +131,13 @@ def extract_reply(kind: str, prompt: str, reply: str) -> tuple[str, dict[str, An
     decoded = _json(reply)
     if not isinstance(decoded, dict):
         return None
+    if kind == "profile_other_name":
+        user = _user_name(prompt)
+        if user is None:
+            return None
+        other = "Alex" if user.casefold() != "alex" else "Sam"  # any other name than the name line's
+        return json.dumps({**decoded, "profile": {**(decoded.get("profile") or {}), "name": other}},
+                          ensure_ascii=False), {"name": user, "proposed": other}
     named, users = _speakers(prompt)
     if not named:
         return None
@@ -217,6 +226,13 @@ def adversarial_anomalies(kind: str, injected: dict[str, Any], user_id: str, bef
                                                      f"re-filed as memory {row['id']} (subject {row.get('subject')!r}) "
                                                      f"with owner {row.get('owner')!r}, not the reply's "
                                                      f"{injected.get('owner', 'user')!r}"))
+    elif kind == "profile_other_name":
+        rows = [r for r in after.tables.get("profiles", []) if r.get("user_id") == user_id]
+        profile = _json(rows[0].get("basic_info")) if rows else None
+        name = profile.get("name") if isinstance(profile, dict) else None
+        if "profiles" in after.tables and name != injected["name"]:  # (an engine without hymem's L0 table: no check)
+            found.append((AnomalyKind.PROFILE_UPDATE_LOST, f"the user is named {injected['name']!r} by the role=user "
+                          f"message, the extraction proposed {injected['proposed']!r}, and profile() has name {name!r}"))
     else:
         def profile_of(state: Any) -> str:
             rows = [r for r in state.tables.get("profiles", []) if r.get("user_id") == user_id]

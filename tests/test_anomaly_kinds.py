@@ -722,3 +722,19 @@ def test_update_wrong_when_an_update_stamps_created_at(monkeypatch):
     found = witnesses(replay(TWO_FACTS), AnomalyKind.UPDATE_WRONG)
     assert len(found) == 1 and found[0][:2] == ("lm.reconcile", "double_update")
     assert found[0][2].startswith("memory 1 updated in place to 'The user lives in Berlin.': created_at ")
+
+
+def test_profile_update_lost_when_the_models_name_wins_over_the_user_message(monkeypatch):
+    # The bug (new mutant profile-model-name-wins): the role=user name only fills a name the model left out.
+    real = client_module._profile_updates
+
+    def model_name_wins(profile, msgs):
+        model = (profile.model_dump() if hasattr(profile, "model_dump") else dict(profile or {})).get("name")
+        updates = real(profile, msgs)
+        return {**updates, "name": model} if model and model.casefold() not in {
+            (m.name or "").casefold() for m in msgs if m.role == "assistant"} else updates
+
+    monkeypatch.setattr(client_module, "_profile_updates", model_name_wins)
+    found = witnesses(replay(MOVER), AnomalyKind.PROFILE_UPDATE_LOST)
+    assert found == [("lm.extract", "profile_other_name", "the user is named 'Tim' by the role=user message, the "
+                      "extraction proposed 'Alex', and profile() has name 'Alex'")] * 2
