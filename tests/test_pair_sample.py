@@ -118,3 +118,11 @@ def test_a_rejected_pair_never_crosses_a_case_epoch_or_provider():
     found = {(c.category, c.gold_text, c.pred_text, c.pred_subject) for c in candidates(facts, word_overlap)}
     assert found == {("rejected", "The user lives in Oslo.", "The user moved to Oslo in May.", "user"),
                      ("matched", "John is a nurse.", "John is a nurse.", "John")}
+
+
+def test_a_sample_holds_matched_and_rejected_pairs_half_and_half(noisy_run, tmp_path):
+    """A run that matches most gold facts still yields its misses to label: the draw is split between the kinds."""
+    out = tmp_path / "s.jsonl"
+    assert main(["matcher", "sample", str(noisy_run), "--out", str(out), "--n", "10", "--matcher", "text"]) == 0
+    kinds = [r["category"] for r in _lines(out)]
+    assert kinds.count("matched") == 5 and kinds.count("rejected") == 5

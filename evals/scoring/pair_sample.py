@@ -123,8 +123,7 @@ def sample_pairs(run_dir: Path, out: Path, *, n: int = 200, seed: int = 0, stage
     if not pool:
         raise SampleError(f"{Path(run_dir) / 'facts.parquet'}: no gold fact with a predicted memory to pair at "
                           f"stage {stage!r}")
-    rng = np.random.default_rng(seed)
-    chosen = sorted(rng.choice(len(pool), size=min(n, len(pool)), replace=False).tolist())
+    chosen = _stratified(pool, n, seed)
     run_id = Path(run_dir).resolve().name
     lines = []
     for i in chosen:
@@ -149,6 +148,20 @@ def sample_pairs(run_dir: Path, out: Path, *, n: int = 200, seed: int = 0, stage
             f"{kinds['rejected']} rejected; stage {stage}, matcher {spec}) written to {out}\n"
             f"Label each: set \"same\" to true when the memory states the gold fact about the same subject, else false "
             f"(the rules: datasets/matcher/README.md). Then: hymem-eval matcher eval --pairs {out} --out DIR\n")
+
+
+def _stratified(pool: list[Candidate], n: int, seed: int) -> list[int]:
+    """Up to n indices into `pool`, half matched and half rejected where both have enough (the rest from the other
+    kind): `matcher eval` reports the two apart, and a uniform draw from a run that matches most gold facts can
+    hold no rejected pair at all, so the matcher's misses would go unmeasured."""
+    rng = np.random.default_rng(seed)
+    kinds = {k: [i for i, c in enumerate(pool) if c.category == k] for k in ("matched", "rejected")}
+    want = min(n, len(pool))
+    rejected = min(len(kinds["rejected"]), max(want // 2, want - len(kinds["matched"])))
+    take = {"rejected": rejected, "matched": want - rejected}
+    chosen = [int(i) for k, size in take.items() if size
+              for i in rng.choice(kinds[k], size=size, replace=False)]
+    return sorted(chosen)
 
 
 def _run_matcher(facts) -> str | None:
