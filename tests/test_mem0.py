@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pyarrow.parquet as pq
 import pytest
@@ -19,6 +19,7 @@ from evals.dataset import Case
 from evals.faults import FaultPlan
 from evals.replay import CaseReplayer
 from evals.scoring.attribution import score_case
+from evals.serve import JSONHandler
 from evals.systems.mem0_system import EXTRA_ERROR, Endpoint, Mem0System, import_mem0, local_endpoints, mem0_available
 
 needs_mem0 = pytest.mark.skipif(not mem0_available(), reason="mem0ai is not installed (pip install 'hymem[mem0]')")
@@ -75,7 +76,7 @@ class Scripted:
         self.requests: list[dict] = []  # every request body, as sent
         scripted = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(JSONHandler):
             def do_POST(self) -> None:  # noqa: N802
                 request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with lock:
@@ -85,11 +86,7 @@ class Scripted:
                 time.sleep(delay)
                 with lock:
                     held[0] -= 1
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.send_bytes(200, body)
 
             def log_message(self, *args) -> None:
                 pass
