@@ -10,7 +10,8 @@ the model's real reply to the real prompt and changes exactly one decision into 
   the engine applies the first and must refuse the second (it is added instead), so neither fact is lost,
   and the memory updated in place keeps its `created_at` and moves its `updated_at`. The offline model never
   UPDATEs (it supersedes), so this is also the sweep's only in-place update;
-- ``third_party_as_user`` (lm.extract): a named human's fact filed under the user (subject "user");
+- ``third_party_as_user`` (lm.extract, lm.extract_working): a named human's fact filed under the user (subject
+  "user"): a friend in a chat, or a teammate on a coding trajectory;
 - ``profile_from_third_party`` (lm.extract): an L0 profile update (name, occupation) taken from what a
   named human said;
 - ``profile_other_name`` (lm.extract): the profile names a named user otherwise than the role=user message

@@ -28,8 +28,10 @@ LM_KINDS = ("unavailable", "timeout", "rate_limit", "empty_body", "non_json_200"
 # A reply object whose list field is null (`{"ops": null}`, `{"facts": null, ...}`): a broken reply, never "no
 # changes" or "nothing to remember" (only a literal [] is; spec reconcile-failure.md).
 RECONCILE_KINDS = (*LM_KINDS, "unknown_id", "null_ops", *RECONCILE_ADVERSARIAL)
-EXTRACT_WORKING_KINDS = (*LM_KINDS, "null_facts")
-EXTRACT_KINDS = (*EXTRACT_WORKING_KINDS, *EXTRACT_ADVERSARIAL)
+# A working trajectory has no profile, so of the adversarial extraction kinds only a named human's fact filed
+# under the user applies there (a teammate on the call: the engine re-files it on both paths).
+EXTRACT_WORKING_KINDS = (*LM_KINDS, "null_facts", "third_party_as_user")
+EXTRACT_KINDS = (*LM_KINDS, "null_facts", *EXTRACT_ADVERSARIAL)
 EMBED_KINDS = ("embed_error", "embed_nan", "embed_wrong_dim")
 STORE_KINDS = ("store_error",)
 KINDS = (*RECONCILE_KINDS, "null_facts", *EXTRACT_ADVERSARIAL, *EMBED_KINDS, *STORE_KINDS)

@@ -367,6 +367,29 @@ def test_third_party_as_user_when_a_refiled_fact_is_made_the_agents(monkeypatch)
     assert found[0][2].endswith("(subject 'John') with owner 'agent', not the reply's 'user'")
 
 
+# A coding trajectory with a teammate on it: the working path must re-file her fact too.
+TEAMMATE = Case.model_validate({
+    "id": "dana", "lang": "en", "user_id": "dana", "tags": [], "path": "working",
+    "turns": [[{"role": "user", "name": "Dana", "content": "Priya is on this chat too. Check the runner config."},
+               {"role": "assistant", "name": "Priya", "content": "I maintain the CI runners."},
+               {"role": "assistant", "content": "The runner config looks fine."}]],
+    "expect": {"facts": [{"text": "Priya maintains the CI runners.", "subject": "Priya", "owner": "user"}]},
+})
+
+
+def test_third_party_as_user_on_the_working_path_when_it_skips_named_subjects(monkeypatch):
+    real = client_module.extracted_facts
+
+    def unfiled(outputs, msgs, *fields):  # the bug: the working path keeps the model's subjects
+        return real(outputs, [], *fields) if ("experiences", "experience") in fields else real(outputs, msgs, *fields)
+
+    assert witnesses(replay(TEAMMATE), AnomalyKind.THIRD_PARTY_AS_USER) == []
+    monkeypatch.setattr(client_module, "extracted_facts", unfiled)
+    found = witnesses(replay(TEAMMATE), AnomalyKind.THIRD_PARTY_AS_USER)
+    assert [(site, kind) for site, kind, _ in found] == [("lm.extract_working", "third_party_as_user")]
+    assert found[0][2].startswith("Priya's fact 'Priya maintains the CI runners.' was stored as memory ")
+
+
 # Two named people besides the user: Kate speaks, John and the user each have a seeded memory. The adversary
 # must pick the named-vs-named pair (Kate's fact against John's memory), which a guard that only tells the
 # user from everyone else lets through.
