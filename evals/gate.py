@@ -43,6 +43,7 @@ from evals.compare import (
     rescored_dirs,
 )
 from evals.gate_inputs import InputDiff, compare_inputs, restrict
+from evals.gate_reference import compare_cases, why_not_comparable
 from evals.record.catalogue import METRICS, REPEAT_METRICS, Direction, Kind, find, format_value
 from evals.stats import paired_bootstrap_delta
 
@@ -125,6 +126,9 @@ class RuleSet(BaseModel):
     confidence: float = Field(default=0.95, gt=0, lt=1)  # of the paired bootstrap CI of drop rules
     require_baseline_metrics: bool = True  # every metric the baseline measured is measured by the current run
     require_baseline_n: bool = True  # and its n is no smaller (no case silently dropped out of it)
+    # With a deterministic model (offline, oracle) on both sides and the same seed, embedder and matcher, no case
+    # may get worse on any per-case rate (evals.gate_reference): nothing is sampled, so no change is noise.
+    compare_cases_when_deterministic: bool = True
     rule: list[Rule] = Field(min_length=1)
 
 
@@ -351,10 +355,29 @@ def shared_providers(baseline: Run, current: Run) -> list[str]:
     return [p for p in current.providers if p in baseline.providers]
 
 
+def _reference_result(baseline: Run, current: Run, pairs: list[Pair], plans_differ: bool) -> RuleResult:
+    """The built-in case-by-case check of deterministic arm pairs (evals.gate_reference)."""
+    checks: list[Check] = []
+    for pair in pairs:
+        reason = why_not_comparable(baseline, current, pair.baseline, pair.current, plans_differ)
+        if reason is not None:
+            checks.append(Check(provider=pair.label, status="skipped", detail=f"not compared case by case: {reason}"))
+            continue
+        worse, compared, better = compare_cases(baseline, current, pair.baseline, pair.current)
+        checks += [Check(provider=pair.label, dataset=w.dataset, metric=w.metric, status="fail", baseline=w.baseline,
+                         current=w.current, n=len(w.cases), detail=w.detail()) for w in worse]
+        if not worse:
+            due = f"; {better} better (re-record the baseline to keep them)" if better else ""
+            checks.append(Check(provider=pair.label, status="pass" if compared else "skipped", n=compared,
+                                detail=f"{compared} (case, metric) values compared, none worse{due}"))
+    return _result("no case worse with a deterministic model", "*", checks)
+
+
 def evaluate_rules(rules: RuleSet, baseline: Run, current: Run, *, seed: int = 0,
-                   pairs: list[Pair] | None = None) -> list[RuleResult]:
+                   pairs: list[Pair] | None = None, plans_differ: bool = False) -> list[RuleResult]:
     """Pure: every rule against every provider pair it covers, pooled and per dataset, then the built-in
-    checks that no metric of the baseline vanished or lost cases. `pairs` default to the shared providers."""
+    checks that no metric of the baseline vanished or lost cases, and that no case got worse where the model is
+    deterministic. `pairs` default to the shared providers."""
     if pairs is None:
         pairs = [Pair(baseline=p, current=p) for p in shared_providers(baseline, current)]
     scopes = {pair.label: datasets_of(baseline, current, pair) for pair in pairs}
@@ -374,6 +397,8 @@ def evaluate_rules(rules: RuleSet, baseline: Run, current: Run, *, seed: int = 0
         if rules.require_baseline_n:
             checks = [c for summary, _, fell in found for c in (fell or [summary])]
             results.append(_result("no metric's n falls below the baseline's", "*", checks))
+    if rules.compare_cases_when_deterministic and pairs:
+        results.append(_reference_result(baseline, current, pairs, plans_differ))
     return results
 
 
@@ -544,9 +569,10 @@ def run_gate(baseline: Path, current: Path, *, rules: Path | None = None, junit:
             matcher_notes.append(f"**{different}**")  # said, not failed: a model switch may be meant
     check_scopes(rule_set, base_run, cur_run, _rules_name(rules))
     chosen, pair_notes = resolve_pairs(base_run, cur_run, pairs)
+    plans_differ = compare_inputs(base_run, cur_run).plans_differ
     base_run, cur_run, input_notes = check_inputs(base_run, cur_run, allow_different_inputs)
     seed = cur_run.manifest.seed if cur_run.manifest is not None else 0
-    results = evaluate_rules(rule_set, base_run, cur_run, seed=seed, pairs=chosen)
+    results = evaluate_rules(rule_set, base_run, cur_run, seed=seed, pairs=chosen, plans_differ=plans_differ)
     if not pairs and rule_set.require_baseline_metrics:
         results += _arms_kept(base_run, chosen)
     markdown = summary_markdown(results, notes=input_notes + pair_notes + matcher_notes, **names)

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from evals.cli import main
-from evals.compare import Run
+from evals.compare import Run, load_run
 from evals.gate import GateInputError, RuleSet, evaluate_rules, junit_xml, load_rules
 from evals.manifest import Manifest
 
@@ -55,9 +55,9 @@ def as_run(owner_nums: list[int], **kw) -> Run:
 
 
 def rules(*rows: dict, builtin: bool = False) -> RuleSet:
-    """These rules alone, or (builtin) with the checks on vanished metrics and falling n."""
+    """These rules alone, or (builtin) with the checks on vanished metrics and falling n and the case-by-case one."""
     return RuleSet.model_validate({"rule": list(rows), "require_baseline_metrics": builtin,
-                                   "require_baseline_n": builtin})
+                                   "require_baseline_n": builtin, "compare_cases_when_deterministic": builtin})
 
 
 def gate(tmp_path: Path, baseline: Path, current: Path, *extra: str) -> int:
@@ -456,3 +456,47 @@ def test_a_count_averaged_over_epochs_is_never_printed_as_zero(tmp_path: Path, c
     assert main(["compare", str(base), str(cur), "--out", str(tmp_path / "cmp")]) == 0
     md = (tmp_path / "cmp" / "compare.md").read_text(encoding="utf-8")
     assert "| anomaly_count | 0 | 0.50 | +0.50 |" in md
+
+
+# ---- case by case with a deterministic model (evals.gate_reference) ----
+
+OFFLINE = {"providers": ("offline",), "provider_specs": {"offline": {"model": "offline"}}}
+ONE_CASE_WORSE = [5] * (N_CASES - 1) + [4]  # one fact of one case misfiled: the drop rule calls it noise
+
+
+def _deterministic(path: Path, owner_nums: list[int], **manifest) -> Path:
+    fields = {**OFFLINE, **manifest}
+    return write_run(path, *run_frames(owner_nums, provider="offline"), providers=fields.pop("providers"), **fields)
+
+
+def test_one_case_worse_with_a_deterministic_model_fails_and_names_the_case(tmp_path: Path, capsys):
+    base = _deterministic(tmp_path / "base", PERFECT)
+    cur = _deterministic(tmp_path / "cur", ONE_CASE_WORSE)
+    assert gate(tmp_path, base, cur) == 1
+    report = (cur / "gate.md").read_text()
+    failed = [c for c in ET.parse(cur / "gate.xml").getroot().iter("testcase") if c.find("failure") is not None]
+    assert [c.get("name") for c in failed] == ["no case worse with a deterministic model"]
+    assert "owner_accuracy: 1 case(s) worse with a deterministic model" in report and "c19 1.000 → 0.800" in report
+    [drop] = evaluate_rules(rules({"metric": "owner_accuracy", "max_drop": 0.02}), load_run(base), load_run(cur))
+    assert drop.status == "pass"  # the same change, judged by the CI of the mean: within tolerance
+
+
+def test_a_better_case_passes_and_says_the_baseline_is_due_a_re_record(tmp_path: Path):
+    base = _deterministic(tmp_path / "base", ONE_CASE_WORSE)
+    cur = _deterministic(tmp_path / "cur", PERFECT)
+    assert gate(tmp_path, base, cur) == 0
+    assert "none worse; 1 better (re-record the baseline to keep them)" in (cur / "gate.md").read_text()
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"provider_specs": {"offline": {"model": "openai/gpt-4o-mini"}}}, "a sampled model"),
+    ({"seed": 4}, "different seeds (3 and 4)"),
+    ({"embedder": "minilm"}, "different embedders (hash and minilm)"),
+    ({"matcher_spec": "text"}, "different matchers"),
+])
+def test_runs_that_need_not_repeat_are_not_compared_case_by_case(tmp_path: Path, change, reason):
+    """A sampled model, or another seed, embedder or matcher: a case may move without a bug, so only the rules gate."""
+    base = _deterministic(tmp_path / "base", PERFECT, matcher_spec="semantic")
+    cur = _deterministic(tmp_path / "cur", ONE_CASE_WORSE, **{"matcher_spec": "semantic", **change})
+    assert gate(tmp_path, base, cur) == 0
+    assert f"not compared case by case: {reason}" in (cur / "gate.md").read_text()

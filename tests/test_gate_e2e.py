@@ -103,3 +103,28 @@ def test_gating_only_shared_cases_reproduces_the_reports_values_over_all_cases(b
     assert len(merged) == len(again.metrics) and {"faulted_units", "anomaly_count", "fact_f1"} <= set(merged["metric"])
     pd.testing.assert_series_equal(merged["value"], merged["value_report"], check_names=False)
     assert set(merged["dataset"]) == {"all", "chat_en"}
+
+
+def test_a_bug_in_one_case_fails_the_case_by_case_check_of_the_deterministic_model(baseline, tmp_path, monkeypatch,
+                                                                                     capsys):
+    """The offline model repeats exactly, so a case made worse is the code's doing: here a profile update that loses
+    the user's age (one case of the suite states one). The drop rule's CI calls one case of twenty noise; the check
+    after each write (PROFILE_UPDATE_LOST) sees it too."""
+    import hymem.client as client_module
+
+    real = client_module._profile_updates
+
+    def age_lost(profile, msgs):
+        updates = real(profile, msgs)
+        updates.pop("age", None)
+        return updates
+
+    monkeypatch.setattr(client_module, "_profile_updates", age_lost)
+    current = _run(tmp_path / "current")
+    capsys.readouterr()
+    assert main(["gate", "--baseline", str(baseline), "--current", str(current)]) == 1
+    failed = _failed(current)
+    assert "no case worse with a deterministic model" in failed
+    assert not any("profile_field_accuracy" in name for name in failed)  # within the drop rule's CI
+    report = (current / "gate.md").read_text()
+    assert "profile_field_accuracy: 1 case(s) worse with a deterministic model" in report
