@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -45,6 +45,7 @@ class Outcome:
     verdict: str
     anomalies: dict[str, int]
     seconds: float
+    failed_rules: list[str] = field(default_factory=list)  # the gate's failed rules (gate.xml testcases)
 
 
 class MutantError(RuntimeError):
@@ -104,6 +105,17 @@ def gate(root: Path, baseline: Path, current: Path) -> int:
     return subprocess.run(cmd, cwd=root, env=_env(root), capture_output=True, text=True).returncode
 
 
+def failed_rules(run: Path) -> list[str]:
+    """The names of the gate's failed rules, from the JUnit file it wrote into the run."""
+    from xml.etree import ElementTree
+
+    junit = run / "gate.xml"
+    if not junit.is_file():
+        return []
+    return [case.get("name", "") for case in ElementTree.parse(junit).getroot().iter("testcase")
+            if case.find("failure") is not None]
+
+
 def findings(run: Path) -> tuple[str, dict[str, int]]:
     import pandas as pd
 
@@ -126,7 +138,7 @@ def check(mutant: Mutant | None, work: Path, baseline: Path | None, datasets: li
     code = gate(root, baseline, out) if baseline is not None else 0
     verdict, kinds = findings(out)
     caught = code == 1 or bool(kinds)
-    return Outcome(name, caught, code, verdict, kinds, time.perf_counter() - start), out
+    return Outcome(name, caught, code, verdict, kinds, time.perf_counter() - start, failed_rules(out)), out
 
 
 def suite_file(case_ids: list[str], dest: Path) -> str:
@@ -152,10 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", type=Path, default=None,
                         help="gate against this run (default: the unmutated copy, run first)")
     parser.add_argument("--report", type=Path, default=None, help="write the markdown table here too")
+    parser.add_argument("--mutants", type=Path, default=HERE,
+                        help="the directory of *.toml mutants (default: tests/mutants), e.g. your own set")
     args = parser.parse_args(argv)
-    mutants = [m for m in load_mutants() if not args.only or m.name in args.only]
+    known = load_mutants(args.mutants)
+    mutants = [m for m in known if not args.only or m.name in args.only]
     if args.only and len(mutants) != len(set(args.only)):
-        raise MutantError(f"unknown mutant in {args.only}; known: {[m.name for m in load_mutants()]}")
+        raise MutantError(f"unknown mutant in {args.only}; known: {[m.name for m in known]}")
     with tempfile.TemporaryDirectory(prefix="hymem-mutants-") as tmp:
         work = Path(tmp)
         datasets = [suite_file(args.cases.split(","), work / "suite.jsonl")] if args.cases else []
@@ -172,11 +187,13 @@ def main(argv: list[str] | None = None) -> int:
             outcomes.append(outcome)
             kinds = ", ".join(f"{k} ×{n}" for k, n in sorted(outcome.anomalies.items())) or "none"
             print(f"{mutant.name}: {'CAUGHT' if outcome.caught else 'MISSED'} (gate exit {outcome.gate_exit}, "
-                  f"anomalies {kinds}, {outcome.seconds:.0f} s)", flush=True)
+                  f"anomalies {kinds}, failed rules {outcome.failed_rules or 'none'}, {outcome.seconds:.0f} s)",
+                  flush=True)
     caught = sum(o.caught for o in outcomes)
-    rows = ["| mutant | caught | gate exit | anomalies |", "|---|---|---|---|"]
+    rows = ["| mutant | caught | gate exit | anomalies | failed gate rules |", "|---|---|---|---|---|"]
     rows += [f"| {o.name} | {'yes' if o.caught else '**no**'} | {o.gate_exit} | "
-             f"{', '.join(f'{k} ×{n}' for k, n in sorted(o.anomalies.items())) or '—'} |" for o in outcomes]
+             f"{', '.join(f'{k} ×{n}' for k, n in sorted(o.anomalies.items())) or '—'} | "
+             f"{'; '.join(o.failed_rules) or '—'} |" for o in outcomes]
     table = "\n".join(rows) + f"\n\ncaught {caught} of {len(outcomes)}\n"
     print(table)
     if args.report:
