@@ -12,6 +12,9 @@ the model's real reply to the real prompt and changes exactly one decision into 
   UPDATEs (it supersedes), so this is also the sweep's only in-place update;
 - ``third_party_as_user`` (lm.extract, lm.extract_working): a named human's fact filed under the user (subject
   "user"): a friend in a chat, or a teammate on a coding trajectory;
+- ``third_party_as_assistant`` (lm.extract, lm.extract_working): a named human's fact filed under the AI (subject
+  "assistant", the owner left as the model gave it), the confusion the spec's roles invite: a named human speaks
+  on role=assistant;
 - ``profile_from_third_party`` (lm.extract): an L0 profile update (name, occupation) taken from what a
   named human said;
 - ``profile_other_name`` (lm.extract): the profile names a named user otherwise than the role=user message
@@ -33,7 +36,8 @@ from evals.record import AnomalyKind, Witnessed
 
 CROSS_SUBJECT_ADVERSARIAL = ("cross_subject_update", "cross_subject_supersede", "cross_subject_delete")
 RECONCILE_ADVERSARIAL = (*CROSS_SUBJECT_ADVERSARIAL, "double_update")
-EXTRACT_ADVERSARIAL = ("third_party_as_user", "profile_from_third_party", "profile_other_name")
+THIRD_PARTY_ADVERSARIAL = ("third_party_as_user", "third_party_as_assistant")  # both paths: a fact, no profile
+EXTRACT_ADVERSARIAL = (*THIRD_PARTY_ADVERSARIAL, "profile_from_third_party", "profile_other_name")
 ADVERSARIAL_KINDS = (*RECONCILE_ADVERSARIAL, *EXTRACT_ADVERSARIAL)
 
 _USER = {"user", "the user", "current user", "用户", "当前用户"}
@@ -143,7 +147,7 @@ def extract_reply(kind: str, prompt: str, reply: str) -> tuple[str, dict[str, An
     if not named:
         return None
     by_class = {subject_class(name): name for name in named}
-    if kind == "third_party_as_user":
+    if kind in THIRD_PARTY_ADVERSARIAL:
         facts = decoded.get("facts") or []
         index = next((i for i, f in enumerate(facts) if isinstance(f, dict)
                       and subject_class(f.get("subject")) in by_class), None)
@@ -151,9 +155,11 @@ def extract_reply(kind: str, prompt: str, reply: str) -> tuple[str, dict[str, An
             return None
         fact = dict(facts[index])
         speaker = by_class[subject_class(fact.get("subject"))]
-        facts = [*facts[:index], {**fact, "subject": "user", "owner": "user"}, *facts[index + 1:]]
+        filed = ({"subject": "user", "owner": "user"} if kind == "third_party_as_user" else
+                 {"subject": "assistant", "owner": fact.get("owner", "user")})
+        facts = [*facts[:index], {**fact, **filed}, *facts[index + 1:]]
         return json.dumps({**decoded, "facts": facts}, ensure_ascii=False), {"text": fact.get("text"),
-                                                                                "speaker": speaker, "owner": "user"}
+                                                                                "speaker": speaker, **filed}
     user_text = "\n".join(users).casefold()
     user = _user_name(prompt)
     for speaker, lines in named.items():
@@ -213,20 +219,29 @@ def adversarial_anomalies(kind: str, injected: dict[str, Any], user_id: str, bef
             found.append((AnomalyKind.CROSS_SUBJECT_MERGE_APPLIED, f"{injected['op']} of memory {injected['target_id']} "
                           f"({injected['target_text']!r}, subject {injected['target_subject']}) by a fact about "
                           f"{injected['fact_subject']} ({injected['fact_text']!r}) was applied: the memory is {now}"))
-    elif kind == "third_party_as_user":
+        live = {row.get("text") for row in memories.values() if row.get("user_id") == user_id
+                and row.get("superseded_by") is None and row.get("deleted_at") is None}
+        if injected["op"] != "DELETE" and injected["fact_text"] not in live:
+            # refused, the op's fact must still be stored (added beside the target): a refusal is no licence to drop it
+            found.append((AnomalyKind.CROSS_SUBJECT_MERGE_APPLIED, f"the refused {injected['op']} of memory "
+                          f"{injected['target_id']} dropped its fact about {injected['fact_subject']} "
+                          f"({injected['fact_text']!r}): it is not stored, so the merge still lost a fact"))
+    elif kind in THIRD_PARTY_ADVERSARIAL:
+        filed_as = injected.get("subject", "user")
+        anomaly = AnomalyKind.THIRD_PARTY_AS_USER if filed_as == "user" else AnomalyKind.THIRD_PARTY_AS_AI
         for row in memories.values():
             if row.get("text") != injected["text"] or row.get("superseded_by") is not None or \
                     row.get("deleted_at") is not None:
                 continue
-            if subject_class(row.get("subject")) == "user":
-                found.append((AnomalyKind.THIRD_PARTY_AS_USER, f"{injected['speaker']}'s fact {injected['text']!r} was stored "
-                                                     f"as memory {row['id']} with subject {row.get('subject')!r}"))
+            if subject_class(row.get("subject")) == filed_as:
+                found.append((anomaly, f"{injected['speaker']}'s fact {injected['text']!r} was stored "
+                                       f"as memory {row['id']} with subject {row.get('subject')!r}"))
             elif row.get("owner") != injected.get("owner", "user"):
                 # re-filed under the speaker, but not as the reply gave it: a named human is never owner "agent"
-                found.append((AnomalyKind.THIRD_PARTY_AS_USER, f"{injected['speaker']}'s fact {injected['text']!r} was "
-                                                     f"re-filed as memory {row['id']} (subject {row.get('subject')!r}) "
-                                                     f"with owner {row.get('owner')!r}, not the reply's "
-                                                     f"{injected.get('owner', 'user')!r}"))
+                found.append((anomaly, f"{injected['speaker']}'s fact {injected['text']!r} was "
+                                       f"re-filed as memory {row['id']} (subject {row.get('subject')!r}) "
+                                       f"with owner {row.get('owner')!r}, not the reply's "
+                                       f"{injected.get('owner', 'user')!r}"))
     elif kind == "profile_other_name":
         rows = [r for r in after.tables.get("profiles", []) if r.get("user_id") == user_id]
         profile = _json(rows[0].get("basic_info")) if rows else None
@@ -272,4 +287,5 @@ def _double_update_anomalies(injected: dict[str, Any], user_id: str, before: Any
 
 
 __all__ = ["ADVERSARIAL_KINDS", "CROSS_SUBJECT_ADVERSARIAL", "EXTRACT_ADVERSARIAL", "RECONCILE_ADVERSARIAL",
+           "THIRD_PARTY_ADVERSARIAL",
            "adversarial_anomalies", "adversarial_reply", "subject_class"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, PrivateAttr
 
-from evals.adversarial import ADVERSARIAL_KINDS, EXTRACT_ADVERSARIAL, RECONCILE_ADVERSARIAL
+from evals.adversarial import ADVERSARIAL_KINDS, EXTRACT_ADVERSARIAL, RECONCILE_ADVERSARIAL, THIRD_PARTY_ADVERSARIAL
 
 # Call sites, in the order a write reaches them.
 LM_SITES = ("lm.extract", "lm.extract_working", "lm.reconcile")
@@ -29,8 +29,8 @@ LM_KINDS = ("unavailable", "timeout", "rate_limit", "empty_body", "non_json_200"
 # changes" or "nothing to remember" (only a literal [] is; spec reconcile-failure.md).
 RECONCILE_KINDS = (*LM_KINDS, "unknown_id", "null_ops", *RECONCILE_ADVERSARIAL)
 # A working trajectory has no profile, so of the adversarial extraction kinds only a named human's fact filed
-# under the user applies there (a teammate on the call: the engine re-files it on both paths).
-EXTRACT_WORKING_KINDS = (*LM_KINDS, "null_facts", "third_party_as_user")
+# under the user or the AI applies there (a teammate on the call: the engine re-files it on both paths).
+EXTRACT_WORKING_KINDS = (*LM_KINDS, "null_facts", *THIRD_PARTY_ADVERSARIAL)
 EXTRACT_KINDS = (*LM_KINDS, "null_facts", *EXTRACT_ADVERSARIAL)
 EMBED_KINDS = ("embed_error", "embed_nan", "embed_wrong_dim")
 STORE_KINDS = ("store_error",)

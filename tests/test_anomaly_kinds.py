@@ -341,6 +341,26 @@ def test_cross_subject_merge_applied_when_the_reconcile_guard_is_gone(monkeypatc
     assert all(" was applied: the memory is " in w for _, _, w in found)
 
 
+def test_cross_subject_merge_applied_when_a_refused_merge_drops_its_fact(monkeypatch):
+    import hymem.reconciler as reconciler_module
+    from hymem.reconciler import PlannedOp
+
+    real = reconciler_module.validate_ops
+
+    def refused_as_noop(proposed, facts, candidates):  # the bug: the refusal keeps the target and drops the fact
+        return [PlannedOp("NOOP", fact=p.fact, target_id=None, refused=p.refused)
+                if p.refused and p.refused.startswith("cross-subject") and p.op == "ADD" else p
+                for p in real(proposed, facts, candidates)]
+
+    monkeypatch.setattr(reconciler_module, "validate_ops", refused_as_noop)
+    found = witnesses(replay(JOHN), AnomalyKind.CROSS_SUBJECT_MERGE_APPLIED)
+    assert {(site, kind) for site, kind, _ in found} == {
+        ("lm.reconcile", kind) for kind in ("cross_subject_update", "cross_subject_supersede")}
+    assert all(" dropped its fact about " in w for _, _, w in found)
+    assert ("lm.reconcile", "cross_subject_update", "the refused UPDATE of memory 1 dropped its fact about John ('John "
+            "lives in Berlin.'): it is not stored, so the merge still lost a fact") in found
+
+
 def test_third_party_as_user_when_named_subjects_are_not_enforced(monkeypatch):
     monkeypatch.setattr(client_module, "_named_subjects", lambda facts, msgs: facts)  # the model's subject stands
     found = witnesses(replay(JOHN), AnomalyKind.THIRD_PARTY_AS_USER)
@@ -365,6 +385,23 @@ def test_third_party_as_user_when_a_refiled_fact_is_made_the_agents(monkeypatch)
     assert [(site, kind) for site, kind, _ in found] == [("lm.extract", "third_party_as_user")]
     assert found[0][2].startswith("John's fact 'John lives in Berlin.' was re-filed as memory ")
     assert found[0][2].endswith("(subject 'John') with owner 'agent', not the reply's 'user'")
+
+
+def test_third_party_as_ai_when_named_subjects_skip_the_assistant_label(monkeypatch):
+    real = client_module._named_subjects
+
+    def users_only(facts, msgs):  # the bug: only facts labelled the user's are re-filed under a named human
+        ai = [f for f in facts if f.subject == "assistant"]
+        out = real([f for f in facts if f.subject != "assistant"], msgs)
+        return out + ai
+
+    assert witnesses(replay(JOHN), AnomalyKind.THIRD_PARTY_AS_AI) == []
+    monkeypatch.setattr(client_module, "_named_subjects", users_only)
+    found = witnesses(replay(JOHN), AnomalyKind.THIRD_PARTY_AS_AI)
+    assert [(site, kind) for site, kind, _ in found] == [("lm.extract", "third_party_as_assistant")]
+    assert found[0][2].startswith("John's fact 'John lives in Berlin.' was stored as memory ")
+    assert found[0][2].endswith("with subject 'assistant'")
+    assert witnesses(replay(JOHN), AnomalyKind.THIRD_PARTY_AS_USER) == []  # the user's label is still re-filed
 
 
 # A coding trajectory with a teammate on it: the working path must re-file her fact too.

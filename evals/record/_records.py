@@ -47,6 +47,7 @@ class AnomalyKind(StrEnum):
     CONCURRENT_WRITE_INTERLEAVED = "CONCURRENT_WRITE_INTERLEAVED"  # concurrent writes' messages interleaved in history
     CROSS_SUBJECT_MERGE_APPLIED = "CROSS_SUBJECT_MERGE_APPLIED"  # an UPDATE/SUPERSEDE/DELETE across subjects applied
     THIRD_PARTY_AS_USER = "THIRD_PARTY_AS_USER"  # a named human's fact stored under the user
+    THIRD_PARTY_AS_AI = "THIRD_PARTY_AS_AI"  # a named human's fact stored under the AI (they speak on role=assistant)
     PROFILE_FROM_THIRD_PARTY = "PROFILE_FROM_THIRD_PARTY"  # the user's L0 profile took a named human's name or words
     RECONCILE_CANDIDATES_WRONG = "RECONCILE_CANDIDATES_WRONG"  # the reconcile prompt's candidates are not the top-k retrieval
     PROFILE_UPDATE_LOST = "PROFILE_UPDATE_LOST"  # profile() lacks a value the user stated in the latest write
