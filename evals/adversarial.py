@@ -33,6 +33,7 @@ from typing import Any
 
 from evals.prompt_contract import NAME_LINE, conversation_of, section_json
 from evals.record import AnomalyKind, Witnessed
+from hymem.subjects import canonical_subject, subject_of
 
 CROSS_SUBJECT_ADVERSARIAL = ("cross_subject_update", "cross_subject_supersede", "cross_subject_delete")
 RECONCILE_ADVERSARIAL = (*CROSS_SUBJECT_ADVERSARIAL, "double_update")
@@ -54,6 +55,17 @@ def subject_class(subject: Any) -> str:
     return "user" if text in _USER else "assistant" if text in _ASSISTANT else text
 
 
+def _about(item: dict[str, Any]) -> str:
+    """Who a fact or memory of a reconcile prompt is about, as the adversary reads it: a relative of the user its
+    sentence names ("用户妈妈也是护士", "The user's mother is a nurse"), whatever its label says, else its label.
+    Why not the engine's `fact_subject`: an adversary that reads subjects through the function under test cannot
+    offer the merge that function's bug lets through (a model's mislabel is exactly where the guard matters)."""
+    named = subject_of(str(item.get("text") or ""))
+    if named is not None and canonical_subject(named) not in ("user", "assistant") and ("'s " in named or "的" in named):
+        return subject_class(named)
+    return subject_class(item.get("subject"))
+
+
 def _json(text: str | None) -> Any:
     try:
         return json.loads(text) if text is not None else None
@@ -72,15 +84,13 @@ def reconcile_reply(kind: str, prompt: str, reply: str) -> tuple[str, dict[str, 
     if kind == "double_update":
         return _double_update(facts, existing, decoded)
     pairs = [(f, c) for f in facts for c in existing
-             if isinstance(f, dict) and isinstance(c, dict)
-             and subject_class(f.get("subject")) != subject_class(c.get("subject"))]
+             if isinstance(f, dict) and isinstance(c, dict) and _about(f) != _about(c)]
     if not pairs:
         return None
     # Two different people, neither the user, when the prompt offers them (Kate's fact and John's memory, "the
     # user's sister" and "the user's mother"): a guard that only tells the user from everyone else, or that
     # compares subjects loosely, lets that merge through although it refuses every user-vs-named one.
-    pair = next((p for p in pairs if "user" not in (subject_class(p[0].get("subject")),
-                                                     subject_class(p[1].get("subject")))), pairs[0])
+    pair = next((p for p in pairs if "user" not in (_about(p[0]), _about(p[1]))), pairs[0])
     fact, target = pair
     op = kind.removeprefix("cross_subject_").upper()
     ops = [o for o in decoded.get("ops") or [] if isinstance(o, dict) and o.get("id") != target["id"]

@@ -172,13 +172,23 @@ def _fold(text: str | None) -> str:
 
 
 def canonical_subject(subject: str | None) -> str:
-    """`user`, `assistant`, or the person's name folded for comparison."""
+    """`user`, `assistant`, or the person's name folded for comparison; a relative of the user's by their folded
+    relation, as `subject_of` names them ("The user's mom" and "the user's mother" are one, 用户的妈妈 用户的母亲)."""
     text = _fold(subject)
     if text in _USER:
         return "user"
     if text in _ASSISTANT:
         return "assistant"
+    if match := _EN_RELATIVE_LABEL.match(text):
+        return _fold(_relative(match.group(1), None, zh=False))
+    if match := _ZH_RELATIVE_LABEL.match(text):
+        return _fold(_relative(match.group(1), None, zh=True))
     return text
+
+
+# A subject label that is a relative of the user's and nothing more: "the user's mom", "用户的妈妈", "用户妈妈".
+_EN_RELATIVE_LABEL = re.compile(rf"^(?:the\s+)?(?:current\s+)?user's\s+({_EN_RELATIONS})$")
+_ZH_RELATIVE_LABEL = re.compile(rf"^{_ZH_USER_WORD}的?({_ZH_RELATIONS})$")
 
 
 def same_subject(a: str | None, b: str | None) -> bool:

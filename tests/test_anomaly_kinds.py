@@ -361,6 +361,26 @@ def test_cross_subject_merge_applied_when_a_refused_merge_drops_its_fact(monkeyp
             "lives in Berlin.'): it is not stored, so the merge still lost a fact") in found
 
 
+# The offline model files "我妈妈也是护士" under the user (no 的): the guard must read the relative off the sentence.
+MOTHER = Case.model_validate({
+    "id": "mother", "lang": "zh", "user_id": "lilei", "tags": [],
+    "memories": [{"text": "用户是护士。", "subject": "user", "owner": "user"}],
+    "turns": [[{"role": "user", "name": "李雷", "content": "我妈妈也是护士，她在上海的医院上夜班。"}]],
+    "expect": {"facts": [{"text": "用户的妈妈是护士，在上海的医院上夜班。", "subject": "用户的妈妈", "owner": "user"}]},
+})
+
+
+def test_cross_subject_merge_applied_when_the_guard_trusts_a_mislabelled_relative(monkeypatch):
+    import hymem.reconciler as reconciler_module
+
+    assert witnesses(replay(MOTHER), AnomalyKind.CROSS_SUBJECT_MERGE_APPLIED) == []
+    monkeypatch.setattr(reconciler_module, "fact_subject", lambda text, label: label)  # the bug: labels only
+    found = witnesses(replay(MOTHER), AnomalyKind.CROSS_SUBJECT_MERGE_APPLIED)
+    assert {kind for _, kind, _ in found} == {"cross_subject_update", "cross_subject_supersede", "cross_subject_delete"}
+    assert any("('用户是护士。', subject user) by a fact about user ('用户妈妈也是护士，她在上海的医院上夜班。') was applied"
+               in w for _, _, w in found)
+
+
 def test_third_party_as_user_when_named_subjects_are_not_enforced(monkeypatch):
     monkeypatch.setattr(client_module, "_named_subjects", lambda facts, msgs: facts)  # the model's subject stands
     found = witnesses(replay(JOHN), AnomalyKind.THIRD_PARTY_AS_USER)

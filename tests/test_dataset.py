@@ -285,6 +285,20 @@ def test_inconsistent_gold_is_reported(tmp_path: Path) -> None:
     ]
 
 
+def test_an_update_is_checked_for_the_same_person_not_the_same_spelling(tmp_path: Path) -> None:
+    """"The user's mom" moving is an update of "the user's mother"; the user's mother is not the user."""
+    case = _good(memories=[{"text": "The user's mom lives in Leeds.", "subject": "The user's mom", "owner": "user"}])
+    case["expect"] = {"facts": [{"text": "The user's mother lives in York.", "subject": "The user's mother",
+                                 "owner": "user"}],
+                      "updates": [{"old": "The user's mom lives in Leeds.", "new": "The user's mother lives in York."}]}
+    assert [c.id for c in load_cases([str(_write(tmp_path / "ok.jsonl", case))])] == ["c1"]
+    case["expect"]["facts"][0] |= {"text": "The user lives in York.", "subject": "user"}
+    case["expect"]["updates"][0]["new"] = "The user lives in York."
+    path = _write(tmp_path / "x.jsonl", case)
+    assert _errors(path) == [f"{path}:1: expect.updates[0]: old and new have different subjects; a change never "
+                             "crosses subjects"]
+
+
 def test_subject_spelled_another_way_is_rejected(tmp_path: Path) -> None:
     case = _good()
     case["expect"]["facts"][0]["subject"] = "User"

@@ -91,6 +91,16 @@ def test_the_subject_is_split_off_so_text_is_matched_on_what_is_said():
     assert same_subject("User", "用户") and not same_subject("John", "user")
 
 
+def test_a_relative_label_is_the_relative_the_sentence_rule_names():
+    """A label "the user's mom" and a sentence about "the user's mother" are one person, in both languages, so the
+    guard never refuses a same-person update over a spelling and the dataset checks read labels as the engine does."""
+    assert same_subject("The user's mom", "the user's mother")
+    assert same_subject("The user's mom", subject_of("The user's mother moved to York."))
+    assert same_subject("用户的妈妈", "用户的母亲") and same_subject("用户妈妈", subject_of("用户的母亲是护士。"))
+    assert not same_subject("The user's mom", "the user's sister") and not same_subject("用户的妈妈", "用户")
+    assert not same_subject("The user's friend Jack", "the user's friend")  # a named friend is that person
+
+
 def _pairs_file(path: Path, rows: list[dict]) -> Path:
     path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
     return path
