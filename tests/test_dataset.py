@@ -174,7 +174,7 @@ def test_bundled_tags_match_what_each_case_contains(bundled: list[Case]) -> None
         ),
         "working": lambda c: c.path == "working",
         "experience": lambda c: any(f.kind == "experience" for f in c.expect.facts),
-        "system-message": lambda c: any(m["role"] == "system" for t in c.turns for m in t),
+        "system-message": lambda c: any(m["role"] in ("system", "developer") for t in c.turns for m in t),
     }
     for case in bundled:
         assert case.tags, case.id
