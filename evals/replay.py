@@ -46,10 +46,12 @@ from evals.write_contract import (
     replay_anomalies,
     reuse_anomalies,
     stated_profile,
+    subjectless_misfiled,
 )
 from hymem.validation import InputValidationError
 
 CONCURRENT_SENDERS = 2  # threads sending each request_id of a case at once in the concurrency check
+SUBJECTLESS_SUFFIX = "/subjectless"  # the user of the subjectless-seeds check, on a store of its own
 STRANGER_SUFFIX = "/stranger"  # the other user of the cross-user check: the case's user_id with this suffix
 
 
@@ -133,6 +135,7 @@ class CaseReplayer:
                 result.profile = system.profile(self.case.user_id)
             self._reopen(tmp, store, result.findings, stale_sources(result.writes, snapshots), latest)
             self._stranger(tmp, store, writes, result.writes, result.findings)
+            self._subjectless(tmp, writes, result.findings)
         finally:
             _close_quietly(system)
         if not sweep:
@@ -294,6 +297,33 @@ class CaseReplayer:
         findings += [Finding(kind=kind, check="stranger", write=first.index, path=path, witness=witness)
                      for kind, witness in cross_user_anomalies(user, stranger, first.request_id, outcome, before,
                                                                after, answers, searched)]
+
+    def _subjectless(self, tmp: Path, writes: list[tuple[str, Any]], findings: list[Finding]) -> None:
+        """The case's seeds sent to a fresh store without their subjects, as a mem0-style caller sends memories:
+        each must be filed by the one subject rule (`hymem.subjects.memory_subject`: the assistant's for an agent
+        memory, else whom the sentence names, else the user's), never defaulted. Why: every seed carries its
+        subject, so the rule that files a subjectless memory was never exercised. In-process models only."""
+        system = self.system
+        if not writes or writes[0][0] != "extracted" or not offers_cross_user(system) or self._is_http:
+            return
+        sent = [{k: v for k, v in memory.items() if k != "subject"} for memory in writes[0][1]]
+        work = tmp / "subjectless"
+        user = self.case.user_id + SUBJECTLESS_SUFFIX
+        self.log.context = {"write": 0, "unit": "subjectless"}
+        try:
+            system.open(work)
+            outcome = engine_call(system.write, "extracted", sent, user, f"{self.case.id}/subjectless")
+            after = system.snapshot_open(work)
+            system.close()
+        except EngineRaised as exc:
+            findings.append(Finding(kind=AnomalyKind.ENGINE_EXCEPTION, check="subjectless",
+                                    witness=f"the seeds sent without subjects: {exc}"))
+            _close_quietly(system)
+            return
+        if not outcome.success:
+            return  # a failure is the control write's to judge (the same memories, with subjects)
+        findings += [Finding(kind=AnomalyKind.SUBJECTLESS_MISFILED, check="subjectless", write=0, path="extracted",
+                             witness=witness) for witness in subjectless_misfiled(sent, live_rows(after, user))]
 
     def _concurrently(self, tmp: Path, writes: list[tuple[str, Any]], findings: list[Finding]) -> None:
         """The case's writes sent at once on a fresh store, each request_id from two threads."""

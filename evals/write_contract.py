@@ -18,6 +18,7 @@ from typing import Any
 from evals.checker import StoreState, canonical, consistency_anomalies, diff_states, short_diff
 from evals.prompt_contract import Said, read_messages, user_name
 from evals.record import AnomalyKind, Witnessed
+from hymem.subjects import memory_subject, same_subject
 
 HISTORY_LIMIT = 2000  # HyMemoryClient's documented history_limit: non-user messages are cut to it plus "…"
 
@@ -247,6 +248,19 @@ def live_rows(state: StoreState, user_id: str) -> list[dict[str, Any]]:
     """The user's live memory rows (neither superseded nor deleted), oldest (lowest id) first."""
     return sorted((r for r in state.tables.get("memories", []) if r.get("user_id") == user_id
                    and r.get("superseded_by") is None and r.get("deleted_at") is None), key=lambda r: r["id"])
+
+
+def subjectless_misfiled(sent: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[str]:
+    """Each memory sent without a subject, against the live row holding its text: filed by `memory_subject`."""
+    found = []
+    by_text = {row.get("text"): row for row in rows}
+    for memory in sent:
+        row = by_text.get(memory.get("text"))
+        want = memory_subject(str(memory.get("text")), memory.get("owner"))
+        if row is not None and not same_subject(row.get("subject"), want):
+            found.append(f"{memory.get('text')!r} (owner {memory.get('owner')!r}), sent without a subject, was filed "
+                         f"under {row.get('subject')!r}; the subject rule names {want!r}")
+    return found
 
 
 def read_anomalies(user_id: str, state: StoreState, memories: list[dict[str, Any]],

@@ -381,6 +381,23 @@ def test_cross_subject_merge_applied_when_the_guard_trusts_a_mislabelled_relativ
                in w for _, _, w in found)
 
 
+def test_subjectless_misfiled_when_add_extracted_defaults_the_subject_to_the_user(monkeypatch):
+    real = client_module._fact_from_dict
+
+    def defaulted(index, memory, max_chars):  # the bug: no subject given means the user's, whatever the text says
+        fact = real(index, memory, max_chars)
+        if not memory.get("subject"):
+            fact.subject = "user"
+        return fact
+
+    assert [f for f in replay(KATE).findings if f.kind == AnomalyKind.SUBJECTLESS_MISFILED] == []
+    monkeypatch.setattr(client_module, "_fact_from_dict", defaulted)
+    found = [f for f in replay(KATE).findings if f.kind == AnomalyKind.SUBJECTLESS_MISFILED]
+    assert [(f.check, f.write, f.path) for f in found] == [("subjectless", 0, "extracted")] * len(found) and found
+    assert any("sent without a subject, was filed under 'user'; the subject rule names 'John'" in f.witness
+               for f in found)
+
+
 def test_third_party_as_user_when_named_subjects_are_not_enforced(monkeypatch):
     monkeypatch.setattr(client_module, "_named_subjects", lambda facts, msgs: facts)  # the model's subject stands
     found = witnesses(replay(JOHN), AnomalyKind.THIRD_PARTY_AS_USER)

@@ -16,8 +16,9 @@ from evals.record._version import SCHEMA_VERSION
 
 Outcome = Literal["ok", "wrong", "indeterminate", "infra_error"]  # of one faulted run
 Status = Literal["ok", "infra_error"]  # of one unit
-Unit = Literal["control", "fault", "retry", "repeat", "replay", "concurrency", "stranger"]  # which run of a write an attempt belongs to
-Check = Literal["control", "prompt", "history", "replay", "reopen", "concurrency", "profile", "stranger", "reads"]  # a Finding's check
+Unit = Literal["control", "fault", "retry", "repeat", "replay", "concurrency", "stranger", "subjectless"]  # which run of a write an attempt belongs to
+Check = Literal["control", "prompt", "history", "replay", "reopen", "concurrency", "profile", "stranger", "reads",
+                "subjectless"]  # a Finding's check
 
 
 class AnomalyKind(StrEnum):
@@ -56,6 +57,7 @@ class AnomalyKind(StrEnum):
     SUPERSEDED_BY_WRONG = "SUPERSEDED_BY_WRONG"  # superseded_by names no other memory of the same user (or loops)
     UPDATE_WRONG = "UPDATE_WRONG"  # an in-place UPDATE lost a fact (a second op on one memory) or its timestamps
     READ_WRONG = "READ_WRONG"  # get_all()/search() disagree with the live rows: missing, extra, not best first, over k
+    SUBJECTLESS_MISFILED = "SUBJECTLESS_MISFILED"  # a memory sent without a subject was not filed by the subject rule
 
 
 # Which anomaly kinds break each property of a faulted write.

@@ -87,7 +87,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
     ),
     "attempts": _cols(
         ("dataset", "string"), ("provider", "string"), ("model", "string"),
-        ("case_id", "string"), ("write", "int64"), ("unit", "string", "control | fault | retry | repeat | replay | concurrency | stranger"),
+        ("case_id", "string"), ("write", "int64"), ("unit", "string", "control | fault | retry | repeat | replay | concurrency | stranger | subjectless"),
         ("site", "string"), ("attempt", "int64"), ("status", "string"), ("error", "string"),
         ("latency_s", "float64"), ("prompt_tokens", "int64"), ("completion_tokens", "int64"),
         ("cost_usd", "float64"), ("cache_hit", "bool"), ("injected", "string"),
