@@ -21,6 +21,7 @@ from evals.dataset import Case
 from evals.faults import Fault, FaultPlan
 from evals.prompt_contract import Said, check_candidates, check_prompts, read_messages, user_name
 from evals.record import Anomaly, AnomalyKind, CaseRun, Codes, FaultRecord, Finding, Witnessed, WriteRecord
+from evals.record._records import Check
 from evals.scratch import scratch_dir
 from evals.systems.base import (
     MemorySystem,
@@ -286,9 +287,7 @@ class CaseReplayer:
             answers = {(who, q): engine_call(system.search_as, who, q, k) for who in (user, stranger) for q in queries}
             system.close()
         except EngineRaised as exc:
-            findings.append(Finding(kind=AnomalyKind.ENGINE_EXCEPTION, check="stranger",
-                                    witness=f"another user's write or search on the case's store: {exc}"))
-            _close_quietly(system)
+            self._raised(findings, "stranger", f"another user's write or search on the case's store: {exc}")
             return
         failed_at_provider = not outcome.success and (self._is_http or any(
             a.unit == "stranger" and a.status != "ok" for a in self.log.rows))
@@ -297,6 +296,11 @@ class CaseReplayer:
         findings += [Finding(kind=kind, check="stranger", write=first.index, path=path, witness=witness)
                      for kind, witness in cross_user_anomalies(user, stranger, first.request_id, outcome, before,
                                                                after, answers, searched)]
+
+    def _raised(self, findings: list[Finding], check: Check, witness: str) -> None:
+        """An exception out of the engine in an extra check's write: a finding, and the store closed."""
+        findings.append(Finding(kind=AnomalyKind.ENGINE_EXCEPTION, check=check, witness=witness))
+        _close_quietly(self.system)
 
     def _subjectless(self, tmp: Path, writes: list[tuple[str, Any]], findings: list[Finding]) -> None:
         """The case's seeds sent to a fresh store without their subjects, as a mem0-style caller sends memories:
@@ -316,9 +320,7 @@ class CaseReplayer:
             after = system.snapshot_open(work)
             system.close()
         except EngineRaised as exc:
-            findings.append(Finding(kind=AnomalyKind.ENGINE_EXCEPTION, check="subjectless",
-                                    witness=f"the seeds sent without subjects: {exc}"))
-            _close_quietly(system)
+            self._raised(findings, "subjectless", f"the seeds sent without subjects: {exc}")
             return
         if not outcome.success:
             return  # a failure is the control write's to judge (the same memories, with subjects)
