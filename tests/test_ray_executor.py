@@ -44,8 +44,11 @@ def _run(out: Path, *extra: str, dataset: str = "datasets/working.jsonl", faults
 
 def _table(path: Path) -> pd.DataFrame:
     frame = pd.read_parquet(path)
-    if path.name == "metrics.parquet":  # latency percentiles are timings too
-        frame = frame[~frame["metric"].str.startswith("latency")]
+    if path.name == "metrics.parquet":  # latency percentiles are timings too; tokens include the racing writes'
+        frame = frame[~frame["metric"].str.startswith("latency") & (frame["metric"] != "tokens_total")]
+    if path.name == "attempts.parquet":  # the concurrency check's writes race by design: which lands first decides
+        racing = frame["unit"] == "concurrency"  # the memories the others' reconcile prompts list, so their length
+        frame.loc[racing, ["prompt_tokens", "completion_tokens"]] = float("nan")
     frame = frame.drop(columns=[c for c in frame.columns if c in TIMING])
     if frame.empty:
         return frame.reset_index(drop=True)
