@@ -229,9 +229,7 @@ def adversarial_anomalies(kind: str, injected: dict[str, Any], user_id: str, bef
             found.append((AnomalyKind.CROSS_SUBJECT_MERGE_APPLIED, f"{injected['op']} of memory {injected['target_id']} "
                           f"({injected['target_text']!r}, subject {injected['target_subject']}) by a fact about "
                           f"{injected['fact_subject']} ({injected['fact_text']!r}) was applied: the memory is {now}"))
-        live = {row.get("text") for row in memories.values() if row.get("user_id") == user_id
-                and row.get("superseded_by") is None and row.get("deleted_at") is None}
-        if injected["op"] != "DELETE" and injected["fact_text"] not in live:
+        if injected["op"] != "DELETE" and injected["fact_text"] not in _live_texts(memories, user_id):
             # refused, the op's fact must still be stored (added beside the target): a refusal is no licence to drop it
             found.append((AnomalyKind.CROSS_SUBJECT_MERGE_APPLIED, f"the refused {injected['op']} of memory "
                           f"{injected['target_id']} dropped its fact about {injected['fact_subject']} "
@@ -272,15 +270,19 @@ def adversarial_anomalies(kind: str, injected: dict[str, Any], user_id: str, bef
     return found
 
 
+def _live_texts(memories: dict[Any, dict[str, Any]], user_id: str) -> set[Any]:
+    """The texts of the user's live memories (neither superseded nor deleted) after the write."""
+    return {row.get("text") for row in memories.values() if row.get("user_id") == user_id
+            and row.get("superseded_by") is None and row.get("deleted_at") is None}
+
+
 def _double_update_anomalies(injected: dict[str, Any], user_id: str, before: Any, memories: dict[Any, dict[str, Any]]
                              ) -> list[Witnessed]:
     """Both facts of a double UPDATE live after the write; the memory updated in place keeps its created_at and
     moves its updated_at (timestamps are left out of every state comparison)."""
     found: list[Witnessed] = []
     target_id = injected["target_id"]
-    live = {row.get("text") for row in memories.values() if row.get("user_id") == user_id
-            and row.get("superseded_by") is None and row.get("deleted_at") is None}
-    lost = [text for text in injected["fact_texts"] if text not in live]
+    lost = [text for text in injected["fact_texts"] if text not in _live_texts(memories, user_id)]
     if lost:
         found.append((AnomalyKind.UPDATE_WRONG, f"two UPDATEs of memory {target_id} ({injected['target_text']!r}) in "
                       f"one write: {lost} not live after it (the second op on a memory already changed must be "
