@@ -474,9 +474,7 @@ def check_faulted_write(expected: Expected, result: Any, before: StoreState, aft
                                  + (f"; state diff: {short_diff(diff)}" if diff else "")))
         elif {k: actual.get(k) for k in want} != want:  # a system may report more fields (e.g. what it raised)
             found.append(Anomaly(kind=_K.WRONG_ERROR_CODE, witness=f"expected {want}, got {actual}"))
-        for kind in sorted({_TABLE_ANOMALY.get(t, _K.PARTIAL_WRITE) for t in diff}):
-            tables = [t for t in diff if _TABLE_ANOMALY.get(t, _K.PARTIAL_WRITE) == kind]
-            found.append(Anomaly(kind=kind, witness=short_diff({t: diff[t] for t in tables})))
+        found += _leftovers(diff)
     found += consistency_anomalies(after, dim)
     if not expected.success:
         if retry_result is None or not retry_result.success:
@@ -491,6 +489,20 @@ def check_faulted_write(expected: Expected, result: Any, before: StoreState, aft
         found.append(Anomaly(kind=_K.DOUBLE_WRITE, witness="re-sending the same request_id changed the store: "
                              + short_diff(logical_diff(retry_after if not expected.success else after, repeat_after))))
     return list(dict.fromkeys(found))  # each (kind, witness) once, in the order found
+
+
+def leftover_anomalies(before: StoreState, after: StoreState) -> list[Anomaly]:
+    """What a failed write left behind: one anomaly per kind of leftover (rows, vectors, L1 raw, episodes, traces),
+    each with the tables' diff as its witness. Empty when the store is as it was."""
+    return _leftovers(diff_states(before, after))
+
+
+def _leftovers(diff: dict[str, dict[str, list[str]]]) -> list[Anomaly]:
+    found = []
+    for kind in sorted({_TABLE_ANOMALY.get(t, _K.PARTIAL_WRITE) for t in diff}):
+        tables = [t for t in diff if _TABLE_ANOMALY.get(t, _K.PARTIAL_WRITE) == kind]
+        found.append(Anomaly(kind=kind, witness=short_diff({t: diff[t] for t in tables})))
+    return found
 
 
 def _extra_rows(control: StoreState, other: StoreState) -> bool:

@@ -16,9 +16,13 @@ from evals.record._version import SCHEMA_VERSION
 
 Outcome = Literal["ok", "wrong", "indeterminate", "infra_error"]  # of one faulted run
 Status = Literal["ok", "infra_error"]  # of one unit
-Unit = Literal["control", "fault", "retry", "repeat", "replay", "concurrency", "stranger", "subjectless"]  # which run of a write an attempt belongs to
+Unit = Literal["control", "fault", "retry", "repeat", "replay", "concurrency", "stranger", "subjectless",
+              "natural"]  # which run of a write an attempt belongs to
 Check = Literal["control", "prompt", "history", "replay", "reopen", "concurrency", "profile", "stranger", "reads",
-                "subjectless"]  # a Finding's check
+                "subjectless", "natural"]  # a Finding's check
+# Why a fault-free write failed, as the harness reads the model's replies (evals.natural): the model's causes,
+# or `engine` (every reply valid: the engine failed on its own, CONTROL_WRITE_FAILED).
+Cause = Literal["parse", "empty", "schema", "refused", "unavailable", "engine"]
 
 
 class AnomalyKind(StrEnum):
@@ -142,6 +146,19 @@ class OpRecord(BaseModel):
     refused: str | None = None  # why the engine refused the model's op (e.g. cross-subject)
 
 
+class WriteFailure(BaseModel):
+    """Why a fault-free write failed, read from the model's replies rather than the engine's account, and what the
+    write contract check on it found (a natural failure: no fault was injected; evals.natural)."""
+
+    cause: Cause
+    site: str  # the call site whose reply (or provider error) broke the write
+    detail: str = ""  # what the harness's reading of the reply found
+    reply: str = ""  # a redacted excerpt of the broken reply
+    expected: Codes | None = None  # the failure table's codes for the reply's failure class (None: the engine's)
+    checked: bool = False  # the store was read before and after, and the write contract checked on it
+    retry_success: bool | None = None  # the retry with a new request_id, on a copy of the store, succeeded
+
+
 class WriteRecord(Record):
     """One write of the fault-free control run, as the engine reported it."""
 
@@ -156,6 +173,7 @@ class WriteRecord(Record):
     proposed_ops: list[dict[str, Any]] = Field(default_factory=list)  # what the reconcile model proposed, as it said it
     reached: dict[str, int] = Field(default_factory=dict)  # call site -> calls made in this write
     seconds: float = 0.0
+    failure: WriteFailure | None = None  # why it failed, when it did (its anomalies are the unit's findings)
 
 
 class FaultRecord(Record):
