@@ -29,8 +29,8 @@ from evals.checker import (
 )
 from evals.dataset import Case
 from evals.faults import Expected, Fault, FaultPlan
-from evals.prompt_contract import Said, check_candidates, check_prompts, read_messages, user_name
 from evals.natural import broken_replies, codes_consistent, expected_codes, reached_provider, why_failed
+from evals.prompt_contract import Said, check_candidates, check_prompts, read_messages, user_name
 from evals.record import (
     Anomaly,
     AnomalyKind,

@@ -524,11 +524,16 @@ def _failure_section(failures: pd.DataFrame, repeated: bool, limit: int = 5) -> 
         out.append(f"### {provider}: {cause} ({len(group)}; {FAILURE_CAUSES.get(str(cause), '')}; "
                    f"{wrong} with a write-contract anomaly)")
         out += [f"- `{f.case_id}` {_in_epoch(f'write {f.write}', f, repeated)} ({f.path}) at {f.site}: "
-                f"{_one_line(f.detail, 160)}" + (f" — reply: {_one_line(f.reply, 160)!r}" if f.reply else "")
+                f"{_one_line(f.detail, 160)}" + (f" — reply: {_one_line(_flat(f.reply), 160)!r}" if f.reply else "")
                 for f in group.head(limit).itertuples()]
         out.append("")
     out.append("Every one is in `write_failures.parquet`; its gold facts count as misses.")
     return out + [""]
+
+
+def _flat(text: Any) -> str:
+    """A reply on one line (a model's JSON spans many)."""
+    return " ".join(str(text).split())
 
 
 def _in_epoch(where: str, row: Any, repeated: bool) -> str:
