@@ -171,12 +171,20 @@ class CaseReplayer:
             return
         states.append(system.snapshot(store))
         for index, (path, payload) in enumerate(writes):
-            if not result.writes[index].success:  # no fault-free reference to check its faulted runs against
+            write = result.writes[index]
+            natural = write.failure is not None and write.failure.cause != "engine"
+            if not write.success and not natural:  # the engine's failure: no reference to check faulted runs by
                 continue
             unit_key = f"{self.provider}|{self.case.id}|{index}"
-            for fault in system.faults_for_write(self.plan, result.writes[index].reached, self.seed, unit_key):
+            faults = system.faults_for_write(self.plan, write.reached, self.seed, unit_key)
+            if natural:
+                # Planned on the write as it really ran: only at the sites it reached before its reply broke it
+                # (`reached`), and only faults that must fail it (one that must not would meet the same broken
+                # reply downstream); the reference is the store as it was.
+                faults = [f for f in faults if not system.expected_outcome(f.site, f.kind).success]
+            for fault in faults:
                 result.faults.append(self._faulted(tmp, index, path, payload, fault, snapshots[index],
-                                                   states[index], states[index + 1]))
+                                                   states[index], states[index + 1], natural_control=natural))
         self._concurrently(tmp, writes, result.findings)
 
     def _after_write(self, store: Path, index: int, path: str, payload: Any, record: WriteRecord,
@@ -514,7 +522,10 @@ class CaseReplayer:
         return state
 
     def _faulted(self, tmp: Path, index: int, path: str, payload: Any, fault: Fault, snapshot: Path,
-                 before: StoreState, control_after: StoreState) -> FaultRecord:
+                 before: StoreState, control_after: StoreState, *, natural_control: bool = False) -> FaultRecord:
+        """One faulted run of write `index` from its snapshot, its retry without the fault and a re-sent request id.
+        `natural_control`: the fault-free write failed on the model's own reply, so a retry the model breaks the
+        same way must leave the store as it was, and one that gets through has no fault-free state to match."""
         t0 = time.perf_counter()
         system = self.system
         expected = system.expected_outcome(fault.site, fault.kind)
@@ -545,24 +556,31 @@ class CaseReplayer:
             else:
                 after = self._state_between(work, live)
             retry = None
+            retry_natural = False  # the retry failed on the model's own reply, as the fault-free write did
             if not expected.success:
                 self.log.context = {"write": index, "unit": "retry"}
                 stage = "retry"
+                first_attempt = len(self.log.rows)
                 retry = engine_call(system.write, path, payload, self.case.user_id, rid + "/retry")
                 record.retry_success = retry.success
+                retry_natural = natural_control and not retry.success and why_failed(
+                    record_prompts(retry), self.log.rows[first_attempt:]).cause != "engine"
             retry_after = self._state_between(work, live) if retry is not None else after  # no retry: unchanged
-            repeat_rid = rid + "/retry" if not expected.success else rid
-            self.log.context = {"write": index, "unit": "repeat"}
-            stage = "repeat"
-            engine_call(system.write, path, payload, self.case.user_id, repeat_rid)
-            repeat_after = system.snapshot_open(work) if offers_live_snapshot(system) else None
+            repeat_after = None
+            if not retry_natural:  # re-sending a failed request id is a new attempt at the write, not a repeat
+                repeat_rid = rid + "/retry" if not expected.success else rid
+                self.log.context = {"write": index, "unit": "repeat"}
+                stage = "repeat"
+                engine_call(system.write, path, payload, self.case.user_id, repeat_rid)
+                repeat_after = system.snapshot_open(work) if offers_live_snapshot(system) else None
             stage = "close"
             system.close()
             closed = system.snapshot(work)
             adversarial = fault.kind in ADVERSARIAL_KINDS
             record.anomalies = check_faulted_write(expected, faulted, before, after, control_after, retry,
                                                    retry_after, repeat_after or closed, system.dim,
-                                                   same_as_control=not adversarial)
+                                                   same_as_control=not adversarial,
+                                                   control_failed=natural_control, retry_natural=retry_natural)
             if repeat_after is not None:  # the checks above read the open store: now the index it persisted
                 record.anomalies += [a for a in closed_store_anomalies(repeat_after, closed, system.dim)
                                      if a not in record.anomalies]

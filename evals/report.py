@@ -497,6 +497,11 @@ def summary_markdown(manifest: Manifest, verdict: str, reasons: list[str], cases
         if len(unreached):
             pairs = zip(unreached["site"], unreached["kind"], strict=True)
             out.append("  - unreached: " + ", ".join(f"{s}×{k}" for s, k in pairs))
+        natural = failures[(failures["provider"] == provider) & (failures["cause"] != "engine")] \
+            if failures is not None and manifest.faults != "none" else None
+        if natural is not None and len(natural):
+            out.append(f"  - {len(natural)} writes failed on the model's own replies: their faults were planned "
+                       "only at the sites each reached before its reply broke it, and only faults that must fail it")
     out.append("")
     repeated = manifest.epochs > 1  # say which epoch: the same case and write recur once per epoch
     out += _anomaly_section(anomalies[anomalies["outcome"] != "indeterminate"], "## Anomalies", repeated)
