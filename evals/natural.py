@@ -82,8 +82,15 @@ class _Reconcile(_Strict):
     ops: list[_Op]
 
 
+class _Mem0Extract(_Strict):
+    """mem0's extraction reply (mem0 2.x): its memories to add."""
+
+    memory: list[dict[str, Any]]
+
+
+MEM0_EXTRACT = "mem0.extract"  # the site name of mem0's extraction reply, which has its own schema
 _SCHEMAS: dict[str, type[_Strict]] = {"lm.extract": _Extract, "lm.extract_working": _Working,
-                                      "lm.reconcile": _Reconcile}
+                                      "lm.reconcile": _Reconcile, MEM0_EXTRACT: _Mem0Extract}
 
 
 class Reading(BaseModel):
@@ -105,7 +112,8 @@ def read_reply(site: str, reply: str | None, prompt: str = "") -> Reading:
     if reply is None or not reply.strip():
         return Reading(site=site, cause="empty", detail="the reply's content is empty", reply=excerpt)
     text = reply.strip()
-    fenced = _FENCE.match(text)
+    fenced = _FENCE.match(text) if site != MEM0_EXTRACT else re.match(r"^\s*```(?:\w+)?\s*\n?(.*?)\n?\s*```\s*$",
+                                                                         text, re.DOTALL)
     body = fenced.group(1) if fenced else text
     try:
         value = json.loads(body)
@@ -216,5 +224,5 @@ def codes_consistent(expected: Expected, actual: dict[str, Any]) -> bool:
     return {k: actual.get(k) for k in want} == want
 
 
-__all__ = ["CAUSE_MEANING", "MODEL_CAUSES", "Cause", "Reading", "broken_replies", "codes_consistent",
+__all__ = ["CAUSE_MEANING", "MEM0_EXTRACT", "MODEL_CAUSES", "Cause", "Reading", "broken_replies", "codes_consistent",
            "excerpt_of", "expected_codes", "read_reply", "reached_provider", "why_failed"]

@@ -652,8 +652,9 @@ def third_party_name(payload: list[dict[str, Any]], profile: dict[str, Any]) -> 
 
 
 def record_prompts(outcome: Any) -> list[dict[str, str]]:
-    """The model calls a write made ({site, text, reply}), for a system that taps them (hymem), else none."""
-    return list(getattr(outcome, "prompts", None) or [])
+    """The model calls a write made ({site, text, reply}): tapped at the model (hymem), or the replies an engine
+    reports (mem0), else none."""
+    return list(getattr(outcome, "prompts", None) or getattr(outcome, "replies", None) or [])
 
 
 def prompt_findings(path: str, payload: Any, outcome: Any, where: str) -> list[Witnessed]:

@@ -40,6 +40,7 @@ import numpy as np
 from evals.accounting import cost, price_table
 from evals.checker import StoreState
 from evals.faults import Expected, Fault, FaultPlan
+from evals.natural import MEM0_EXTRACT
 from evals.proxy import KINDS
 from evals.record import OpRecord
 from evals.systems.base import WriteOutcome
@@ -281,7 +282,9 @@ class Mem0System:
         return WriteOutcome(success=raised is None, request_id=request_id, codes=codes, ops=ops,
                             proposed_facts=proposed, proposed_ops=[],  # add-only: mem0 proposes no ops
                             message=raised or f"{len(ops)} memory(ies) added", reached=self.calls.reached,
-                            fired=fired, call_seconds=self.calls.seconds)
+                            fired=fired, call_seconds=self.calls.seconds,
+                            replies=[{"site": MEM0_EXTRACT, "reply": self.calls.reply}]
+                            if infer and self.calls.reply is not None else [])
 
     @staticmethod
     def _parse_reply(reply: str | None) -> list[dict[str, Any]]:
