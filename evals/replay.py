@@ -149,8 +149,8 @@ class CaseReplayer:
                     states.append(system.snapshot(store))
                     system.open(store)
                     latest = states[index]
-                elif latest is None and live:  # what a failed write must leave unchanged
-                    latest = system.snapshot_open(store)
+                elif latest is None:  # what a failed write must leave unchanged
+                    latest = self._state_between(store, live)
                 before, latest = latest, None
                 record = self._control_write(index, path, payload, result.findings)
                 result.writes.append(record)
