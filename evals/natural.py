@@ -206,9 +206,12 @@ def _failed_call(attempts: Sequence[Attempt]) -> Attempt | None:
     return failed[-1] if failed else None
 
 
-def reached_provider(attempts: Sequence[Attempt]) -> bool:
-    """Some call of the unit got an answer from the provider (a reply, or an empty one): it can be reached."""
-    return any(a.cache_hit or a.status in _OK_STATUSES for a in attempts)
+def reached_provider(attempts: Sequence[Attempt], site: str) -> bool:
+    """Some call of the unit to the provider behind `site` (the model, or the embedder) got an answer (a reply, or an
+    empty one): it can be reached, so its failure on this write is the provider's doing, not an infra error."""
+    embedder = site.startswith("embed")
+    return any((a.cache_hit or a.status in _OK_STATUSES) and a.site.startswith("embed") == embedder
+               for a in attempts)
 
 
 def expected_codes(reading: Reading) -> Expected | None:

@@ -424,7 +424,7 @@ class CaseReplayer:
                          for r in broken_replies(record_prompts(outcome))]
             return record
         reading = why_failed(record_prompts(outcome), attempts)
-        if reading.cause == "unavailable" and not reached_provider(self.log.rows):
+        if reading.cause == "unavailable" and not reached_provider(self.log.rows, reading.site):
             raise RuntimeError(f"fault-free write {index} ({path}) failed: the provider was never reached "
                                f"({reading.detail or outcome.message})")
         expected = expected_codes(reading)

@@ -264,3 +264,17 @@ def test_a_provider_never_reached_is_still_an_infra_error(dataset, tmp_path, cap
                  "--lm", "openai/offline@http://127.0.0.1:9/v1", "--out", str(tmp_path / "r")])
     assert code == 1
     assert "never reached" in pd.read_parquet(tmp_path / "r" / "cases.parquet").error[0]
+
+
+def test_a_model_that_stops_answering_mid_case_is_a_natural_failure_but_one_never_reached_is_an_infra_error(
+        dataset, tmp_path):
+    from evals.natural import reached_provider, why_failed
+    from evals.record import Attempt
+
+    ok = Attempt(provider="p", model="m", case_id="c", site="lm.extract")
+    embedded = Attempt(provider="p", model="m", case_id="c", site="embed")
+    down = Attempt(provider="p", model="m", case_id="c", site="lm.reconcile", status="LMServerError", error="503")
+    reading = why_failed([{"site": "lm.reconcile", "text": ""}], [down])
+    assert reading.cause == "unavailable" and reading.site == "lm.reconcile" and "503" in reading.detail
+    assert reached_provider([ok, down], "lm.reconcile")  # the model answered before: its failure is measured
+    assert not reached_provider([embedded, down], "lm.reconcile")  # only the embedder ever answered
