@@ -266,8 +266,7 @@ def test_a_provider_never_reached_is_still_an_infra_error(dataset, tmp_path, cap
     assert "never reached" in pd.read_parquet(tmp_path / "r" / "cases.parquet").error[0]
 
 
-def test_a_model_that_stops_answering_mid_case_is_a_natural_failure_but_one_never_reached_is_an_infra_error(
-        dataset, tmp_path):
+def test_a_model_that_stops_answering_mid_case_is_a_natural_failure_but_one_never_reached_is_an_infra_error():
     from evals.natural import reached_provider, why_failed
     from evals.record import Attempt
 
