@@ -450,7 +450,7 @@ class CaseReplayer:
         found: list[Witnessed] = []
         try:
             after = self._state_between(store, live)
-            if failure.expected is not None and failure.expected.get("success") is not None:
+            if failure.expected is not None:
                 want = Expected.model_validate(failure.expected.model_dump())
                 if not codes_consistent(want, record.codes.model_dump()):
                     found.append((AnomalyKind.WRONG_ERROR_CODE, f"the reply's failure class ({failure.cause} at "
