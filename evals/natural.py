@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError, field_validator
 
 from evals.faults import Expected, expected_for_class
 from evals.prompt_contract import section_json
@@ -48,10 +48,29 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="ignore")  # extra keys are ignored, as the engine's adapter ignores them
 
 
+MAX_SUBJECT_CHARS = 64  # a subject is a name: one line, as long as a speaker label may be (README, spec 2)
+
+
 class _Fact(_Strict):
     text: StrictStr
     subject: StrictStr
     owner: Literal["user", "agent"]
+
+    @field_validator("text")
+    @classmethod
+    def _has_text(cls, text: str) -> str:
+        if not text.strip():
+            raise ValueError("a fact has empty text")
+        return text
+
+    @field_validator("subject")
+    @classmethod
+    def _a_name(cls, subject: str) -> str:
+        subject = subject.strip()
+        if len(subject) > MAX_SUBJECT_CHARS or len(subject.splitlines()) > 1:
+            raise ValueError(f"a subject is a name of one line and at most {MAX_SUBJECT_CHARS} characters, "
+                             f"got {subject[:80]!r}")
+        return subject
 
 
 class _Profile(_Strict):

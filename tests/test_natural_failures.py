@@ -98,6 +98,9 @@ def replay(case: Case, broken: dict[tuple[str, int], str], plan: str = "none") -
     ("lm.extract", '{"facts": [{"text": "x", "subject": "user", "owner": "somebody"}], "profile": {}}', "schema"),
     ("lm.extract", '{"properties": {"facts": {"type": "array"}}, "required": ["facts", "profile"]}', "schema"),
     ("lm.extract", '{"facts": [], "profile": {"age": 31}}', "schema"),
+    ("lm.extract", '{"facts": [{"text": "x", "subject": "My daughter is a musician. She plays the violin, and she '
+                   'plays with me.", "owner": "user"}], "profile": {}}', "schema"),  # seen from SmolLM2
+    ("lm.extract", '{"facts": [{"text": "  ", "subject": "user", "owner": "user"}], "profile": {}}', "schema"),
     ("lm.extract", '```json\n{"facts": [], "profile": {"name": null}}\n```', None),
     ("lm.extract_working", '{"experiences": [], "facts": []}', None),
     ("lm.extract_working", '{"lessons": ["x"]}', "schema"),
