@@ -167,3 +167,45 @@ def test_no_planted_key_reaches_any_file_or_the_terminal_of_any_subcommand(tmp_p
     assert _leaks(tmp_path, inputs) == []
     terminal = printed.out + printed.err
     assert [s for s in SECRETS if s in terminal] == []
+
+
+def test_tune_and_matcher_eval_keep_the_echoed_errors_without_the_key(tmp_path, monkeypatch, capsys):
+    """The two writers that wrote keys verbatim (tune_manifest.json's error samples, matcher eval's
+    attempts.parquet), with a key shaped like nothing (only configuration says it is one) and `Bearer sk-…`."""
+    monkeypatch.setenv("OPENAI_API_KEY", LM_KEY)
+    dataset = tmp_path / "d.jsonl"
+    dataset.write_text("".join(json.dumps(c) + "\n" for c in CASES), encoding="utf-8")
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text(json.dumps(CASES[1]) + "\n", encoding="utf-8")
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps(p) + "\n" for p in PAIRS), encoding="utf-8")
+    httpd, counts = _echo_server("http://127.0.0.1:9/v1")  # /failall/ only: never forwarded
+    try:
+        failing = f"http://127.0.0.1:{httpd.server_address[1]}/failall/v1"
+        main(["tune", "--program", "extractor", "--optimizer", "bootstrap", "--train", str(dataset), "--dev", str(dev),
+              "--lm", f"openai/offline@{failing}", "--matcher", "text", "--out", str(tmp_path / "t")])
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-proj-" + LM_KEY)  # sent as `Bearer sk-proj-…`
+        main(["matcher", "eval", "--matcher", f"llm:openai/judge@{failing}?key={QUERY_KEY}", "--pairs", str(pairs),
+              "--out", str(tmp_path / "m")])
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    printed = capsys.readouterr()
+    assert counts["chat"] > 0
+    manifest = (tmp_path / "t" / "tune_manifest.json").read_text(encoding="utf-8")
+    assert "Incorrect API key provided: [REDACTED]" in manifest
+    errors = [e for e in pq.read_table(tmp_path / "m" / "attempts.parquet").column("error").to_pylist() if e]
+    assert errors and all("Incorrect API key provided: [REDACTED]" in e for e in errors)
+    assert _leaks(tmp_path, {dataset, dev, pairs}) == []
+    assert [s for s in SECRETS if s in printed.out + printed.err] == []
+
+
+def test_url_credentials_are_redacted_by_shape_and_ordinary_paths_are_not_taken_for_keys():
+    from evals.redact import redact_text, redact_url, register_environment
+
+    assert redact_url("openai/m@http://bob:pw@127.0.0.1:8/v1?key=abc&x=1") == \
+        "openai/m@http://[REDACTED]@127.0.0.1:8/v1?key=[REDACTED]&x=1"
+    register_environment({"SSH_KEY_DIR": "/home/someone/keys", "TOKENIZERS_PARALLELISM": "false",
+                          "SOME_SERVICE_TOKEN": "tok-9f8e7d6c5b4a", "MY_BASE_URL": "http://u:hunter2-long@h/v1"})
+    assert redact_text("/home/someone/keys false tok-9f8e7d6c5b4a hunter2-long") == \
+        "/home/someone/keys false [REDACTED] [REDACTED]"
