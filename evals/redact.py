@@ -192,12 +192,11 @@ def write_parquet(data: Any, path: str | Path, schema: Any = None) -> None:
 
     from evals.record import atomic_write
 
-    frame = data if isinstance(data, pd.DataFrame) else pd.DataFrame(list(data), columns=schema.names if schema else None)
-    frame = redact_frame(frame)
-    if schema is not None and not len(frame):
-        table = schema.empty_table()
+    if isinstance(data, pd.DataFrame):
+        table = pa.Table.from_pandas(redact_frame(data), schema=schema, preserve_index=False)
     else:
-        table = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
+        rows = [redact(row) for row in data]
+        table = pa.Table.from_pylist(rows, schema=schema) if rows or schema is None else schema.empty_table()
     atomic_write(Path(path), lambda tmp: pq.write_table(table, tmp))
 
 

@@ -209,3 +209,30 @@ def test_url_credentials_are_redacted_by_shape_and_ordinary_paths_are_not_taken_
                           "SOME_SERVICE_TOKEN": "tok-9f8e7d6c5b4a", "MY_BASE_URL": "http://u:hunter2-long@h/v1"})
     assert redact_text("/home/someone/keys false tok-9f8e7d6c5b4a hunter2-long") == \
         "/home/someone/keys false [REDACTED] [REDACTED]"
+
+
+# Writers that are not the redaction point, each with why it may write directly. Anything else that writes a file
+# must go through evals.redact (write_text, write_parquet) or evals.record (which redacts).
+DIRECT_WRITERS = {
+    "evals/redact.py": "the redaction point itself",
+    "evals/record/_rundir.py": "redacts every manifest, unit line and table before writing it",
+    "evals/proxy.py": "redacts each fault record before appending it",
+    "evals/plots.py": "PNG images of tables already redacted",
+    "evals/runner.py": "an empty probe file proving --out is writable",
+    "evals/bench.py": "a developer benchmark's own synthetic data and timings",
+    "evals/bench_identity.py": "a developer benchmark's timings, to stdout",
+    "evals/systems/overhead.py": "a developer benchmark's timings",
+    "evals/record/catalogue.py": "refreshes the README's metric table (a developer tool)",
+}
+
+
+def test_every_file_writer_goes_through_the_redaction_point():
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    writes = re.compile(r"""\.write_text\(|\.write_bytes\(|\.to_parquet\(|pq\.write_table\(|json\.dump\(|\.savefig\("""
+                        r"""|\.to_csv\(|\.to_json\(|open\([^)]*["'](?:w|a|wb|ab|x)["']""")
+    direct = {str(p.relative_to(root)) for p in (root / "evals").rglob("*.py")
+              if any(writes.search(line) and not line.lstrip().startswith("#")
+                     for line in p.read_text(encoding="utf-8").splitlines())}
+    assert direct <= set(DIRECT_WRITERS), sorted(direct - set(DIRECT_WRITERS))
