@@ -259,9 +259,9 @@ def _gate(args: argparse.Namespace) -> int:
     from evals.overwrite import check_file_targets
 
     # the defaults (CURRENT/gate.xml, CURRENT/gate.md) are the current run's own, rewritten at every gate
-    if _outputs_refused("gate", lambda: check_file_targets([args.junit, args.summary], "--junit/--summary",
-                                                           args.force)):
-        return 2
+    for flag, path in (("--junit", args.junit), ("--summary", args.summary)):
+        if _outputs_refused("gate", lambda: check_file_targets([path], flag, args.force)):  # noqa: B023 (called now)
+            return 2
     from evals.gate import GateInputError, run_gate
 
     try:
@@ -291,10 +291,11 @@ def _plots(args: argparse.Namespace) -> int:
 
 def _tune(args: argparse.Namespace) -> int:
     from evals.overwrite import check_dir_targets
+    from evals.tuning.saved import MANIFEST_FILE, PROGRAM_FILE
 
     if _outputs_refused("tune", lambda: check_dir_targets(
-            args.out, ["program.json", "tune_manifest.json", "attempts.parquet", "train.jsonl", "dev.jsonl"],
-            "--out", args.force)):
+            args.out, [PROGRAM_FILE, MANIFEST_FILE, "attempts.parquet", "train.jsonl", "dev.jsonl"], "--out",
+            args.force)):
         return 2
     from evals.tune import TuneConfig, TuneError, TuneFailed, parse_settings, summary_text, tune
 
@@ -322,10 +323,11 @@ def _sampling_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _datasets_audit(args: argparse.Namespace) -> int:
+    from evals.audit import AUDIT_FILE, SUMMARY_FILE
     from evals.overwrite import check_dir_targets
 
-    if _outputs_refused("datasets audit", lambda: check_dir_targets(args.out, ["audit.parquet", "audit.json"],
-                                                                    "--out", args.force)):
+    if _outputs_refused("datasets audit", lambda: check_dir_targets(args.out, [AUDIT_FILE, SUMMARY_FILE], "--out",
+                                                                    args.force)):
         return 2
     from evals.audit import audit, format_audit, write_audit
 
