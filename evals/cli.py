@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -99,7 +100,29 @@ def _run_summary(outcome) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _outputs_refused(command: str, check: Callable[[], None]) -> bool:
+    """Run an `evals.overwrite` check of a command's output paths; True (said on stderr) when it refuses."""
+    from evals.overwrite import OverwriteRefused
+
+    try:
+        check()
+    except OverwriteRefused as exc:
+        print(f"hymem-eval {command}: {exc}", file=sys.stderr)
+        return True
+    return False
+
+
+def _force_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--force", action="store_true",
+                        help="overwrite output files that already exist (default: refuse, exit 2)")
+
+
 def _matcher_eval(args: argparse.Namespace) -> int:
+    from evals.overwrite import check_dir_targets
+
+    if _outputs_refused("matcher eval", lambda: check_dir_targets(args.out, ["agreement.parquet", "attempts.parquet"],
+                                                                  "--out", args.force)):
+        return 2
     from evals.scoring.matcher_eval import MatcherEvalError, matcher_eval
 
     try:
@@ -114,6 +137,10 @@ def _matcher_eval(args: argparse.Namespace) -> int:
 
 
 def _matcher_sample(args: argparse.Namespace) -> int:
+    from evals.overwrite import check_file_targets
+
+    if _outputs_refused("matcher sample", lambda: check_file_targets([args.out], "--out", args.force)):
+        return 2
     from evals.scoring.matchers import MatcherSpecError
     from evals.scoring.pair_sample import SampleError, sample_pairs
 
@@ -128,6 +155,11 @@ def _matcher_sample(args: argparse.Namespace) -> int:
 
 
 def _matcher_fit(args: argparse.Namespace) -> int:
+    from evals.overwrite import check_file_targets
+
+    # the default target is the committed parameters, which `matcher fit` exists to refit (git keeps the old ones)
+    if _outputs_refused("matcher fit", lambda: check_file_targets([args.out], "--out", args.force)):
+        return 2
     from evals.scoring.matcher_eval import MatcherEvalError, matcher_fit
 
     try:
@@ -201,6 +233,12 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    from evals.overwrite import check_dir_targets
+
+    # without --out the files go into the last run's directory, derived from its records: rewritten freely
+    if _outputs_refused("compare", lambda: check_dir_targets(
+            args.out, ["compare.md", "compare.parquet", "compare_cases.parquet"], "--out", args.force)):
+        return 2
     from evals.compare import RunInputError, write_comparison
 
     try:
@@ -217,6 +255,12 @@ def _gate(args: argparse.Namespace) -> int:
     for run_dir in (args.baseline, args.current):  # before importing pandas and the scorers: answers at once
         if not Path(run_dir).is_dir():
             print(f"hymem-eval gate: {run_dir}: no such run directory", file=sys.stderr)
+            return 2
+    from evals.overwrite import check_file_targets
+
+    # the defaults (CURRENT/gate.xml, CURRENT/gate.md) are the current run's own, rewritten at every gate
+    for flag, path in (("--junit", args.junit), ("--summary", args.summary)):
+        if _outputs_refused("gate", lambda: check_file_targets([path], flag, args.force)):  # noqa: B023 (called now)
             return 2
     from evals.gate import GateInputError, run_gate
 
@@ -246,13 +290,20 @@ def _plots(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
+    from evals.overwrite import check_dir_targets
+    from evals.tuning.saved import MANIFEST_FILE, PROGRAM_FILE
+
+    if _outputs_refused("tune", lambda: check_dir_targets(
+            args.out, [PROGRAM_FILE, MANIFEST_FILE, "attempts.parquet", "train.jsonl", "dev.jsonl"], "--out",
+            args.force)):
+        return 2
     from evals.tune import TuneConfig, TuneError, TuneFailed, parse_settings, summary_text, tune
 
     try:
         config = TuneConfig(program=args.program, optimizer=args.optimizer, train=args.train, dev=args.dev,
                             lm=args.lm, teacher_lm=args.teacher_lm, prompt_lm=args.prompt_lm, out=args.out,
                             seed=args.seed, dev_fraction=args.dev_fraction, settings=parse_settings(args.setting or []),
-                            matcher=args.matcher, providers_file=args.providers)
+                            matcher=args.matcher, providers_file=args.providers, force=args.force)
         outcome = tune(config)
     except TuneError as exc:
         print(f"hymem-eval tune: {exc}", file=sys.stderr)
@@ -272,6 +323,12 @@ def _sampling_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _datasets_audit(args: argparse.Namespace) -> int:
+    from evals.audit import AUDIT_FILE, SUMMARY_FILE
+    from evals.overwrite import check_dir_targets
+
+    if _outputs_refused("datasets audit", lambda: check_dir_targets(args.out, [AUDIT_FILE, SUMMARY_FILE], "--out",
+                                                                    args.force)):
+        return 2
     from evals.audit import audit, format_audit, write_audit
 
     try:
@@ -369,6 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
     m_eval.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     m_eval.add_argument("--providers", type=Path, default=None, metavar="TOML",
                         help="the providers file an llm:NAME judge is named in (as run --providers)")
+    _force_option(m_eval)
     m_eval.set_defaults(func=_matcher_eval)
     m_sample = matcher_sub.add_parser("sample", help="pairs to label from a finished run (its provider's own "
                                       "phrasing), for `matcher eval --pairs`")
@@ -379,11 +437,13 @@ def build_parser() -> argparse.ArgumentParser:
     m_sample.add_argument("--stage", default="stored", help="stored (default: the memories kept) or proposed")
     m_sample.add_argument("--provider", default=None, help="only this provider's facts (a run of several)")
     _matcher_option(m_sample, "picks each unmatched gold fact's closest memory (default: the run's own, if local)")
+    _force_option(m_sample)
     m_sample.set_defaults(func=_matcher_sample)
     m_fit = matcher_sub.add_parser("fit", help="fit the semantic matcher's parameters on the calibration split")
     m_fit.add_argument("--pairs", type=Path, default=None, metavar="FILE", help="default: the bundled pairs")
     m_fit.add_argument("--out", type=Path, default=None, metavar="JSON",
                        help="default: evals/scoring/semantic_params.json (the committed parameters)")
+    _force_option(m_fit)
     m_fit.set_defaults(func=_matcher_fit)
 
     datasets = sub.add_parser("datasets", help="inspect datasets and corpora")
@@ -394,6 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit_cmd.add_argument("--out", type=Path, default=None, help="write DIR/audit.parquet")
     audit_cmd.add_argument("--seed", type=int, default=0)
     _sampling_options(audit_cmd)
+    _force_option(audit_cmd)
     audit_cmd.set_defaults(func=_datasets_audit)
 
     serve = sub.add_parser("serve", help="a local OpenAI-compatible server backed by the offline model")
@@ -424,6 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--out", type=Path, default=None, metavar="DIR",
                          help="where compare.md / compare.parquet / compare_cases.parquet go (default: the last run)")
     _matcher_option(compare, "re-score every run with this matcher before comparing (default: as they were scored)")
+    _force_option(compare)
     compare.set_defaults(func=_compare)
 
     gate = sub.add_parser("gate", help="regression gate of a run against a baseline (exit 1 on a regression)")
@@ -439,6 +501,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="gate runs of different datasets or fault plans over the cases they share "
                       "(default: refuse, exit 2)")
     _matcher_option(gate, "re-score both runs with this matcher before gating (default: as they were scored)")
+    _force_option(gate)
     gate.set_defaults(func=_gate)
 
     plots = sub.add_parser("plots", help="write PNG plots of a finished run into RUN/plots/")
@@ -466,13 +529,16 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--providers", type=Path, default=None, metavar="TOML",
                       help="providers file (as for run): its names work as --lm, --teacher-lm and --prompt-lm")
     _matcher_option(tune, "used by the tuning metric")
+    _force_option(tune)
     tune.set_defaults(func=_tune)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    from evals.redact import RedactingStream
+    from evals.redact import RedactingStream, install_excepthook, register_run_secrets
 
+    register_run_secrets(sys.argv[1:] if argv is None else argv)  # every key and URL credential this run can see
+    install_excepthook()
     saved = sys.stdout, sys.stderr
     if not isinstance(sys.stdout, RedactingStream):  # the terminal is a write boundary too: no key is printed
         sys.stdout, sys.stderr = RedactingStream(sys.stdout), RedactingStream(sys.stderr)

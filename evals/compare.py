@@ -451,14 +451,16 @@ def write_comparison(run_dirs: list[Path], out: Path | None = None, matcher: str
     comparison = compare_runs(runs)
     out = Path(out) if out is not None else Path(run_dirs[-1])
     out.mkdir(parents=True, exist_ok=True)
+    from evals.redact import write_parquet, write_text
+
     text = comparison_markdown(comparison)
     for note in (embedder_note(runs), matcher_note(runs), matcher_version_note(runs), judge_note(runs)):
         if note:
             text = f"**{note}**\n\n{text}"
     paths = [out / "compare.md", out / "compare.parquet", out / "compare_cases.parquet"]
-    paths[0].write_text(text, encoding="utf-8")
-    comparison.deltas.to_parquet(paths[1], index=False)
-    comparison.cases.astype({"metric": "string"}).to_parquet(paths[2], index=False)
+    write_text(paths[0], text)  # evals.redact: no key or URL credential in what is written
+    write_parquet(comparison.deltas, paths[1])
+    write_parquet(comparison.cases.astype({"metric": "string"}), paths[2])
     return text, paths
 
 

@@ -45,6 +45,7 @@ from evals.compare import (
 from evals.gate_inputs import InputDiff, compare_inputs, restrict
 from evals.gate_reference import compare_cases, why_not_comparable
 from evals.record.catalogue import METRICS, REPEAT_METRICS, Direction, Kind, find, format_value
+from evals.redact import write_text
 from evals.stats import paired_bootstrap_delta
 
 Status = Literal["pass", "fail", "skipped"]
@@ -580,10 +581,9 @@ def run_gate(baseline: Path, current: Path, *, rules: Path | None = None, junit:
     summary_path = Path(summary) if summary is not None else Path(current) / "gate.md"
     for path, text in ((junit_path, junit_xml(results, **names)), (summary_path, markdown)):
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        write_text(path, text)  # evals.redact: no key or URL credential in what is written
     if step_summary := os.environ.get("GITHUB_STEP_SUMMARY"):
-        with open(step_summary, "a", encoding="utf-8") as fh:
-            fh.write(markdown)
+        write_text(step_summary, markdown, append=True)
     return GateOutcome(results=results, passed=passed(results), markdown=markdown, junit_path=junit_path,
                        summary_path=summary_path)
 

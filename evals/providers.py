@@ -19,7 +19,7 @@ import dspy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from evals.dataset import Case
-from evals.redact import register_secret
+from evals.redact import redact_url, register_secret, register_url
 from evals.slots import ConnectionSlots, Slots
 
 LMFactory = Callable[[Case], dspy.BaseLM]
@@ -52,7 +52,8 @@ class ProviderConfig(BaseModel):
         if value is not None:
             url = urlparse(value)
             if url.scheme not in ("http", "https") or not url.hostname:
-                raise ValueError(f"not an http(s) URL: {value!r}")
+                raise ValueError(f"not an http(s) URL: {redact_url(value)!r}")
+            register_url(value)  # its credentials (user:password@, ?key=) are redacted from every output
         return value
 
     @property
@@ -63,7 +64,8 @@ class ProviderConfig(BaseModel):
         """What this provider asks and how its replies are costed, as the manifest records and hashes it: the
         model, the endpoint it calls (`endpoint`, so one set by the environment counts too) and the prices.
         Never a key; transport settings (timeout, attempts, connections) stay out, as --concurrency does."""
-        spec = {"model": self.model, "api_base": endpoint(self.model, self.api_base) if self.is_http else None,
+        base = endpoint(self.model, self.api_base) if self.is_http else None
+        spec = {"model": self.model, "api_base": redact_url(base) if base else None,  # credentials never recorded
                 "input_price": self.input_price, "output_price": self.output_price}
         return {k: v for k, v in spec.items() if v is not None}
 
@@ -77,7 +79,9 @@ def endpoint(model: str, api_base: str | None = None) -> str | None:
         return api_base
     prefix = model.split("/", 1)[0].upper() if "/" in model else "OPENAI"
     names = ("BASE_URL", "API_BASE") if prefix == "OPENAI" else ("API_BASE", "BASE_URL")
-    return next((os.environ[f"{prefix}_{n}"] for n in names if os.environ.get(f"{prefix}_{n}")), None)
+    url = next((os.environ[f"{prefix}_{n}"] for n in names if os.environ.get(f"{prefix}_{n}")), None)
+    register_url(url)
+    return url
 
 
 def parse_lm_spec(spec: str) -> ProviderConfig:
@@ -86,9 +90,10 @@ def parse_lm_spec(spec: str) -> ProviderConfig:
         return ProviderConfig(name=spec, model=spec)
     model, sep, url = spec.partition("@")
     if not model or "/" not in model or (sep and not url.startswith(("http://", "https://"))):
-        raise ValueError(f"--lm {spec!r}: use offline, oracle[:key=value,...], a DSPy model string such as "
-                         "openai/gpt-4o-mini, or MODEL@URL for an OpenAI-compatible endpoint")
-    return ProviderConfig(name=spec, model=model, api_base=url or None)
+        raise ValueError(f"--lm {redact_url(spec)!r}: use offline, oracle[:key=value,...], a DSPy model string "
+                         "such as openai/gpt-4o-mini, or MODEL@URL for an OpenAI-compatible endpoint")
+    # named without the URL's credentials: the name is every report's provider column and the resume key
+    return ProviderConfig(name=redact_url(spec), model=model, api_base=url or None)
 
 
 def load_providers_file(path: Path) -> list[ProviderConfig]:
@@ -111,6 +116,8 @@ def load_providers_file(path: Path) -> list[ProviderConfig]:
                 problem = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
                 problems.append(f"--providers {path}: provider[{i}]{field}: {problem.removeprefix('Value error, ')}")
             continue
+        if config.api_key_env and (value := os.environ.get(config.api_key_env)):
+            register_secret(value)  # a key the file names is a secret whether or not this run calls it
         if config.name in names:
             problems.append(f"--providers {path}: provider[{i}].name: {config.name!r} is already a provider's name")
         names.add(config.name)

@@ -80,8 +80,10 @@ class JudgeMatcher(Matcher):
         lm = AccountingLM.wrap(provider.http_lm(), provider=provider, log=log, injector=None, cache=cache, retries=True,
                                prices=price_table())
         from evals.providers import endpoint
+        from evals.redact import redact_url
 
-        return cls(lm, config.name, log, cache, identity=f"{config.model}@{endpoint(config.model, config.api_base)}")
+        return cls(lm, config.name, log, cache,
+                   identity=f"{config.model}@{redact_url(str(endpoint(config.model, config.api_base)))}")
 
     def fingerprint(self) -> str:
         """The model and endpoint the spec resolved to (not the spec: a providers-file name may point elsewhere

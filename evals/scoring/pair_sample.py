@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from evals.redact import write_text
 from evals.scoring.checks import is_chinese
 from hymem.subjects import split_subject
 
@@ -136,11 +137,9 @@ def sample_pairs(run_dir: Path, out: Path, *, n: int = 200, seed: int = 0, stage
                                  "pred": {"text": c.pred_text, "subject": c.pred_subject}, "same": None},
                                 ensure_ascii=False))
     out = Path(out)
-    tmp = out.with_name(out.name + ".tmp")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        tmp.replace(out)
+        write_text(out, "\n".join(lines) + "\n")  # evals.redact: redacted, whole-or-not
     except OSError as exc:
         raise SampleError(f"--out {out}: cannot write: {exc.strerror or exc}") from exc
     kinds = {k: sum(pool[i].category == k for i in chosen) for k in ("matched", "rejected")}
