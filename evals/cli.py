@@ -213,6 +213,18 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _view(args: argparse.Namespace) -> int:
+    from evals.compare import RunInputError
+    from evals.view import write_view
+
+    try:
+        print(write_view(args.runs, out=args.out))
+    except (RunInputError, OSError) as exc:
+        print(f"hymem-eval view: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _gate(args: argparse.Namespace) -> int:
     for run_dir in (args.baseline, args.current):  # before importing pandas and the scorers: answers at once
         if not Path(run_dir).is_dir():
@@ -425,6 +437,12 @@ def build_parser() -> argparse.ArgumentParser:
                          help="where compare.md / compare.parquet / compare_cases.parquet go (default: the last run)")
     _matcher_option(compare, "re-score every run with this matcher before comparing (default: as they were scored)")
     compare.set_defaults(func=_compare)
+
+    view = sub.add_parser("view", help="one self-contained HTML page of a run, or of runs side by side")
+    view.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directories (RUN [RUN2]): the first is "
+                      "the reference; with two runs or providers, cases side by side, flipped cases first")
+    view.add_argument("--out", type=Path, default=None, metavar="FILE.html", help="default: RUN/report.html")
+    view.set_defaults(func=_view)
 
     gate = sub.add_parser("gate", help="regression gate of a run against a baseline (exit 1 on a regression)")
     gate.add_argument("--baseline", type=Path, required=True, metavar="RUN")

@@ -21,7 +21,7 @@ from evals.dataset import Case
 from evals.faults import Fault, FaultPlan
 from evals.prompt_contract import Said, check_candidates, check_prompts, read_messages, user_name
 from evals.record import Anomaly, AnomalyKind, CaseRun, Codes, FaultRecord, Finding, Witnessed, WriteRecord
-from evals.record._records import Check
+from evals.record._records import Check, recorded_calls
 from evals.scratch import scratch_dir
 from evals.systems.base import (
     MemorySystem,
@@ -364,11 +364,13 @@ class CaseReplayer:
             findings.append(Finding(kind=AnomalyKind.ENGINE_EXCEPTION, check="control", write=index, path=path,
                                     witness=f"fault-free write raised {exc}"))
             return WriteRecord(index=index, path=path, request_id=rid, success=False,
-                               codes=Codes(exception=str(exc).splitlines()[0]), seconds=time.perf_counter() - t0)
+                               codes=Codes(exception=str(exc).splitlines()[0]), seconds=time.perf_counter() - t0,
+                               payload=list(payload))
         record = WriteRecord(index=index, path=path, request_id=outcome.request_id, success=outcome.success,
                              codes=Codes.model_validate(outcome.codes), message=outcome.message, ops=outcome.ops,
                              proposed_facts=outcome.proposed_facts, proposed_ops=outcome.proposed_ops,
-                             reached=outcome.reached, seconds=time.perf_counter() - t0)
+                             reached=outcome.reached, seconds=time.perf_counter() - t0,
+                             payload=list(payload), calls=recorded_calls(outcome.prompts))
         findings += [Finding(kind=kind, check="prompt", write=index, path=path, witness=witness)
                      for kind, witness in prompt_findings(path, payload, outcome, f"write {index}")]
         if k is not None and outcome.success and not outcome.duplicate:

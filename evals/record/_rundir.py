@@ -116,7 +116,9 @@ def read_units(run_dir: Path, planned: Collection[tuple[str, str, int]] | None =
     (a resumed run must not report a case it does not hold).
     """
     # errors="replace": a record torn inside a multi-byte character is still just a torn record
-    lines = (Path(run_dir) / UNITS_FILE).read_bytes().decode("utf-8", errors="replace").splitlines()
+    # split("\n"), not splitlines(): a record's strings may hold U+2028, U+0085 or \x1c raw (JSON escapes the
+    # characters below U+0020 only, \n among them), and splitlines() would cut the record there
+    lines = (Path(run_dir) / UNITS_FILE).read_bytes().decode("utf-8", errors="replace").split("\n")
     while lines and not lines[-1].strip():
         lines.pop()
     runs: dict[tuple[str, str, int], CaseRun] = {}
