@@ -95,7 +95,7 @@ def _run_summary(outcome) -> str:
              f"verdict: {outcome.verdict}  ({outcome.units} units)"]
     lines += [f"  - {reason}" for reason in outcome.reasons]
     lines += [f"  {outcome.verdict} means: {VERDICT_MEANS.get(outcome.verdict, '')}",
-              f"report: {outcome.run_dir / 'summary.md'}"]
+              f"report: {outcome.run_dir / 'summary.md'}, {outcome.run_dir / 'report.html'}"]
     return "\n".join(lines) + "\n"
 
 

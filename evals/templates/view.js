@@ -172,14 +172,14 @@
     detail.replaceChildren(
       h("h2", {}, "Case ", h("code", {id: "detail-case"}, c.case_id), ` · ${c.dataset} · ${c.lang} `,
         c.tags.map((t) => h("span", {class: "tag"}, t))),
-      c.flips.length ? flipList(c) : null, grid);
+      ...(c.flips.length ? [flipList(c)] : []), grid);
     detail.hidden = false;
     for (const tr of $("case-rows").children) tr.classList.toggle("open", tr.dataset.case === c.case_id && tr.dataset.dataset === c.dataset);
     if (scroll) detail.scrollIntoView({block: "start"});
   }
 
   function flipList(c) {
-    return h("div", {class: "box"}, h("h4", {}, "Changes between providers or runs"),
+    return h("div", {class: "box flips"}, h("h4", {}, "Changes between providers or runs"),
       h("ul", {}, c.flips.map((f) => h("li", {class: f.change === "right_to_wrong" ? "bad" : f.change === "wrong_to_right" ? "good" : ""},
         `${f.metric || "(case)"}: ${f.change.replaceAll("_", " ")} — ${f.a}: ${fmt(f.a_value)}, ${f.b}: ${fmt(f.b_value)}`))));
   }
@@ -358,7 +358,9 @@
     options("f-tag", uniq(S.cases.flatMap((c) => c.tags)));
     options("f-lang", uniq(S.cases.map((c) => c.lang)));
     options("f-kind", S.kinds);
-    const bind = (id, key) => $(id).addEventListener("input", (e) => { state[key] = e.target.value; state.page = 0; draw(); });
+    const bind = (id, key) => $(id).addEventListener(id === "f-text" ? "input" : "change", (e) => {
+      state[key] = e.target.value; state.page = 0; draw();
+    });
     bind("f-arm", "arm"); bind("f-dataset", "dataset"); bind("f-tag", "tag"); bind("f-lang", "lang");
     bind("f-kind", "kind"); bind("f-text", "text");
     for (const box of document.querySelectorAll("input.flag")) {
