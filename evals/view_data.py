@@ -296,6 +296,12 @@ def _flaky(loaded: LoadedRun) -> dict[tuple[str, str, str], list[str]]:
     return flaky_cases(table)
 
 
+def _unmeasured(row: dict[str, Any], prefix: str) -> bool:
+    """No value and no unit counted: the arm has nothing for this metric."""
+    value, n = row[f"{prefix}_value"], row[f"{prefix}_n"]
+    return (value is None or math.isnan(value)) and (n is None or math.isnan(n) or n == 0)
+
+
 def _flips(runs: list[LoadedRun], arms: list[Arm]) -> tuple[list[dict[str, Any]], dict[tuple[str, str], list[dict]],
                                                             list[str]]:
     """Headline deltas per arm pair and each case's flipped metrics, as `compare` finds them (none for one arm)."""
@@ -322,6 +328,8 @@ def _flips(runs: list[LoadedRun], arms: list[Arm]) -> tuple[list[dict[str, Any]]
                     return "—"
                 return fmt_ci({**values, "n": int(values["n"]), "metric": row["metric"]}, count)
 
+            if _unmeasured(row, "a") and _unmeasured(row, "b"):
+                continue  # measured in neither arm (e.g. the fault rates of a run without faults)
             delta = row["delta"]
             table.append({"metric": row["metric"], "a": side("a"), "b": side("b"),
                           "delta": "n/a" if delta is None or math.isnan(delta) else

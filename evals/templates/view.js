@@ -109,9 +109,12 @@
     col("wrong facts", "wrong", "stored facts not right (missed, extra, wrong subject or owner), per epoch; summed over the providers shown");
     col("anomalies", "anomalies", "counted anomalies, per epoch");
     col("failed writes", "failed", "fault-free writes that failed (natural failures), per epoch");
-    S.arms.forEach((label, i) => { if (state.arm === "" || state.arm === String(i)) col(label); });
+    S.arms.forEach((label, i) => { if (showArm(i)) col(label); });
     if (S.compare) col("flips", "flips", "metrics that flipped between fully right and not, as compare finds them");
   }
+
+  // A column per provider when there are several (the totals already say it all for one).
+  const showArm = (i) => S.arms.length > 1 && (state.arm === "" || state.arm === String(i));
 
   function armCell(cell) {
     if (!cell) return h("td", {class: "hint"}, "not run");
@@ -150,7 +153,7 @@
         h("td", {}, c.tags.map((t) => h("span", {class: "tag"}, t))),
         h("td", {}, String(round(total(c, "wrong")))), h("td", {class: total(c, "anomalies") ? "bad" : ""}, String(round(total(c, "anomalies")))),
         h("td", {class: total(c, "failed") ? "bad" : ""}, String(round(total(c, "failed")))));
-      S.arms.forEach((_, i) => { if (state.arm === "" || state.arm === String(i)) tr.append(armCell(c.arms[String(i)])); });
+      S.arms.forEach((_, i) => { if (showArm(i)) tr.append(armCell(c.arms[String(i)])); });
       if (S.compare) tr.append(flipCell(c));
       return tr;
     }));
