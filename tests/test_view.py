@@ -262,3 +262,20 @@ def test_view_of_two_runs_pairs_their_cases(run_dir: Path, tmp_path: Path, capsy
 def test_view_of_a_missing_run_is_exit_2(tmp_path: Path, capsys):
     assert main(["view", str(tmp_path / "nope")]) == 2
     assert "no such run directory" in capsys.readouterr().err
+
+
+def test_a_run_recorded_before_messages_were_kept_still_opens(run_dir: Path, tmp_path: Path):
+    old = tmp_path / "old"
+    shutil.copytree(run_dir, old)
+    lines = (old / "units.jsonl").read_text(encoding="utf-8").split("\n")
+    units = [json.loads(line) for line in lines if line.strip()]
+    for unit in units:
+        for write in unit["writes"]:
+            del write["payload"], write["calls"]
+    (old / "units.jsonl").write_text("".join(json.dumps(u) + "\n" for u in units), encoding="utf-8")
+    assert main(["view", str(old)]) == 0
+    data = page_data([load(old)])
+    tim = next(u for u in data.units if u["case_id"] == "en-001-tim-john")
+    assert tim["writes"] and all(w["payload"] == [] and w["calls"] == [] for w in tim["writes"])
+    assert [f["gold"] for f in tim["facts"]["stored"] if f["gold"]]  # the gold and stored facts are still there
+    assert "not in the record" in (old / "report.html").read_text(encoding="utf-8")  # the page says why

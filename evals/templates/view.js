@@ -128,11 +128,21 @@
     return h("td", {}, parts);
   }
 
+  // The flipped metrics of a case, short: per direction a count and the first plain metrics (their `_with_errors`,
+  // `proposed_` and confusion twins are in the tooltip and the case's detail).
+  const plainMetric = (m) => m && !m.endsWith("_with_errors") && !m.startsWith("proposed_") && !m.includes("confusion");
   function flipCell(c) {
     const rows = c.flips.filter((f) => FLIP.has(f.change));
-    if (!rows.length) return h("td", {}, c.flips.length ? h("span", {class: "hint"}, c.flips.map((f) => f.change).join(", ")) : "");
-    return h("td", {}, rows.map((f) => h("div", {class: f.change === "right_to_wrong" ? "bad" : "good"},
-      `${f.metric}: ${f.change === "right_to_wrong" ? "right → wrong" : "wrong → right"}`)));
+    if (!rows.length) return h("td", {}, c.flips.length ? h("span", {class: "hint"}, [...new Set(c.flips.map((f) => f.change))].join(", ")) : "");
+    return h("td", {title: rows.map((f) => `${f.a} → ${f.b} ${f.metric}: ${f.change}`).join("\n")},
+      ["right_to_wrong", "wrong_to_right"].map((change) => {
+        const mine = rows.filter((f) => f.change === change);
+        if (!mine.length) return null;
+        const names = [...new Set(mine.map((f) => f.metric).filter(plainMetric))];
+        return h("div", {class: change === "right_to_wrong" ? "bad" : "good"},
+          `${mine.length} ${change === "right_to_wrong" ? "right → wrong" : "wrong → right"}`,
+          h("span", {class: "hint"}, names.length ? ": " + names.slice(0, 3).join(", ") + (names.length > 3 ? ", …" : "") : ""));
+      }));
   }
 
   function draw() {
