@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import base64
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from markupsafe import Markup, escape
 
-from evals.record import atomic_write_text
-from evals.view_data import LoadedRun, load, page_data, plot_images
+from evals.record import atomic_write
+from evals.redact import redact, redact_text
+from evals.view_data import LoadedRun, PageData, load, page_data, plot_images
 
 REPORT_FILE = "report.html"
 TEMPLATES = Path(__file__).parent / "templates"
@@ -42,10 +44,12 @@ def _environment() -> Any:
 
 
 def render(runs: list[LoadedRun]) -> str:
-    """The page of one run, or of several side by side (the first is the reference), as HTML text."""
-    from evals.scoring.agreement import card_line
+    """The page of one run, or of several side by side (the first is the reference), as HTML text.
 
-    data = page_data(runs)
+    Every string from the runs is redacted as a value, before it is encoded: redacting the finished page as text
+    (as other files are) could cut a JSON escape (`password: x\\"` loses its backslash) and break a case's data.
+    """
+    data = redacted(page_data(runs))
     plots = [{"run": header["label"], "images": [{"name": name, "src": "data:image/png;base64,"
                                                   + base64.b64encode(png).decode("ascii")}
                                                  for name, png in plot_images(loaded)]}
@@ -54,17 +58,26 @@ def render(runs: list[LoadedRun]) -> str:
                "kinds": list(data.anomaly_kinds), "compare": len(data.arms) > 1}
     env = _environment()
     return env.get_template("view.html.j2").render(
-        data=data, plots=plots, summary=summary, card=lambda m: card_line(m.matcher),
+        data=data, plots=plots, summary=summary,
         css=(TEMPLATES / "view.css").read_text(encoding="utf-8"),
         js=Markup((TEMPLATES / "view.js").read_text(encoding="utf-8")))
 
 
+def redacted(data: PageData) -> PageData:
+    """The page's data with every string redacted (`evals.redact`): no key reaches the page."""
+    return replace(data, runs=redact(data.runs), cases=redact(data.cases), units=redact(data.units),
+                   comparison=redact(data.comparison), anomaly_kinds=redact(data.anomaly_kinds),
+                   notes=redact(data.notes), arms=[replace(a, label=redact_text(a.label)) for a in data.arms])
+
+
 def write_view(run_dirs: list[Path], out: Path | None = None) -> Path:
-    """Write the page of `run_dirs` to `out` (default: the first run's report.html), whole-or-not and redacted
-    like every file the harness writes; return its path. RunInputError when a run cannot be read."""
+    """Write the page of `run_dirs` to `out` (default: the first run's report.html), whole-or-not; return its
+    path. RunInputError when a run cannot be read."""
     runs = [load(Path(p)) for p in run_dirs]
     out = Path(out) if out is not None else Path(run_dirs[0]) / REPORT_FILE
-    atomic_write_text(out, render(runs))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    html = render(runs)
+    atomic_write(out, lambda tmp: tmp.write_text(html, encoding="utf-8"))
     return out
 
 

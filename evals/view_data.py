@@ -220,7 +220,7 @@ def unit_detail(unit: CaseRun, arm: str, facts: dict[str, list[dict[str, Any]]])
 class PageData:
     """What the template lays out: run headers, headline tables, plots, and the cases with their units."""
 
-    runs: list[dict[str, Any]]
+    runs: list[dict[str, Any]]  # per run: label, path, manifest (as a dict), verdict, reasons, card, headline, ...
     arms: list[Arm]
     cases: list[dict[str, Any]]  # one per (dataset, case_id): summary per arm, for the list
     units: list[dict[str, Any]]  # unit detail, indexed by the cases' `units` entries
@@ -349,6 +349,8 @@ def _flips(runs: list[LoadedRun], arms: list[Arm]) -> tuple[list[dict[str, Any]]
 
 def page_data(runs: list[LoadedRun]) -> PageData:
     """Project the runs into the page's data: one case row per (dataset, case_id), its units' details apart."""
+    from evals.scoring.agreement import card_line
+
     arms = arms_of(runs)
     arm_index = {(a.run, a.provider): i for i, a in enumerate(arms)}
     comparison, flips, notes = _flips(runs, arms)
@@ -388,9 +390,9 @@ def page_data(runs: list[LoadedRun]) -> PageData:
     headers = []
     for loaded, label in zip(runs, run_labels(runs), strict=True):
         verdict, reasons = verdict_and_reasons(loaded)
-        headers.append({"label": label, "path": str(loaded.path), "manifest": loaded.manifest, "verdict": verdict,
-                        "reasons": reasons, "headline": headline(loaded), "coverage": coverage_lines(loaded),
-                        "units": len(loaded.units)})
+        headers.append({"label": label, "path": str(loaded.path), "manifest": plain(loaded.manifest.model_dump()),
+                        "verdict": verdict, "reasons": reasons, "card": card_line(loaded.manifest.matcher),
+                        "headline": headline(loaded), "coverage": coverage_lines(loaded), "units": len(loaded.units)})
     return PageData(runs=headers, arms=arms, cases=list(cases.values()), units=units, comparison=comparison,
                     anomaly_kinds=dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))), notes=notes)
 

@@ -24,6 +24,7 @@ from evals.view_data import load, page_data
 DATASETS = Path(__file__).resolve().parents[1] / "datasets"
 PLANTED_USER = "planted-user"  # the store forgets this user's recorded requests: a re-sent request_id writes again
 GARBLED = "Kilimanjaro"
+SECRET = 'My password: hunter2hunter2"ok"'  # redacted in every file; in the page, without breaking its JSON
 NOISY = "oracle:swap_subject=1,seed=1"  # the gold facts, each filed under another subject  # a conversation naming it gets a reply from the offline model that is not JSON
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium") or shutil.which("chromium-browser"), shutil.which("chromedriver")
 
@@ -33,7 +34,7 @@ def _cases() -> list[dict]:
     tim, long_message, teacher = rows["en-001-tim-john"], rows["en-070-long-user-message"], rows["en-002-unnamed-teacher"]
     planted = {**teacher, "id": "en-900-planted-double-write", "user_id": PLANTED_USER, "tags": ["planted"]}
     garbled = {**teacher, "id": "en-901-garbled-reply", "user_id": "u-garbled", "tags": ["planted"],
-               "turns": [*teacher["turns"], [{"role": "user", "content": f"I climbed {GARBLED} last year."}]]}
+               "turns": [*teacher["turns"], [{"role": "user", "content": f"I climbed {GARBLED} last year. {SECRET}"}]]}
     return [tim, long_message, planted, garbled]
 
 
@@ -221,6 +222,8 @@ def test_an_anomaly_shows_its_witness_and_a_failed_write_its_codes(run_dir: Path
     call = write.find_element(By.CSS_SELECTOR, "details.call")
     call.find_element(By.TAG_NAME, "summary").click()
     assert "this is not JSON" in call.text and GARBLED in call.text  # the model's call: prompt and reply
+    assert 'password: [REDACTED]"ok"' in write.text
+    assert "hunter2hunter2" not in (run_dir / "report.html").read_text(encoding="utf-8")
 
 
 def test_a_long_prompt_is_cut_and_expands(run_dir: Path, browser):
