@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from evals.compare import Run, RunInputError, compare_runs, load_run
-from evals.record import CaseRun, Manifest, read_units
+from evals.record import UNITS_FILE, CaseRun, Manifest, read_units
 from evals.record.catalogue import HEADLINE, REPEAT_METRICS, find, format_value
 
 PLOT_NAMES = ("providers", "subject_confusion", "fault_matrix", "stability")
@@ -30,7 +30,7 @@ class LoadedRun:
     """One run directory as the page reads it."""
 
     run: Run  # metrics, case_metrics and the other tables on demand
-    units: list[CaseRun]
+    units: list[CaseRun] | None  # None: the directory keeps no units.jsonl (a committed baseline): tables only
     label: str
 
     @property
@@ -47,7 +47,7 @@ class LoadedRun:
 def load(path: Path) -> LoadedRun:
     """A run directory, finished or not (the page says which); RunInputError when it cannot be read."""
     run = load_run(Path(path), allow_unfinished=True)
-    units = read_units(Path(path))
+    units = read_units(Path(path)) if (Path(path) / UNITS_FILE).is_file() else None
     return LoadedRun(run=run, units=units, label=run.label)
 
 
@@ -66,11 +66,18 @@ class Arm:
     provider: str
 
 
+def _unit_providers(loaded: LoadedRun) -> list[str]:
+    if loaded.units is not None:
+        return [u.provider for u in loaded.units]
+    cases = loaded.run.table("cases")
+    return [] if cases is None else list(cases["provider"])
+
+
 def arms_of(runs: list[LoadedRun]) -> list[Arm]:
     labels = run_labels(runs)
     arms = []
     for i, loaded in enumerate(runs):
-        providers = list(dict.fromkeys([*loaded.run.providers, *(u.provider for u in loaded.units)]))
+        providers = list(dict.fromkeys([*loaded.run.providers, *_unit_providers(loaded)]))
         arms += [Arm(label=p if len(runs) == 1 else f"{labels[i]}/{p}", run=i, provider=p) for p in providers]
     return arms
 
@@ -90,11 +97,11 @@ def plain(value: Any) -> Any:
         return None if math.isnan(value) or math.isinf(value) else value
     if value is pd.NA or value is pd.NaT:
         return None
+    if getattr(value, "ndim", 0) > 0:  # a numpy array (list cells of a Parquet table)
+        return plain(value.tolist())
     item = getattr(value, "item", None)  # a numpy scalar
     if callable(item):
         return plain(item())
-    if hasattr(value, "tolist"):  # a numpy array (list cells of a Parquet table)
-        return plain(value.tolist())
     return str(value)
 
 
@@ -205,12 +212,82 @@ def unit_detail(unit: CaseRun, arm: str, facts: dict[str, list[dict[str, Any]]])
     return plain({
         "arm": arm, "dataset": unit.dataset, "case_id": unit.case_id, "epoch": unit.epoch, "lang": unit.lang,
         "tags": unit.tags, "system": unit.system, "status": unit.status, "error": unit.error,
-        "seconds": unit.seconds, "failed_writes": failed_writes(unit), "facts": dict(facts),
+        "seconds": unit.seconds, "n_writes": len(unit.writes), "failed_writes": failed_writes(unit), "facts": dict(facts),
         "memories": unit.memories, "profile": unit.profile, "writes": writes, "faults": faults,
         "findings": [{"kind": str(x.kind), "check": x.check, "write": x.write, "path": x.path, "witness": x.witness}
                      for x in unit.findings],
-        "anomalies": counted_anomalies(unit), "attempts": _attempt_summary(unit),
+        "anomalies": counted_anomalies(unit), "attempts": _attempt_summary(unit), "record": True, "ops": [],
     })
+
+
+# ---- a unit from the tables alone ---------------------------------------------------------------------------
+
+
+def _by_unit(table: pd.DataFrame | None, epochs: bool = True) -> dict[tuple, list[dict[str, Any]]]:
+    """A table's rows by (provider, dataset, case_id[, epoch]), in the table's order."""
+    out: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    if table is None or table.empty:
+        return out
+    for row in plain(table.to_dict("records")):
+        key = (row["provider"], row["dataset"], row["case_id"])
+        out[(*key, int(row.get("epoch") or 0)) if epochs else key].append(row)
+    return out
+
+
+def _codes_of(row: dict[str, Any], prefix: str) -> dict[str, Any]:
+    names = ("success", "error_code", "agent_error_code", "reconcile_error_code")
+    return {name: row[f"{prefix}_{name}"] for name in names if row.get(f"{prefix}_{name}") is not None}
+
+
+def table_details(loaded: LoadedRun, facts: dict) -> list[tuple[str, dict[str, Any]]]:
+    """(provider, detail) of every unit of a run directory without units.jsonl, from its tables: facts, faults,
+    anomalies and (one epoch) ops; the conversation, model calls, memories and failed writes are not in them."""
+    run = loaded.run
+    faults, anomalies = _by_unit(run.table("faults")), _by_unit(run.table("anomalies"))
+    ops = _by_unit(run.table("ops"), epochs=False) if loaded.manifest.epochs == 1 else {}  # ops has no epoch
+    out = []
+    cases = run.table("cases")
+    for row in plain(cases.to_dict("records") if cases is not None else []):
+        key = (row["provider"], row["dataset"], row["case_id"], int(row.get("epoch") or 0))
+        found = [a for a in anomalies.get(key, []) if a["outcome"] != "indeterminate"]
+
+        def where(a: dict[str, Any]) -> str:
+            if a.get("fault"):
+                return f"write {a['write']} {a['site']}×{a['fault']}"
+            return f"{a['site']} check" + (f", write {a['write']}" if (a.get("write") or 0) >= 0 else "")
+
+        out.append((row["provider"], {
+            "arm": row["provider"], "dataset": row["dataset"], "case_id": row["case_id"], "epoch": key[3],
+            "lang": row["lang"], "tags": row.get("tags") or [], "system": row.get("system") or "hymem",
+            "status": row["status"], "error": row.get("error"), "seconds": row.get("seconds") or 0.0,
+            "n_writes": row.get("n_writes") or 0,
+            "failed_writes": [], "facts": dict(facts.get(key, {})), "memories": [], "profile": None, "writes": [],
+            "faults": [{"write": f["write"], "path": f["path"], "site": f["site"], "kind": f["kind"],
+                        "occurrence": f.get("occurrence") or 0, "fired": bool(f.get("fired")), "outcome": f["outcome"],
+                        "expected": _codes_of(f, "expected"), "actual": _codes_of(f, "actual"),
+                        "retry_success": f.get("retry_success"), "injected": {},
+                        "anomalies": [{"kind": a["kind"], "witness": a["witness"]} for a in anomalies.get(key, [])
+                                      if a.get("fault") == f["kind"] and a["site"] == f["site"]
+                                      and a["write"] == f["write"]]}
+                       for f in faults.get(key, [])],
+            "findings": [], "anomalies": [{"kind": a["kind"], "where": where(a), "witness": a["witness"]} for a in found],
+            "attempts": [], "record": False,
+            "ops": [{k: o.get(k) for k in ("write", "source", "op", "fact_text", "fact_subject", "target_id",
+                                           "target_text", "target_subject", "cross_subject", "refused")}
+                    for o in ops.get(key[:3], [])],
+        }))
+    return out
+
+
+def _details(loaded: LoadedRun, facts: dict | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """(provider, detail) of every unit of a run, by dataset, case and epoch: from units.jsonl, else the tables."""
+    facts = facts if facts is not None else {}
+    if loaded.units is None:
+        pairs = table_details(loaded, facts)
+    else:
+        pairs = [(u.provider, unit_detail(u, u.provider, facts.get((u.provider, u.dataset, u.case_id, u.epoch), {})))
+                 for u in loaded.units]
+    return sorted(pairs, key=lambda pair: (pair[1]["dataset"], pair[1]["case_id"], pair[1]["epoch"]))
 
 
 # ---- the page's data ----------------------------------------------------------------------------------------
@@ -266,7 +343,11 @@ def verdict_and_reasons(loaded: LoadedRun) -> tuple[str, list[str]]:
     from evals.report import run_verdict
 
     coverage = loaded.run.table("coverage")
-    verdict, reasons = run_verdict(loaded.units, loaded.manifest, coverage)
+    if loaded.units is None:
+        verdict, reasons = loaded.manifest.verdict or "unknown", [
+            f"this run directory keeps no {UNITS_FILE}, which the reasons are read from: see its summary.md"]
+    else:
+        verdict, reasons = run_verdict(loaded.units, loaded.manifest, coverage)
     recorded = loaded.manifest.verdict
     if loaded.manifest.finished is None:
         return "unfinished", ["the run has not finished (stopped while running or writing its report): the tables "
@@ -357,30 +438,31 @@ def page_data(runs: list[LoadedRun]) -> PageData:
     cases: dict[tuple[str, str], dict[str, Any]] = {}
     units: list[dict[str, Any]] = []
     kinds: dict[str, int] = defaultdict(int)
+    counted = [0] * len(runs)  # units per run
     for r, loaded in enumerate(runs):
         facts = facts_by_unit(loaded.run.table("facts"))
         flaky = _flaky(loaded)
-        for unit in sorted(loaded.units, key=lambda u: (u.dataset, u.case_id, u.epoch)):
-            a = arm_index[(r, unit.provider)]
-            unit_facts = facts.get((unit.provider, unit.dataset, unit.case_id, unit.epoch), {})
-            detail = unit_detail(unit, arms[a].label, unit_facts)
+        for provider, detail in _details(loaded, facts):
+            a = arm_index[(r, provider)]
+            detail["arm"] = arms[a].label
             units.append(detail)
-            case = cases.setdefault((unit.dataset, unit.case_id), {
-                "dataset": unit.dataset, "case_id": unit.case_id, "lang": unit.lang, "tags": list(unit.tags),
-                "arms": {}, "flips": flips.get((unit.dataset, unit.case_id), [])})
+            counted[r] += 1
+            dataset, case_id = detail["dataset"], detail["case_id"]
+            case = cases.setdefault((dataset, case_id), {
+                "dataset": dataset, "case_id": case_id, "lang": detail["lang"], "tags": list(detail["tags"]),
+                "arms": {}, "flips": flips.get((dataset, case_id), [])})
             cell = case["arms"].setdefault(str(a), {"units": [], "epochs": 0, "wrong": 0, "gold": 0, "anomalies": 0,
                                                     "kinds": [], "failed": 0, "infra_error": False,
-                                                    "flaky": flaky.get((unit.provider, unit.dataset, unit.case_id),
-                                                                       [])})
+                                                    "flaky": flaky.get((provider, dataset, case_id), [])})
             cell["units"].append(len(units) - 1)
             cell["epochs"] += 1
-            stored = unit_facts.get("stored", [])
+            stored = detail["facts"].get("stored", [])
             cell["wrong"] += wrong_facts(stored)
             cell["gold"] += sum(f["gold"] is not None for f in stored)
             cell["anomalies"] += len(detail["anomalies"])
             cell["kinds"] = sorted({*cell["kinds"], *(x["kind"] for x in detail["anomalies"])})
             cell["failed"] += len(detail["failed_writes"])
-            cell["infra_error"] |= unit.status == "infra_error"
+            cell["infra_error"] |= detail["status"] == "infra_error"
             for x in detail["anomalies"]:
                 kinds[x["kind"]] += 1
     for case in cases.values():  # per epoch, as the summary's worst cases: K epochs are not K times the faults
@@ -388,11 +470,11 @@ def page_data(runs: list[LoadedRun]) -> PageData:
             for key in ("wrong", "gold", "anomalies", "failed"):
                 cell[key] = round(cell[key] / max(1, cell["epochs"]), 2)
     headers = []
-    for loaded, label in zip(runs, run_labels(runs), strict=True):
+    for r, (loaded, label) in enumerate(zip(runs, run_labels(runs), strict=True)):
         verdict, reasons = verdict_and_reasons(loaded)
         headers.append({"label": label, "path": str(loaded.path), "manifest": plain(loaded.manifest.model_dump()),
                         "verdict": verdict, "reasons": reasons, "card": card_line(loaded.manifest.matcher),
-                        "headline": headline(loaded), "coverage": coverage_lines(loaded), "units": len(loaded.units)})
+                        "headline": headline(loaded), "coverage": coverage_lines(loaded), "units": counted[r]})
     return PageData(runs=headers, arms=arms, cases=list(cases.values()), units=units, comparison=comparison,
                     anomaly_kinds=dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))), notes=notes)
 

@@ -282,3 +282,21 @@ def test_a_run_recorded_before_messages_were_kept_still_opens(run_dir: Path, tmp
     assert tim["writes"] and all(w["payload"] == [] and w["calls"] == [] for w in tim["writes"])
     assert [f["gold"] for f in tim["facts"]["stored"] if f["gold"]]  # the gold and stored facts are still there
     assert "not in the record" in (old / "report.html").read_text(encoding="utf-8")  # the page says why
+
+
+def test_a_run_directory_without_units_jsonl_opens_from_its_tables(run_dir: Path, tmp_path: Path):
+    baseline = tmp_path / "baseline"  # as reports/baseline is committed: the tables and the manifest only
+    shutil.copytree(run_dir, baseline)
+    (baseline / "units.jsonl").unlink()
+    assert main(["view", str(baseline), str(run_dir), "--out", str(tmp_path / "page.html")]) == 0
+    tables, record = page_data([load(baseline)]), page_data([load(run_dir)])
+    assert [c["case_id"] for c in tables.cases] == [c["case_id"] for c in record.cases]
+    key = lambda u: (u["arm"], u["case_id"], u["epoch"])  # noqa: E731
+    by_record = {key(u): u for u in record.units}
+    for unit in tables.units:
+        assert unit["record"] is False and unit["writes"] == []
+        same = by_record[key(unit)]
+        assert unit["facts"] == same["facts"]  # gold and stored facts with their subjects, from facts.parquet
+        assert sorted((a["kind"], a["witness"]) for a in unit["anomalies"]) == \
+            sorted((a["kind"], a["witness"]) for a in same["anomalies"])
+    assert tables.runs[0]["verdict"] == "invalid" and "summary.md" in tables.runs[0]["reasons"][0]

@@ -238,7 +238,7 @@
   function unitView(u) {
     const out = h("div", {class: "unit"});
     out.append(h("p", {class: "hint"}, `epoch ${u.epoch} · ${u.system} · status `,
-      h("span", {class: u.status === "ok" ? "good" : "bad"}, u.status), ` · ${u.writes.length} writes · ${round(u.seconds)} s`));
+      h("span", {class: u.status === "ok" ? "good" : "bad"}, u.status), ` · ${u.n_writes} writes · ${round(u.seconds)} s`));
     if (u.error) out.append(h("div", {class: "box failed"}, h("h4", {}, "Infra error"), longText(u.error)));
     if (u.failed_writes.length) {
       out.append(h("div", {class: "box failed failed-writes"}, h("h4", {}, `Failed writes (${u.failed_writes.length})`),
@@ -252,7 +252,15 @@
         h("ul", {class: "anomalies"}, u.anomalies.map((a) => h("li", {},
           h("strong", {class: "bad"}, a.kind), ` · ${a.where}`, h("div", {class: "witness"}, a.witness))))));
     }
-    out.append(factsBox(u), memoriesBox(u), writesBox(u));
+    if (u.record === false) {
+      out.append(h("p", {class: "box note-tables"}, "This run directory keeps no units.jsonl (a committed baseline): its " +
+        "facts, ops, faulted runs and anomalies come from its tables; the conversation, the model calls, the memories " +
+        "and the failed writes are not in them."));
+      out.append(factsBox(u));
+      if (u.ops.length) out.append(h("div", {class: "box"}, h("h4", {}, "Ops proposed by reconcile and applied by the engine"), opsTable(u.ops, true)));
+    } else {
+      out.append(factsBox(u), memoriesBox(u), writesBox(u));
+    }
     if (u.faults.length) out.append(faultsBox(u));
     if (u.attempts.length) {
       out.append(h("details", {class: "box"}, h("summary", {}, "Model and embedding attempts"),
@@ -329,14 +337,7 @@
         el.append(h("div", {class: "hint"}, "extracted:"), table(["fact", "subject", "owner"], w.proposed_facts.map((f) =>
           h("tr", {}, h("td", {}, f.text || ""), h("td", {}, f.subject || ""), h("td", {}, f.owner || "")))));
       }
-      if (w.ops.length) {
-        el.append(h("div", {class: "hint"}, "ops proposed by reconcile and applied by the engine:"),
-          table(["", "op", "fact", "subject", "target", "target subject", "cross-subject", "refused"], w.ops.map((o) =>
-            h("tr", {class: o.source}, h("td", {}, o.source), h("td", {}, o.op || ""), h("td", {}, o.fact_text || ""),
-              h("td", {}, o.fact_subject || ""), h("td", {}, o.target_id === null ? "" : `#${o.target_id} ${o.target_text || ""}`),
-              h("td", {}, o.target_subject || ""), h("td", {class: o.cross_subject ? "bad" : ""}, o.cross_subject === null ? "" : o.cross_subject ? "yes" : "no"),
-              h("td", {}, o.refused || "")))));
-      }
+      if (w.ops.length) el.append(h("div", {class: "hint"}, "ops proposed by reconcile and applied by the engine:"), opsTable(w.ops, false));
       for (const call of w.calls) {
         el.append(h("details", {class: "call"}, h("summary", {}, `model call ${call.site}: prompt ${(call.text || "").length} chars, reply ${(call.reply || "").length} chars`),
           h("div", {class: "hint"}, "prompt (the call's last user message)"), longText(call.text),
@@ -345,6 +346,17 @@
       box.append(el);
     }
     return box;
+  }
+
+  function opsTable(ops, withWrite) {
+    const head = ["", "op", "fact", "subject", "target", "target subject", "cross-subject", "refused"];
+    return table(withWrite ? ["write", ...head] : head, ops.map((o) =>
+      h("tr", {class: o.source}, withWrite ? h("td", {}, String(o.write)) : null, h("td", {}, o.source), h("td", {}, o.op || ""),
+        h("td", {}, o.fact_text || ""), h("td", {}, o.fact_subject || ""),
+        h("td", {}, o.target_id === null || o.target_id === undefined ? "" : `#${o.target_id} ${o.target_text || ""}`),
+        h("td", {}, o.target_subject || ""),
+        h("td", {class: o.cross_subject ? "bad" : ""}, o.cross_subject === null || o.cross_subject === undefined ? "" : o.cross_subject ? "yes" : "no"),
+        h("td", {}, o.refused || ""))));
   }
 
   function faultsBox(u) {
