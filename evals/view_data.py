@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,6 @@ from evals.record import UNITS_FILE, CaseRun, Manifest, read_units
 from evals.record.catalogue import HEADLINE, REPEAT_METRICS, find, format_value
 
 PLOT_NAMES = ("providers", "subject_confusion", "fault_matrix", "stability")
-PAGE_OF_FACTS = ("stored", "proposed")
 
 
 @dataclass
@@ -129,8 +127,8 @@ def _fact_row(row: dict[str, Any]) -> dict[str, Any]:
         verdict = "extra"  # a stored fact no gold fact matched
     elif not matched:
         verdict = "missed"
-    elif row.get("subject_ok") is False or row.get("owner_ok") is False:
-        verdict = "wrong"
+    elif not (row.get("subject_ok") and row.get("owner_ok")):
+        verdict = "wrong"  # matched, with the wrong subject or owner (or one not judged: as summary.md counts it)
     else:
         verdict = "right"
     return {"verdict": verdict, "gold": gold, "gold_subject": row.get("gold_subject"),
@@ -214,8 +212,6 @@ def unit_detail(unit: CaseRun, arm: str, facts: dict[str, list[dict[str, Any]]])
         "tags": unit.tags, "system": unit.system, "status": unit.status, "error": unit.error,
         "seconds": unit.seconds, "n_writes": len(unit.writes), "failed_writes": failed_writes(unit), "facts": dict(facts),
         "memories": unit.memories, "profile": unit.profile, "writes": writes, "faults": faults,
-        "findings": [{"kind": str(x.kind), "check": x.check, "write": x.write, "path": x.path, "witness": x.witness}
-                     for x in unit.findings],
         "anomalies": counted_anomalies(unit), "attempts": _attempt_summary(unit), "record": True, "ops": [],
     })
 
@@ -270,7 +266,7 @@ def table_details(loaded: LoadedRun, facts: dict) -> list[tuple[str, dict[str, A
                                       if a.get("fault") == f["kind"] and a["site"] == f["site"]
                                       and a["write"] == f["write"]]}
                        for f in faults.get(key, [])],
-            "findings": [], "anomalies": [{"kind": a["kind"], "where": where(a), "witness": a["witness"]} for a in found],
+            "anomalies": [{"kind": a["kind"], "where": where(a), "witness": a["witness"]} for a in found],
             "attempts": [], "record": False,
             "ops": [{k: o.get(k) for k in ("write", "source", "op", "fact_text", "fact_subject", "target_id",
                                            "target_text", "target_subject", "cross_subject", "refused")}
@@ -499,10 +495,6 @@ def plot_images(loaded: LoadedRun) -> list[tuple[str, bytes]]:
                  ("fault_matrix", fault_plot(loaded.run, out / "fault_matrix.png")),
                  ("stability", stability_plot(loaded.run, out / "stability.png"))]
         return [(name, path.read_bytes()) for name, path in drawn if path is not None]
-
-
-def unique(items: Iterable[str]) -> list[str]:
-    return sorted(set(items))
 
 
 __all__ = ["Arm", "LoadedRun", "PageData", "arms_of", "counted_anomalies", "facts_by_unit", "failed_writes", "load",

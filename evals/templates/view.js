@@ -159,7 +159,10 @@
     body.replaceChildren(...page.map((c) => {
       const tr = h("tr", {class: c.index === state.open ? "open" : null, "data-case": c.case_id,
                           "data-dataset": c.dataset, onclick: () => openCase(c.index)},
-        h("td", {}, h("code", {}, c.case_id)), h("td", {}, c.dataset), h("td", {}, c.lang),
+        h("td", {}, h("code", {}, c.case_id),
+          cells(c).some((x) => x.flaky.length) ? [" ", h("span", {class: "pill warn"}, "flaky")] : null,
+          cells(c).some((x) => x.infra_error) ? [" ", h("span", {class: "pill warn"}, "infra error")] : null),
+        h("td", {}, c.dataset), h("td", {}, c.lang),
         h("td", {}, c.tags.map((t) => h("span", {class: "tag"}, t))),
         h("td", {}, String(round(total(c, "wrong")))), h("td", {class: total(c, "anomalies") ? "bad" : ""}, String(round(total(c, "anomalies")))),
         h("td", {class: total(c, "failed") ? "bad" : ""}, String(round(total(c, "failed")))));
@@ -367,7 +370,8 @@
       h("summary", {}, `Faulted runs (${u.faults.length}): ` + Object.entries(outcomes).map(([k, n]) => `${n} ${k}`).join(", ")));
     box.append(table(["write", "site × kind", "outcome", "expected", "actual", "retry", "anomalies and witnesses"], sorted.map((f) =>
       h("tr", {class: f.outcome},
-        h("td", {}, String(f.write)), h("td", {}, `${f.site} × ${f.kind}` + (f.occurrence ? ` #${f.occurrence}` : "")),
+        h("td", {}, String(f.write)), h("td", {}, `${f.site} × ${f.kind}` + (f.occurrence ? ` #${f.occurrence}` : ""),
+          Object.keys(f.injected || {}).length ? h("div", {class: "hint"}, "injected: " + JSON.stringify(f.injected)) : null),
         h("td", {class: f.outcome === "wrong" ? "bad" : f.outcome === "ok" ? "good" : "warn"}, f.outcome + (f.fired ? "" : " (not fired)")),
         h("td", {}, h("code", {}, codes(f.expected))), h("td", {}, h("code", {}, codes(f.actual))),
         h("td", {}, f.retry_success === null ? "" : f.retry_success ? "ok" : "failed"),
