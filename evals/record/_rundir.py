@@ -142,6 +142,11 @@ def read_units(run_dir: Path, planned: Collection[tuple[str, str, int]] | None =
     return list(runs.values())
 
 
+# The characters str.splitlines() breaks on that JSON leaves raw (it escapes those below U+0020): escaped, as JSON
+# allows, so a record holding a message with them is still one line.
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 class UnitsWriter:
     """Appends finished units to units.jsonl, one fsynced line each; safe across threads."""
 
@@ -154,7 +159,8 @@ class UnitsWriter:
         self._lock = threading.Lock()
 
     def append(self, run: CaseRun) -> None:
-        line = to_json(redact(run.model_dump(mode="json"))).decode("utf-8") + "\n"  # every string redacted
+        line = to_json(redact(run.model_dump(mode="json"))).decode("utf-8")  # every string redacted
+        line = line.translate(_LINE_BREAKS) + "\n"  # one line for every reader, str.splitlines() too
         with self._lock:
             self._file.write(line)
             self._file.flush()
