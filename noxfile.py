@@ -40,7 +40,7 @@ def slow(session: nox.Session) -> None:
 # What mypy reads types from: the typed libraries hymem/ and evals/ import. Every other import is named
 # untyped in pyproject.toml [tool.mypy], so the lint venv skips them (dspy, torch, ...): ~3x faster to build.
 TYPED_DEPS = ["mypy>=2.4,<2.5", "pydantic>=2.7", "numpy>=1.26", "faiss-cpu>=1.8", "matplotlib>=3.8", "openai>=1.40",
-              "tokenizers>=0.15", "safetensors>=0.4"]
+              "tokenizers>=0.15", "safetensors>=0.4", "jinja2>=3.1"]
 
 
 @nox.session

@@ -96,7 +96,7 @@ def _run_summary(outcome) -> str:
              f"verdict: {outcome.verdict}  ({outcome.units} units)"]
     lines += [f"  - {reason}" for reason in outcome.reasons]
     lines += [f"  {outcome.verdict} means: {VERDICT_MEANS.get(outcome.verdict, '')}",
-              f"report: {outcome.run_dir / 'summary.md'}"]
+              f"report: {outcome.run_dir / 'summary.md'}, {outcome.run_dir / 'report.html'}"]
     return "\n".join(lines) + "\n"
 
 
@@ -248,6 +248,18 @@ def _compare(args: argparse.Namespace) -> int:
         return 2
     print(text, end="")
     print(f"written: {', '.join(str(p) for p in paths)}", file=sys.stderr)
+    return 0
+
+
+def _view(args: argparse.Namespace) -> int:
+    from evals.compare import RunInputError
+    from evals.view import write_view
+
+    try:
+        print(write_view(args.runs, out=args.out))
+    except (RunInputError, OSError) as exc:
+        print(f"hymem-eval view: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -487,6 +499,12 @@ def build_parser() -> argparse.ArgumentParser:
     _matcher_option(compare, "re-score every run with this matcher before comparing (default: as they were scored)")
     _force_option(compare)
     compare.set_defaults(func=_compare)
+
+    view = sub.add_parser("view", help="one self-contained HTML page of a run, or of runs side by side")
+    view.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directories (RUN [RUN2]): the first is "
+                      "the reference; with two runs or providers, cases side by side, flipped cases first")
+    view.add_argument("--out", type=Path, default=None, metavar="FILE.html", help="default: RUN/report.html")
+    view.set_defaults(func=_view)
 
     gate = sub.add_parser("gate", help="regression gate of a run against a baseline (exit 1 on a regression)")
     gate.add_argument("--baseline", type=Path, required=True, metavar="RUN")

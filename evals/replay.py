@@ -42,7 +42,7 @@ from evals.record import (
     WriteFailure,
     WriteRecord,
 )
-from evals.record._records import Check
+from evals.record._records import Check, recorded_calls
 from evals.scratch import scratch_dir
 from evals.systems.base import (
     MemorySystem,
@@ -404,11 +404,13 @@ class CaseReplayer:
                                     witness=f"fault-free write raised {exc}"))
             return WriteRecord(index=index, path=path, request_id=rid, success=False,
                                codes=Codes(exception=str(exc).splitlines()[0]), seconds=time.perf_counter() - t0,
-                               failure=WriteFailure(cause="engine", site="", detail=str(exc)[:300]))
+                               failure=WriteFailure(cause="engine", site="", detail=str(exc)[:300]),
+                               payload=list(payload))
         record = WriteRecord(index=index, path=path, request_id=outcome.request_id, success=outcome.success,
                              codes=Codes.model_validate(outcome.codes), message=outcome.message, ops=outcome.ops,
                              proposed_facts=outcome.proposed_facts, proposed_ops=outcome.proposed_ops,
-                             reached=outcome.reached, seconds=time.perf_counter() - t0)
+                             reached=outcome.reached, seconds=time.perf_counter() - t0,
+                             payload=list(payload), calls=recorded_calls(outcome.prompts))
         findings += [Finding(kind=kind, check="prompt", write=index, path=path, witness=witness)
                      for kind, witness in prompt_findings(path, payload, outcome, f"write {index}")]
         if k is not None and outcome.success and not outcome.duplicate:

@@ -657,6 +657,9 @@ def _execute(config: RunConfig, cases: list[Case], plan: FaultPlan, factories: d
     manifest.finished = time.time()
     manifest.verdict = verdict
     write_manifest(run_dir, manifest)
+    from evals.view import write_view
+
+    write_view([run_dir])  # report.html: the run in a browser, from the record just written
     return RunOutcome(run_dir=run_dir, verdict=verdict, units=len(runs), manifest=manifest,
                       units_seconds=units_seconds, reasons=run_verdict(runs, manifest)[1],
                       infra_error_units=sum(r.status == "infra_error" for r in runs),

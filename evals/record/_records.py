@@ -174,6 +174,23 @@ class WriteRecord(Record):
     reached: dict[str, int] = Field(default_factory=dict)  # call site -> calls made in this write
     seconds: float = 0.0
     failure: WriteFailure | None = None  # why it failed, when it did (its anomalies are the unit's findings)
+    # What a reader of the run (`hymem-eval view`) needs to see the write without the dataset files: the
+    # messages (or seeded memories) as sent, and each model call's prompt and reply, cut at CALL_TEXT_LIMIT.
+    payload: list[dict[str, Any]] = Field(default_factory=list)
+    calls: list[dict[str, str]] = Field(default_factory=list)  # {site, text, reply}: what each model call was shown
+
+
+CALL_TEXT_LIMIT = 20_000  # characters of one recorded prompt or reply; the rest is cut with a marker
+
+
+def clipped(text: str, limit: int = CALL_TEXT_LIMIT) -> str:
+    """`text`, cut to `limit` characters with a note of how much was left out (a record stays bounded)."""
+    return text if len(text) <= limit else f"{text[:limit]}\n… [{len(text) - limit} more characters not recorded]"
+
+
+def recorded_calls(prompts: list[dict[str, str]]) -> list[dict[str, str]]:
+    """A write's model calls ({site, text, reply}, as the harness's prompt tap saw them) as the record keeps them."""
+    return [{key: clipped(str(value)) for key, value in call.items()} for call in prompts]
 
 
 class FaultRecord(Record):
