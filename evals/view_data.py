@@ -107,14 +107,27 @@ def plain(value: Any) -> Any:
 
 
 def failed_writes(unit: CaseRun) -> list[dict[str, Any]]:
-    """Fault-free (control) writes that failed: which write, its codes and message.
+    """Fault-free (control) writes that failed: which write, why (the cause the harness read off the model's reply,
+    at which call site, with the reply's excerpt), its codes and message, and whether the write contract held.
 
-    Why here: a write that fails on the model's own reply is kept and the case goes on (natural failures);
-    today the record has them as WriteRecords with success=False. When a table of its own holds them, this
-    one function reads it instead.
+    Why here: a write that fails on the model's own reply is kept and the case goes on (natural failures); its
+    contract check's anomalies are the unit's findings of check `natural`, listed with the other anomalies.
     """
-    return [{"write": w.index, "path": w.path, "request_id": w.request_id, "codes": w.codes.model_dump(),
-             "message": w.message} for w in unit.writes if not w.success]
+    out = []
+    for w in unit.writes:
+        if w.success:
+            continue
+        failure = w.failure
+        found = [f.kind for f in unit.findings if f.write == w.index and f.check in ("natural", "control")]
+        why = (f"{failure.cause} at {failure.site or 'the engine'}: {failure.detail}" if failure is not None
+               else "the engine raised")
+        out.append({"write": w.index, "path": w.path, "request_id": w.request_id, "codes": w.codes.model_dump(),
+                    "message": f"{why}" + (f" — reply: {failure.reply}" if failure is not None and failure.reply
+                                           else "") + (f" — {w.message}" if w.message else ""),
+                    "cause": failure.cause if failure is not None else "engine",
+                    "contract": "anomalies: " + ", ".join(str(k) for k in found) if found
+                    else ("held" if failure is not None and failure.checked else "not checked")})
+    return out
 
 
 # ---- the facts of one unit ----------------------------------------------------------------------------------

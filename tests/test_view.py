@@ -217,6 +217,7 @@ def test_an_anomaly_shows_its_witness_and_a_failed_write_its_codes(run_dir: Path
     detail = _open_case(browser, "en-901-garbled-reply")
     failed = detail.find_element(By.CSS_SELECTOR, ".arm .failed-writes")
     assert "write 1" in failed.text and "JSON_PARSE_FAILED" in failed.text
+    assert "parse at lm.extract" in failed.text and "held" in failed.text  # the cause read off the reply; contract
     write = detail.find_element(By.CSS_SELECTOR, ".arm .write[data-write='1']")
     assert "FAILED" in write.text
     call = write.find_element(By.CSS_SELECTOR, "details.call")

@@ -246,9 +246,10 @@
     if (u.failed_writes.length) {
       out.append(h("div", {class: "box failed failed-writes"}, h("h4", {}, `Failed writes (${u.failed_writes.length})`),
         h("p", {class: "hint"}, "fault-free writes that failed on the model's own reply or the engine's doing"),
-        table(["write", "path", "codes", "message"], u.failed_writes.map((w) =>
-          h("tr", {}, h("td", {}, `write ${w.write}`), h("td", {}, w.path), h("td", {}, h("code", {}, codes(w.codes))),
-            h("td", {}, longText(w.message)))))));
+        table(["write", "path", "cause", "codes", "why", "write contract"], u.failed_writes.map((w) =>
+          h("tr", {}, h("td", {}, `write ${w.write}`), h("td", {}, w.path), h("td", {}, w.cause),
+            h("td", {}, h("code", {}, codes(w.codes))), h("td", {}, longText(w.message)),
+            h("td", {class: w.contract === "held" ? "good" : "bad"}, w.contract))))));
     }
     if (u.anomalies.length) {
       out.append(h("div", {class: "box failed anomalies"}, h("h4", {}, `Anomalies (${u.anomalies.length})`),
