@@ -225,12 +225,12 @@ class Provider:
                 config = self.config = config.model_copy(update={"api_base": endpoint_for(config.local, settings)})
             except LocalServerError as exc:
                 raise ValueError(f"--lm {config.name}: {exc}") from None
-        if config.local is not None:
+        if (local := config.local) is not None:
             # llama-cpp-python's server runs one request at a time and (interrupt_requests) a second one cuts the
             # first: every provider of this process on one local model shares one connection
             config = self.config = config.model_copy(update={"max_connections": 1})
             with _LOCAL_SLOTS_LOCK:
-                self.connections = _LOCAL_SLOTS.setdefault(config.local, ConnectionSlots(1))
+                self.connections = _LOCAL_SLOTS.setdefault(local, ConnectionSlots(1))
         if config.is_http:
             key = api_key(config)  # raises before any work when missing
             self._kwargs = {"cache": False, "num_retries": 0, "timeout": config.timeout}

@@ -53,7 +53,7 @@ def effective_structured(lm: dspy.BaseLM) -> Structured:
     """What an LM's calls send: its stated setting, else what DSPy's catalogue implies for its model name."""
     stated = getattr(lm, "structured", None)
     if stated is not None:
-        return stated  # type: ignore[no-any-return]
+        return stated
     if "response_format" not in lm.supported_params:
         return "off"
     return "json_schema" if lm.supports_response_schema else "json_object"
