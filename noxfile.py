@@ -153,13 +153,13 @@ def install_local(session: nox.Session) -> None:
 @nox.session
 def real(session: nox.Session) -> None:
     """Real local models side by side: SmolLM2-135M with the signature's JSON schema as response_format and
-    without it, the offline model as the reference, on the first 4 English bundled cases, no faults (about
-    10-15 min on 2 busy cores). Not part of CI. Arguments go to `hymem-eval run`."""
+    without it, the offline model as the reference, on the first 3 English bundled cases, no faults (under 15 min
+    on 2 busy cores). Not part of CI. Arguments go to `hymem-eval run`."""
     install_local(session)
     providers = Path(session.create_tmp()) / "real-providers.toml"
     providers.write_text(REAL_PROVIDERS, encoding="utf-8")
     out = "reports/real"
     shutil.rmtree(out, ignore_errors=True)
     session.run("hymem-eval", "run", "--providers", str(providers), "--lm", "offline", "--lm", "smollm2-schema",
-                "--lm", "smollm2-off", "--dataset", "datasets/chat_en.jsonl", "--limit", "4", "--faults", "none",
+                "--lm", "smollm2-off", "--dataset", "datasets/chat_en.jsonl", "--limit", "3", "--faults", "none",
                 "--out", out, "--no-progress", "--no-cache", *session.posargs, env=ENV)
