@@ -181,3 +181,16 @@ def test_serve_local_answers_the_harness_in_the_schemas_shape_and_stops_on_sigte
         cli.send_signal(signal.SIGTERM)
         code = cli.wait(30)
     assert code == 0 and not _answers(url)
+
+
+def test_serve_local_and_run_refuse_an_unknown_model_in_one_line(capsys, tmp_path, monkeypatch):
+    from evals.cli import main
+
+    monkeypatch.setattr(local_server, "check_runtime", lambda: None)  # the same answer with or without the extra
+    assert main(["serve-local", "--model", "nope"]) == 2
+    assert capsys.readouterr().err.strip() == ("hymem-eval serve-local: --model 'nope': use one of smollm2 or the "
+                                               "path of a .gguf file")
+    assert main(["run", "--lm", "local:nope", "--faults", "none", "--embedder", "hash", "--out",
+                 str(tmp_path / "r"), "--no-progress"]) == 2
+    assert "--lm local:nope: --model 'nope': use one of smollm2" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
