@@ -1,4 +1,4 @@
-"""`python -m evals.local_app`: llama-cpp-python's OpenAI-compatible server, with two request rewrites.
+r"""`python -m evals.local_app`: llama-cpp-python's OpenAI-compatible server, with two request rewrites.
 
 Run by `evals.local_server` in a subprocess; takes `python -m llama_cpp.server`'s flags plus `--max_tokens_cap`.
 
@@ -9,6 +9,11 @@ Run by `evals.local_server` in a subprocess; takes `python -m llama_cpp.server`'
   S, ...}}` (422), which is the form OpenAI, vLLM, Ollama and llama.cpp's own llama-server take and the only one
   DSPy's HTTP client sends a schema in. The request is rewritten to the first form, so the schema still
   constrains decoding (a grammar) and the harness speaks one dialect to every server.
+
+And one fix: llama-cpp-python 0.3's schema-to-grammar converter lets a raw control character (a newline, a tab)
+into a JSON string (`char ::= [^"\\] | ...`), which is not JSON; SmolLM2 wrote one in about half of its constrained
+extractions. `strict_json_strings` makes the rule llama.cpp's own (`[^"\\\x7F\x00-\x1F]`), so a constrained
+reply is valid JSON. The harness's parser stays strict either way.
 """
 
 from __future__ import annotations
@@ -88,6 +93,17 @@ def _replay(messages: list[Message], then: Receive | None = None) -> Receive:
     return receive
 
 
+# llama.cpp's json-schema-to-grammar `char`: no raw control characters inside a string (JSON forbids them).
+JSON_CHAR = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])'
+
+
+def strict_json_strings() -> None:
+    """Grammars built from a JSON schema from now on keep control characters out of strings (see above)."""
+    from llama_cpp import llama_grammar
+
+    llama_grammar.PRIMITIVE_RULES["char"] = llama_grammar.BuiltinRule(JSON_CHAR, [])
+
+
 def main(argv: list[str] | None = None) -> None:
     import uvicorn
     from llama_cpp.server.app import create_app
@@ -100,6 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     server_settings = parse_model_from_args(ServerSettings, args)
     model_settings = [parse_model_from_args(ModelSettings, args)]
+    strict_json_strings()
     app = create_app(server_settings=server_settings, model_settings=model_settings)
     print(f"hymem local server: max_tokens cap {args.max_tokens_cap}, json_schema -> json_object+schema",
           file=sys.stderr, flush=True)

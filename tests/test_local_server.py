@@ -58,6 +58,21 @@ def test_requests_are_rewritten_for_llama_cpp_python():
     assert rewrite_request({"response_format": {"type": "json_object"}}, None) == {"response_format": {"type": "json_object"}}
 
 
+@pytest.mark.skipif(__import__("importlib.util").util.find_spec("llama_cpp") is None, reason="needs llama-cpp-python")
+def test_a_schemas_grammar_keeps_control_characters_out_of_strings():
+    """llama-cpp-python 0.3's converter allows a raw newline inside a JSON string; the server's is llama.cpp's rule."""
+    from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf
+
+    from evals.local_app import strict_json_strings
+
+    schema = json.dumps({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
+    strict_json_strings()
+    grammar = json_schema_to_gbnf(schema)
+    (char,) = [line for line in grammar.splitlines() if line.startswith("char ::=")]
+    assert char.startswith(r'char ::= [^"\\\x7F\x00-\x1F]')
+    LlamaGrammar.from_string(grammar, verbose=False)  # llama.cpp parses it
+
+
 def test_local_spec_defaults_and_a_manifest_spec_without_the_port(tmp_path):
     config = parse_lm_spec(f"local:{tmp_path / 'm.gguf'}")
     assert config.model == "openai/m" and config.structured == "json_schema" and config.max_tokens == 512
