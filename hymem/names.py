@@ -92,6 +92,16 @@ ZH_ADDRESS_TERMS = ("阿姨", "叔叔", "叔", "伯伯", "伯", "大爷", "大�
 _PREDICATE_TAGS = ("v", "a", "d", "p", "t", "m", "r", "f", "c", "l", "i")
 
 
+@functools.lru_cache(maxsize=1)
+def _quiet_jieba() -> None:
+    """jieba announces building its dictionary on stderr; the engine's callers did not ask for that."""
+    import logging
+
+    import jieba
+
+    jieba.setLogLevel(logging.WARNING)
+
+
 def _tag(word: str) -> str:
     """The part of speech jieba's dictionary gives a word on its own ("" for a word it does not hold)."""
     import jieba.posseg
@@ -109,6 +119,7 @@ def zh_leading_name(text: str) -> str | None:
         return None
     import jieba.posseg
 
+    _quiet_jieba()
     clause = re.split(r"[，,。.！!？?；;：:（(\s]", text, maxsplit=1)[0]
     name = _zh_name(clause, [(w.word, w.flag) for w in jieba.posseg.cut(clause)])
     if name is None:

@@ -313,8 +313,8 @@ def split_subject(text: str, participants: Iterable[str] = (), user_name: str | 
     if match := _ZH_IS_RELATIVE.match(stripped):  # "大飞是用户的外甥。": only a person is the user's relative
         return match.group(1), stripped[match.end(1):]
     if (zh_name := zh_leading_name(stripped)) is not None and re.search(r"\w", rest := stripped[len(zh_name):]):
-        if relation := _ZH_SECOND.match(rest):  # "张伟的妹妹在读高中。" is about 张伟's sister
-            return f"{zh_name}的{_fold_relation(relation.group(1), True)}", rest[relation.end():]
+        if of_name := _ZH_SECOND.match(rest):  # "张伟的妹妹在读高中。" is about 张伟's sister
+            return f"{zh_name}的{_fold_relation(of_name.group(1), True)}", rest[of_name.end():]
         return zh_name, rest
     for pattern in (_OTHER_NAME,):
         if match := pattern.match(stripped):
