@@ -42,7 +42,8 @@ _EN_KIN = {"mother": "mother", "mom": "mother", "mum": "mother", "father": "fath
            "grandchildren": "grandchild", "in-laws": "in-law", "godmother": "godmother", "godfather": "godfather",
            "stepson": "stepson", "stepdaughter": "stepdaughter", "son-in-law": "son-in-law",
            "daughter-in-law": "daughter-in-law", "best friend": "best friend", "baby": "baby",
-           "great-grandmother": "great-grandmother", "great-grandfather": "great-grandfather"}
+           "great-grandmother": "great-grandmother", "great-grandfather": "great-grandfather", "goddaughter": "goddaughter",
+           "godson": "godson"}
 _ZH_KIN = {"妈妈": "母亲", "母亲": "母亲", "爸爸": "父亲", "父亲": "父亲", "父母": "父母", "姐姐": "姐姐", "妹妹": "妹妹",
            "哥哥": "哥哥", "弟弟": "弟弟", "妻子": "妻子", "老婆": "妻子", "太太": "妻子", "丈夫": "丈夫", "老公": "丈夫",
            "儿子": "儿子", "女儿": "女儿", "孩子": "孩子", "奶奶": "奶奶", "爷爷": "爷爷", "外婆": "外婆", "姥姥": "外婆",
@@ -55,7 +56,7 @@ _ZH_KIN = {"妈妈": "母亲", "母亲": "母亲", "爸爸": "父亲", "父亲":
            "婶婶": "婶婶", "姨妈": "姨妈", "姑父": "姑父", "姨父": "姨父", "伯伯": "伯伯", "伯父": "伯父", "伯母": "伯母",
            "儿媳": "儿媳", "女婿": "女婿", "弟媳": "弟媳", "妹夫": "妹夫", "继父": "继父", "继母": "继母", "外孙": "外孙",
            "外孙女": "外孙女", "未婚夫": "未婚夫", "未婚妻": "未婚妻", "上司": "上司", "堂弟": "堂弟", "堂妹": "堂妹",
-           "兄弟": "兄弟", "姐妹": "姐妹", "前女友": "前女朋友", "男朋友们": "男朋友"}
+           "兄弟": "兄弟", "姐妹": "姐妹", "前女友": "前女朋友", "发小": "发小", "同桌": "同桌"}
 _EN_KIN_WORDS = "|".join(sorted((re.escape(k) for k in _EN_KIN), key=len, reverse=True))
 _ZH_KIN_WORDS = "|".join(sorted(_ZH_KIN, key=len, reverse=True))
 _EN_QUALIFIERS = r"(?:(?:older|younger|elder|little|big|best|close|old|new|late|maternal|paternal)\s+)*"
@@ -67,7 +68,7 @@ _EN_USER = re.compile(r"(?i)^(?:the\s+)?(?:current\s+)?user\b(?!-)")
 _EN_USER_KIN = re.compile(rf"(?i)^(?:the\s+)?(?:current\s+)?user(?:'s|s')?\s+{_EN_QUALIFIERS}({_EN_KIN_WORDS})\b"
                           r"(?:,?\s+(?-i:([A-Z][\w'-]+))(?=[\s,]))?")
 _ZH_USER = re.compile(r"^(?:当前|该|这位|此)?用户")
-_ZH_USER_KIN = re.compile(rf"^(?:当前|该|这位|此)?用户的?(?:大|小|亲|好|老)?({_ZH_KIN_WORDS})")
+_ZH_USER_KIN = re.compile(rf"^(?:当前|该|这位|此)?用户(?:的[\u4e00-\u9fff]{{0,2}}?|的?(?:大|小|亲|好|老)?)({_ZH_KIN_WORDS})")
 # A memory with no "the user's" that opens with a relative ("Mother is a nurse", "wife teaches Cornish", "母亲是护士").
 _EN_BARE_KIN = re.compile(rf"(?i)^(?:my\s+)?{_EN_QUALIFIERS}({_EN_KIN_WORDS})(?:'s\b|\s+(?:is|are|was|were|has|had|will|"
                           r"can|does|did|[a-z]+s|[a-z]+ed)\b)")
@@ -87,9 +88,15 @@ _ZH_AGENT = re.compile(rf"(?:被|由)(?:(?P<assistant>(?:AI|ai|智能)?助手)|�
 _FRONTED = re.compile(r"^[^,，]{1,40}[,，]\s*(?=(?:the\s+)?user\b(?!'s)|用户(?!的)|(?:the\s+)?assistant\b(?!'s)|助手(?!的))",
                       re.IGNORECASE)
 # A sentence that opens with a thing and names the user later as agent or owner.
-_EN_LATER_USER = re.compile(rf"(?i)\bby\s+the\s+user\b|^[^,]{{1,60}}?\s(?:is|are|was|were|will\s+be)\s+(?:the\s+\w+\s+of\s+)?"
+_EN_LATER_USER = re.compile(rf"(?i)\bby\s+the\s+user\b(?!')|^[^,]{{1,60}}?\s(?:is|are|was|were|will\s+be)\s+(?:the\s+\w+\s+of\s+)?"
                             rf"the\s+user's\s+(?!{_EN_QUALIFIERS}(?:{_EN_KIN_WORDS})\b)")
 _ZH_IS_KIN = re.compile(rf"^([\u4e00-\u9fff]{{2,4}}?)是用户的[^，,。]{{0,3}}?(?:{_ZH_KIN_WORDS})")
+# "余华是用户最喜欢的作家": a thing or person said to be the user's something that is no relation is the user's fact.
+_ZH_IS_USERS = re.compile(r"^[^，,。]{1,12}?是用户")
+# A relative's relative ("the user's mother's mother", "用户妈妈的兄弟"): the reader names no kinship table, so it
+# abstains (None) and leaves the decision to the labels and the matcher.
+_EN_KIN_OF_KIN = re.compile(rf"(?i)^(?:the\s+)?user's\s+{_EN_QUALIFIERS}(?:{_EN_KIN_WORDS})'s\s+(?:{_EN_KIN_WORDS})\b")
+_ZH_KIN_OF_KIN = re.compile(rf"^用户的?(?:{_ZH_KIN_WORDS})的(?:{_ZH_KIN_WORDS})")
 _ZH_LATER_USER = re.compile(r"^[^，,。]{1,30}?(?:被|由|是)用户")
 
 _TITLE = (r"(?:Dr|Doctor|Mr|Mrs|Ms|Mx|Miss|Prof|Professor|Sir|Dame|Lady|Lord|Rev|Fr|Capt|Captain|Col|Lt|Sgt|Judge|"
@@ -138,6 +145,8 @@ def read_subject(text: str) -> str | None:
         cleaned = cleaned[fronted.end():]
     if _EN_ASSISTANT.match(cleaned) or _ZH_ASSISTANT.match(cleaned):
         return "assistant"
+    if _EN_KIN_OF_KIN.match(cleaned) or _ZH_KIN_OF_KIN.match(cleaned):
+        return None
     if match := _EN_USER_KIN.match(cleaned):
         return match.group(2) or f"the user's {_EN_KIN[match.group(1).casefold()]}"
     if match := _ZH_USER_KIN.match(cleaned):  # "用户的同事小叶会说五种语言" is 小叶's
@@ -146,7 +155,7 @@ def read_subject(text: str) -> str | None:
         return f"the user's {_EN_KIN[(match.group(1) or match.group(2)).casefold()]}"
     if match := _ZH_REPORTED_KIN.match(cleaned):
         return f"用户的{_ZH_KIN[match.group(1) or match.group(2)]}"
-    if re.match(r"(?i)^(?:the\s+)?(?:current\s+)?user's\s|^用户的", cleaned) and (agent := _agent(cleaned)) is not None:
+    if re.match(r"(?i)^(?:the\s+)?(?:current\s+)?user's\s|^用户[^，,。被由]{0,6}?的", cleaned) and (agent := _agent(cleaned)) is not None:
         return agent  # "The user's bathroom was tiled by Dario."
     if _EN_USER.match(cleaned) or _ZH_USER.match(cleaned):
         return "user"
@@ -156,6 +165,8 @@ def read_subject(text: str) -> str | None:
         return f"用户的{_ZH_KIN[match.group(1)]}"
     if match := _ZH_IS_KIN.match(cleaned):  # "大飞是用户的表哥": only a person is the user's relative
         return match.group(1)
+    if _ZH_IS_USERS.match(cleaned):
+        return "user"
     if _EN_LATER_USER.search(cleaned):  # "Ironing is the user's least favourite chore" (not "Jack is the user's friend")
         return "user"
     if _en_person(cleaned) is None and (agent := _agent(cleaned, names=False)) is not None:
@@ -179,6 +190,8 @@ def _agent(text: str, names: bool = True) -> str | None:
     if match := _ZH_AGENT.search(text):
         return "assistant" if match.group("assistant") is not None or match.group("did") is not None \
             else f"用户的{_ZH_KIN[match.group('kin')]}"
+    if names and (match := re.search(r"(?:被|由)", text)) and (person := _zh_person(text[match.end():])) is not None:
+        return person  # "用户浴室的瓷砖是由马俊贴的。"
     return None
 
 
@@ -191,7 +204,9 @@ def _en_person(text: str) -> str | None:
     name, rest = match.group(1), text[match.end():]
     if match.group(2):
         return f"{name}'s {_EN_KIN[match.group(2).casefold()]}"
-    if rest.startswith("'s") or re.match(r"\s*,|\s*\((?:the\s+)?user's|[\u4e00-\u9fff]", rest):
+    if rest.startswith("'s"):
+        return None  # "Tamsin's cat was rescued …": about Tamsin's cat; the reader abstains
+    if re.match(r"\s*,|\s*\((?:the\s+)?user's|[\u4e00-\u9fff]", rest):
         return name
     after = re.match(r"\s+([a-z]+)\b", rest)
     if after is None:
@@ -226,6 +241,8 @@ def _zh_person(text: str) -> str | None:
         name = first.word + words[1].word
     elif first.flag.startswith("nr") and len(first.word) == 1 and len(words) > 1 and words[1].word in _ZH_ADDRESS:
         name = first.word + words[1].word  # 王 + 阿姨
+    elif len(first.word) == 2 and first.word[0] in "小老阿" and not first.flag.startswith(("n", "v", "a", "d", "m")):
+        name = first.word  # 老周 (jieba: a time word), not 老师 or 小孩
     elif first.flag.startswith("nr") and 2 <= len(first.word) <= 4:
         name = first.word
         if len(name) == 3 and (name[0] in "小老阿" or jieba.posseg.dt.word_tag_tab.get(name[:2], "").startswith("nr")):
@@ -235,7 +252,7 @@ def _zh_person(text: str) -> str | None:
     after = [w.flag for w in jieba.posseg.cut(text[len(name):])]
     if after and not any(f.startswith(("v", "a", "d", "p", "t", "m", "f", "r", "u", "l", "i")) for f in after):
         return None  # "爱喝酸梅汤": no predicate after the word, so it is no name
-    if kin := re.match(rf"的({_ZH_KIN_WORDS})", text[len(name):]):
+    if kin := re.match(rf"(?:的|(?:提到|说|表示)(?:自己的?)?)({_ZH_KIN_WORDS})", text[len(name):]):
         return f"{name}的{_ZH_KIN[kin.group(1)]}"  # "王芳的儿子…" is about 王芳's son, as "John's sister …"
     return name
 
