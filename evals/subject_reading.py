@@ -90,7 +90,8 @@ _FRONTED = re.compile(r"^[^,，]{1,40}[,，]\s*(?=(?:the\s+)?user\b(?!'s)|用户
 # A sentence that opens with a thing and names the user later as agent or owner.
 _EN_LATER_USER = re.compile(rf"(?i)\bby\s+the\s+user\b(?!')|^[^,]{{1,60}}?\s(?:is|are|was|were|will\s+be)\s+(?:the\s+\w+\s+of\s+)?"
                             rf"the\s+user's\s+(?!{_EN_QUALIFIERS}(?:{_EN_KIN_WORDS})\b)")
-_ZH_IS_KIN = re.compile(rf"^([\u4e00-\u9fff]{{2,4}}?)是用户的[^，,。]{{0,3}}?(?:{_ZH_KIN_WORDS})")
+_ZH_IS_KIN = re.compile(rf"^([\u4e00-\u9fff]{{2,4}}?|[A-Z][A-Za-z'-]+(?:\s[A-Z][A-Za-z'-]+)?)\s*是用户的[^，,。]{{0,3}}?"
+                        rf"(?:{_ZH_KIN_WORDS})")
 # "余华是用户最喜欢的作家": a thing or person said to be the user's something that is no relation is the user's fact.
 _ZH_IS_USERS = re.compile(r"^[^，,。]{1,12}?是用户")
 # A relative's relative ("the user's mother's mother", "用户妈妈的兄弟"): the reader names no kinship table, so it
