@@ -44,6 +44,7 @@ from evals.compare import (
 )
 from evals.gate_inputs import InputDiff, compare_inputs, restrict
 from evals.gate_reference import compare_cases, why_not_comparable
+from evals.matcher_resolution import MATCHED_METRICS, annotate_checks, error_rates, rates_sentence
 from evals.record.catalogue import METRICS, REPEAT_METRICS, Direction, Kind, find, format_value
 from evals.redact import write_text
 from evals.stats import paired_bootstrap_delta
@@ -576,6 +577,10 @@ def run_gate(baseline: Path, current: Path, *, rules: Path | None = None, junit:
     results = evaluate_rules(rule_set, base_run, cur_run, seed=seed, pairs=chosen, plans_differ=plans_differ)
     if not pairs and rule_set.require_baseline_metrics:
         results += _arms_kept(base_run, chosen)
+    rates = error_rates(r.manifest.matcher for r in (base_run, cur_run) if r.manifest is not None)
+    annotate_checks(results, rates)
+    if any(r.metric in MATCHED_METRICS or any(c.metric in MATCHED_METRICS for c in r.checks) for r in results):
+        matcher_notes.append(rates_sentence(rates))
     markdown = summary_markdown(results, notes=input_notes + pair_notes + matcher_notes, **names)
     junit_path = Path(junit) if junit is not None else Path(current) / "gate.xml"
     summary_path = Path(summary) if summary is not None else Path(current) / "gate.md"

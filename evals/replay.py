@@ -340,7 +340,7 @@ class CaseReplayer:
 
     def _subjectless(self, tmp: Path, writes: list[tuple[str, Any]], findings: list[Finding]) -> None:
         """The case's seeds sent to a fresh store without their subjects, as a mem0-style caller sends memories:
-        each must be filed by the one subject rule (`hymem.subjects.memory_subject`: the assistant's for an agent
+        each must be filed as the harness reads it (`evals.subject_reading`, not the engine's rule: the assistant's for an agent
         memory, else whom the sentence names, else the user's), never defaulted. Why: every seed carries its
         subject, so the rule that files a subjectless memory was never exercised. In-process models only."""
         system = self.system

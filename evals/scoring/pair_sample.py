@@ -24,7 +24,7 @@ import numpy as np
 
 from evals.redact import write_text
 from evals.scoring.checks import is_chinese
-from hymem.subjects import split_subject
+from evals.subject_reading import read_subject
 
 _COLUMNS = ("provider", "dataset", "case_id", "stage", "gold_text", "gold_subject", "pred_text", "pred_subject",
             "matched", "matcher", "epoch")
@@ -49,8 +49,7 @@ def _subject(value: object, text: str) -> str:
     the user's, as the engine files it."""
     if isinstance(value, str) and value.strip():
         return value
-    named, _ = split_subject(text)
-    return named or "user"
+    return read_subject(text) or "user"
 
 
 def candidates(facts, scores: Callable[[list[str], list[str]], np.ndarray]) -> list[Candidate]:
