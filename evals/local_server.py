@@ -113,9 +113,11 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Linux: the server gets SIGTERM when the process that started it dies, even by SIGKILL."""
+    """Linux: the server is killed when the process that started it dies, even by SIGKILL. SIGKILL, not SIGTERM:
+    on SIGTERM uvicorn waits for the request in flight, and a small model's reply can take minutes (seen: a
+    `run` stopped with SIGTERM left its server generating for minutes after). The server keeps no state."""
     with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 class LocalServer:
