@@ -21,18 +21,23 @@ VERDICT_MEANS = {
 
 
 def _check_before_loading(args: argparse.Namespace) -> str | None:
-    """The fault plan and the JSONL dataset files, checked before the runner (dspy, the model) is imported, so a
-    bad flag or file answers in well under a second; the runner checks everything again, the rest first."""
-    from evals.dataset import load_cases
+    """The fault plan, the JSONL dataset files, the providers, embedder, matcher and tuned program, checked before
+    the runner (dspy, the model) is imported, so a bad flag or file answers in well under a second; the runner
+    checks everything again, the rest first (`evals.early_checks`)."""
+    from evals import early_checks as check
     from evals.faults import FaultPlan
 
     try:
         FaultPlan.parse(args.faults)
-        files = [spec for spec in args.dataset or [] if ":" not in spec]  # NAME:PATH specs go to their adapters
-        if files:
-            load_cases(files)  # a DatasetError lists every bad line as file:line: field: problem
-    except (ValueError, OSError) as exc:
+    except ValueError as exc:
         return str(exc)
+    for problem in (lambda: check.embedder_problem(args.embedder),
+                    lambda: check.matcher_problem(args.matcher, args.providers),
+                    lambda: check.program_problem(args.program),
+                    lambda: check.lm_problem(args.lm or [], args.providers),
+                    lambda: check.dataset_problem(args.dataset)):
+        if (found := problem()) is not None:
+            return found
     return None
 
 
@@ -182,8 +187,32 @@ def _port(text: str) -> int:
     return port
 
 
+def _path(text: str) -> Path:
+    """A path argument: an empty one would be the current directory (`--out ''` wrote into the cwd)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; give a file or directory name")
+    return Path(text)
+
+
+def _seconds(text: str) -> float:
+    """A delay in seconds: finite, 0 to a day (`inf`, `nan` or 1e10 would hang every request)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or not 0 <= value <= 86400:
+        raise argparse.ArgumentTypeError(f"{text!r}: use a number of seconds from 0 to 86400")
+    return value
+
+
 class _Parser(argparse.ArgumentParser):
     """Usage errors as one line and exit 2 (argparse prints the whole usage block first)."""
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.register("type", Path, _path)  # every `type=Path` argument (subcommands are _Parsers too)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (see --help)\n")
@@ -398,7 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="a local OpenAI-compatible server backed by the offline model")
     serve.add_argument("--port", type=_port, default=0, help="port on 127.0.0.1 (default: a free one)")
-    serve.add_argument("--latency", type=float, default=0.0, help="seconds from a request to its reply (the model's work included)")
+    serve.add_argument("--latency", type=_seconds, default=0.0, help="seconds from a request to its reply (the model's work included)")
     serve.add_argument("--embedder", default="hash", choices=["hash", "minilm"])
     _body_limit_option(serve)
     serve.set_defaults(func=_serve)
@@ -410,7 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
     proxy.add_argument("--seed", type=int, default=0)
     proxy.add_argument("--port", type=_port, default=0, help="port on 127.0.0.1 (default: a free one)")
     proxy.add_argument("--log", type=Path, default=None, metavar="PATH", help="JSON-lines log of injected faults")
-    proxy.add_argument("--fault-delay", type=float, default=1.0, help="seconds a `latency` fault adds")
+    proxy.add_argument("--fault-delay", type=_seconds, default=1.0, help="seconds a `latency` fault adds")
     _body_limit_option(proxy)
     proxy.set_defaults(func=_proxy)
 

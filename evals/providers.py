@@ -12,17 +12,19 @@ import os
 import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-import dspy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from evals.dataset import Case
 from evals.redact import register_secret
 from evals.slots import ConnectionSlots, Slots
 
-LMFactory = Callable[[Case], dspy.BaseLM]
+if TYPE_CHECKING:  # dspy is imported where an LM is made: a bad --lm or providers file answers before it loads
+    import dspy
+
+LMFactory = Callable[[Case], "dspy.BaseLM"]
 
 # The environment variable a provider prefix reads its key from (DSPy/LiteLLM's own names).
 KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY",
@@ -49,10 +51,28 @@ class ProviderConfig(BaseModel):
     @classmethod
     def _an_http_url(cls, value: str | None) -> str | None:
         """A malformed endpoint is named as such, not later mistaken for a missing key."""
-        if value is not None:
-            url = urlparse(value)
-            if url.scheme not in ("http", "https") or not url.hostname:
-                raise ValueError(f"not an http(s) URL: {value!r}")
+        if value is not None and (problem := url_problem(value)) is not None:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _a_name(cls, value: str) -> str:
+        """Reports, tables and --lm name a provider by it: an empty or padded name would be no name."""
+        if not value.strip() or value != value.strip():
+            raise ValueError(f"{value!r} is not a name: use non-empty text without surrounding spaces")
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _a_model(cls, value: str) -> str:
+        """offline, oracle[:...] or PREFIX/MODEL, as --lm takes them: anything else fails every call later."""
+        if value in ("offline", "oracle") or value.startswith("oracle:"):
+            return value
+        prefix, _, name = value.partition("/")
+        if not prefix.strip() or not name.strip() or value != value.strip():
+            raise ValueError(f"{value!r} is not a model: use offline, oracle[:...] or a DSPy model string such as "
+                             "openai/gpt-4o-mini")
         return value
 
     @property
@@ -66,6 +86,20 @@ class ProviderConfig(BaseModel):
         spec = {"model": self.model, "api_base": endpoint(self.model, self.api_base) if self.is_http else None,
                 "input_price": self.input_price, "output_price": self.output_price}
         return {k: v for k, v in spec.items() if v is not None}
+
+
+def url_problem(value: str) -> str | None:
+    """Why `value` is not an http(s) URL with a host and a valid port, in one line; None when it is one."""
+    try:
+        url = urlparse(value)
+        port = url.port  # raises for a port out of range or not a number
+    except ValueError as exc:  # e.g. "Invalid IPv6 URL", "Port out of range 0-65535"
+        return f"not an http(s) URL: {value!r} ({exc})"
+    if url.scheme not in ("http", "https") or not url.hostname:
+        return f"not an http(s) URL: {value!r}"
+    if port == 0:
+        return f"not an http(s) URL: {value!r} (port 0)"
+    return None
 
 
 def endpoint(model: str, api_base: str | None = None) -> str | None:
@@ -88,7 +122,16 @@ def parse_lm_spec(spec: str) -> ProviderConfig:
     if not model or "/" not in model or (sep and not url.startswith(("http://", "https://"))):
         raise ValueError(f"--lm {spec!r}: use offline, oracle[:key=value,...], a DSPy model string such as "
                          "openai/gpt-4o-mini, or MODEL@URL for an OpenAI-compatible endpoint")
-    return ProviderConfig(name=spec, model=model, api_base=url or None)
+    try:
+        return ProviderConfig(name=spec, model=model, api_base=url or None)
+    except ValidationError as exc:  # one line, not pydantic's block
+        raise ValueError(f"--lm {spec!r}: {_one_line(exc)}") from None
+
+
+def _one_line(exc: ValidationError) -> str:
+    """A validation error as `field: problem; ...` on one line."""
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {str(e['msg']).removeprefix('Value error, ')}"
+                     for e in exc.errors())
 
 
 def load_providers_file(path: Path) -> list[ProviderConfig]:
@@ -96,6 +139,11 @@ def load_providers_file(path: Path) -> list[ProviderConfig]:
     problem`, so a user sees all of them at once and none is buried in a validation dump."""
     try:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"--providers {path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                         f"{exc.start})") from None
+    except RecursionError:
+        raise ValueError(f"--providers {path}: nested too deeply to be a providers file") from None
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ValueError(f"--providers {path}: {exc}") from None
     entries = data.get("provider", [])
@@ -192,6 +240,8 @@ class Provider:
             from evals.oracle import oracle_factory
 
             return oracle_factory(config.model, self._cases, seed=seed)
+        import dspy
+
         kwargs = dict(self._kwargs)
         if seed is not None:
             kwargs["seed"] = seed
@@ -206,6 +256,8 @@ class Provider:
         """An HTTP provider's LM outside any case (the judge's), as its default factory makes it for every case."""
         if not self.config.is_http:
             raise ValueError(f"{self.config.name} is not an HTTP provider: its LM depends on the case")
+        import dspy
+
         return dspy.LM(self.config.model, **self._kwargs)
 
     @property
