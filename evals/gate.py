@@ -65,7 +65,8 @@ class GateInputError(ValueError):
 class Rule(BaseModel):
     """One `[[rule]]` of a rules file: a metric and exactly one constraint on it."""
 
-    model_config = ConfigDict(extra="forbid")
+    # strict, finite: a `min = nan` bound compares false with every value, so the rule could never fail
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     metric: str  # a metric name as in metrics.parquet
     min: float | None = None  # floor on the current value
@@ -121,7 +122,7 @@ class Rule(BaseModel):
 class RuleSet(BaseModel):
     """A rules file: top-level settings and a list of `[[rule]]` tables."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     confidence: float = Field(default=0.95, gt=0, lt=1)  # of the paired bootstrap CI of drop rules
     require_baseline_metrics: bool = True  # every metric the baseline measured is measured by the current run
@@ -191,6 +192,10 @@ def load_rules(path: Path | None = None) -> RuleSet:
         raise GateInputError(f"rules file {path}: {exc.strerror or exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise GateInputError(f"rules file {where}: not TOML ({exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise GateInputError(f"rules file {where}: not UTF-8 text (byte offset {exc.start})") from None
+    except RecursionError:
+        raise GateInputError(f"rules file {where}: nested too deeply to be a rules file") from None
     except ValidationError as exc:
         problems = "; ".join(f"{_field(e['loc'])}: {e['msg']}" for e in exc.errors())
         raise GateInputError(f"rules file {where}: {problems}") from exc
@@ -547,6 +552,13 @@ def run_gate(baseline: Path, current: Path, *, rules: Path | None = None, junit:
     """Gate `current` against `baseline`; write JUnit XML and markdown (default: into the current run
     directory) and append the markdown to $GITHUB_STEP_SUMMARY when it is set."""
     rule_set = load_rules(rules)
+    junit_path = Path(junit) if junit is not None else Path(current) / "gate.xml"
+    summary_path = Path(summary) if summary is not None else Path(current) / "gate.md"
+    for flag, path in (("--junit", junit_path), ("--summary", summary_path)):  # before the work, not after it
+        if path.is_dir():
+            raise GateInputError(f"{flag} {path}: a directory; give the file to write")
+        if next((p for p in path.parents if p.exists()), Path(".")).is_file():
+            raise GateInputError(f"{flag} {path}: a parent of it is a file")
     matcher_notes: list[str] = []
     try:
         names = {"baseline": load_run(baseline).label, "current": load_run(current).label}
@@ -576,11 +588,12 @@ def run_gate(baseline: Path, current: Path, *, rules: Path | None = None, junit:
     if not pairs and rule_set.require_baseline_metrics:
         results += _arms_kept(base_run, chosen)
     markdown = summary_markdown(results, notes=input_notes + pair_notes + matcher_notes, **names)
-    junit_path = Path(junit) if junit is not None else Path(current) / "gate.xml"
-    summary_path = Path(summary) if summary is not None else Path(current) / "gate.md"
     for path, text in ((junit_path, junit_xml(results, **names)), (summary_path, markdown)):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise GateInputError(f"cannot write {path}: {exc.strerror or exc}") from None
     if step_summary := os.environ.get("GITHUB_STEP_SUMMARY"):
         with open(step_summary, "a", encoding="utf-8") as fh:
             fh.write(markdown)

@@ -53,4 +53,18 @@ def loads(text: str, limit: int = MAX_DEPTH) -> Any:
     return value
 
 
-__all__ = ["MAX_DEPTH", "TooDeep", "deep_field", "loads"]
+def problem_line(exc: Exception) -> str:
+    """A record's validation error as one `field: problem` line (the first of several, with their count), not
+    pydantic's multi-line block."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        found = errors()
+        if found:
+            first = found[0]
+            where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"]).lstrip(".")
+            more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+            return f"{where or 'record'}: {str(first['msg']).removeprefix('Value error, ')}{more}"
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
+
+
+__all__ = ["MAX_DEPTH", "TooDeep", "deep_field", "loads", "problem_line"]
