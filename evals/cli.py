@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 VERDICT_MEANS = {
     "valid": "every faulted write that applies to each provider's transport was checked, and none left a "
@@ -78,9 +78,28 @@ def _run(args: argparse.Namespace) -> int:
         print(f"hymem-eval run: every one of the {outcome.units} units failed with an infra error (first: see "
               f"{outcome.run_dir / 'summary.md'}, 'Infra errors'); nothing was measured", file=sys.stderr)
         return 1
+    if (dead := _dead_judge(outcome.manifest.matcher)) is not None:
+        print(f"hymem-eval run: {dead}; the fact scores are not measurements", file=sys.stderr)
+        return 1
     if args.fail_on_invalid and outcome.verdict == "invalid":
         return 1
     return 0
+
+
+def _dead_judge(card: dict | None) -> str | None:
+    """An LLM judge whose every call failed decided nothing: its 0.000 agreement or fact_f1 is not a measurement."""
+    card = card or {}
+    calls, errors = card.get("judge_calls"), card.get("judge_errors")
+    if calls and errors is not None and errors >= calls:
+        return f"the judge failed on every one of its {calls} calls (first: {card.get('judge_first_error')})"
+    return None
+
+
+def _early_matcher_problem(args: argparse.Namespace) -> str | None:
+    """`--matcher` (and the providers file an llm: judge is named in), before the scorers are imported."""
+    from evals.early_checks import matcher_problem
+
+    return matcher_problem(args.matcher, getattr(args, "providers", None))
 
 
 def _run_summary(outcome) -> str:
@@ -105,7 +124,10 @@ def _run_summary(outcome) -> str:
 
 
 def _matcher_eval(args: argparse.Namespace) -> int:
-    from evals.scoring.matcher_eval import MatcherEvalError, matcher_eval
+    if (problem := _early_matcher_problem(args)) is not None:
+        print(f"hymem-eval matcher eval: {problem}", file=sys.stderr)
+        return 2
+    from evals.scoring.matcher_eval import MatcherEvalError, NothingMeasured, matcher_eval
 
     try:
         text, path = matcher_eval(args.matcher, pairs=args.pairs, split=args.split, out=args.out, seed=args.seed,
@@ -113,6 +135,10 @@ def _matcher_eval(args: argparse.Namespace) -> int:
     except MatcherEvalError as exc:
         print(f"hymem-eval matcher eval: {exc}", file=sys.stderr)
         return 2
+    except NothingMeasured as exc:  # ran, measured nothing
+        print(exc.text, end="")
+        print(f"hymem-eval matcher eval: {exc} ({exc.path})", file=sys.stderr)
+        return 1
     print(text, end="")
     print(f"written: {path}", file=sys.stderr)
     return 0
@@ -210,7 +236,7 @@ def _seconds(text: str) -> float:
 class _Parser(argparse.ArgumentParser):
     """Usage errors as one line and exit 2 (argparse prints the whole usage block first)."""
 
-    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.register("type", Path, _path)  # every `type=Path` argument (subcommands are _Parsers too)
 
@@ -230,6 +256,9 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    if (problem := _early_matcher_problem(args)) is not None:
+        print(f"hymem-eval compare: {problem}", file=sys.stderr)
+        return 2
     from evals.compare import RunInputError, write_comparison
 
     try:
@@ -247,6 +276,12 @@ def _gate(args: argparse.Namespace) -> int:
         if not Path(run_dir).is_dir():
             print(f"hymem-eval gate: {run_dir}: no such run directory", file=sys.stderr)
             return 2
+    if (problem := _early_matcher_problem(args)) is not None:
+        print(f"hymem-eval gate: {problem}", file=sys.stderr)
+        return 2
+    if Path(args.baseline).resolve() == Path(args.current).resolve():
+        print(f"hymem-eval gate: warning: the baseline and the current run are the same directory "
+              f"({args.current}): a run gated against itself cannot show a regression", file=sys.stderr)
     from evals.gate import GateInputError, run_gate
 
     try:
@@ -275,6 +310,15 @@ def _plots(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
+    from evals import early_checks as check
+
+    lms = [spec for spec in (args.lm, args.teacher_lm, args.prompt_lm) if spec is not None]
+    for problem in (lambda: _early_matcher_problem(args), lambda: check.lm_problem(lms, args.providers),
+                    lambda: check.dataset_problem(args.train, "--train"),
+                    lambda: check.dataset_problem(args.dev, "--dev")):
+        if (found := problem()) is not None:  # before dspy loads
+            print(f"hymem-eval tune: {found}", file=sys.stderr)
+            return 2
     from evals.tune import TuneConfig, TuneError, TuneFailed, parse_settings, summary_text, tune
 
     try:
@@ -290,6 +334,12 @@ def _tune(args: argparse.Namespace) -> int:
         print(f"hymem-eval tune: {exc}", file=sys.stderr)
         return 1
     print(summary_text(outcome), end="")
+    before, after = outcome.manifest.dev_before, outcome.manifest.dev_after
+    if before.n and not before.scored and not after.scored:  # every dev prediction failed, before and after
+        print(f"hymem-eval tune: every dev prediction failed, before and after tuning ({before.errors.errors} and "
+              f"{after.errors.errors} errors; first: {(after.errors.samples or before.errors.samples or ['?'])[0]}): "
+              f"nothing was measured ({outcome.out / 'tune_manifest.json'})", file=sys.stderr)
+        return 1
     return 0
 
 

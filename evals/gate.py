@@ -419,6 +419,21 @@ def _arms_kept(baseline: Run, chosen: list[Pair]) -> list[RuleResult]:
     return [_result("every provider of the baseline is in the current run", "*", checks)]
 
 
+def _measured_something(baseline: Run, current: Run, chosen: list[Pair]) -> list[RuleResult]:
+    """Each gated provider measured something in both runs: one whose every unit was an infra error has no value
+    a rule could fail on (its rates are n/a, skipped), so two dead runs would pass every rule."""
+    checks = []
+    for pair in chosen:
+        for side, run, provider in (("baseline", baseline, pair.baseline), ("current", current, pair.current)):
+            rate = _measured(metric_row(run, provider, ALL, "infra_error_rate"))
+            if rate is not None and rate >= 1.0:
+                checks.append(Check(provider=pair.label, status="fail", detail=f"every unit of the {side} run was an "
+                                    "infra error: nothing was measured (see its summary.md, 'Infra errors')"))
+    if not checks:
+        checks = [Check(provider="-", status="pass", detail="both runs measured every gated provider")]
+    return [_result("both runs measured something (not every unit an infra error)", "*", checks)]
+
+
 def passed(results: list[RuleResult]) -> bool:
     return all(r.status != "fail" for r in results)
 
@@ -587,6 +602,7 @@ def run_gate(baseline: Path, current: Path, *, rules: Path | None = None, junit:
     results = evaluate_rules(rule_set, base_run, cur_run, seed=seed, pairs=chosen, plans_differ=plans_differ)
     if not pairs and rule_set.require_baseline_metrics:
         results += _arms_kept(base_run, chosen)
+    results += _measured_something(base_run, cur_run, chosen)
     markdown = summary_markdown(results, notes=input_notes + pair_notes + matcher_notes, **names)
     for path, text in ((junit_path, junit_xml(results, **names)), (summary_path, markdown)):
         try:
