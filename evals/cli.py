@@ -256,7 +256,9 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    if (problem := _early_matcher_problem(args)) is not None:
+    from evals.early_checks import out_dir_problem
+
+    if (problem := out_dir_problem(args.out) or _early_matcher_problem(args)) is not None:
         print(f"hymem-eval compare: {problem}", file=sys.stderr)
         return 2
     from evals.compare import RunInputError, write_comparison
@@ -351,6 +353,11 @@ def _sampling_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _datasets_audit(args: argparse.Namespace) -> int:
+    from evals.early_checks import out_dir_problem
+
+    if (problem := out_dir_problem(args.out)) is not None:
+        print(f"hymem-eval datasets audit: {problem}", file=sys.stderr)
+        return 2
     from evals.audit import audit, format_audit, write_audit
 
     try:
@@ -360,7 +367,11 @@ def _datasets_audit(args: argparse.Namespace) -> int:
         return 2
     print(format_audit(report))
     if args.out:
-        print(f"audit: {write_audit(report, args.out)}")
+        try:
+            print(f"audit: {write_audit(report, args.out)}")
+        except OSError as exc:  # the disk, not the input: ran, wrote nothing
+            print(f"hymem-eval datasets audit: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
     return 0
 
 

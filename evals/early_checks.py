@@ -34,7 +34,7 @@ def matcher_problem(spec: str | None, providers_file: Path | None = None) -> str
     judge's spec is checked as `--lm` is (a name of the providers file, or a model string)."""
     if spec is None:
         return None
-    from evals.scoring.matchers import SPECS_HELP  # light: the matcher module imports no scorer at load
+    from evals.cli import MATCHER_SPECS_HELP as SPECS_HELP  # the matchers' own (a test checks), without their imports
 
     spec = spec.strip()
     if spec in ("semantic", "text"):
@@ -84,5 +84,12 @@ def dataset_problem(specs: Iterable[str] | None, flag: str = "--dataset") -> str
     return None
 
 
-def first_problem(*problems: str | None) -> str | None:
-    return next((p for p in problems if p is not None), None)
+def out_dir_problem(path: Path | None, flag: str = "--out") -> str | None:
+    """An output directory that is a file, or under one, fails when it is made (after the work): said first."""
+    if path is None:
+        return None
+    if path.exists() and not path.is_dir():
+        return f"{flag} {path}: a file, not a directory"
+    if next((p for p in path.parents if p.exists()), Path(".")).is_file():
+        return f"{flag} {path}: a parent of it is a file"
+    return None

@@ -111,7 +111,11 @@ def matcher_fit(*, pairs: Path | None, out: Path | None) -> str:
     target = Path(out) if out is not None else PARAMS_FILE
     if target.is_dir() or not target.parent.is_dir():  # said before the fit, not after it
         raise MatcherEvalError(f"--out {target}: {'is a directory' if target.is_dir() else 'no such directory'}")
-    params = fit_semantic(calibration, source=path.name)
+    try:
+        params = fit_semantic(calibration, source=path.name)
+    except ValueError as exc:  # too few pairs, or one class only (in the file or in a cross-validation fold)
+        raise MatcherEvalError(f"{path}: cannot fit on its {len(calibration)} calibration pairs: "
+                               f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
     if heldout:
         from hymem.embedder import make_embedder
 
