@@ -281,9 +281,6 @@ def _gate(args: argparse.Namespace) -> int:
     if (problem := _early_matcher_problem(args)) is not None:
         print(f"hymem-eval gate: {problem}", file=sys.stderr)
         return 2
-    if Path(args.baseline).resolve() == Path(args.current).resolve():
-        print(f"hymem-eval gate: warning: the baseline and the current run are the same directory "
-              f"({args.current}): a run gated against itself cannot show a regression", file=sys.stderr)
     from evals.gate import GateInputError, run_gate
 
     try:
@@ -295,6 +292,9 @@ def _gate(args: argparse.Namespace) -> int:
         return 2
     print(outcome.markdown, end="")
     print(f"written: {outcome.junit_path}, {outcome.summary_path}", file=sys.stderr)
+    if Path(args.baseline).resolve() == Path(args.current).resolve():
+        print(f"hymem-eval gate: warning: the baseline and the current run are the same directory "
+              f"({args.current}): a run gated against itself cannot show a regression", file=sys.stderr)
     return 0 if outcome.passed else 1
 
 
