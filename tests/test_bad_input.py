@@ -138,11 +138,30 @@ def test_an_empty_path_argument_is_a_usage_error(tmp_path, capsys, monkeypatch, 
     (["proxy", "--upstream", "http://127.0.0.1:99999/v1"], "--upstream"),
     (["proxy", "--upstream", "http://[::1/v1"], "--upstream"),
 ])
-def test_serve_and_proxy_refuse_bad_values_before_listening(capsys, argv, needle):
+def test_serve_and_proxy_refuse_bad_values_before_listening(capsys, no_wait, argv, needle):
     _one_line(capsys, _code(argv), needle)
 
 
-def test_proxy_refuses_a_directory_as_its_log(tmp_path, capsys):
+@pytest.fixture
+def no_wait(monkeypatch):
+    """A server that got as far as listening returns at once (exit 0) instead of waiting for Ctrl-C."""
+    import evals.proxy
+    import evals.serve
+
+    def close(handle, *args, **kwargs):
+        handle.close()
+        return 0
+
+    monkeypatch.setattr(evals.serve, "wait_forever", close)
+    monkeypatch.setattr(evals.proxy, "wait_forever", close)
+
+
+def test_serve_and_proxy_start_with_good_values(capsys, no_wait):
+    assert _code(["serve", "--latency", "0.5"]) == 0
+    assert _code(["proxy", "--upstream", "http://127.0.0.1:9/v1", "--fault-delay", "0"]) == 0
+
+
+def test_proxy_refuses_a_directory_as_its_log(tmp_path, capsys, no_wait):
     code = _code(["proxy", "--upstream", "http://127.0.0.1:9/v1", "--log", str(tmp_path)])
     _one_line(capsys, code, "--log", "a directory")
 
