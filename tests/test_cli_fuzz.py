@@ -199,7 +199,7 @@ def _mutated(case: dict, where: tuple, value: object) -> dict:
 
 @settings(max_examples=EXAMPLES * 3, deadline=None)
 @given(edits=st.lists(st.tuples(st.sampled_from(FIELDS), JSON), min_size=1, max_size=3),
-       nested=st.integers(0, 400))
+       nested=st.one_of(st.just(0), st.integers(0, 1500)))
 def test_no_dataset_line_makes_a_traceback(tmp_path_factory, edits, nested):
     """Any JSON line loads as a valid case (and hashes) or is one DatasetError with `file:line: ...` lines."""
     from evals.dataset import DatasetError, dataset_hash, load_cases
