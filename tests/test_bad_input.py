@@ -207,6 +207,22 @@ def test_a_bad_units_record_stops_resume_and_keeps_the_manifest(finished_run, tm
         assert (run / "manifest.json").read_bytes() == manifest
 
 
+def test_a_resume_that_crashes_leaves_a_finished_manifest_as_it_was(finished_run, tmp_path, monkeypatch):
+    import evals.runner
+
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    manifest = (run / "manifest.json").read_bytes()
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("the report crashed")
+
+    monkeypatch.setattr(evals.runner, "report_run", crash)
+    with pytest.raises(RuntimeError, match="the report crashed"):
+        main(_run("--dataset", str(finished_run.parent / "d.jsonl"), "--out", str(run), "--resume"))
+    assert (run / "manifest.json").read_bytes() == manifest
+
+
 def test_a_bad_units_record_stops_a_rescoring_gate(finished_run, tmp_path, capsys):
     run = _copy_with_unit(finished_run, tmp_path / "run", _null_text)
     manifest = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
