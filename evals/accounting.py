@@ -25,6 +25,7 @@ from evals.inject import Injector, call_site
 from evals.providers import endpoint
 from evals.record import Attempt
 from evals.redact import redact
+from evals.structured import StructuredLM
 
 _PRICES_FILE = Path(__file__).with_name("prices.toml")
 
@@ -111,7 +112,7 @@ class ResponseCache:
             self._db.close()
 
 
-class AccountingLM(dspy.LM):
+class AccountingLM(StructuredLM):
     """The provider's LM with every attempt recorded, a connection limit, retries and the cache.
 
     Retries (up to `max_attempts`, waiting Retry-After on a 429) run only when no fault is being
@@ -127,6 +128,7 @@ class AccountingLM(dspy.LM):
         of the case (part of the cache key)."""
         wrapped = cls(lm.model, engine=lm.engine, async_engine=lm._async_engine_spec, cache=False, num_retries=0,
                       model_type=lm.model_type, **lm.kwargs)
+        wrapped.structured = getattr(lm, "structured", None)  # the provider's response_format setting
         wrapped._acct = {"provider": provider, "log": log, "injector": injector, "cache": cache,
                          "retries": retries, "prices": prices, "pending": [], "wire": wire, "epoch": epoch}
         return wrapped

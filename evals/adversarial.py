@@ -33,7 +33,8 @@ from typing import Any
 
 from evals.prompt_contract import NAME_LINE, conversation_of, section_json
 from evals.record import AnomalyKind, Witnessed
-from hymem.subjects import canonical_subject, subject_of
+from evals.subject_reading import canonical as canonical_subject
+from evals.subject_reading import read_subject as subject_of
 
 CROSS_SUBJECT_ADVERSARIAL = ("cross_subject_update", "cross_subject_supersede", "cross_subject_delete")
 RECONCILE_ADVERSARIAL = (*CROSS_SUBJECT_ADVERSARIAL, "double_update")

@@ -9,7 +9,6 @@ nothing itself. `write_audit` stores one Parquet row per (flagged label, reason)
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from itertools import combinations
 from pathlib import Path
@@ -18,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from evals.adapters import CLEAN_DROPS, Gold, Skipped, dataset_name, iter_items, select_cases
 from evals.dataset import Case
+from evals.redact import write_parquet, write_text
 
 SCHEMA_VERSION = 1
 AUDIT_FILE = "audit.parquet"
@@ -105,19 +105,14 @@ def audit(spec: str, *, gold: Gold = "all", limit: int | None = None, sample: in
 def write_audit(report: AuditReport, out_dir: str | Path) -> Path:
     """DIR/audit.parquet (one row per flagged label and reason) and DIR/audit.json (the whole report)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     schema = pa.schema([(name, getattr(pa, kind)()) for name, kind in _COLUMNS])
-    rows = [f.model_dump() for f in report.flagged]
-    table = pa.Table.from_pylist(rows, schema=schema) if rows else schema.empty_table()
     path = out / AUDIT_FILE
-    tmp = path.with_suffix(".parquet.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    write_parquet([f.model_dump() for f in report.flagged], path, schema)  # evals.redact: redacted, whole-or-not
     summary = report.model_dump(exclude={"flagged"})
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    write_text(out / SUMMARY_FILE, json.dumps(summary, ensure_ascii=False, indent=1) + "\n")
     return path
 
 

@@ -449,11 +449,15 @@ def codes_of(result: Any) -> dict[str, Any]:
 
 def check_faulted_write(expected: Expected, result: Any, before: StoreState, after: StoreState,
                         control_after: StoreState, retry_result: Any, retry_after: StoreState,
-                        repeat_after: StoreState, dim: int, *, same_as_control: bool = True) -> list[Anomaly]:
+                        repeat_after: StoreState, dim: int, *, same_as_control: bool = True,
+                        control_failed: bool = False, retry_natural: bool = False) -> list[Anomaly]:
     """Anomalies of one faulted write and its retry, each with its witness. Pure: no I/O.
 
     `same_as_control=False`: a fault that changes what the write decides (an adversarial reply) need not
     leave the fault-free run's state; what it must leave is checked by `evals.adversarial`.
+    `control_failed`: the fault-free write failed on the model's own reply (`control_after` is the store as it
+    was). A retry the model broke the same way (`retry_natural`) must leave the store as it was; one that got
+    through has no fault-free state to match, so only its consistency is checked.
     """
     found: list[Anomaly] = []
     actual = codes_of(result)
@@ -474,23 +478,40 @@ def check_faulted_write(expected: Expected, result: Any, before: StoreState, aft
                                  + (f"; state diff: {short_diff(diff)}" if diff else "")))
         elif {k: actual.get(k) for k in want} != want:  # a system may report more fields (e.g. what it raised)
             found.append(Anomaly(kind=_K.WRONG_ERROR_CODE, witness=f"expected {want}, got {actual}"))
-        for kind in sorted({_TABLE_ANOMALY.get(t, _K.PARTIAL_WRITE) for t in diff}):
-            tables = [t for t in diff if _TABLE_ANOMALY.get(t, _K.PARTIAL_WRITE) == kind]
-            found.append(Anomaly(kind=kind, witness=short_diff({t: diff[t] for t in tables})))
+        found += _leftovers(diff)
     found += consistency_anomalies(after, dim)
     if not expected.success:
-        if retry_result is None or not retry_result.success:
+        if control_failed and retry_result is not None and not retry_result.success and retry_natural:
+            found += [Anomaly(kind=a.kind, witness="after a retry the model's reply failed too: " + a.witness)
+                      for a in leftover_anomalies(control_after, retry_after)]
+        elif retry_result is None or not retry_result.success:
             codes = codes_of(retry_result) if retry_result else None
             found.append(Anomaly(kind=_K.RETRY_DIVERGED, witness=f"the retry without fault failed: {codes}"))
+        elif control_failed:
+            pass  # the retry got through where the fault-free write did not: no fault-free state to match
         elif canonical(retry_after) != canonical(control_after):
             extra = _extra_rows(control_after, retry_after)
             kind = _K.DOUBLE_WRITE if extra else _K.RETRY_DIVERGED
             found.append(Anomaly(kind=kind, witness=short_diff(logical_diff(control_after, retry_after))))
         found += [Anomaly(kind=a.kind, witness="after retry: " + a.witness) for a in consistency_anomalies(retry_after, dim)]
-    if canonical(repeat_after) != canonical(retry_after if not expected.success else after):
+    if not retry_natural and canonical(repeat_after) != canonical(retry_after if not expected.success else after):
         found.append(Anomaly(kind=_K.DOUBLE_WRITE, witness="re-sending the same request_id changed the store: "
                              + short_diff(logical_diff(retry_after if not expected.success else after, repeat_after))))
     return list(dict.fromkeys(found))  # each (kind, witness) once, in the order found
+
+
+def leftover_anomalies(before: StoreState, after: StoreState) -> list[Anomaly]:
+    """What a failed write left behind: one anomaly per kind of leftover (rows, vectors, L1 raw, episodes, traces),
+    each with the tables' diff as its witness. Empty when the store is as it was."""
+    return _leftovers(diff_states(before, after))
+
+
+def _leftovers(diff: dict[str, dict[str, list[str]]]) -> list[Anomaly]:
+    found = []
+    for kind in sorted({_TABLE_ANOMALY.get(t, _K.PARTIAL_WRITE) for t in diff}):
+        tables = [t for t in diff if _TABLE_ANOMALY.get(t, _K.PARTIAL_WRITE) == kind]
+        found.append(Anomaly(kind=kind, witness=short_diff({t: diff[t] for t in tables})))
+    return found
 
 
 def _extra_rows(control: StoreState, other: StoreState) -> bool:

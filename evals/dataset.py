@@ -16,8 +16,10 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from evals import json_limits
+from evals.subject_reading import canonical as canonical_subject
+from evals.subject_reading import read_subject as subject_of
+from evals.subject_reading import same_person as same_subject
 from hymem.models import Kind, Owner
-from hymem.subjects import canonical_subject, same_subject, subject_of
 from hymem.validation import MAX_ID_CHARS
 
 Lang = Literal["en", "zh"]
@@ -57,7 +59,7 @@ CaseId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")]
 
 
 def derive_subject(text: str) -> str | None:
-    """"user" or "assistant" when the gold text names one of them (`hymem.subjects.subject_of`); None
+    """"user" or "assistant" when the gold text names one of them (the harness's reading, `evals.subject_reading`); None
     otherwise: a person's name is never guessed for gold, it must be written out."""
     named = subject_of(text)
     return named if named in ("user", "assistant") else None

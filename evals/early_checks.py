@@ -13,6 +13,25 @@ from pathlib import Path
 EMBEDDER_NAMES = ("hash", "minilm", "minilm-torch", "e5")
 
 
+def url_problem(value: str) -> str | None:
+    """Why `value` is not an http(s) URL with a host and a valid port, in one line (credentials redacted); None
+    when it is one. `--lm`, a providers file's `api_base`, `--embedder openai@URL` and `proxy --upstream`."""
+    from urllib.parse import urlparse
+
+    from evals.redact import redact_url
+
+    try:
+        url = urlparse(value)
+        port = url.port  # raises for a port out of range or not a number
+    except ValueError as exc:  # e.g. "Invalid IPv6 URL", "Port out of range 0-65535"
+        return f"not an http(s) URL: {redact_url(value)!r} ({exc})"
+    if url.scheme not in ("http", "https") or not url.hostname:
+        return f"not an http(s) URL: {redact_url(value)!r}"
+    if port == 0:
+        return f"not an http(s) URL: {redact_url(value)!r} (port 0)"
+    return None
+
+
 def embedder_problem(spec: str | None) -> str | None:
     """`--embedder` as `hymem.embedder.make_embedder` takes it: a name, or openai[/MODEL][@URL]."""
     if spec is None or spec in EMBEDDER_NAMES:
@@ -20,8 +39,6 @@ def embedder_problem(spec: str | None) -> str | None:
     if spec == "openai" or spec.startswith(("openai/", "openai@")):
         _, _, url = spec[len("openai"):].lstrip("/").partition("@")
         if url:
-            from evals.providers import url_problem
-
             if (problem := url_problem(url)) is not None:
                 return f"--embedder {spec}: {problem}"
         return None
@@ -30,8 +47,7 @@ def embedder_problem(spec: str | None) -> str | None:
 
 
 def matcher_problem(spec: str | None, providers_file: Path | None = None) -> str | None:
-    """`--matcher` as `evals.scoring.matchers.make_matcher` takes it: semantic, text or llm:MODEL_SPEC; an llm:
-    judge's spec is checked as `--lm` is (a name of the providers file, or a model string)."""
+    """`--matcher` as `evals.scoring.matchers.make_matcher` takes it: semantic, text or llm:MODEL_SPEC."""
     if spec is None:
         return None
     from evals.cli import MATCHER_SPECS_HELP as SPECS_HELP  # the matchers' own (a test checks), without their imports
@@ -40,8 +56,7 @@ def matcher_problem(spec: str | None, providers_file: Path | None = None) -> str
     if spec in ("semantic", "text"):
         return None
     if spec.startswith("llm:") and spec[4:].strip():
-        problem = lm_problem([spec[4:].strip()], providers_file)
-        return None if problem is None else f"--matcher {spec}: {problem}"
+        return None  # the judge's model spec is checked as --lm is, when the judge is made
     return f"--matcher: unknown spec {spec!r}; use {SPECS_HELP}"
 
 

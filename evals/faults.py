@@ -101,15 +101,25 @@ def expected_outcome(site: str, kind: str) -> Expected:
     if site in LM_SITES:
         if failure is None:
             raise ValueError(f"fault {kind!r} has no failure class at {site!r}")
-        if site == "lm.reconcile":
-            return Expected(success=False, agent_error_code="RECONCILE_FAILED",
-                            reconcile_error_code=_RECONCILE_CODE[failure])
-        return Expected(success=False, error_code=_EXTRACT_CODE[failure])
+        return expected_for_class(site, failure)
     if site == EMBED_SITE:
         return Expected(success=False, error_code="EMBEDDING_FAILED")
     if site == "store.commit":
         return Expected(success=False, error_code="STORE_FAILED")
     return Expected(success=True)  # store.faiss: after the commit; the index is rebuilt from SQLite
+
+
+def expected_for_class(site: str, failure: str) -> Expected:
+    """The failure table's outcome for a failure class (unavailable | empty | parse) at a model or embedding call
+    site, whether a fault was injected or the model's own reply broke the write (evals.natural)."""
+    if site == EMBED_SITE:
+        return Expected(success=False, error_code="EMBEDDING_FAILED")
+    if site == "lm.reconcile":
+        return Expected(success=False, agent_error_code="RECONCILE_FAILED",
+                        reconcile_error_code=_RECONCILE_CODE[failure])
+    if site in LM_SITES:
+        return Expected(success=False, error_code=_EXTRACT_CODE[failure])
+    raise ValueError(f"no failure class applies at {site!r}")
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,9 @@ from evals.compare import (
 )
 from evals.gate_inputs import InputDiff, compare_inputs, restrict
 from evals.gate_reference import compare_cases, why_not_comparable
+from evals.matcher_resolution import MATCHED_METRICS, annotate_checks, error_rates, rates_sentence
 from evals.record.catalogue import METRICS, REPEAT_METRICS, Direction, Kind, find, format_value
+from evals.redact import write_text
 from evals.stats import paired_bootstrap_delta
 
 Status = Literal["pass", "fail", "skipped"]
@@ -603,16 +605,19 @@ def run_gate(baseline: Path, current: Path, *, rules: Path | None = None, junit:
     if not pairs and rule_set.require_baseline_metrics:
         results += _arms_kept(base_run, chosen)
     results += _measured_something(base_run, cur_run, chosen)
+    rates = error_rates(r.manifest.matcher for r in (base_run, cur_run) if r.manifest is not None)
+    annotate_checks(results, rates)
+    if any(r.metric in MATCHED_METRICS or any(c.metric in MATCHED_METRICS for c in r.checks) for r in results):
+        matcher_notes.append(rates_sentence(rates))
     markdown = summary_markdown(results, notes=input_notes + pair_notes + matcher_notes, **names)
     for path, text in ((junit_path, junit_xml(results, **names)), (summary_path, markdown)):
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+            write_text(path, text)  # evals.redact: no key or URL credential in what is written
         except OSError as exc:
             raise GateInputError(f"cannot write {path}: {exc.strerror or exc}") from None
     if step_summary := os.environ.get("GITHUB_STEP_SUMMARY"):
-        with open(step_summary, "a", encoding="utf-8") as fh:
-            fh.write(markdown)
+        write_text(step_summary, markdown, append=True)
     return GateOutcome(results=results, passed=passed(results), markdown=markdown, junit_path=junit_path,
                        summary_path=summary_path)
 

@@ -20,6 +20,7 @@ from dspy import lm15
 
 from evals.adversarial import ADVERSARIAL_KINDS, adversarial_reply
 from evals.faults import Fault, kinds_for, opportunity_key
+from evals.structured import StructuredLM
 from hymem import failpoints
 from hymem.llm import empty_body_error, text_response
 from hymem.sites import current_call_site
@@ -241,7 +242,7 @@ def faulty_lm(lm: dspy.LM, injector: Injector) -> dspy.LM:
     return dspy.LM(lm.model, engine=FaultyEngine(engine, injector), cache=False, num_retries=0)
 
 
-class PromptTap(dspy.LM):
+class PromptTap(StructuredLM):
     """The same model, with the last user message of every call recorded: what each model call was shown (and,
     under "reply", the text it answered).
 
@@ -254,6 +255,7 @@ class PromptTap(dspy.LM):
         tap = cls(lm.model, engine=lm.engine, async_engine=lm._async_engine_spec, cache=False, num_retries=0,
                   model_type=lm.model_type, **lm.kwargs)
         tap._tap = (lm, sink)
+        tap.structured = getattr(lm, "structured", None)  # the adapter asks the outermost LM for response_format
         return tap
 
     def __call__(self, prompt: Any = None, messages: Any = None, **kwargs: Any) -> Any:

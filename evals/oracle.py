@@ -26,10 +26,10 @@ from dspy import lm15
 from pydantic import BaseModel, ConfigDict
 
 from evals.dataset import Case, ExpectedFact, ProfileField
+from evals.subject_reading import canonical as canonical_subject
 from hymem.messages import normalize_messages
 from hymem.render import render_conversation, render_working
 from hymem.sites import current_call_site
-from hymem.subjects import canonical_subject
 
 ErrorKind = Literal["flip_owner", "swap_subject", "drop"]
 ERROR_KINDS: tuple[ErrorKind, ...] = ("flip_owner", "swap_subject", "drop")

@@ -7,24 +7,28 @@ missing key is a one-line error before any work, and no key is ever written anyw
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
+import threading
 import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+import dspy
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from evals.dataset import Case
-from evals.redact import register_secret
+from evals.early_checks import url_problem
+from evals.redact import redact_url, register_secret, register_url
 from evals.slots import ConnectionSlots, Slots
+from evals.structured import Structured, StructuredLM
 
-if TYPE_CHECKING:  # dspy is imported where an LM is made: a bad --lm or providers file answers before it loads
-    import dspy
-
-LMFactory = Callable[[Case], "dspy.BaseLM"]
+LMFactory = Callable[[Case], dspy.BaseLM]
+LOCAL_MAX_TOKENS = 512  # a local model's default reply cap (hymem's replies are well under it)
+LOCAL_TIMEOUT = 600.0  # seconds: a 135M model on one busy core takes ~17 s for a first ~1,100-token prompt
 
 # The environment variable a provider prefix reads its key from (DSPy/LiteLLM's own names).
 KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY",
@@ -38,7 +42,8 @@ class ProviderConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str  # how the provider is named in reports (the --lm spec by default)
-    model: str  # offline | oracle[:...] | a DSPy model string such as openai/gpt-4o-mini
+    model: str = ""  # offline | oracle[:...] | a DSPy model string such as openai/gpt-4o-mini (local: openai/NAME)
+    local: str | None = None  # serve this local model (smollm2 or a .gguf path) for the run: `--lm local:NAME`
     api_base: str | None = None  # an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1
     api_key_env: str | None = None  # the environment variable holding the key (default by prefix)
     timeout: float = Field(default=60.0, gt=0)  # seconds per request, explicit (DSPy's default is 600)
@@ -46,13 +51,33 @@ class ProviderConfig(BaseModel):
     max_attempts: int = Field(default=3, ge=1)  # per call, only without fault injection; 429 honours Retry-After
     input_price: float | None = Field(default=None, ge=0)  # USD per 1M prompt tokens (else the local price table)
     output_price: float | None = Field(default=None, ge=0)  # USD per 1M completion tokens
+    structured: Structured | None = None  # response_format per call (evals/structured.py); unset: json_schema
+    # for a local model, else DSPy's choice by model name
+    max_tokens: int | None = Field(default=None, ge=1)  # reply length cap per call (runaway generation, cost)
+
+    @model_validator(mode="after")
+    def _local_defaults(self) -> ProviderConfig:
+        """A local model is served under its own name; without a model the provider has nothing to call."""
+        if self.local is not None:
+            from evals.local_server import served_name
+
+            self.model = self.model or f"openai/{served_name(self.local)}"
+            if self.structured is None:
+                self.structured = "json_schema"  # llama.cpp constrains decoding to the schema
+            if self.max_tokens is None:
+                self.max_tokens = LOCAL_MAX_TOKENS
+        elif not self.model:
+            raise ValueError("model: required (or local)")
+        return self
 
     @field_validator("api_base")
     @classmethod
     def _an_http_url(cls, value: str | None) -> str | None:
         """A malformed endpoint is named as such, not later mistaken for a missing key."""
-        if value is not None and (problem := url_problem(value)) is not None:
-            raise ValueError(problem)
+        if value is not None:
+            if (problem := url_problem(value)) is not None:
+                raise ValueError(problem)
+            register_url(value)  # its credentials (user:password@, ?key=) are redacted from every output
         return value
 
     @field_validator("name")
@@ -66,8 +91,9 @@ class ProviderConfig(BaseModel):
     @field_validator("model")
     @classmethod
     def _a_model(cls, value: str) -> str:
-        """offline, oracle[:...] or PREFIX/MODEL, as --lm takes them: anything else fails every call later."""
-        if value in ("offline", "oracle") or value.startswith("oracle:"):
+        """offline, oracle[:...] or PREFIX/MODEL, as --lm takes them: anything else fails every call later
+        ('' is left to `_local_defaults`: a local model names its own)."""
+        if value in ("", "offline", "oracle") or value.startswith("oracle:"):
             return value
         prefix, _, name = value.partition("/")
         if not prefix.strip() or not name.strip() or value != value.strip():
@@ -79,27 +105,35 @@ class ProviderConfig(BaseModel):
     def is_http(self) -> bool:
         return self.model not in ("offline", "oracle") and not self.model.startswith("oracle:")
 
+    def effective_structured(self) -> Structured | None:
+        """What this provider's calls send as response_format (None: not an HTTP provider)."""
+        if not self.is_http:
+            return None
+        if self.structured is not None:
+            return self.structured
+        from evals.structured import effective_structured
+
+        try:  # DSPy's catalogue, by model name (offline: LITELLM_LOCAL_MODEL_COST_MAP)
+            return effective_structured(StructuredLM(self.model, api_base=self.api_base))
+        except Exception:  # a model string DSPy cannot resolve fails on its first call, with its own error
+            return None
+
     def spec(self) -> dict[str, Any]:
         """What this provider asks and how its replies are costed, as the manifest records and hashes it: the
         model, the endpoint it calls (`endpoint`, so one set by the environment counts too) and the prices.
         Never a key; transport settings (timeout, attempts, connections) stay out, as --concurrency does."""
-        spec = {"model": self.model, "api_base": endpoint(self.model, self.api_base) if self.is_http else None,
-                "input_price": self.input_price, "output_price": self.output_price}
+        base = endpoint(self.model, self.api_base) if self.is_http else None
+        spec = {"model": self.model, "api_base": redact_url(base) if base else None,  # credentials never recorded
+                "input_price": self.input_price, "output_price": self.output_price,
+                "structured": self.effective_structured(), "max_tokens": self.max_tokens}
+        if self.local is not None:  # the served file, not the free port it happened to get
+            from evals.local_server import model_file
+
+            spec.pop("api_base")
+            spec["local"] = self.local
+            with contextlib.suppress(Exception):
+                spec["local_file"] = model_file(self.local).name
         return {k: v for k, v in spec.items() if v is not None}
-
-
-def url_problem(value: str) -> str | None:
-    """Why `value` is not an http(s) URL with a host and a valid port, in one line; None when it is one."""
-    try:
-        url = urlparse(value)
-        port = url.port  # raises for a port out of range or not a number
-    except ValueError as exc:  # e.g. "Invalid IPv6 URL", "Port out of range 0-65535"
-        return f"not an http(s) URL: {value!r} ({exc})"
-    if url.scheme not in ("http", "https") or not url.hostname:
-        return f"not an http(s) URL: {value!r}"
-    if port == 0:
-        return f"not an http(s) URL: {value!r} (port 0)"
-    return None
 
 
 def endpoint(model: str, api_base: str | None = None) -> str | None:
@@ -111,21 +145,28 @@ def endpoint(model: str, api_base: str | None = None) -> str | None:
         return api_base
     prefix = model.split("/", 1)[0].upper() if "/" in model else "OPENAI"
     names = ("BASE_URL", "API_BASE") if prefix == "OPENAI" else ("API_BASE", "BASE_URL")
-    return next((os.environ[f"{prefix}_{n}"] for n in names if os.environ.get(f"{prefix}_{n}")), None)
+    url = next((os.environ[f"{prefix}_{n}"] for n in names if os.environ.get(f"{prefix}_{n}")), None)
+    register_url(url)
+    return url
 
 
 def parse_lm_spec(spec: str) -> ProviderConfig:
-    """`offline`, `oracle[:k=v,...]`, `MODEL` or `MODEL@URL` (`openai/m@http://127.0.0.1:8000/v1`)."""
+    """`offline`, `oracle[:k=v,...]`, `local:NAME`, `MODEL` or `MODEL@URL` (`openai/m@http://127.0.0.1:8000/v1`)."""
     if spec in ("offline", "oracle") or spec.startswith("oracle:"):
         return ProviderConfig(name=spec, model=spec)
+    if spec.startswith("local:") and spec.removeprefix("local:"):
+        # one request at a time (the server handles one), and a timeout a slow CPU needs
+        return ProviderConfig(name=spec, local=spec.removeprefix("local:"), max_connections=1, timeout=LOCAL_TIMEOUT)
     model, sep, url = spec.partition("@")
     if not model or "/" not in model or (sep and not url.startswith(("http://", "https://"))):
-        raise ValueError(f"--lm {spec!r}: use offline, oracle[:key=value,...], a DSPy model string such as "
-                         "openai/gpt-4o-mini, or MODEL@URL for an OpenAI-compatible endpoint")
+        raise ValueError(f"--lm {redact_url(spec)!r}: use offline, oracle[:key=value,...], local:NAME (smollm2 or a "
+                         ".gguf path), a DSPy model string such as openai/gpt-4o-mini, or MODEL@URL for an "
+                         "OpenAI-compatible endpoint")
+    # named without the URL's credentials: the name is every report's provider column and the resume key
     try:
-        return ProviderConfig(name=spec, model=model, api_base=url or None)
+        return ProviderConfig(name=redact_url(spec), model=model, api_base=url or None)
     except ValidationError as exc:  # one line, not pydantic's block
-        raise ValueError(f"--lm {spec!r}: {_one_line(exc)}") from None
+        raise ValueError(f"--lm {redact_url(spec)!r}: {_one_line(exc)}") from None
 
 
 def _one_line(exc: ValidationError) -> str:
@@ -159,6 +200,8 @@ def load_providers_file(path: Path) -> list[ProviderConfig]:
                 problem = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
                 problems.append(f"--providers {path}: provider[{i}]{field}: {problem.removeprefix('Value error, ')}")
             continue
+        if config.api_key_env and (value := os.environ.get(config.api_key_env)):
+            register_secret(value)  # a key the file names is a secret whether or not this run calls it
         if config.name in names:
             problems.append(f"--providers {path}: provider[{i}].name: {config.name!r} is already a provider's name")
         names.add(config.name)
@@ -202,6 +245,10 @@ def api_key(config: ProviderConfig) -> str | None:
     raise ValueError(f"--lm {config.name}: set {env} in the environment (keys are never read from flags or files)")
 
 
+_LOCAL_SLOTS: dict[str, ConnectionSlots] = {}
+_LOCAL_SLOTS_LOCK = threading.Lock()
+
+
 class Provider:
     """A configured provider: makes an LM per case and shares one connection limit across them."""
 
@@ -212,9 +259,25 @@ class Provider:
         self._cases = list(cases)
         self._factories: dict[tuple[int | None, float | None], LMFactory] = {}
         self._kwargs: dict[str, Any] = {}
+        if config.local is not None and config.api_base is None:  # started here, stopped when the process ends
+            from evals.local_server import LocalServerError, LocalSettings, endpoint_for
+
+            try:
+                settings = LocalSettings(max_tokens=max(config.max_tokens or 0, LOCAL_MAX_TOKENS))  # a safety net
+                config = self.config = config.model_copy(update={"api_base": endpoint_for(config.local, settings)})
+            except LocalServerError as exc:
+                raise ValueError(f"--lm {config.name}: {exc}") from None
+        if (local := config.local) is not None:
+            # llama-cpp-python's server runs one request at a time and (interrupt_requests) a second one cuts the
+            # first: every provider of this process on one local model shares one connection
+            config = self.config = config.model_copy(update={"max_connections": 1})
+            with _LOCAL_SLOTS_LOCK:
+                self.connections = _LOCAL_SLOTS.setdefault(local, ConnectionSlots(1))
         if config.is_http:
             key = api_key(config)  # raises before any work when missing
             self._kwargs = {"cache": False, "num_retries": 0, "timeout": config.timeout}
+            if config.max_tokens is not None:
+                self._kwargs["max_tokens"] = config.max_tokens
             if config.api_base:
                 self._kwargs["api_base"] = config.api_base
             if key is not None:
@@ -240,14 +303,12 @@ class Provider:
             from evals.oracle import oracle_factory
 
             return oracle_factory(config.model, self._cases, seed=seed)
-        import dspy
-
         kwargs = dict(self._kwargs)
         if seed is not None:
             kwargs["seed"] = seed
         if temperature is not None:
             kwargs["temperature"] = temperature
-        return lambda case: dspy.LM(config.model, **kwargs)
+        return lambda case: StructuredLM(config.model, structured=config.structured, **kwargs)
 
     def lm(self, case: Case) -> dspy.BaseLM:
         return self._factory(case)
@@ -256,9 +317,7 @@ class Provider:
         """An HTTP provider's LM outside any case (the judge's), as its default factory makes it for every case."""
         if not self.config.is_http:
             raise ValueError(f"{self.config.name} is not an HTTP provider: its LM depends on the case")
-        import dspy
-
-        return dspy.LM(self.config.model, **self._kwargs)
+        return StructuredLM(self.config.model, structured=self.config.structured, **self._kwargs)
 
     @property
     def supports_inprocess_faults(self) -> bool:

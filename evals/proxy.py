@@ -323,7 +323,7 @@ def start_proxy(upstream: str, plan: str | ProxyPlan, seed: int = 0, port: int =
     and so Authorization values, are never logged. `fault_delay` is the seconds a `latency` fault adds. A request
     body over `max_body` bytes is refused with 413 and never forwarded.
     """
-    from evals.providers import url_problem
+    from evals.early_checks import url_problem
 
     if (problem := url_problem(upstream)) is not None:  # a bad port made every request a 500
         raise ValueError(f"--upstream: {problem}")

@@ -16,12 +16,33 @@ from typing import Any
 
 from evals.accounting import AttemptLog
 from evals.adversarial import ADVERSARIAL_KINDS, adversarial_anomalies
-from evals.checker import StoreState, check_faulted_write, closed_store_anomalies, superseded_by_problems
+from evals.checker import (
+    StoreState,
+    canonical,
+    check_faulted_write,
+    closed_store_anomalies,
+    consistency_anomalies,
+    leftover_anomalies,
+    logical_diff,
+    short_diff,
+    superseded_by_problems,
+)
 from evals.dataset import Case
-from evals.faults import Fault, FaultPlan
+from evals.faults import Expected, Fault, FaultPlan
+from evals.natural import broken_replies, codes_consistent, expected_codes, reached_provider, why_failed
 from evals.prompt_contract import Said, check_candidates, check_prompts, read_messages, user_name
-from evals.record import Anomaly, AnomalyKind, CaseRun, Codes, FaultRecord, Finding, Witnessed, WriteRecord
-from evals.record._records import Check
+from evals.record import (
+    Anomaly,
+    AnomalyKind,
+    CaseRun,
+    Codes,
+    FaultRecord,
+    Finding,
+    Witnessed,
+    WriteFailure,
+    WriteRecord,
+)
+from evals.record._records import Check, recorded_calls
 from evals.scratch import scratch_dir
 from evals.systems.base import (
     MemorySystem,
@@ -118,6 +139,7 @@ class CaseReplayer:
         states: list[StoreState] = []
         written: list[Said] = []  # what history() must hold: the successful chat writes' messages
         latest: StoreState | None = None  # the open store's state when nothing was written since it was read
+        live = offers_live_snapshot(system)
         system.open(store)
         try:
             for index, (path, payload) in enumerate(writes):
@@ -126,11 +148,17 @@ class CaseReplayer:
                     snapshots.append(_snapshot(store, tmp / f"snap-{index}"))
                     states.append(system.snapshot(store))
                     system.open(store)
-                latest = None
+                    latest = states[index]
+                elif latest is None:  # what a failed write must leave unchanged
+                    latest = self._state_between(store, live)
+                before, latest = latest, None
                 record = self._control_write(index, path, payload, result.findings)
                 result.writes.append(record)
                 if record.success:
                     latest = self._after_write(store, index, path, payload, record, written, result.findings)
+                elif record.failure is not None and record.failure.cause != "engine":
+                    latest = self._natural_failure(tmp, store, index, path, payload, record, before,
+                                                   result.findings)
             result.memories = system.memories(self.case.user_id)
             if system.keeps_profile:
                 result.profile = system.profile(self.case.user_id)
@@ -143,12 +171,20 @@ class CaseReplayer:
             return
         states.append(system.snapshot(store))
         for index, (path, payload) in enumerate(writes):
-            if not result.writes[index].success:  # no fault-free reference to check its faulted runs against
+            write = result.writes[index]
+            natural = write.failure is not None and write.failure.cause != "engine"
+            if not write.success and not natural:  # the engine's failure: no reference to check faulted runs by
                 continue
             unit_key = f"{self.provider}|{self.case.id}|{index}"
-            for fault in system.faults_for_write(self.plan, result.writes[index].reached, self.seed, unit_key):
+            faults = system.faults_for_write(self.plan, write.reached, self.seed, unit_key)
+            if natural:
+                # Planned on the write as it really ran: only at the sites it reached before its reply broke it
+                # (`reached`), and only faults that must fail it (one that must not would meet the same broken
+                # reply downstream); the reference is the store as it was.
+                faults = [f for f in faults if not system.expected_outcome(f.site, f.kind).success]
+            for fault in faults:
                 result.faults.append(self._faulted(tmp, index, path, payload, fault, snapshots[index],
-                                                   states[index], states[index + 1]))
+                                                   states[index], states[index + 1], natural_control=natural))
         self._concurrently(tmp, writes, result.findings)
 
     def _after_write(self, store: Path, index: int, path: str, payload: Any, record: WriteRecord,
@@ -304,7 +340,7 @@ class CaseReplayer:
 
     def _subjectless(self, tmp: Path, writes: list[tuple[str, Any]], findings: list[Finding]) -> None:
         """The case's seeds sent to a fresh store without their subjects, as a mem0-style caller sends memories:
-        each must be filed by the one subject rule (`hymem.subjects.memory_subject`: the assistant's for an agent
+        each must be filed as the harness reads it (`evals.subject_reading`, not the engine's rule: the assistant's for an agent
         memory, else whom the sentence names, else the user's), never defaulted. Why: every seed carries its
         subject, so the rule that files a subjectless memory was never exercised. In-process models only."""
         system = self.system
@@ -349,11 +385,14 @@ class CaseReplayer:
     def _control_write(self, index: int, path: str, payload: Any, findings: list[Finding]) -> WriteRecord:
         """One fault-free write, recorded with the sites it reached and what the model proposed.
 
-        An exception out of the engine, or a failure on replies the provider delivered intact, is the
-        engine's (a finding, and the case goes on with the store as the engine left it); a failure after a
-        provider's own error is an infra error, as before.
+        A failure is read from the model's replies, not the engine's account (evals.natural): a broken reply, or
+        a provider that kept failing, is a natural failure (the model's doing: checked, scored, and the case goes
+        on); with every reply valid it is the engine's (CONTROL_WRITE_FAILED), as is an exception out of the
+        engine. Only a provider never reached in this unit is an infra error. A success on a reply that breaks
+        the contract is DEGRADED_SUCCESS.
         """
         self.log.context = {"write": index, "unit": "control"}
+        first_attempt = len(self.log.rows)
         t0 = time.perf_counter()
         rid = f"{self.case.id}/w{index}"
         k = getattr(self.system, "candidates_per_fact", None)  # set by the harness; None: no reconcile prompt to check
@@ -364,11 +403,14 @@ class CaseReplayer:
             findings.append(Finding(kind=AnomalyKind.ENGINE_EXCEPTION, check="control", write=index, path=path,
                                     witness=f"fault-free write raised {exc}"))
             return WriteRecord(index=index, path=path, request_id=rid, success=False,
-                               codes=Codes(exception=str(exc).splitlines()[0]), seconds=time.perf_counter() - t0)
+                               codes=Codes(exception=str(exc).splitlines()[0]), seconds=time.perf_counter() - t0,
+                               failure=WriteFailure(cause="engine", site="", detail=str(exc)[:300]),
+                               payload=list(payload))
         record = WriteRecord(index=index, path=path, request_id=outcome.request_id, success=outcome.success,
                              codes=Codes.model_validate(outcome.codes), message=outcome.message, ops=outcome.ops,
                              proposed_facts=outcome.proposed_facts, proposed_ops=outcome.proposed_ops,
-                             reached=outcome.reached, seconds=time.perf_counter() - t0)
+                             reached=outcome.reached, seconds=time.perf_counter() - t0,
+                             payload=list(payload), calls=recorded_calls(outcome.prompts))
         findings += [Finding(kind=kind, check="prompt", write=index, path=path, witness=witness)
                      for kind, witness in prompt_findings(path, payload, outcome, f"write {index}")]
         if k is not None and outcome.success and not outcome.duplicate:
@@ -376,21 +418,87 @@ class CaseReplayer:
                          for kind, witness in check_candidates(outcome.prompts, outcome.proposed_facts, live, k,
                                                                f"write {index}")]
         self._prompts[index] = list(getattr(outcome, "prompts", None) or [])
-        if not outcome.success:
-            if self._provider_failed(index) or self._is_http:
-                raise RuntimeError(f"fault-free write {index} ({path}) failed: {outcome.message}")
+        attempts = self.log.rows[first_attempt:]
+        if outcome.success:
+            findings += [Finding(kind=AnomalyKind.DEGRADED_SUCCESS, check="natural", write=index, path=path,
+                                 witness=f"success=true on a reply that breaks the output contract at {r.site} "
+                                         f"({r.cause}: {r.detail}): {r.reply[:200]!r}")
+                         for r in broken_replies(record_prompts(outcome))]
+            return record
+        reading = why_failed(record_prompts(outcome), attempts)
+        if reading.cause == "unavailable" and not reached_provider(self.log.rows, reading.site):
+            raise RuntimeError(f"fault-free write {index} ({path}) failed: the provider was never reached "
+                               f"({reading.detail or outcome.message})")
+        expected = expected_codes(reading)
+        record.failure = WriteFailure(cause=reading.cause or "engine", site=reading.site, detail=reading.detail,
+                                      reply=reading.reply,
+                                      expected=Codes.model_validate(expected.model_dump()) if expected else None)
+        if reading.cause == "engine":
             findings.append(Finding(kind=AnomalyKind.CONTROL_WRITE_FAILED, check="control", write=index, path=path,
                                     witness=f"fault-free write failed with every model reply delivered intact: "
                                             f"{outcome.codes} {outcome.message[:200]}"))
         return record
 
+    def _natural_failure(self, tmp: Path, store: Path, index: int, path: str, payload: Any, record: WriteRecord,
+                         before: StoreState | None, findings: list[Finding]) -> StoreState | None:
+        """The write contract on a write the model's own reply failed, as on an injected fault: the store as it
+        was (no row, vector, episode, L1 raw, trace or chain round), the failure table's codes for the reply's
+        failure class, and a retry under a new request_id, on a copy of the store, that either stores cleanly
+        (and once: its request_id re-sent changes nothing) or fails leaving the store as it was. The case then
+        goes on from the store as it was. Returns the store's state (None when it could not be read)."""
+        system, user, failure = self.system, self.case.user_id, record.failure
+        assert failure is not None
+        live = offers_live_snapshot(system)
+        found: list[Witnessed] = []
+        try:
+            after = self._state_between(store, live)
+            if failure.expected is not None:
+                want = Expected.model_validate(failure.expected.model_dump())
+                if not codes_consistent(want, record.codes.model_dump()):
+                    found.append((AnomalyKind.WRONG_ERROR_CODE, f"the reply's failure class ({failure.cause} at "
+                                  f"{failure.site}) gives {want.model_dump()}, the write returned "
+                                  f"{record.codes.model_dump()}"))
+            if before is not None:
+                found += [(a.kind, a.witness) for a in leftover_anomalies(before, after)]
+            found += [(a.kind, a.witness) for a in consistency_anomalies(after, system.dim)]
+            failure.checked = before is not None
+            system.close()
+            work = _snapshot(store, tmp / "natural")
+            system.open(work)
+            self.log.context = {"write": index, "unit": "natural"}
+            first_attempt = len(self.log.rows)
+            rid = f"{record.request_id}/retry"
+            retry = engine_call(system.write, path, payload, user, rid)
+            failure.retry_success = retry.success
+            retry_after = self._state_between(work, live)
+            if retry.success:
+                engine_call(system.write, path, payload, user, rid)
+                repeat_after = self._state_between(work, live)
+                if canonical(repeat_after) != canonical(retry_after):
+                    found.append((AnomalyKind.DOUBLE_WRITE, "the retry's request_id re-sent changed the store: "
+                                  + short_diff(logical_diff(retry_after, repeat_after))))
+                found += [(a.kind, "after retry: " + a.witness) for a in consistency_anomalies(retry_after, system.dim)]
+            elif why_failed(record_prompts(retry), self.log.rows[first_attempt:]).cause == "engine":
+                found.append((AnomalyKind.CONTROL_WRITE_FAILED, "the retry failed with every model reply delivered "
+                              f"intact: {retry.codes} {retry.message[:200]}"))
+            else:
+                found += [(a.kind, "after a failed retry: " + a.witness) for a in leftover_anomalies(after, retry_after)]
+            system.close()
+            shutil.rmtree(work, ignore_errors=True)
+            system.open(store)
+        except EngineRaised as exc:
+            findings.append(Finding(kind=AnomalyKind.ENGINE_EXCEPTION, check="natural", write=index, path=path,
+                                    witness=f"checking the naturally failed write {index}: {exc}"))
+            _close_quietly(system)
+            system.open(store)
+            return None
+        findings += [Finding(kind=kind, check="natural", write=index, path=path, witness=witness)
+                     for kind, witness in dict.fromkeys(found)]
+        return after
+
     @property
     def _is_http(self) -> bool:
         return self.accounting is not None and self.accounting.config.is_http
-
-    def _provider_failed(self, index: int) -> bool:
-        """A model or embedding attempt of this control write failed at the provider (an infra error)."""
-        return any(a.write == index and a.unit == "control" and a.status not in ("ok",) for a in self.log.rows)
 
     def _reopen_faulted(self, system: ReopenSystem, work: Path, state: StoreState) -> list[Witnessed]:
         """After a faulted write that must succeed (e.g. its FAISS update failed): reopening the store answers
@@ -416,7 +524,10 @@ class CaseReplayer:
         return state
 
     def _faulted(self, tmp: Path, index: int, path: str, payload: Any, fault: Fault, snapshot: Path,
-                 before: StoreState, control_after: StoreState) -> FaultRecord:
+                 before: StoreState, control_after: StoreState, *, natural_control: bool = False) -> FaultRecord:
+        """One faulted run of write `index` from its snapshot, its retry without the fault and a re-sent request id.
+        `natural_control`: the fault-free write failed on the model's own reply, so a retry the model breaks the
+        same way must leave the store as it was, and one that gets through has no fault-free state to match."""
         t0 = time.perf_counter()
         system = self.system
         expected = system.expected_outcome(fault.site, fault.kind)
@@ -447,24 +558,31 @@ class CaseReplayer:
             else:
                 after = self._state_between(work, live)
             retry = None
+            retry_natural = False  # the retry failed on the model's own reply, as the fault-free write did
             if not expected.success:
                 self.log.context = {"write": index, "unit": "retry"}
                 stage = "retry"
+                first_attempt = len(self.log.rows)
                 retry = engine_call(system.write, path, payload, self.case.user_id, rid + "/retry")
                 record.retry_success = retry.success
+                retry_natural = natural_control and not retry.success and why_failed(
+                    record_prompts(retry), self.log.rows[first_attempt:]).cause != "engine"
             retry_after = self._state_between(work, live) if retry is not None else after  # no retry: unchanged
-            repeat_rid = rid + "/retry" if not expected.success else rid
-            self.log.context = {"write": index, "unit": "repeat"}
-            stage = "repeat"
-            engine_call(system.write, path, payload, self.case.user_id, repeat_rid)
-            repeat_after = system.snapshot_open(work) if offers_live_snapshot(system) else None
+            repeat_after = None
+            if not retry_natural:  # re-sending a failed request id is a new attempt at the write, not a repeat
+                repeat_rid = rid + "/retry" if not expected.success else rid
+                self.log.context = {"write": index, "unit": "repeat"}
+                stage = "repeat"
+                engine_call(system.write, path, payload, self.case.user_id, repeat_rid)
+                repeat_after = system.snapshot_open(work) if offers_live_snapshot(system) else None
             stage = "close"
             system.close()
             closed = system.snapshot(work)
             adversarial = fault.kind in ADVERSARIAL_KINDS
             record.anomalies = check_faulted_write(expected, faulted, before, after, control_after, retry,
                                                    retry_after, repeat_after or closed, system.dim,
-                                                   same_as_control=not adversarial)
+                                                   same_as_control=not adversarial,
+                                                   control_failed=natural_control, retry_natural=retry_natural)
             if repeat_after is not None:  # the checks above read the open store: now the index it persisted
                 record.anomalies += [a for a in closed_store_anomalies(repeat_after, closed, system.dim)
                                      if a not in record.anomalies]
@@ -533,6 +651,12 @@ def third_party_name(payload: list[dict[str, Any]], profile: dict[str, Any]) -> 
         return [f"the user's profile name is {name!r}, a named human of this write (the user is "
                 f"{user_name(messages) or 'unnamed'}): {profile}"]
     return []
+
+
+def record_prompts(outcome: Any) -> list[dict[str, str]]:
+    """The model calls a write made ({site, text, reply}): tapped at the model (hymem), or the replies an engine
+    reports (mem0), else none."""
+    return list(getattr(outcome, "prompts", None) or getattr(outcome, "replies", None) or [])
 
 
 def prompt_findings(path: str, payload: Any, outcome: Any, where: str) -> list[Witnessed]:

@@ -30,12 +30,13 @@ from evals.record import (
     FaultRecord,
     Manifest,
     MetricRow,
+    WriteRecord,
     atomic_write_text,
     frame,
     read_units,
     write_table,
 )
-from evals.record.catalogue import HEADLINE, REPEAT_METRICS, format_value, metric, note
+from evals.record.catalogue import FAILURE_CAUSES, HEADLINE, REPEAT_METRICS, format_value, metric, note
 from evals.scoring.epochs import epoch_metrics, fact_flips, flaky_cases, pooled_by_case, stability_frame
 from evals.stats import bootstrap_ci
 from evals.systems import DEFAULT_SYSTEM, SYSTEMS, site_kinds
@@ -105,6 +106,33 @@ def anomalies_frame(runs: list[CaseRun], seed: int) -> pd.DataFrame:
                          "fault": None, "seed": seed, "expected": "", "actual": "", "witness": finding.witness,
                          "outcome": "wrong", "epoch": r.epoch})
     return frame("anomalies", rows)
+
+
+def write_failures_frame(runs: list[CaseRun]) -> pd.DataFrame:
+    """One row per fault-free write that failed: a natural failure (no fault injected; the model's reply or its
+    provider broke it) or the engine's own, with the reply's cause, the codes it called for and got, and what the
+    write-contract check on it found (its anomalies are the unit's findings of check `natural`)."""
+    rows = []
+    for r in runs:
+        for w in r.writes:
+            if w.success:
+                continue
+            failure = w.failure
+            found = [f for f in r.findings if f.write == w.index and f.check in ("natural", "control")]
+            expected = failure.expected if failure is not None else None
+            rows.append({
+                "provider": r.provider, "system": r.system, "dataset": r.dataset, "case_id": r.case_id,
+                "epoch": r.epoch, "write": w.index, "path": w.path, "injected": False,
+                "cause": failure_cause(w), "site": failure.site if failure is not None else None,
+                "detail": failure.detail if failure is not None else w.codes.exception,
+                "reply": failure.reply if failure is not None else None,
+                **{f"expected_{k}": getattr(expected, k) if expected is not None else None for k in _CODE_FIELDS},
+                **{f"actual_{k}": getattr(w.codes, k) for k in _CODE_FIELDS},
+                "checked": failure.checked if failure is not None else False,
+                "retry_success": failure.retry_success if failure is not None else None,
+                "n_anomalies": len(found), "anomalies": sorted({str(f.kind) for f in found}),
+            })
+    return frame("write_failures", rows)
 
 
 _CODE_FIELDS = ("success", "error_code", "agent_error_code", "reconcile_error_code")
@@ -190,7 +218,25 @@ def infra_errors(run: CaseRun) -> tuple[float, float]:
     return (run.status == "infra_error") + sum(f.outcome == "infra_error" for f in run.faults), 1 + len(run.faults)
 
 
+def write_failures(cause: str | None = None) -> Callable[[CaseRun], tuple[float, float]]:
+    """write_failure_rate's per-case (numerator, denominator), or one cause's: the case's fault-free writes that
+    failed, of all its fault-free writes. A case lost to an infra error has no writes to judge (0, 0)."""
+    def per_case(run: CaseRun) -> tuple[float, float]:
+        if run.status == "infra_error":
+            return 0, 0
+        failed = [w for w in run.writes if not w.success and (cause is None or failure_cause(w) == cause)]
+        return len(failed), len(run.writes)
+    return per_case
+
+
+def failure_cause(write: WriteRecord) -> str:
+    """Why a failed write failed (`engine` for a record that names no cause: the engine raised)."""
+    return write.failure.cause if write.failure is not None else "engine"
+
+
 RATES: list[tuple[str, Callable[[CaseRun], tuple[float, float]]]] = [
+    ("write_failure_rate", write_failures()),
+    *((f"write_failure_{cause}_rate", write_failures(cause)) for cause in FAILURE_CAUSES),
     _rate("rollback_correct_rate", lambda f: not (_kinds(f) & STATE_KINDS)),
     _rate("error_code_accuracy", lambda f: not (_kinds(f) & CODE_KINDS)),
     _rate("retry_equivalence_rate", lambda f: not (_kinds(f) & RETRY_KINDS)),
@@ -282,6 +328,8 @@ def verdict_of(runs: list[CaseRun], unreached: dict[str, list[str]] | None = Non
     wrong = Counter(str(a.kind) for f in faults if _checked(f) for a in f.anomalies if a.kind != NOT_REACHED)
     wrong.update(str(finding.kind) for r in runs for finding in r.findings)
     checked = sum(_checked(f) for f in faults)
+    natural = [w for r in runs for w in r.writes if w.failure is not None and w.failure.cause != "engine"]
+    natural_checked = sum(w.failure is not None and w.failure.checked for w in natural)
     reasons = []
     if wrong:
         wrong_units = sum(f.outcome == "wrong" for f in faults)
@@ -298,17 +346,32 @@ def verdict_of(runs: list[CaseRun], unreached: dict[str, list[str]] | None = Non
         reasons.append(f"{fault_errors} of {len(faults)} faulted runs failed with an infra error")
     if indeterminate:
         reasons.append(f"{indeterminate} of {len(faults)} faults did not fire (indeterminate)")
-    if not checked:
-        reasons.append("no faulted unit ran and fired, so no rollback was checked" if runs else "no units ran")
-    elif unreached:
+    if not checked and not natural_checked:
+        reasons.append("no faulted unit ran and fired, and no write failed on its own, so no rollback was checked"
+                       if runs else "no units ran")
+    elif checked and unreached:
         for provider, pairs in unreached.items():
             reasons.append(f"{provider}: {len(pairs)} (site, kind) pairs that apply to its transport were never "
                            f"reached: {', '.join(pairs)}")
+    natural_line = _natural_line(natural, natural_checked)
     if wrong:
-        return "invalid", reasons
+        return "invalid", reasons + natural_line
     if reasons:
-        return "unknown", reasons
-    return "valid", [f"all {checked} faulted units in {units} were checked with no anomaly"]
+        return "unknown", reasons + natural_line
+    clean = [f"all {checked} faulted units in {units} were checked with no anomaly"] if checked else \
+        [f"no fault was injected in {units}; the write contract was checked on the writes that failed on their own"]
+    return "valid", clean + natural_line
+
+
+def _natural_line(natural: list[WriteRecord], checked: int) -> list[str]:
+    """The natural failures a verdict rests on too: writes the model's own replies failed, each checked as an
+    injected fault is (the store as it was, the failure table's codes, a clean retry)."""
+    if not natural:
+        return []
+    causes = Counter(failure_cause(w) for w in natural)
+    split = ", ".join(f"{cause} ×{n}" for cause, n in sorted(causes.items(), key=lambda kv: (-kv[1], kv[0])))
+    return [f"{len(natural)} fault-free writes failed on the model's own replies ({split}); the write contract "
+            f"was checked on {checked} of them"]
 
 
 def _units(runs: list[CaseRun]) -> str:
@@ -396,7 +459,7 @@ def _worst_cases(facts: pd.DataFrame, limit: int = 8, stability: pd.DataFrame | 
 def summary_markdown(manifest: Manifest, verdict: str, reasons: list[str], cases: pd.DataFrame,
                      faults: pd.DataFrame, anomalies: pd.DataFrame, coverage: pd.DataFrame,
                      metrics: pd.DataFrame, facts: pd.DataFrame | None = None,
-                     stability: pd.DataFrame | None = None) -> str:
+                     stability: pd.DataFrame | None = None, failures: pd.DataFrame | None = None) -> str:
     out = [f"# Run {manifest.run_id}: verdict **{verdict}**", ""]
     out += [f"- {reason}" for reason in reasons] + [""]
     git = f"{manifest.git_commit[:12]}{' (dirty)' if manifest.git_dirty else ''}" if manifest.git_commit else "n/a"
@@ -434,11 +497,18 @@ def summary_markdown(manifest: Manifest, verdict: str, reasons: list[str], cases
         if len(unreached):
             pairs = zip(unreached["site"], unreached["kind"], strict=True)
             out.append("  - unreached: " + ", ".join(f"{s}×{k}" for s, k in pairs))
+        natural = failures[(failures["provider"] == provider) & (failures["cause"] != "engine")] \
+            if failures is not None and manifest.faults != "none" else None
+        if natural is not None and len(natural):
+            out.append(f"  - {len(natural)} writes failed on the model's own replies: their faults were planned "
+                       "only at the sites each reached before its reply broke it, and only faults that must fail it")
     out.append("")
     repeated = manifest.epochs > 1  # say which epoch: the same case and write recur once per epoch
     out += _anomaly_section(anomalies[anomalies["outcome"] != "indeterminate"], "## Anomalies", repeated)
     out += _anomaly_section(anomalies[anomalies["outcome"] == "indeterminate"],
                             "## Findings on indeterminate units (fault did not fire; not counted)", repeated)
+    if failures is not None:
+        out += _failure_section(failures, repeated)
     errors = [(r.provider, r.case_id, _in_epoch("case", r, repeated), r.error)
               for r in cases.itertuples() if r.status == "infra_error"]
     errors += [(r.provider, r.case_id, _in_epoch(f"write {r.write} {r.site}×{r.kind}", r, repeated), r.error)
@@ -446,6 +516,29 @@ def summary_markdown(manifest: Manifest, verdict: str, reasons: list[str], cases
     out += ["## Infra errors", ""]
     out += [f"- {p} `{c}` ({where}): {_one_line(e)}" for p, c, where, e in errors] or ["None."]
     return "\n".join(out) + "\n"
+
+
+def _failure_section(failures: pd.DataFrame, repeated: bool, limit: int = 5) -> list[str]:
+    """Fault-free writes that failed, by cause, with a few examples each: a model that breaks its output format
+    shows here before its attribution is read."""
+    out = ["## Writes that failed without a fault", ""]
+    if failures.empty:
+        return out + ["None.", ""]
+    for (provider, cause), group in failures.groupby(["provider", "cause"], sort=False):
+        wrong = int((group["n_anomalies"] > 0).sum())
+        out.append(f"### {provider}: {cause} ({len(group)}; {FAILURE_CAUSES.get(str(cause), '')}; "
+                   f"{wrong} with a write-contract anomaly)")
+        out += [f"- `{f.case_id}` {_in_epoch(f'write {f.write}', f, repeated)} ({f.path}) at {f.site}: "
+                f"{_one_line(f.detail, 160)}" + (f" — reply: {_one_line(_flat(f.reply), 160)!r}" if f.reply else "")
+                for f in group.head(limit).itertuples()]
+        out.append("")
+    out.append("Every one is in `write_failures.parquet`; its gold facts count as misses.")
+    return out + [""]
+
+
+def _flat(text: Any) -> str:
+    """A reply on one line (a model's JSON spans many)."""
+    return " ".join(str(text).split())
 
 
 def _in_epoch(where: str, row: Any, repeated: bool) -> str:
@@ -488,13 +581,14 @@ def write_report(run_dir: Path, manifest: Manifest, runs: list[CaseRun], *,
         if stability is not None else []
     metrics = metrics_frame(runs, manifest.seed, [*(extra_metrics or []), *repeats])
     verdict, reasons = run_verdict(runs, manifest, coverage)
+    failures = write_failures_frame(runs)
     tables = {"cases": cases, "faults": faults, "anomalies": anomalies, "coverage": coverage, "metrics": metrics,
-              "case_metrics": case_metrics, **({"stability": stability} if stability is not None else {}),
-              **(extra_tables or {})}
+              "case_metrics": case_metrics, "write_failures": failures,
+              **({"stability": stability} if stability is not None else {}), **(extra_tables or {})}
     for name, data in tables.items():
         write_table(run_dir, name, data)
     text = summary_markdown(manifest, verdict, reasons, cases, faults, anomalies, coverage, metrics,
-                            (extra_tables or {}).get("facts"), stability)
+                            (extra_tables or {}).get("facts"), stability, failures)
     atomic_write_text(run_dir / "summary.md", text)
     return verdict
 
@@ -505,6 +599,7 @@ def load_runs(run_dir: Path) -> list[CaseRun]:
 
 
 __all__ = ["COUNTS", "RATES", "UNITS_FILE", "anomalies_frame", "case_metrics_frame", "cases_frame", "coverage_frame",
-           "faults_frame", "infra_errors", "load_runs", "markdown_table",
+           "faults_frame", "failure_cause", "infra_errors", "load_runs", "markdown_table", "write_failures",
+           "write_failures_frame",
            "metrics_frame", "summary_markdown", "verdict_of", "write_report", "applicable_pairs", "run_verdict",
            "unreached_pairs"]

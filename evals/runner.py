@@ -47,6 +47,7 @@ from evals.record import (
     write_manifest,
 )
 from evals.replay import CaseReplayer
+from evals.rundir_lock import LOCK_FILE, RunDirBusy, RunDirLock
 from evals.scratch import drain as drain_scratch
 from evals.systems import DEFAULT_SYSTEM, arm_label, check_system, open_arm, validate_arm
 
@@ -245,6 +246,9 @@ def _one_file_per_name(cases: list[Case]) -> list[Case]:
 
 def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], tuple[str, Any], Manifest, Path, Any]:
     """Validate everything before any work: datasets, plan, providers, embedder, run directory, tuned program."""
+    from evals.redact import register_run_secrets
+
+    register_run_secrets([*config.providers, config.embedder, config.matcher])  # before any call can echo one
     try:
         plan = FaultPlan.parse(config.faults)
     except ValueError as exc:
@@ -330,13 +334,18 @@ def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], t
                         program=str(config.program) if config.program is not None else None,
                         git_commit=commit, git_dirty=dirty, packages=package_versions())
     manifest.manifest_hash = manifest.compute_hash()
-    run_dir = _run_dir(config, manifest, cases)  # resume mismatches and unusable directories: before the model loads
-    manifest.run_id = run_dir.name
-    try:
-        manifest.matcher_spec = make_matcher_spec(config.matcher)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
-    embedder = resolve_embedder(embedder_name)
+    try:  # the run directory's lock (taken by _run_dir) is freed when the run cannot start after all
+        run_dir = _run_dir(config, manifest, cases)  # resume mismatches, unusable directories: before the model loads
+        manifest.run_id = run_dir.name
+        try:
+            manifest.matcher_spec = make_matcher_spec(config.matcher)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
+        embedder = resolve_embedder(embedder_name)
+    except BaseException:
+        if config.out is not None:
+            release_run_dir(config.out)
+        raise
     return cases, plan, factories, embedder, manifest, run_dir, program
 
 
@@ -387,16 +396,53 @@ def open_matcher(manifest: Manifest, run_dir: Path, cache_dir: Path | None = Non
     return matcher
 
 
+_LOCKS: dict[Path, RunDirLock] = {}  # run directories this process holds (evals.rundir_lock), until its run ends
+
+
+def lock_run_dir(run_dir: Path, what: str = "--out") -> None:
+    """Own `run_dir` (which exists) for this run: a second writer gets a UsageError naming the holder."""
+    key = Path(run_dir).resolve()
+    if key in _LOCKS:
+        return
+    try:
+        _LOCKS[key] = RunDirLock.acquire(run_dir, what)
+    except RunDirBusy as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"{what} {run_dir}: cannot lock the run directory: {exc.strerror or exc}") from None
+
+
+def release_run_dir(run_dir: Path) -> None:
+    lock = _LOCKS.pop(Path(run_dir).resolve(), None)
+    if lock is not None:
+        lock.release()
+
+
+def _own_files(name: str) -> bool:
+    """Files a run directory may hold before its run starts: its lock, and a write check in progress."""
+    return name == LOCK_FILE or name.startswith(".hymem-write-check-")
+
+
+def _refuse_used(out: Path) -> None:
+    """A new run's --out must not hold a run, nor anyone else's files."""
+    if (out / "manifest.json").exists():
+        raise UsageError(f"--out {out} already holds a run; use --resume to continue it")
+    if out.is_dir() and any(not _own_files(p.name) for p in out.iterdir()):
+        raise UsageError(f"--out {out} is a directory that holds other files and no run; give an empty or "
+                         "new directory")
+
+
 def _run_dir(config: RunConfig, manifest: Manifest, cases: list[Case]) -> Path:
-    """The run directory, checked before any work: a resumed run must be this run, with readable records of
-    its own units; a new run needs an empty (or new) directory it can write to. Never another run's or a user's
-    files."""
+    """The run directory, checked before any work and owned by this process from then on (a lock held until
+    the run ends): a resumed run must be this run, with readable records of its own units; a new run needs an
+    empty (or new) directory it can write to. Never another run's or a user's files."""
     if config.resume:
         if config.out is None:
             raise UsageError("--resume needs --out DIR of the run to continue")
         path = config.out / "manifest.json"
         if not path.is_file():
             raise UsageError(f"--resume: {path} does not exist")
+        lock_run_dir(config.out, "--resume --out")  # before its records are read: no other process writes them
         try:
             old = read_manifest(config.out)
         except RunDirError as exc:
@@ -415,12 +461,12 @@ def _run_dir(config: RunConfig, manifest: Manifest, cases: list[Case]) -> Path:
         out = config.out
         if out.exists() and not out.is_dir():
             raise UsageError(f"--out {out} is a file, not a directory")
-        if (out / "manifest.json").exists():
-            raise UsageError(f"--out {out} already holds a run; use --resume to continue it")
-        if out.is_dir() and any(out.iterdir()):
-            raise UsageError(f"--out {out} is a directory that holds other files and no run; give an empty or "
-                             "new directory")
+        if (out / LOCK_FILE).exists():
+            lock_run_dir(out)  # a run still writing it is named, not mistaken for a finished one
+        _refuse_used(out)  # unlocked first: a directory refused is left as it was
         _check_writable(out, "--out")
+        lock_run_dir(out)
+        _refuse_used(out)  # and again under the lock: another run may have started in between
         return out
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(manifest.created))
     reports = Path.cwd() / "reports"  # where the user runs it
@@ -511,6 +557,8 @@ def run_eval(config: RunConfig) -> RunOutcome:
         where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
         raise RunIOError(f"cannot write the run{where}: {exc.strerror or exc}; {state['saved']} finished units "
                          f"are saved in {run_dir / 'units.jsonl'} (continue with --resume once fixed)") from None
+    finally:
+        release_run_dir(run_dir)  # the run directory is free for a --resume or a reader
 
 
 def _records_on_disk(run_dir: Path) -> int:
@@ -535,6 +583,7 @@ def _execute(config: RunConfig, cases: list[Case], plan: FaultPlan, factories: d
         raise UsageError(str(exc)) from exc
     logging.getLogger("hymem.store").setLevel(logging.CRITICAL)  # injected FAISS faults are logged by design
     run_dir.mkdir(parents=True, exist_ok=True)
+    lock_run_dir(run_dir, "the run directory")  # the default one is made here; --out was locked when checked
     try:
         matcher = open_matcher(manifest, run_dir, config.cache_dir and config.cache_dir.parent, config.providers_file,
                                embedder if embedder_name == "minilm" else None,  # one model load per run
@@ -609,6 +658,9 @@ def _execute(config: RunConfig, cases: list[Case], plan: FaultPlan, factories: d
     manifest.finished = time.time()
     manifest.verdict = verdict
     write_manifest(run_dir, manifest)
+    from evals.view import write_view
+
+    write_view([run_dir])  # report.html: the run in a browser, from the record just written
     return RunOutcome(run_dir=run_dir, verdict=verdict, units=len(runs), manifest=manifest,
                       units_seconds=units_seconds, reasons=run_verdict(runs, manifest)[1],
                       infra_error_units=sum(r.status == "infra_error" for r in runs),

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from evals.dataset import Case, canonical_json, dataset_hash, load_cases
 from evals.manifest import git_state, package_versions
 from evals.record import write_table
+from evals.redact import write_text
 from evals.tuning.budget import BudgetMeter
 from evals.tuning.examples import ProgramKind, eligible, make_examples, predictor_names, split_cases
 from evals.tuning.metric import CaseMetric, ErrorLog
@@ -61,6 +62,7 @@ class TuneConfig(BaseModel):
     num_threads: int = 4  # dev-set evaluation threads
     matcher: str | None = None  # --matcher SPEC of the metric (default: semantic, as `run`)
     providers_file: Path | None = None  # --providers TOML: names usable as --lm / --teacher-lm / --prompt-lm
+    force: bool = False  # --force: overwrite a tuned program already in `out`
 
 
 class TuneOutcome(BaseModel):
@@ -84,8 +86,8 @@ def tune(config: TuneConfig) -> TuneOutcome:
         example = "; e.g. {}: {}".format(*next(iter(skipped.items()))) if skipped else ""
         raise TuneError(f"the {'train' if not train else 'dev'} set has no case a {config.program} can learn from "
                         f"({len(skipped)} skipped{example})")
-    if (config.out / MANIFEST_FILE).exists():
-        raise TuneError(f"{config.out} already holds a tuned program; choose another --out")
+    if (config.out / MANIFEST_FILE).exists() and not config.force:
+        raise TuneError(f"{config.out} already holds a tuned program; choose another --out, or pass --force")
     models = TuneModels(config.providers_file)
     task_lm, teacher_lm, prompt_lm = _models(config, models)
     try:
@@ -124,6 +126,7 @@ def tune(config: TuneConfig) -> TuneOutcome:
         tuned = baseline.deepcopy()
         dropped = apply_to_program(compiled, tuned)
         tuned.save(str(config.out / PROGRAM_FILE))
+        write_text(config.out / PROGRAM_FILE, (config.out / PROGRAM_FILE).read_text(encoding="utf-8"))  # redacted
         saved = load_program(config.out)
         with meters["dev_eval"].measure():
             after = evaluate(config.program, saved, dev, cases, config.num_threads, matcher)
@@ -149,10 +152,10 @@ def tune(config: TuneConfig) -> TuneOutcome:
         matcher={"spec": matcher.spec, "fingerprint": matcher.fingerprint(),
                  **(matcher.health() if hasattr(matcher, "health") else {})},
         engine_version=__version__, git_commit=commit, git_dirty=dirty, packages=package_versions())
-    (config.out / MANIFEST_FILE).write_text(manifest.model_dump_json(indent=2), encoding="utf-8")
+    write_text(config.out / MANIFEST_FILE, manifest.model_dump_json(indent=2))  # redacted: errors may echo a key
     write_table(config.out, "attempts", _attempts(models, matcher))
     for name, group in (("train", split.train), ("dev", split.dev)):
-        (config.out / f"{name}.jsonl").write_text("".join(canonical_json(c) + "\n" for c in group), encoding="utf-8")
+        write_text(config.out / f"{name}.jsonl", "".join(canonical_json(c) + "\n" for c in group))
     return TuneOutcome(out=config.out, manifest=manifest)
 
 

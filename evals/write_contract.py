@@ -18,7 +18,8 @@ from typing import Any
 from evals.checker import StoreState, canonical, consistency_anomalies, diff_states, short_diff
 from evals.prompt_contract import Said, read_messages, user_name
 from evals.record import AnomalyKind, Witnessed
-from hymem.subjects import memory_subject, same_subject
+from evals.subject_reading import same_person as same_subject
+from evals.subject_reading import unlabelled_memory_subject as memory_subject
 
 HISTORY_LIMIT = 2000  # HyMemoryClient's documented history_limit: non-user messages are cut to it plus "…"
 
@@ -251,7 +252,8 @@ def live_rows(state: StoreState, user_id: str) -> list[dict[str, Any]]:
 
 
 def subjectless_misfiled(sent: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[str]:
-    """Each memory sent without a subject, against the live row holding its text: filed by `memory_subject`."""
+    """Each memory sent without a subject, against the live row holding its text: filed as the harness reads
+    it (`evals.subject_reading`), not by the engine's own rule, so a bug in that rule shows here."""
     found = []
     by_text = {row.get("text"): row for row in rows}
     for memory in sent:
@@ -259,7 +261,7 @@ def subjectless_misfiled(sent: list[dict[str, Any]], rows: list[dict[str, Any]])
         want = memory_subject(str(memory.get("text")), memory.get("owner"))
         if row is not None and not same_subject(row.get("subject"), want):
             found.append(f"{memory.get('text')!r} (owner {memory.get('owner')!r}), sent without a subject, was filed "
-                         f"under {row.get('subject')!r}; the subject rule names {want!r}")
+                         f"under {row.get('subject')!r}; the harness reads {want!r}")
     return found
 
 

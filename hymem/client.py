@@ -430,31 +430,20 @@ def _named_humans(msgs: list[ChatMessage]) -> list[str]:
 def _named_subjects(facts: list[NewFact], msgs: list[ChatMessage]) -> list[NewFact]:
     """A fact labelled the user's or the AI's whose sentence is about a named human of the conversation is
     theirs (spec 3: "John is a nurse in Berlin." has subject John), whatever the model labelled it: the subject
-    the sentence names (`hymem.subjects.subject_of`) is that person, or, where the rule names none, the sentence
-    opens with their whole name ("王芳建议用户睡前泡脚。"). "John's sister is a doctor." is not John's, nor is
-    "张伟…" 张's or "Al-Jazeera…" Al's. The owner is left as the model gave it: a wrong owner is the model's
-    error, which the harness scores."""
+    the sentence names, read with the conversation's names first (`hymem.subjects.subject_of` with the named
+    speakers and the user's own name), is that person: "赵敏很喜欢喝咖啡。" and "Dr. Smith is a dentist." are
+    theirs, "John's sister is a doctor." is not John's, nor is "张伟…" 张's or "Al-Jazeera…" Al's. The owner is
+    left as the model gave it: a wrong owner is the model's error, which the harness scores."""
     humans = _named_humans(msgs)
+    user_name = next((m.name.strip() for m in msgs if m.role == "user" and m.name and m.name.strip()), None)
     for fact in facts:
         if canonical_subject(fact.subject) not in ("user", "assistant"):
             continue
-        named = subject_of(fact.text)
-        speaker = next((n for n in humans if (same_subject(named, n) if named is not None else _opens_with(fact.text, n))),
-                       None)
+        named = subject_of(fact.text, humans, user_name)
+        speaker = next((n for n in humans if same_subject(named, n)), None)
         if speaker is not None:
             fact.subject = speaker
     return facts
-
-
-def _opens_with(text: str, name: str) -> bool:
-    """The text opens with the whole name, or its possessive ("Helen's name is Helen."): not a longer word or
-    name (Al-Jazeera, Mark-ups) or, for a one-character Chinese name, any name it could begin (张 / 张伟)."""
-    if not text.startswith(name):
-        return False
-    rest = text[len(name):]
-    if re.match(r"[\w'’-]", rest) is None or re.match(r"['’]s\s", rest):
-        return True
-    return len(name) >= 2 and re.match(r"[\u3400-\u9fff]", name[-1]) is not None and re.match(r"[\u3400-\u9fff]", rest) is not None
 
 
 def _profile_updates(profile: Any, msgs: list[ChatMessage]) -> dict:

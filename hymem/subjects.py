@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterable
+
+from hymem.names import EN_PERSON, opening_participant, participant_named, zh_leading_name
 
 _USER = {"user", "the user", "current user", "the current user", "用户", "当前用户", "该用户", "这位用户", "此用户"}
 _ASSISTANT = {"assistant", "the assistant", "ai", "the ai", "agent", "ai assistant", "the ai assistant",
@@ -82,7 +85,6 @@ _ZH_RELATION = re.compile(rf"^{_ZH_USER_WORD}的?(?:(?:大|小|亲|好|前|老))
                           r"每|会|正|要|想|和|不|没|刚|最近|现在|今年|去年|明年))?")
 _APPOSITION = re.compile(r"^([^\s,，\u4e00-\u9fff]{1,24}|[\u4e00-\u9fff]{2,4}|[^\s,，]{1,24}\s[^\s,，]{1,24})[,，]\s*"
                          r"(?:the|a|an|用户的|当前用户的)")  # "Jack, the user's friend, ..." / "김민수, ..."
-_LATIN = r"[A-Z][A-Za-z\u00c0-\u024f-]*"
 # A person named first is followed by a verb; a memory with no subject opens with its verb or label, which
 # a preposition, an article or a colon follows ("Works at Stripe", "Allergic to peanuts", "Job: nurse").
 _NOT_AFTER_A_NAME = re.compile(r"\s*(?:(?:[a-z]+\s*)?:|(?:at|in|on|to|for|with|from|of|about|as|into|onto|by|a|an|the|my|his|her|"
@@ -99,9 +101,7 @@ _EN_BARE_RELATION = re.compile(rf"^(?:my\s+)?({_EN_RELATIONS})\b(?:\s+(?-i:([A-Z
 _ZH_BARE_RELATION = re.compile(rf"^(?:我的?)?(?:(?:大|小|亲|好|老))?({_ZH_RELATIONS})"
                                rf"(?:({_ZH_PERSON})(?=是|在|住|喜欢|有|叫|做|今年|已|每|会|正|要|想|不|没|刚|，|,))?"
                                r"(?=是|在|住|喜欢|有|叫|做|今年|已|每|会|正|要|想|不|没|刚|很|最|一直|经常|的|，|,)")
-_EN_NAME = re.compile(rf"^({_LATIN}(?:\s+{_LATIN})*)(?:'s\s+(?i:({_EN_RELATIONS}))\b|'s)?(?=[\s,.;:!?\u4e00-\u9fff]|$)")
-_ZH_NAME = re.compile(rf"^({_ZH_PERSON})"  # an adverb after the name is not part of it (阿芳还在抽: 阿芳)
-                      r"(?=是|在|住|喜欢|有|的|叫|做|从|也|已|养|每|会|正|要|想|和|不|没|刚|还|都|又|就|才|曾|仍|一直|经常|，|,)")
+_EN_NAME = re.compile(rf"^({EN_PERSON})(?:'s\s+(?i:({_EN_RELATIONS}))\b|'s)?(?=[\s,.;:!?\u4e00-\u9fff]|$)")
 _OTHER_NAME = re.compile(r"^([^\W\d_\u3040-\u30ff\u3400-\u9fff][^\s,，.。:：\u3400-\u9fff]{0,23})(?=\s|[是在住喜有的])")  # 김민수 / Олег / Lucas是
 _RELATION_APPOSITION = re.compile(r"^[,，]\s*(?:the\s+)?(?:user's|用户的|当前用户的)\s*[^,，]{1,30}[,，]\s*",
                                   re.IGNORECASE)
@@ -245,11 +245,21 @@ _REPORTED_RELATIVE = re.compile(rf"^\s*(?:(?:{EN_REPORTING}\s+that|(?:has\s+)?(?
                                 re.IGNORECASE)
 
 
-def split_subject(text: str) -> tuple[str | None, str]:
+def split_subject(text: str, participants: Iterable[str] = (), user_name: str | None = None) -> tuple[str | None, str]:
     """(the subject the sentence names, the rest of the sentence): "The user lives in Berlin." →
     ("user", "lives in Berlin."); ("Jack", "is a chef.") for "The user's friend Jack is a chef.";
-    (None, the whole sentence) when it opens with no subject."""
+    (None, the whole sentence) when it opens with no subject.
+
+    `participants` are the conversation's named people and `user_name` the user's own name: a sentence that
+    opens with one of them is theirs (the user's for `user_name`), whatever follows ("赵敏很喜欢喝咖啡。"),
+    unless it goes on to their relative ("John's sister …", "张伟的妹妹…"); a name read from the sentence that
+    is part of one of them ("Siobhán" of "Siobhán O'Brien") is that person."""
     stripped = _clean(text)
+    names = [n for n in participants if n and n.strip()]
+    if user_name and user_name.strip():
+        names.append(user_name)
+    if names:
+        return _participant_subject(stripped, names, user_name)
     for pattern, zh in ((_EN_RELATION, False), (_ZH_RELATION, True)):  # "The user's friend Jack …"
         if match := pattern.match(stripped):
             rest = stripped[match.end():]
@@ -300,7 +310,13 @@ def split_subject(text: str) -> tuple[str | None, str]:
         name = match.group(1)
         if name.split()[0].casefold() not in _NOT_NAMES and not _opens_without_a_name(match, stripped):
             return (f"{name}'s {match.group(2).casefold()}" if match.group(2) else name), stripped[match.end():]
-    for pattern in (_ZH_NAME, _OTHER_NAME):
+    if match := _ZH_IS_RELATIVE.match(stripped):  # "大飞是用户的外甥。": only a person is the user's relative
+        return match.group(1), stripped[match.end(1):]
+    if (zh_name := zh_leading_name(stripped)) is not None and re.search(r"\w", rest := stripped[len(zh_name):]):
+        if of_name := _ZH_SECOND.match(rest):  # "张伟的妹妹在读高中。" is about 张伟's sister
+            return f"{zh_name}的{_fold_relation(of_name.group(1), True)}", rest[of_name.end():]
+        return zh_name, rest
+    for pattern in (_OTHER_NAME,):
         if match := pattern.match(stripped):
             name = match.group(1)
             if name.casefold() not in _NOT_NAMES and not name[0].islower() and not _opens_without_a_name(match, stripped):
@@ -308,6 +324,29 @@ def split_subject(text: str) -> tuple[str | None, str]:
     return None, stripped
 
 
+def _participant_subject(stripped: str, names: list[str], user_name: str | None) -> tuple[str | None, str]:
+    """`split_subject` with the conversation's names: the name the sentence opens with, else the name the
+    rule reads standing for one of them, else what the rule reads."""
+    def own(name: str) -> str:
+        return "user" if user_name is not None and _fold(name) == _fold(user_name) else name
+
+    if (opened := opening_participant(stripped, names)) is not None:
+        name, rest = opened
+        zh = bool(re.match(r"\s*的", rest))
+        if relation := (_ZH_SECOND if zh else _EN_SECOND).match(rest.lstrip() if zh else rest):
+            folded = _fold_relation(relation.group(1), zh)
+            if own(name) == "user":
+                return _relative(relation.group(1), None, zh), rest.lstrip()[relation.end():]
+            return (f"{name}的{folded}" if zh else f"{name}'s {folded}"), (rest.lstrip() if zh else rest)[relation.end():]
+        return own(name), re.sub(r"^'s\b", "", rest)
+    subject, rest = split_subject(stripped)
+    if subject is not None and canonical_subject(subject) not in ("user", "assistant") and "'s " not in subject \
+            and "的" not in subject and (person := participant_named(subject, names)) is not None:
+        return own(person), rest
+    return subject, rest
+
+
+_ZH_IS_RELATIVE = re.compile(rf"^([\u4e00-\u9fff]{{2,4}}?)是{_ZH_USER_WORD}的(?:大|小|亲|好|前|老)?(?:{_ZH_RELATIONS})")
 _POSSESSIVE_OPENER = re.compile(rf"^(?:(?:the\s+)?(?:current\s+)?user's|(?:the\s+)?(?:ai\s+)?assistant's|"
                                 rf"{_ZH_USER_WORD}的|{_ZH_ASSISTANT_WORD}的)", re.IGNORECASE)
 
@@ -428,10 +467,11 @@ def fact_subject(text: str, label: str | None) -> str | None:
     return label
 
 
-def subject_of(text: str) -> str | None:
+def subject_of(text: str, participants: Iterable[str] = (), user_name: str | None = None) -> str | None:
     """The subject a memory sentence names: "user", "assistant", a person's name or relation
-    ("Jack", "the user's mother", "用户的妈妈"), or None when it opens with none of these."""
-    return split_subject(text)[0]
+    ("Jack", "the user's mother", "用户的妈妈"), or None when it opens with none of these; the conversation's
+    names (`participants`, the user's own `user_name`) first, as `split_subject` reads them."""
+    return split_subject(text, participants, user_name)[0]
 
 
 def memory_subject(text: str, owner: str | None) -> str:

@@ -394,7 +394,7 @@ def test_subjectless_misfiled_when_add_extracted_defaults_the_subject_to_the_use
     monkeypatch.setattr(client_module, "_fact_from_dict", defaulted)
     found = [f for f in replay(KATE).findings if f.kind == AnomalyKind.SUBJECTLESS_MISFILED]
     assert [(f.check, f.write, f.path) for f in found] == [("subjectless", 0, "extracted")] * len(found) and found
-    assert any("sent without a subject, was filed under 'user'; the subject rule names 'John'" in f.witness
+    assert any("sent without a subject, was filed under 'user'; the harness reads 'John'" in f.witness
                for f in found)
 
 

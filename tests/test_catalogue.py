@@ -63,7 +63,8 @@ def test_kinds_and_directions_are_declared_not_guessed_from_names():
 
 def test_headline_is_one_ordered_list_of_declared_metrics():
     assert len(HEADLINE) == len(set(HEADLINE)) and all(name in METRICS for name in HEADLINE)
-    assert HEADLINE[0] == "fact_f1" and "tokens_total" in HEADLINE
+    # a model that breaks its output format shows before its attribution is read
+    assert HEADLINE[:2] == ("write_failure_rate", "fact_f1") and "tokens_total" in HEADLINE
 
 
 def test_values_are_formatted_by_kind():

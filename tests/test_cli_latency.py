@@ -37,19 +37,14 @@ def _answer(tmp_path: Path, *argv: str) -> tuple[int, str, list[str]]:
     (["run", "--matcher", "bogus"], "unknown spec 'bogus'"),
     (["run", "--matcher", "llm:"], "unknown spec 'llm:'"),
     (["run", "--program", "/missing"], "/missing: no program.json here"),
-    (["run", "--lm", "openai/m@http://127.0.0.1:99999/v1"], "Port out of range"),
-    (["run", "--providers", "bogus.toml"], "provider[0].model: 'bogus' is not a model"),
     (["run", "--dataset", "deep.jsonl"], "deep.jsonl:1: record: nested deeper than 64 levels"),
     (["tune", "--program", "extractor", "--optimizer", "bootstrap", "--train", "bad.jsonl", "--out", "t"],
      "bad.jsonl:1: lang: Field required"),
-    (["tune", "--program", "extractor", "--optimizer", "bootstrap", "--train", "x.jsonl", "--out", "t",
-      "--lm", "bogus"], "--lm 'bogus'"),
     (["matcher", "eval", "--matcher", "llm:", "--out", "m"], "unknown spec 'llm:'"),
     (["compare", "nowhere", "--matcher", "bogus"], "unknown spec 'bogus'"),
 ])
 def test_an_input_error_answers_before_the_heavy_imports(tmp_path, argv, message):
     (tmp_path / "bad.jsonl").write_text(json.dumps({"id": "x", "turns": 3}) + "\n", encoding="utf-8")
-    (tmp_path / "bogus.toml").write_text('[[provider]]\nname = "a"\nmodel = "bogus"\n', encoding="utf-8")
     (tmp_path / "deep.jsonl").write_text('{"id": "a", "meta": ' + "[" * 5000 + "]" * 5000 + "}\n", encoding="utf-8")
     rc, stderr, heavy = _answer(tmp_path, *argv)
     assert rc == 2

@@ -17,6 +17,7 @@ import pytest
 from evals.cli import main
 from evals.dataset import Case
 from evals.faults import FaultPlan
+from evals.record import AnomalyKind
 from evals.replay import CaseReplayer
 from evals.scoring.attribution import score_case
 from evals.serve import JSONHandler
@@ -412,3 +413,13 @@ def test_mem0_never_downloads_a_spacy_model_at_run_time(monkeypatch):
     monkeypatch.setattr(spacy_models, "_load_failed_lemma", False)
     assert spacy_models.get_nlp_full() is None and spacy_models.get_nlp_lemma() is None
     assert downloads == []
+
+
+@needs_mem0
+def test_a_reply_mem0_could_not_parse_but_reported_as_a_success_is_a_natural_degraded_success(server):
+    with Scripted("Sure! The user lives in Berlin and works at Stripe.") as prose:
+        run = replay_mem0(server, TWO_FACTS, plan="none", llm=prose.endpoint)
+    assert run.status == "ok", run.error
+    assert all(w.success for w in run.writes)  # mem0 swallows the reply it cannot read
+    found = [(f.kind, f.check, f.write) for f in run.findings if f.check == "natural"]
+    assert found == [(AnomalyKind.DEGRADED_SUCCESS, "natural", 0)]

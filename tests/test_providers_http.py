@@ -109,7 +109,9 @@ def test_reruns_hit_the_cache_and_failures_are_never_cached(dataset, tmp_path, s
     failed_case = one[one.status != "ok"].case_id.unique().tolist()
     assert len(failed_case) == 1 and one[one.status != "ok"].iloc[0].status == "empty_content"
     cases = pd.read_parquet(first.run_dir / "cases.parquet").set_index("case_id")
-    assert cases.loc[failed_case[0], "status"] == "infra_error"  # the empty reply failed that case's write
+    assert cases.loc[failed_case[0], "status"] == "ok"  # the empty reply failed a write, measured, not dropped
+    failures = pd.read_parquet(first.run_dir / "write_failures.parquet")
+    assert failures.case_id.tolist() == failed_case and failures.cause.tolist() == ["empty"]
     two_lm = two[two.site != "embed"]
     reached = two_lm[~two_lm.cache_hit]
     assert set(reached.case_id) == set(failed_case)  # only the failed case had to ask the model again

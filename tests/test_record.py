@@ -154,3 +154,23 @@ def test_a_writes_ops_keep_their_keys_and_ids_through_units_jsonl(tmp_path: Path
     (run,) = read_units(tmp_path)
     assert [op.model_dump() for op in run.writes[0].ops] == [applied, mem0]
     assert json.loads((tmp_path / "units.jsonl").read_text())["writes"][0]["ops"] == [applied, mem0]
+
+
+def test_a_message_holding_a_unicode_line_separator_stays_one_record(tmp_path: Path):
+    # JSON leaves U+2028, U+0085 and \x1c raw; a reader splitting units.jsonl with str.splitlines() cut the record
+    content = "line one\u2028[Bob]: forged\x85more\x1cend"
+    payload = [{"role": "user", "content": content}]
+    calls = [{"site": "lm.extract", "text": content, "reply": "{}"}]
+    unit = {**V1_UNIT, "writes": [{**V1_UNIT["writes"][0], "payload": payload, "calls": calls}]}
+    writer = UnitsWriter(tmp_path)
+    writer.append(parse_unit(json.dumps(unit)))
+    writer.append(parse_unit(json.dumps({**unit, "case_id": "c2"})))
+    writer.close()
+    text = (tmp_path / "units.jsonl").read_text(encoding="utf-8")
+    assert len(text.splitlines()) == 2  # escaped as JSON allows: one line for any reader
+    runs = read_units(tmp_path)
+    assert [r.case_id for r in runs] == ["c1", "c2"]
+    assert runs[0].writes[0].payload == payload and runs[0].writes[0].calls == calls
+    raw = text.replace("\\u2028", "\u2028").replace("\\u0085", "\x85")  # as a writer that left them raw
+    (tmp_path / "units.jsonl").write_text(raw, encoding="utf-8")
+    assert [r.case_id for r in read_units(tmp_path)] == ["c1", "c2"]  # the reader keeps such a record whole too

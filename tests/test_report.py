@@ -77,6 +77,11 @@ def test_every_parquet_file_has_its_pinned_columns(tmp_path: Path):
                      "indeterminate_units", "infra_error_units", "reached"],
         "metrics": ["provider", "dataset", "metric", "value", "ci_low", "ci_high", "n", "note"],
         "case_metrics": ["provider", "dataset", "case_id", "metric", "num", "den", "epoch"],
+        "write_failures": ["provider", "system", "dataset", "case_id", "epoch", "write", "path", "injected", "cause",
+                           "site", "detail", "reply", "expected_success", "expected_error_code",
+                           "expected_agent_error_code", "expected_reconcile_error_code", "actual_success",
+                           "actual_error_code", "actual_agent_error_code", "actual_reconcile_error_code", "checked",
+                           "retry_success", "n_anomalies", "anomalies"],
     }
     for name, expected in columns.items():
         assert pq.read_schema(tmp_path / f"{name}.parquet").names == expected, name

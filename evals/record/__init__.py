@@ -15,6 +15,7 @@ from evals.record._records import (
     Attempt,
     CaseMetricRow,
     CaseRun,
+    Cause,
     Codes,
     FactRow,
     FaultRecord,
@@ -26,6 +27,7 @@ from evals.record._records import (
     Record,
     Status,
     Witnessed,
+    WriteFailure,
     WriteRecord,
 )
 from evals.record._rundir import (
@@ -59,6 +61,7 @@ __all__ = [
     "Attempt",
     "CaseMetricRow",
     "CaseRun",
+    "Cause",
     "Codes",
     "Column",
     "FactRow",
@@ -75,6 +78,7 @@ __all__ = [
     "Status",
     "UnitsWriter",
     "Witnessed",
+    "WriteFailure",
     "WriteRecord",
     "arrow_schema",
     "atomic_write",

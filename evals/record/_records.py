@@ -16,9 +16,13 @@ from evals.record._version import SCHEMA_VERSION
 
 Outcome = Literal["ok", "wrong", "indeterminate", "infra_error"]  # of one faulted run
 Status = Literal["ok", "infra_error"]  # of one unit
-Unit = Literal["control", "fault", "retry", "repeat", "replay", "concurrency", "stranger", "subjectless"]  # which run of a write an attempt belongs to
+Unit = Literal["control", "fault", "retry", "repeat", "replay", "concurrency", "stranger", "subjectless",
+              "natural"]  # which run of a write an attempt belongs to
 Check = Literal["control", "prompt", "history", "replay", "reopen", "concurrency", "profile", "stranger", "reads",
-                "subjectless"]  # a Finding's check
+                "subjectless", "natural"]  # a Finding's check
+# Why a fault-free write failed, as the harness reads the model's replies (evals.natural): the model's causes,
+# or `engine` (every reply valid: the engine failed on its own, CONTROL_WRITE_FAILED).
+Cause = Literal["parse", "empty", "schema", "refused", "unavailable", "engine"]
 
 
 class AnomalyKind(StrEnum):
@@ -156,6 +160,19 @@ class OpRecord(BaseModel):
     refused: str | None = None  # why the engine refused the model's op (e.g. cross-subject)
 
 
+class WriteFailure(BaseModel):
+    """Why a fault-free write failed, read from the model's replies rather than the engine's account, and what the
+    write contract check on it found (a natural failure: no fault was injected; evals.natural)."""
+
+    cause: Cause
+    site: str  # the call site whose reply (or provider error) broke the write
+    detail: str = ""  # what the harness's reading of the reply found
+    reply: str = ""  # a redacted excerpt of the broken reply
+    expected: Codes | None = None  # the failure table's codes for the reply's failure class (None: the engine's)
+    checked: bool = False  # the store was read before and after, and the write contract checked on it
+    retry_success: bool | None = None  # the retry with a new request_id, on a copy of the store, succeeded
+
+
 class WriteRecord(Record):
     """One write of the fault-free control run, as the engine reported it."""
 
@@ -170,6 +187,24 @@ class WriteRecord(Record):
     proposed_ops: list[dict[str, Any]] = Field(default_factory=list)  # what the reconcile model proposed, as it said it
     reached: dict[str, int] = Field(default_factory=dict)  # call site -> calls made in this write
     seconds: float = 0.0
+    failure: WriteFailure | None = None  # why it failed, when it did (its anomalies are the unit's findings)
+    # What a reader of the run (`hymem-eval view`) needs to see the write without the dataset files: the
+    # messages (or seeded memories) as sent, and each model call's prompt and reply, cut at CALL_TEXT_LIMIT.
+    payload: list[dict[str, Any]] = Field(default_factory=list)
+    calls: list[dict[str, str]] = Field(default_factory=list)  # {site, text, reply}: what each model call was shown
+
+
+CALL_TEXT_LIMIT = 20_000  # characters of one recorded prompt or reply; the rest is cut with a marker
+
+
+def clipped(text: str, limit: int = CALL_TEXT_LIMIT) -> str:
+    """`text`, cut to `limit` characters with a note of how much was left out (a record stays bounded)."""
+    return text if len(text) <= limit else f"{text[:limit]}\n… [{len(text) - limit} more characters not recorded]"
+
+
+def recorded_calls(prompts: list[dict[str, str]]) -> list[dict[str, str]]:
+    """A write's model calls ({site, text, reply}, as the harness's prompt tap saw them) as the record keeps them."""
+    return [{key: clipped(str(value)) for key, value in call.items()} for call in prompts]
 
 
 class FaultRecord(Record):

@@ -120,7 +120,8 @@ def read_units(run_dir: Path, planned: Collection[tuple[str, str, int]] | None =
     (a resumed run must not report a case it does not hold).
     """
     # errors="replace": a record torn inside a multi-byte character is still just a torn record
-    # split on "\n" only: str.splitlines() also splits inside a record at a U+2028 or U+0085 a message holds
+    # split("\n"), not splitlines(): a record's strings may hold U+2028, U+0085 or \x1c raw (JSON escapes the
+    # characters below U+0020 only, \n among them), and splitlines() would cut the record there
     lines = (Path(run_dir) / UNITS_FILE).read_bytes().decode("utf-8", errors="replace").split("\n")
     while lines and not lines[-1].strip():
         lines.pop()
@@ -154,6 +155,11 @@ def _torn(line: str) -> bool:
     return False
 
 
+# The characters str.splitlines() breaks on that JSON leaves raw (it escapes those below U+0020): escaped, as JSON
+# allows, so a record holding a message with them is still one line.
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 class UnitsWriter:
     """Appends finished units to units.jsonl, one fsynced line each; safe across threads."""
 
@@ -166,7 +172,8 @@ class UnitsWriter:
         self._lock = threading.Lock()
 
     def append(self, run: CaseRun) -> None:
-        line = to_json(redact(run.model_dump(mode="json"))).decode("utf-8") + "\n"  # every string redacted
+        line = to_json(redact(run.model_dump(mode="json"))).decode("utf-8")  # every string redacted
+        line = line.translate(_LINE_BREAKS) + "\n"  # one line for every reader, str.splitlines() too
         with self._lock:
             self._file.write(line)
             self._file.flush()

@@ -65,7 +65,24 @@ R, C, D, T, USD = Kind.RATE, Kind.COUNT, Kind.DURATION, Kind.TOKENS, Kind.COST
 HI, LO, NO = Direction.HIGHER, Direction.LOWER, Direction.NONE
 _UNITS = "fired faulted units (95% CI resamples cases)"
 
+_WRITES = "fault-free writes (95% CI resamples cases)"
+# Why a fault-free write failed (evals.natural): the model's causes, then the engine's own.
+FAILURE_CAUSES: dict[str, str] = {
+    "parse": "the model's reply was not one strict JSON object (prose, a schema echo, truncated JSON)",
+    "empty": "the model's reply was empty or null",
+    "schema": "the model's JSON broke the output contract (a field missing, null or mistyped; an op naming a "
+              "memory or fact the prompt did not offer)",
+    "refused": "the model declined in prose",
+    "unavailable": "the provider kept failing (5xx, 429, timeout, dropped connection) after its retries",
+    "engine": "the engine failed with every reply valid (CONTROL_WRITE_FAILED)",
+}
+
 _DECLARED: tuple[Metric, ...] = (
+    # -- writes: did the model's replies let the write through at all (a failed write stores nothing)
+    Metric("write_failure_rate", R, LO, "share", "fault-free writes that failed: the model's reply or its provider "
+           "broke them (natural failures, each checked against the write contract), or the engine did", _WRITES, -1),
+    *(Metric(f"write_failure_{cause}_rate", R, LO, "share", f"fault-free writes that failed because {meaning}",
+             _WRITES) for cause, meaning in FAILURE_CAUSES.items()),
     # -- attribution: were the right facts stored under the right subject and owner
     Metric("fact_f1", R, HI, "share", "F1 of stored facts against gold, matched one-to-one on text",
            "cases with a gold or stored fact", 0, proposed=True, with_errors=True),
@@ -108,7 +125,8 @@ _DECLARED: tuple[Metric, ...] = (
            _UNITS, 18),
     Metric("retry_equivalence_rate", R, HI, "share", "faulted writes whose retry matched the fault-free run once",
            _UNITS, 19),
-    Metric("infra_error_rate", R, LO, "share", "units (cases and faulted runs) lost to a harness or provider error",
+    Metric("infra_error_rate", R, LO, "share", "units (cases and faulted runs) lost to a harness error or a provider "
+           "that could not be reached at all (a model's broken reply is a write failure, not an infra error)",
            "units: cases + faulted runs (95% CI resamples cases)", 20),
     Metric("degraded_success_count", C, LO, "units", "faulted writes that reported success under a fault that "
            "must fail", "cases", 21),

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from evals.redact import write_text
 from evals.scoring.matcher import Matcher
 from evals.scoring.pairs import BUNDLED_PAIRS, Pair, PairsError, load_pairs, pairs_hash
 from evals.stats import bootstrap_ci
@@ -140,9 +141,7 @@ def remember(frame: pd.DataFrame, matcher: Matcher, pairs: list[Pair], cache_fil
     cache = _read_cache(cache_file)
     cache[_cache_key(matcher, pairs_hash(pairs))] = card_of(frame)
     cache_file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache_file.with_suffix(".tmp")
-    tmp.write_text(json.dumps(cache, indent=1, sort_keys=True), encoding="utf-8")
-    tmp.replace(cache_file)
+    write_text(cache_file, json.dumps(cache, indent=1, sort_keys=True))  # evals.redact: redacted, whole-or-not
 
 
 def matcher_card(matcher: Matcher, cache_file: Path | None, *, measure: bool = True) -> dict[str, Any]:

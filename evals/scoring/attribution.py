@@ -23,7 +23,9 @@ from evals.scoring.epochs import pooled_by_case
 from evals.scoring.matcher import DEFAULT_MATCHER, Matcher, subject_text_mismatch
 from evals.scoring.merges import Tally, merge_error_tallies, merge_tallies, turn_memories, turn_writes
 from evals.stats import bootstrap_ci
-from hymem.subjects import same_subject, subject_class, subject_of
+from evals.subject_reading import person_class as subject_class
+from evals.subject_reading import read_subject as subject_of
+from evals.subject_reading import same_person as same_subject
 
 CLASSES = ("user", "named", "assistant")
 STAGES = {"stored": "", "proposed": "proposed_"}  # stage -> metric-name prefix

@@ -5,7 +5,7 @@ It goes through the same plumbing as `--lm` (`evals.providers`, `evals.accountin
 environment, retries with Retry-After, the response cache, and one `attempts.parquet` row per
 attempt with site `judge`. Calls are batched: at most one per distinct gold text per case. The
 subject is not the judge's question: who a sentence is about is decided in code
-(`hymem.subjects`), as for every matcher, so a fact filed under the wrong person is still matched
+(`evals.subject_reading`, apart from the engine's rule), as for every matcher, so a fact filed under the wrong person is still matched
 and counted as an attribution error. A failed or malformed judge call decides nothing: its pairs
 count as "not the same", are `undecided`, and the failure is counted (`health`: in the run's manifest and
 summary; the facts it touched carry the note `judge_error` in facts.parquet).
@@ -80,8 +80,10 @@ class JudgeMatcher(Matcher):
         lm = AccountingLM.wrap(provider.http_lm(), provider=provider, log=log, injector=None, cache=cache, retries=True,
                                prices=price_table())
         from evals.providers import endpoint
+        from evals.redact import redact_url
 
-        return cls(lm, config.name, log, cache, identity=f"{config.model}@{endpoint(config.model, config.api_base)}")
+        return cls(lm, config.name, log, cache,
+                   identity=f"{config.model}@{redact_url(str(endpoint(config.model, config.api_base)))}")
 
     def fingerprint(self) -> str:
         """The model and endpoint the spec resolved to (not the spec: a providers-file name may point elsewhere

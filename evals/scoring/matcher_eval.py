@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from evals.redact import write_parquet, write_text
 from evals.scoring.agreement import AGREEMENT_COLUMNS, evaluate, format_agreement, remember, undecided
 from evals.scoring.matchers import MatcherSpecError, make_matcher
 from evals.scoring.pairs import BUNDLED_PAIRS, Pair, PairsError, load_pairs
@@ -57,9 +57,9 @@ def matcher_eval(spec: str | None, *, pairs: Path | None, split: str | None, out
     frame, rate = evaluate(matcher, chosen, split, seed)
     failed = int(undecided(matcher, chosen).sum())
     target = out / "agreement.parquet"
-    pq.write_table(pa.Table.from_pandas(frame, schema=AGREEMENT_SCHEMA, preserve_index=False), target)
+    write_parquet(frame, target, AGREEMENT_SCHEMA)
     if (attempts := getattr(matcher, "attempts_frame", None)) is not None:  # the judge's calls, site `judge`
-        attempts().to_parquet(out / "attempts.parquet", index=False)
+        write_parquet(attempts(), out / "attempts.parquet")  # redacted: a judge's error may echo its key
     if hasattr(matcher, "close"):
         matcher.close()
     if bundled and split == "heldout" and not failed:  # the card every run's manifest shows
@@ -123,7 +123,7 @@ def matcher_fit(*, pairs: Path | None, out: Path | None) -> str:
         frame, _ = evaluate(SemanticMatcher(params, make_embedder(params.embedder)), heldout, "heldout")
         params.heldout = {**card_of(frame), "pairs_hash": pairs_hash(heldout)}
     try:
-        target.write_text(params.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        write_text(target, params.model_dump_json(indent=2) + "\n")
     except OSError as exc:
         raise MatcherEvalError(f"--out {target}: cannot write: {exc.strerror or exc}") from exc
     return f"fitted on {len(calibration)} calibration pairs of {path}: {target}\n{params.model_dump_json(indent=2)}\n"

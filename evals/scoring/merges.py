@@ -17,7 +17,8 @@ from evals.adversarial import CROSS_SUBJECT_ADVERSARIAL
 from evals.dataset import Case
 from evals.record import CaseRun, OpRow, WriteRecord, columns, pandas_dtypes
 from evals.scoring.matcher import DEFAULT_MATCHER, Matcher
-from hymem.subjects import same_subject, subject_of
+from evals.subject_reading import read_subject as subject_of
+from evals.subject_reading import same_person as same_subject
 
 Tally = tuple[float, float]  # (numerator, denominator) of one case
 MERGE_OPS = ("UPDATE", "SUPERSEDE", "DELETE")

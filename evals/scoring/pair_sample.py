@@ -22,8 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
+from evals.redact import write_text
 from evals.scoring.checks import is_chinese
-from hymem.subjects import split_subject
+from evals.subject_reading import read_subject
 
 _COLUMNS = ("provider", "dataset", "case_id", "stage", "gold_text", "gold_subject", "pred_text", "pred_subject",
             "matched", "matcher", "epoch")
@@ -48,8 +49,7 @@ def _subject(value: object, text: str) -> str:
     the user's, as the engine files it."""
     if isinstance(value, str) and value.strip():
         return value
-    named, _ = split_subject(text)
-    return named or "user"
+    return read_subject(text) or "user"
 
 
 def candidates(facts, scores: Callable[[list[str], list[str]], np.ndarray]) -> list[Candidate]:
@@ -136,11 +136,9 @@ def sample_pairs(run_dir: Path, out: Path, *, n: int = 200, seed: int = 0, stage
                                  "pred": {"text": c.pred_text, "subject": c.pred_subject}, "same": None},
                                 ensure_ascii=False))
     out = Path(out)
-    tmp = out.with_name(out.name + ".tmp")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        tmp.replace(out)
+        write_text(out, "\n".join(lines) + "\n")  # evals.redact: redacted, whole-or-not
     except OSError as exc:
         raise SampleError(f"--out {out}: cannot write: {exc.strerror or exc}") from exc
     kinds = {k: sum(pool[i].category == k for i in chosen) for k in ("matched", "rejected")}

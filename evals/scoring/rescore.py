@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from evals.record import Manifest, RunDirError, read_manifest, read_units, write_manifest
+from evals.redact import redact_text
 
 
 class RescoreError(ValueError):
@@ -63,7 +64,7 @@ def rescore(run_dir: Path, spec: str) -> Path:
         manifest = read_manifest(run_dir)
     except RunDirError as exc:
         raise RescoreError(str(exc)) from exc
-    if manifest.matcher_spec == spec and _same_version(manifest, spec):
+    if manifest.matcher_spec in (spec, redact_text(spec)) and _same_version(manifest, spec):  # as it was recorded
         return run_dir
     if not (run_dir / "units.jsonl").is_file():
         raise RescoreError(f"{run_dir}: no units.jsonl, so it cannot be re-scored with --matcher {spec}")
@@ -71,7 +72,7 @@ def rescore(run_dir: Path, spec: str) -> Path:
         runs = read_units(run_dir)
     except (RunDirError, OSError) as exc:  # a bad record is one line naming it, not a crash in the scorers
         raise RescoreError(f"{run_dir}: {exc}") from exc
-    out = run_dir / "rescored" / re.sub(r"[^A-Za-z0-9._-]+", "_", spec)
+    out = run_dir / "rescored" / re.sub(r"[^A-Za-z0-9._-]+", "_", redact_text(spec))  # no key in a path either
     out.mkdir(parents=True, exist_ok=True)
     manifest = manifest.model_copy(update={"matcher_spec": spec, "matcher": None})
     cases = _cases_of(manifest, {r.case_id for r in runs})

@@ -36,6 +36,8 @@ class WriteOutcome(BaseModel):
     call_seconds: float | None = None  # time inside model and embedding calls, when the system measures it
     wire_log: list[dict[str, Any]] = Field(default_factory=list)  # fault proxy log lines of this write's calls
     prompts: list[dict[str, str]] = Field(default_factory=list)  # {site, text}: what each model call was shown
+    replies: list[dict[str, str]] = Field(default_factory=list)  # {site, reply}: what the model answered, for an
+    # engine whose prompts the harness does not tap (mem0), read by evals.natural
     injected: dict[str, Any] = Field(default_factory=dict)  # what an adversarial reply changed (evals.adversarial)
     duplicate: bool | None = None  # the engine said this request_id was already written (None: it cannot say)
 

@@ -15,7 +15,7 @@ make the write fail and store nothing, as in hymem's failure table, except `late
 
 mem0 has no result codes: success = `add` returned, failure = it raised (the exception is kept as `raised`).
 Its memories are plain text with `attributed_to`: the owner is "agent" for `attributed_to: assistant`, else
-"user"; the subject is hymem's rule for a memory stored without one (`hymem.subjects.memory_subject`): the
+"user"; the subject is the harness's reading of a memory stored without one (`evals.subject_reading`): the
 assistant's for an agent memory ("Suggested chamomile tea"), else the one the text names ("The user ...",
 "John ..."), else the user's ("Works at Stripe"). mem0 keeps no profile (`keeps_profile = False`: the profile
 metrics are not measured for it) and takes no request id (it is stored as metadata only).
@@ -40,11 +40,12 @@ import numpy as np
 from evals.accounting import cost, price_table
 from evals.checker import StoreState
 from evals.faults import Expected, Fault, FaultPlan
+from evals.natural import MEM0_EXTRACT
 from evals.proxy import KINDS
 from evals.record import OpRecord
+from evals.subject_reading import unlabelled_memory_subject as memory_subject
 from evals.systems.base import WriteOutcome
 from evals.systems.mem0_wire import Calls, Endpoint, Wire
-from hymem.subjects import memory_subject
 
 EXTRA_ERROR = "mem0 needs the extra: pip install 'hymem[mem0]'"
 SITES = ("embed.query", "lm.extract", "embed.facts", "embed.entities", "embed.memory")
@@ -123,7 +124,7 @@ def expected_outcome(site: str, kind: str) -> Expected:
 # ---------------------------------------------------------------------------------------------- projections
 
 def subject_of(text: str, attributed_to: Any = None) -> str:
-    """The subject of a plain memory: hymem's rule for a memory stored without one (`memory_subject`), so a
+    """The subject of a plain memory: the harness's reading of a memory stored without one (`evals.subject_reading`), so a
     subjectless memory mem0 attributes to the assistant is the assistant's, not the user's."""
     return memory_subject(str(text), owner_of(attributed_to))
 
@@ -281,7 +282,9 @@ class Mem0System:
         return WriteOutcome(success=raised is None, request_id=request_id, codes=codes, ops=ops,
                             proposed_facts=proposed, proposed_ops=[],  # add-only: mem0 proposes no ops
                             message=raised or f"{len(ops)} memory(ies) added", reached=self.calls.reached,
-                            fired=fired, call_seconds=self.calls.seconds)
+                            fired=fired, call_seconds=self.calls.seconds,
+                            replies=[{"site": MEM0_EXTRACT, "reply": self.calls.reply}]
+                            if infer and self.calls.reply is not None else [])
 
     @staticmethod
     def _parse_reply(reply: str | None) -> list[dict[str, Any]]:
