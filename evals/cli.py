@@ -268,6 +268,17 @@ def _path(text: str) -> Path:
     return Path(text)
 
 
+def _seed(text: str) -> int:
+    """A seed: 0 to 2**32 - 1, what every generator the harness seeds (numpy's among them) takes."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"{value}: use a seed from 0 to {2**32 - 1}")
+    return value
+
+
 def _seconds(text: str) -> float:
     """A delay in seconds: finite, 0 to a day (`inf`, `nan` or 1e10 would hang every request)."""
     import math
@@ -386,9 +397,9 @@ def _tune(args: argparse.Namespace) -> int:
     from evals import early_checks as check
 
     lms = [spec for spec in (args.lm, args.teacher_lm, args.prompt_lm) if spec is not None]
-    for problem in (lambda: _early_matcher_problem(args), lambda: check.lm_problem(lms, args.providers),
-                    lambda: check.dataset_problem(args.train, "--train"),
-                    lambda: check.dataset_problem(args.dev, "--dev")):
+    for problem in (lambda: _early_matcher_problem(args), lambda: check.dataset_problem(args.train, "--train"),
+                    lambda: check.dataset_problem(args.dev, "--dev"),
+                    lambda: check.lm_problem(lms, args.providers)):  # imports dspy (evals.structured)
         if (found := problem()) is not None:  # before dspy loads
             print(f"hymem-eval tune: {found}", file=sys.stderr)
             return 2
@@ -502,7 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--embedder", default=None, help="minilm | e5 | hash | openai[/MODEL][@URL] (default: minilm "
                      "when installed, else hash)")
     run.add_argument("--faults", default="sweep", help="none | sweep | sweep:fast | random:RATE (default: sweep; sweep:fast: each (site, kind) pair in at most 2 units, for a quick CI gate)")
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--seed", type=_seed, default=0)
     run.add_argument("--epochs", type=int, default=1, metavar="K",
                      help="run every (provider, case) unit K times, each epoch with its own sampling seed; "
                      "reports per-case stability, flaky_case_rate and decision_flip_rate (default 1)")
@@ -540,7 +551,7 @@ def build_parser() -> argparse.ArgumentParser:
     m_eval.add_argument("--split", choices=["heldout", "calibration", "all"], default=None,
                         help="default: heldout for the bundled pairs, all for another file")
     m_eval.add_argument("--out", type=Path, required=True, metavar="DIR", help="where agreement.parquet goes")
-    m_eval.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    m_eval.add_argument("--seed", type=_seed, default=0, help="bootstrap seed")
     m_eval.add_argument("--providers", type=Path, default=None, metavar="TOML",
                         help="the providers file an llm:NAME judge is named in (as run --providers)")
     _force_option(m_eval)
@@ -550,7 +561,7 @@ def build_parser() -> argparse.ArgumentParser:
     m_sample.add_argument("run", type=Path, metavar="RUN", help="a finished run's directory (reports/<run_id>)")
     m_sample.add_argument("--out", type=Path, required=True, metavar="FILE", help="the pairs JSONL to write")
     m_sample.add_argument("--n", type=int, default=200, help="how many pairs (default 200; fewer if the run has fewer)")
-    m_sample.add_argument("--seed", type=int, default=0, help="sampling seed")
+    m_sample.add_argument("--seed", type=_seed, default=0, help="sampling seed")
     m_sample.add_argument("--stage", default="stored", help="stored (default: the memories kept) or proposed")
     m_sample.add_argument("--provider", default=None, help="only this provider's facts (a run of several)")
     _matcher_option(m_sample, "picks each unmatched gold fact's closest memory (default: the run's own, if local)")
@@ -569,7 +580,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit_cmd.add_argument("spec", help="a .jsonl file/directory or locomo:PATH, dulemon:PATH, memorybank:PATH, "
                            "persona_chat:PATH")
     audit_cmd.add_argument("--out", type=Path, default=None, help="write DIR/audit.parquet")
-    audit_cmd.add_argument("--seed", type=int, default=0)
+    audit_cmd.add_argument("--seed", type=_seed, default=0)
     _sampling_options(audit_cmd)
     _force_option(audit_cmd)
     audit_cmd.set_defaults(func=_datasets_audit)
@@ -596,7 +607,7 @@ def build_parser() -> argparse.ArgumentParser:
     proxy.add_argument("--upstream", required=True, metavar="URL", help="e.g. http://127.0.0.1:8000/v1")
     proxy.add_argument("--faults", default="none",
                        help="none | random:RATE[:KINDS] | every:N[:KINDS] | seq:KIND|ok,... (default: none)")
-    proxy.add_argument("--seed", type=int, default=0)
+    proxy.add_argument("--seed", type=_seed, default=0)
     proxy.add_argument("--port", type=_port, default=0, help="port on 127.0.0.1 (default: a free one)")
     proxy.add_argument("--log", type=Path, default=None, metavar="PATH", help="JSON-lines log of injected faults")
     proxy.add_argument("--fault-delay", type=_seconds, default=1.0, help="seconds a `latency` fault adds")
@@ -658,7 +669,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "(gepa); default: --teacher-lm, else --lm")
     tune.add_argument("--setting", action="append", metavar="KEY=VALUE",
                       help="optimizer setting over the defaults, VALUE as JSON (repeatable), e.g. max_metric_calls=200")
-    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--seed", type=_seed, default=0)
     tune.add_argument("--out", type=Path, required=True, metavar="DIR", help="where program.json and its manifest go")
     tune.add_argument("--providers", type=Path, default=None, metavar="TOML",
                       help="providers file (as for run): its names work as --lm, --teacher-lm and --prompt-lm")

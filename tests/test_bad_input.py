@@ -72,7 +72,7 @@ def test_a_bad_lm_url_is_one_line(dataset, tmp_path, capsys, lm, needle):
 
 
 @pytest.mark.parametrize("table, needle", [
-    ('name = "a"\nmodel = ""', "provider[0].model: '' is not a model"),
+    ('name = "a"\nmodel = ""', "provider[0]: model: required"),
     ('name = "a"\nmodel = "bogus"', "provider[0].model: 'bogus' is not a model"),
     ('name = ""\nmodel = "openai/m"\napi_base = "http://127.0.0.1:9/v1"', "provider[0].name: '' is not a name"),
     ('name = "a"\nmodel = "openai/m"\napi_base = "http://127.0.0.1:70000/v1"', "provider[0].api_base"),
@@ -159,6 +159,12 @@ def no_wait(monkeypatch):
 def test_serve_and_proxy_start_with_good_values(capsys, no_wait):
     assert _code(["serve", "--latency", "0.5"]) == 0
     assert _code(["proxy", "--upstream", "http://127.0.0.1:9/v1", "--fault-delay", "0"]) == 0
+
+
+@pytest.mark.parametrize("argv", [["matcher", "eval", "--matcher", "text", "--out", "o", "--seed", "-1"],
+                                  ["run", "--seed", "4294967296"], ["datasets", "audit", "x", "--seed", "-5"]])
+def test_a_seed_out_of_range_is_a_usage_error(capsys, argv):
+    _one_line(capsys, _code(argv), "--seed", "use a seed from 0 to")
 
 
 def test_proxy_refuses_a_directory_as_its_log(tmp_path, capsys, no_wait):
