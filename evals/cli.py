@@ -315,10 +315,9 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from evals.early_checks import out_dir_problem
     from evals.overwrite import check_dir_targets
 
-    if (problem := out_dir_problem(args.out) or _early_matcher_problem(args)) is not None:
+    if (problem := _early_matcher_problem(args)) is not None:
         print(f"hymem-eval compare: {problem}", file=sys.stderr)
         return 2
     # without --out the files go into the last run's directory, derived from its records: rewritten freely
@@ -443,12 +442,8 @@ def _sampling_options(parser: argparse.ArgumentParser) -> None:
 
 def _datasets_audit(args: argparse.Namespace) -> int:
     from evals.audit import AUDIT_FILE, SUMMARY_FILE
-    from evals.early_checks import out_dir_problem
     from evals.overwrite import check_dir_targets
 
-    if (problem := out_dir_problem(args.out)) is not None:
-        print(f"hymem-eval datasets audit: {problem}", file=sys.stderr)
-        return 2
     if _outputs_refused("datasets audit", lambda: check_dir_targets(args.out, [AUDIT_FILE, SUMMARY_FILE], "--out",
                                                                     args.force)):
         return 2

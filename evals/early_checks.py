@@ -97,14 +97,3 @@ def dataset_problem(specs: Iterable[str] | None, flag: str = "--dataset") -> str
     except (ValueError, OSError) as exc:
         return str(exc)
     return None
-
-
-def out_dir_problem(path: Path | None, flag: str = "--out") -> str | None:
-    """An output directory that is a file, or under one, fails when it is made (after the work): said first."""
-    if path is None:
-        return None
-    if path.exists() and not path.is_dir():
-        return f"{flag} {path}: a file, not a directory"
-    if next((p for p in path.parents if p.exists()), Path(".")).is_file():
-        return f"{flag} {path}: a parent of it is a file"
-    return None

@@ -262,8 +262,8 @@ def test_gate_outputs_that_cannot_be_written_are_refused_first(finished_run, tmp
 
 def test_compare_and_audit_refuse_an_out_that_is_a_file(finished_run, dataset, capsys):
     _one_line(capsys, _code(["compare", str(finished_run), str(finished_run), "--out", str(dataset)]),
-              "a file, not a directory")
-    _one_line(capsys, _code(["datasets", "audit", str(dataset), "--out", str(dataset)]), "a file, not a directory")
+              "in the way")
+    _one_line(capsys, _code(["datasets", "audit", str(dataset), "--out", str(dataset)]), "in the way")
 
 
 def test_a_pairs_line_nested_too_deep_is_one_line(tmp_path, capsys):
