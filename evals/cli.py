@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 VERDICT_MEANS = {
     "valid": "every faulted write that applies to each provider's transport was checked, and none left a "
@@ -22,18 +22,23 @@ VERDICT_MEANS = {
 
 
 def _check_before_loading(args: argparse.Namespace) -> str | None:
-    """The fault plan and the JSONL dataset files, checked before the runner (dspy, the model) is imported, so a
-    bad flag or file answers in well under a second; the runner checks everything again, the rest first."""
-    from evals.dataset import load_cases
+    """The fault plan, the JSONL dataset files, the providers, embedder, matcher and tuned program, checked before
+    the runner (dspy, the model) is imported, so a bad flag or file answers in well under a second; the runner
+    checks everything again, the rest first (`evals.early_checks`)."""
+    from evals import early_checks as check
     from evals.faults import FaultPlan
 
     try:
         FaultPlan.parse(args.faults)
-        files = [spec for spec in args.dataset or [] if ":" not in spec]  # NAME:PATH specs go to their adapters
-        if files:
-            load_cases(files)  # a DatasetError lists every bad line as file:line: field: problem
-    except (ValueError, OSError) as exc:
+    except ValueError as exc:
         return str(exc)
+    for problem in (lambda: check.embedder_problem(args.embedder),
+                    lambda: check.matcher_problem(args.matcher, args.providers),
+                    lambda: check.program_problem(args.program),
+                    lambda: check.dataset_problem(args.dataset),
+                    lambda: check.lm_problem(args.lm or [], args.providers)):  # imports dspy (evals.structured)
+        if (found := problem()) is not None:
+            return found
     return None
 
 
@@ -78,9 +83,28 @@ def _run(args: argparse.Namespace) -> int:
         print(f"hymem-eval run: every one of the {outcome.units} units failed with an infra error (first: see "
               f"{outcome.run_dir / 'summary.md'}, 'Infra errors'); nothing was measured", file=sys.stderr)
         return 1
+    if (dead := _dead_judge(outcome.manifest.matcher)) is not None:
+        print(f"hymem-eval run: {dead}; the fact scores are not measurements", file=sys.stderr)
+        return 1
     if args.fail_on_invalid and outcome.verdict == "invalid":
         return 1
     return 0
+
+
+def _dead_judge(card: dict | None) -> str | None:
+    """An LLM judge whose every call failed decided nothing: its 0.000 agreement or fact_f1 is not a measurement."""
+    card = card or {}
+    calls, errors = card.get("judge_calls"), card.get("judge_errors")
+    if calls and errors is not None and errors >= calls:
+        return f"the judge failed on every one of its {calls} calls (first: {card.get('judge_first_error')})"
+    return None
+
+
+def _early_matcher_problem(args: argparse.Namespace) -> str | None:
+    """`--matcher` (and the providers file an llm: judge is named in), before the scorers are imported."""
+    from evals.early_checks import matcher_problem
+
+    return matcher_problem(args.matcher, getattr(args, "providers", None))
 
 
 def _run_summary(outcome) -> str:
@@ -122,12 +146,15 @@ def _force_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _matcher_eval(args: argparse.Namespace) -> int:
+    if (problem := _early_matcher_problem(args)) is not None:
+        print(f"hymem-eval matcher eval: {problem}", file=sys.stderr)
+        return 2
     from evals.overwrite import check_dir_targets
 
     if _outputs_refused("matcher eval", lambda: check_dir_targets(args.out, ["agreement.parquet", "attempts.parquet"],
                                                                   "--out", args.force)):
         return 2
-    from evals.scoring.matcher_eval import MatcherEvalError, matcher_eval
+    from evals.scoring.matcher_eval import MatcherEvalError, NothingMeasured, matcher_eval
 
     try:
         text, path = matcher_eval(args.matcher, pairs=args.pairs, split=args.split, out=args.out, seed=args.seed,
@@ -135,6 +162,10 @@ def _matcher_eval(args: argparse.Namespace) -> int:
     except MatcherEvalError as exc:
         print(f"hymem-eval matcher eval: {exc}", file=sys.stderr)
         return 2
+    except NothingMeasured as exc:  # ran, measured nothing
+        print(exc.text, end="")
+        print(f"hymem-eval matcher eval: {exc} ({exc.path})", file=sys.stderr)
+        return 1
     print(text, end="")
     print(f"written: {path}", file=sys.stderr)
     return 0
@@ -230,8 +261,43 @@ def _port(text: str) -> int:
     return port
 
 
+def _path(text: str) -> Path:
+    """A path argument: an empty one would be the current directory (`--out ''` wrote into the cwd)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; give a file or directory name")
+    return Path(text)
+
+
+def _seed(text: str) -> int:
+    """A seed: 0 to 2**32 - 1, what every generator the harness seeds (numpy's among them) takes."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"{value}: use a seed from 0 to {2**32 - 1}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    """A delay in seconds: finite, 0 to a day (`inf`, `nan` or 1e10 would hang every request)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or not 0 <= value <= 86400:
+        raise argparse.ArgumentTypeError(f"{text!r}: use a number of seconds from 0 to 86400")
+    return value
+
+
 class _Parser(argparse.ArgumentParser):
     """Usage errors as one line and exit 2 (argparse prints the whole usage block first)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("type", Path, _path)  # every `type=Path` argument (subcommands are _Parsers too)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (see --help)\n")
@@ -251,6 +317,9 @@ def _show(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from evals.overwrite import check_dir_targets
 
+    if (problem := _early_matcher_problem(args)) is not None:
+        print(f"hymem-eval compare: {problem}", file=sys.stderr)
+        return 2
     # without --out the files go into the last run's directory, derived from its records: rewritten freely
     if _outputs_refused("compare", lambda: check_dir_targets(
             args.out, ["compare.md", "compare.parquet", "compare_cases.parquet"], "--out", args.force)):
@@ -284,6 +353,9 @@ def _gate(args: argparse.Namespace) -> int:
         if not Path(run_dir).is_dir():
             print(f"hymem-eval gate: {run_dir}: no such run directory", file=sys.stderr)
             return 2
+    if (problem := _early_matcher_problem(args)) is not None:
+        print(f"hymem-eval gate: {problem}", file=sys.stderr)
+        return 2
     from evals.overwrite import check_file_targets
 
     # the defaults (CURRENT/gate.xml, CURRENT/gate.md) are the current run's own, rewritten at every gate
@@ -301,6 +373,9 @@ def _gate(args: argparse.Namespace) -> int:
         return 2
     print(outcome.markdown, end="")
     print(f"written: {outcome.junit_path}, {outcome.summary_path}", file=sys.stderr)
+    if Path(args.baseline).resolve() == Path(args.current).resolve():
+        print(f"hymem-eval gate: warning: the baseline and the current run are the same directory "
+              f"({args.current}): a run gated against itself cannot show a regression", file=sys.stderr)
     return 0 if outcome.passed else 1
 
 
@@ -318,6 +393,15 @@ def _plots(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
+    from evals import early_checks as check
+
+    lms = [spec for spec in (args.lm, args.teacher_lm, args.prompt_lm) if spec is not None]
+    for problem in (lambda: _early_matcher_problem(args), lambda: check.dataset_problem(args.train, "--train"),
+                    lambda: check.dataset_problem(args.dev, "--dev"),
+                    lambda: check.lm_problem(lms, args.providers)):  # imports dspy (evals.structured)
+        if (found := problem()) is not None:  # before dspy loads
+            print(f"hymem-eval tune: {found}", file=sys.stderr)
+            return 2
     from evals.overwrite import check_dir_targets
     from evals.tuning.saved import MANIFEST_FILE, PROGRAM_FILE
 
@@ -340,6 +424,12 @@ def _tune(args: argparse.Namespace) -> int:
         print(f"hymem-eval tune: {exc}", file=sys.stderr)
         return 1
     print(summary_text(outcome), end="")
+    before, after = outcome.manifest.dev_before, outcome.manifest.dev_after
+    if before.n and not before.scored and not after.scored:  # every dev prediction failed, before and after
+        print(f"hymem-eval tune: every dev prediction failed, before and after tuning ({before.errors.errors} and "
+              f"{after.errors.errors} errors; first: {(after.errors.samples or before.errors.samples or ['?'])[0]}): "
+              f"nothing was measured ({outcome.out / 'tune_manifest.json'})", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -366,7 +456,11 @@ def _datasets_audit(args: argparse.Namespace) -> int:
         return 2
     print(format_audit(report))
     if args.out:
-        print(f"audit: {write_audit(report, args.out)}")
+        try:
+            print(f"audit: {write_audit(report, args.out)}")
+        except OSError as exc:  # the disk, not the input: ran, wrote nothing
+            print(f"hymem-eval datasets audit: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
     return 0
 
 
@@ -414,7 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--embedder", default=None, help="minilm | e5 | hash | openai[/MODEL][@URL] (default: minilm "
                      "when installed, else hash)")
     run.add_argument("--faults", default="sweep", help="none | sweep | sweep:fast | random:RATE (default: sweep; sweep:fast: each (site, kind) pair in at most 2 units, for a quick CI gate)")
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--seed", type=_seed, default=0)
     run.add_argument("--epochs", type=int, default=1, metavar="K",
                      help="run every (provider, case) unit K times, each epoch with its own sampling seed; "
                      "reports per-case stability, flaky_case_rate and decision_flip_rate (default 1)")
@@ -452,7 +546,7 @@ def build_parser() -> argparse.ArgumentParser:
     m_eval.add_argument("--split", choices=["heldout", "calibration", "all"], default=None,
                         help="default: heldout for the bundled pairs, all for another file")
     m_eval.add_argument("--out", type=Path, required=True, metavar="DIR", help="where agreement.parquet goes")
-    m_eval.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    m_eval.add_argument("--seed", type=_seed, default=0, help="bootstrap seed")
     m_eval.add_argument("--providers", type=Path, default=None, metavar="TOML",
                         help="the providers file an llm:NAME judge is named in (as run --providers)")
     _force_option(m_eval)
@@ -462,7 +556,7 @@ def build_parser() -> argparse.ArgumentParser:
     m_sample.add_argument("run", type=Path, metavar="RUN", help="a finished run's directory (reports/<run_id>)")
     m_sample.add_argument("--out", type=Path, required=True, metavar="FILE", help="the pairs JSONL to write")
     m_sample.add_argument("--n", type=int, default=200, help="how many pairs (default 200; fewer if the run has fewer)")
-    m_sample.add_argument("--seed", type=int, default=0, help="sampling seed")
+    m_sample.add_argument("--seed", type=_seed, default=0, help="sampling seed")
     m_sample.add_argument("--stage", default="stored", help="stored (default: the memories kept) or proposed")
     m_sample.add_argument("--provider", default=None, help="only this provider's facts (a run of several)")
     _matcher_option(m_sample, "picks each unmatched gold fact's closest memory (default: the run's own, if local)")
@@ -481,14 +575,14 @@ def build_parser() -> argparse.ArgumentParser:
     audit_cmd.add_argument("spec", help="a .jsonl file/directory or locomo:PATH, dulemon:PATH, memorybank:PATH, "
                            "persona_chat:PATH")
     audit_cmd.add_argument("--out", type=Path, default=None, help="write DIR/audit.parquet")
-    audit_cmd.add_argument("--seed", type=int, default=0)
+    audit_cmd.add_argument("--seed", type=_seed, default=0)
     _sampling_options(audit_cmd)
     _force_option(audit_cmd)
     audit_cmd.set_defaults(func=_datasets_audit)
 
     serve = sub.add_parser("serve", help="a local OpenAI-compatible server backed by the offline model")
     serve.add_argument("--port", type=_port, default=0, help="port on 127.0.0.1 (default: a free one)")
-    serve.add_argument("--latency", type=float, default=0.0, help="seconds from a request to its reply (the model's work included)")
+    serve.add_argument("--latency", type=_seconds, default=0.0, help="seconds from a request to its reply (the model's work included)")
     serve.add_argument("--embedder", default="hash", choices=["hash", "minilm"])
     _body_limit_option(serve)
     serve.set_defaults(func=_serve)
@@ -508,10 +602,10 @@ def build_parser() -> argparse.ArgumentParser:
     proxy.add_argument("--upstream", required=True, metavar="URL", help="e.g. http://127.0.0.1:8000/v1")
     proxy.add_argument("--faults", default="none",
                        help="none | random:RATE[:KINDS] | every:N[:KINDS] | seq:KIND|ok,... (default: none)")
-    proxy.add_argument("--seed", type=int, default=0)
+    proxy.add_argument("--seed", type=_seed, default=0)
     proxy.add_argument("--port", type=_port, default=0, help="port on 127.0.0.1 (default: a free one)")
     proxy.add_argument("--log", type=Path, default=None, metavar="PATH", help="JSON-lines log of injected faults")
-    proxy.add_argument("--fault-delay", type=float, default=1.0, help="seconds a `latency` fault adds")
+    proxy.add_argument("--fault-delay", type=_seconds, default=1.0, help="seconds a `latency` fault adds")
     _body_limit_option(proxy)
     proxy.set_defaults(func=_proxy)
 
@@ -570,7 +664,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "(gepa); default: --teacher-lm, else --lm")
     tune.add_argument("--setting", action="append", metavar="KEY=VALUE",
                       help="optimizer setting over the defaults, VALUE as JSON (repeatable), e.g. max_metric_calls=200")
-    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--seed", type=_seed, default=0)
     tune.add_argument("--out", type=Path, required=True, metavar="DIR", help="where program.json and its manifest go")
     tune.add_argument("--providers", type=Path, default=None, metavar="TOML",
                       help="providers file (as for run): its names work as --lm, --teacher-lm and --prompt-lm")

@@ -15,10 +15,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from evals import json_limits
 from evals.subject_reading import canonical as canonical_subject
 from evals.subject_reading import read_subject as subject_of
 from evals.subject_reading import same_person as same_subject
 from hymem.models import Kind, Owner
+from hymem.validation import MAX_ID_CHARS
 
 Lang = Literal["en", "zh"]
 ProfileField = Literal["name", "age", "gender", "occupation", "location"]
@@ -128,7 +130,8 @@ class Case(BaseModel):
 
     id: CaseId  # unique within its file
     lang: Lang  # language of the conversation: "en" or "zh"
-    user_id: Text  # the engine user the case writes as
+    user_id: Annotated[str, Field(max_length=MAX_ID_CHARS), AfterValidator(_non_blank)]  # the engine user the
+    # case writes as; longer than the engine's limit, every write of the case would be refused
     tags: list[Text] = Field(default_factory=list)  # what the case exercises (see datasets/README.md)
     memories: list[SeedMemory] = Field(default_factory=list)  # seeded before the turns
     turns: Annotated[list[Turn], Field(min_length=1)]  # each element is one add / add_working call
@@ -291,9 +294,12 @@ def _read_file(path: Path) -> Iterator[Case | str]:
             if not text.strip():
                 continue
             try:
-                obj = json.loads(text)
+                obj = json_limits.loads(text)
             except json.JSONDecodeError as exc:
                 yield f"{where}: invalid JSON: {exc.msg} (column {exc.colno})"
+                continue
+            except json_limits.TooDeep as exc:
+                yield f"{where}: {exc}"
                 continue
             if not isinstance(obj, dict):
                 yield f"{where}: case: expected a JSON object, got {type(obj).__name__}"
@@ -309,8 +315,9 @@ def _read_file(path: Path) -> Iterator[Case | str]:
                     errors.append(f"{where}: id: duplicate id {case_id!r} (first on line {first_line[case_id]})")
                 else:
                     first_line[case_id] = lineno
-            try:
-                case = Case.model_validate({**obj, "source": str(path), "line": lineno})
+            try:  # strict: "false" is not a bool, 1 is not a string (JSON's own types only)
+                case = Case.model_validate_json(text, strict=True).model_copy(update={"source": str(path),
+                                                                                      "line": lineno})
             except ValidationError as exc:
                 errors.extend(f"{where}: {_field(err['loc'])}: {_message_of(err)}" for err in exc.errors())
             else:
@@ -322,6 +329,8 @@ def _read_file(path: Path) -> Iterator[Case | str]:
 
 
 def _files(spec: str | Path) -> tuple[list[Path], list[str]]:
+    if not str(spec).strip():  # Path("") is the current directory: every *.jsonl there would load
+        return [], ["'': an empty path is not a dataset (give a .jsonl file or a directory of them)"]
     path = Path(spec)
     if path.is_dir():
         found = sorted(p for p in path.glob("*.jsonl") if p.is_file())

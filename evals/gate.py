@@ -67,7 +67,8 @@ class GateInputError(ValueError):
 class Rule(BaseModel):
     """One `[[rule]]` of a rules file: a metric and exactly one constraint on it."""
 
-    model_config = ConfigDict(extra="forbid")
+    # strict, finite: a `min = nan` bound compares false with every value, so the rule could never fail
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     metric: str  # a metric name as in metrics.parquet
     min: float | None = None  # floor on the current value
@@ -123,7 +124,7 @@ class Rule(BaseModel):
 class RuleSet(BaseModel):
     """A rules file: top-level settings and a list of `[[rule]]` tables."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     confidence: float = Field(default=0.95, gt=0, lt=1)  # of the paired bootstrap CI of drop rules
     require_baseline_metrics: bool = True  # every metric the baseline measured is measured by the current run
@@ -193,6 +194,10 @@ def load_rules(path: Path | None = None) -> RuleSet:
         raise GateInputError(f"rules file {path}: {exc.strerror or exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise GateInputError(f"rules file {where}: not TOML ({exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise GateInputError(f"rules file {where}: not UTF-8 text (byte offset {exc.start})") from None
+    except RecursionError:
+        raise GateInputError(f"rules file {where}: nested too deeply to be a rules file") from None
     except ValidationError as exc:
         problems = "; ".join(f"{_field(e['loc'])}: {e['msg']}" for e in exc.errors())
         raise GateInputError(f"rules file {where}: {problems}") from exc
@@ -416,6 +421,21 @@ def _arms_kept(baseline: Run, chosen: list[Pair]) -> list[RuleResult]:
     return [_result("every provider of the baseline is in the current run", "*", checks)]
 
 
+def _measured_something(baseline: Run, current: Run, chosen: list[Pair]) -> list[RuleResult]:
+    """Each gated provider measured something in both runs: one whose every unit was an infra error has no value
+    a rule could fail on (its rates are n/a, skipped), so two dead runs would pass every rule."""
+    checks = []
+    for pair in chosen:
+        for side, run, provider in (("baseline", baseline, pair.baseline), ("current", current, pair.current)):
+            rate = _measured(metric_row(run, provider, ALL, "infra_error_rate"))
+            if rate is not None and rate >= 1.0:
+                checks.append(Check(provider=pair.label, status="fail", detail=f"every unit of the {side} run was an "
+                                    "infra error: nothing was measured (see its summary.md, 'Infra errors')"))
+    if not checks:
+        checks = [Check(provider="-", status="pass", detail="both runs measured every gated provider")]
+    return [_result("both runs measured something (not every unit an infra error)", "*", checks)]
+
+
 def passed(results: list[RuleResult]) -> bool:
     return all(r.status != "fail" for r in results)
 
@@ -549,6 +569,13 @@ def run_gate(baseline: Path, current: Path, *, rules: Path | None = None, junit:
     """Gate `current` against `baseline`; write JUnit XML and markdown (default: into the current run
     directory) and append the markdown to $GITHUB_STEP_SUMMARY when it is set."""
     rule_set = load_rules(rules)
+    junit_path = Path(junit) if junit is not None else Path(current) / "gate.xml"
+    summary_path = Path(summary) if summary is not None else Path(current) / "gate.md"
+    for flag, path in (("--junit", junit_path), ("--summary", summary_path)):  # before the work, not after it
+        if path.is_dir():
+            raise GateInputError(f"{flag} {path}: a directory; give the file to write")
+        if next((p for p in path.parents if p.exists()), Path(".")).is_file():
+            raise GateInputError(f"{flag} {path}: a parent of it is a file")
     matcher_notes: list[str] = []
     try:
         names = {"baseline": load_run(baseline).label, "current": load_run(current).label}
@@ -577,16 +604,18 @@ def run_gate(baseline: Path, current: Path, *, rules: Path | None = None, junit:
     results = evaluate_rules(rule_set, base_run, cur_run, seed=seed, pairs=chosen, plans_differ=plans_differ)
     if not pairs and rule_set.require_baseline_metrics:
         results += _arms_kept(base_run, chosen)
+    results += _measured_something(base_run, cur_run, chosen)
     rates = error_rates(r.manifest.matcher for r in (base_run, cur_run) if r.manifest is not None)
     annotate_checks(results, rates)
     if any(r.metric in MATCHED_METRICS or any(c.metric in MATCHED_METRICS for c in r.checks) for r in results):
         matcher_notes.append(rates_sentence(rates))
     markdown = summary_markdown(results, notes=input_notes + pair_notes + matcher_notes, **names)
-    junit_path = Path(junit) if junit is not None else Path(current) / "gate.xml"
-    summary_path = Path(summary) if summary is not None else Path(current) / "gate.md"
     for path, text in ((junit_path, junit_xml(results, **names)), (summary_path, markdown)):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text(path, text)  # evals.redact: no key or URL credential in what is written
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_text(path, text)  # evals.redact: no key or URL credential in what is written
+        except OSError as exc:
+            raise GateInputError(f"cannot write {path}: {exc.strerror or exc}") from None
     if step_summary := os.environ.get("GITHUB_STEP_SUMMARY"):
         write_text(step_summary, markdown, append=True)
     return GateOutcome(results=results, passed=passed(results), markdown=markdown, junit_path=junit_path,

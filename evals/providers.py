@@ -21,6 +21,7 @@ import dspy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from evals.dataset import Case
+from evals.early_checks import url_problem
 from evals.redact import redact_url, register_secret, register_url
 from evals.slots import ConnectionSlots, Slots
 from evals.structured import Structured, StructuredLM
@@ -74,10 +75,30 @@ class ProviderConfig(BaseModel):
     def _an_http_url(cls, value: str | None) -> str | None:
         """A malformed endpoint is named as such, not later mistaken for a missing key."""
         if value is not None:
-            url = urlparse(value)
-            if url.scheme not in ("http", "https") or not url.hostname:
-                raise ValueError(f"not an http(s) URL: {redact_url(value)!r}")
+            if (problem := url_problem(value)) is not None:
+                raise ValueError(problem)
             register_url(value)  # its credentials (user:password@, ?key=) are redacted from every output
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _a_name(cls, value: str) -> str:
+        """Reports, tables and --lm name a provider by it: an empty or padded name would be no name."""
+        if not value.strip() or value != value.strip():
+            raise ValueError(f"{value!r} is not a name: use non-empty text without surrounding spaces")
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _a_model(cls, value: str) -> str:
+        """offline, oracle[:...] or PREFIX/MODEL, as --lm takes them: anything else fails every call later
+        ('' is left to `_local_defaults`: a local model names its own)."""
+        if value in ("", "offline", "oracle") or value.startswith("oracle:"):
+            return value
+        prefix, _, name = value.partition("/")
+        if not prefix.strip() or not name.strip() or value != value.strip():
+            raise ValueError(f"{value!r} is not a model: use offline, oracle[:...] or a DSPy model string such as "
+                             "openai/gpt-4o-mini")
         return value
 
     @property
@@ -142,7 +163,16 @@ def parse_lm_spec(spec: str) -> ProviderConfig:
                          ".gguf path), a DSPy model string such as openai/gpt-4o-mini, or MODEL@URL for an "
                          "OpenAI-compatible endpoint")
     # named without the URL's credentials: the name is every report's provider column and the resume key
-    return ProviderConfig(name=redact_url(spec), model=model, api_base=url or None)
+    try:
+        return ProviderConfig(name=redact_url(spec), model=model, api_base=url or None)
+    except ValidationError as exc:  # one line, not pydantic's block
+        raise ValueError(f"--lm {redact_url(spec)!r}: {_one_line(exc)}") from None
+
+
+def _one_line(exc: ValidationError) -> str:
+    """A validation error as `field: problem; ...` on one line."""
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {str(e['msg']).removeprefix('Value error, ')}"
+                     for e in exc.errors())
 
 
 def load_providers_file(path: Path) -> list[ProviderConfig]:
@@ -150,6 +180,11 @@ def load_providers_file(path: Path) -> list[ProviderConfig]:
     problem`, so a user sees all of them at once and none is buried in a validation dump."""
     try:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"--providers {path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                         f"{exc.start})") from None
+    except RecursionError:
+        raise ValueError(f"--providers {path}: nested too deeply to be a providers file") from None
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ValueError(f"--providers {path}: {exc}") from None
     entries = data.get("provider", [])

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import random
 import re
 import socket
@@ -322,9 +323,17 @@ def start_proxy(upstream: str, plan: str | ProxyPlan, seed: int = 0, port: int =
     and so Authorization values, are never logged. `fault_delay` is the seconds a `latency` fault adds. A request
     body over `max_body` bytes is refused with 413 and never forwarded.
     """
+    from evals.early_checks import url_problem
+
+    if (problem := url_problem(upstream)) is not None:  # a bad port made every request a 500
+        raise ValueError(f"--upstream: {problem}")
+    if not math.isfinite(fault_delay) or fault_delay < 0:
+        raise ValueError(f"--fault-delay: {fault_delay!r}: use a finite number of seconds >= 0")
     plan = ProxyPlan.parse(plan) if isinstance(plan, str) else plan
     log = Path(log_path) if log_path is not None else None
     if log is not None:
+        if not str(log_path).strip() or log.is_dir():
+            raise ValueError(f"--log {str(log_path)!r}: a directory, not a file to append the fault log to")
         log.parent.mkdir(parents=True, exist_ok=True)
     state = _State(upstream, plan, seed, log, fault_delay, timeout, max_body)
     return ProxyHandle(bind(_handler(state), port), state)

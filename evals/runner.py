@@ -592,11 +592,12 @@ def _execute(config: RunConfig, cases: list[Case], plan: FaultPlan, factories: d
         for arm in arms:
             arm.close()
         raise
-    write_manifest(run_dir, manifest)
     done = _done_units(run_dir) if config.resume else {}
     state["saved"] = len(done)
     names = [arm.label for arm in arms]
     todo = [(a, c, e) for a in arms for e in range(config.epochs) for c in cases if (a.label, c.id, e) not in done]
+    if todo or not config.resume:  # a resume with nothing to run keeps the manifest until its report is rewritten
+        write_manifest(run_dir, manifest)  # (one that crashed would otherwise leave a finished run "unfinished")
     cache = ResponseCache(config.cache_dir or run_dir.parent / ".cache" / "responses.sqlite",
                           prompt_hash=manifest.prompt_hash) \
         if config.cache and any(p.config.is_http for p in factories.values()) else None

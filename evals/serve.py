@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import math
 import re
 import socket
 import sys
@@ -405,8 +406,8 @@ def start_server(port: int = 0, latency: float = 0.0, embedder: str = "hash",
     (the model's work is part of the latency, as at a provider); `embedder` is `hash` (default) or `minilm`; a request body
     over `max_body` bytes is refused with 413.
     """
-    if latency < 0:
-        raise ValueError("latency must be >= 0")
+    if not math.isfinite(latency) or not 0 <= latency <= 86400:  # inf/nan/1e10 would hold every reply forever
+        raise ValueError(f"--latency {latency!r}: use a number of seconds from 0 to 86400")
     if max_body < 1:
         raise ValueError("the body limit must be at least 1 byte")
     return ServerHandle(bind(_handler(float(latency), _embed_function(embedder), int(max_body)), port))

@@ -33,9 +33,19 @@ def _answer(tmp_path: Path, *argv: str) -> tuple[int, str, list[str]]:
     (["run", "--dataset", "bad.jsonl"], "bad.jsonl:1: lang: Field required"),
     (["run", "--faults", "sweep:slow"], "use none, sweep, sweep:fast or random:RATE"),
     (["gate", "--baseline", "nowhere", "--current", "nowhere"], "nowhere: no such run directory"),
+    (["run", "--embedder", "bogus"], "unknown embedder 'bogus'"),
+    (["run", "--matcher", "bogus"], "unknown spec 'bogus'"),
+    (["run", "--matcher", "llm:"], "unknown spec 'llm:'"),
+    (["run", "--program", "/missing"], "/missing: no program.json here"),
+    (["run", "--dataset", "deep.jsonl"], "deep.jsonl:1: record: nested deeper than 64 levels"),
+    (["tune", "--program", "extractor", "--optimizer", "bootstrap", "--train", "bad.jsonl", "--out", "t"],
+     "bad.jsonl:1: lang: Field required"),
+    (["matcher", "eval", "--matcher", "llm:", "--out", "m"], "unknown spec 'llm:'"),
+    (["compare", "nowhere", "--matcher", "bogus"], "unknown spec 'bogus'"),
 ])
 def test_an_input_error_answers_before_the_heavy_imports(tmp_path, argv, message):
     (tmp_path / "bad.jsonl").write_text(json.dumps({"id": "x", "turns": 3}) + "\n", encoding="utf-8")
+    (tmp_path / "deep.jsonl").write_text('{"id": "a", "meta": ' + "[" * 5000 + "]" * 5000 + "}\n", encoding="utf-8")
     rc, stderr, heavy = _answer(tmp_path, *argv)
     assert rc == 2
     assert message in stderr and "Traceback" not in stderr

@@ -8,9 +8,9 @@ dspy nor `evals.replay`). A unit is one line of `units.jsonl`; the Parquet table
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal, TypedDict
+from typing import Annotated, Any, Literal, TypedDict
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from evals.record._version import SCHEMA_VERSION
 
@@ -70,6 +70,20 @@ STATE_KINDS = frozenset({AnomalyKind.PARTIAL_WRITE, AnomalyKind.L1_NOT_ROLLED_BA
                          AnomalyKind.TRACE_APPENDED, AnomalyKind.VECTORLESS_NODE, AnomalyKind.ORPHAN_VECTOR,
                          AnomalyKind.DEGRADED_SUCCESS})
 RETRY_KINDS = frozenset({AnomalyKind.RETRY_DIVERGED, AnomalyKind.DOUBLE_WRITE})
+
+def _statement_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A memory or proposed fact as the scorers read it: `text` a string, `subject`/`owner`/`kind` strings or
+    absent. Checked when a record is made and when units.jsonl is read back: a `"text": null` edited into a
+    record crashed the gate and every --resume deep inside the scorers."""
+    if not isinstance(row.get("text"), str):
+        raise ValueError(f"text: must be a string, not {type(row.get('text')).__name__}")
+    for key in ("subject", "owner", "kind"):
+        if row.get(key) is not None and not isinstance(row[key], str):
+            raise ValueError(f"{key}: must be a string or null, not {type(row[key]).__name__}")
+    return row
+
+
+StatementRow = Annotated[dict[str, Any], AfterValidator(_statement_row)]
 
 Witnessed = tuple[AnomalyKind, str]  # (kind, witness): what a contract check returns, before it is an Anomaly
 
@@ -169,7 +183,7 @@ class WriteRecord(Record):
     codes: Codes
     message: str = ""
     ops: list[OpRecord] = Field(default_factory=list)  # applied (and refused) ops
-    proposed_facts: list[dict[str, Any]] = Field(default_factory=list)  # what the extractor proposed
+    proposed_facts: list[StatementRow] = Field(default_factory=list)  # what the extractor proposed
     proposed_ops: list[dict[str, Any]] = Field(default_factory=list)  # what the reconcile model proposed, as it said it
     reached: dict[str, int] = Field(default_factory=dict)  # call site -> calls made in this write
     seconds: float = 0.0
@@ -249,7 +263,7 @@ class CaseRun(Record):
     status: Status
     error: str | None = None  # the infra error with its traceback
     writes: list[WriteRecord] = Field(default_factory=list)
-    memories: list[dict[str, Any]] = Field(default_factory=list)  # live memories after the control run
+    memories: list[StatementRow] = Field(default_factory=list)  # live memories after the control run
     profile: dict[str, Any] | None = Field(default_factory=dict)  # None: the engine keeps no profile (mem0)
     faults: list[FaultRecord] = Field(default_factory=list)
     findings: list[Finding] = Field(default_factory=list)  # write-contract anomalies outside faulted writes

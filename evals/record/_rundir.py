@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from pydantic import ValidationError
 from pydantic_core import from_json, to_json
 
+from evals.json_limits import MAX_DEPTH, TooDeep, deep_field, problem_line
 from evals.record._manifest import Manifest
 from evals.record._records import CaseRun
 from evals.record._tables import TABLES, arrow_schema, columns, pandas_dtypes
@@ -93,8 +94,8 @@ def write_manifest(run_dir: Path, manifest: Manifest) -> None:
 
 def parse_unit(line: str, where: str = UNITS_FILE) -> CaseRun:
     """One units.jsonl line as a CaseRun, migrated from its schema_version; SchemaError or ValueError else."""
-    try:
-        run = CaseRun.model_validate_json(line)  # the common case: a record of this version
+    try:  # strict: JSON's own types only ("1" is not a number); nesting limited as every record read back
+        run = CaseRun.model_validate_json(line, strict=True)  # the common case: a record of this version
         if run.schema_version == SCHEMA_VERSION:
             return run
     except ValidationError as exc:
@@ -104,7 +105,10 @@ def parse_unit(line: str, where: str = UNITS_FILE) -> CaseRun:
             raise exc from None  # not JSON (e.g. torn): pydantic's message says where ("EOF while parsing")
         if not isinstance(data, dict) or data.get("schema_version", 1) == SCHEMA_VERSION:
             raise
-    return CaseRun.model_validate(migrate(from_json(line), UNIT_MIGRATIONS, where))
+    data = from_json(line)
+    if (deep := deep_field(data)) is not None:
+        raise TooDeep(deep, MAX_DEPTH)
+    return CaseRun.model_validate(migrate(data, UNIT_MIGRATIONS, where))
 
 
 def read_units(run_dir: Path, planned: Collection[tuple[str, str, int]] | None = None) -> list[CaseRun]:
@@ -131,15 +135,24 @@ def read_units(run_dir: Path, planned: Collection[tuple[str, str, int]] | None =
         except SchemaError as exc:
             raise RunDirError(str(exc)) from exc
         except ValueError as exc:
-            if lineno == len(lines) or "EOF while parsing" in str(exc):
-                continue
-            raise RunDirError(f"{where}: not a CaseRun record: {exc}") from exc
+            if (lineno == len(lines) or "EOF while parsing" in str(exc)) and _torn(line):
+                continue  # a record whose JSON is whole but wrong is never torn: it is refused
+            raise RunDirError(f"{where}: not a CaseRun record: {problem_line(exc)}") from exc
         unit = (run.provider, run.case_id, run.epoch)
         if planned is not None and unit not in planned:
             raise RunDirError(f"{where}: unit (provider {run.provider!r}, case {run.case_id!r}, epoch {run.epoch}) "
                               "is not one of this run's")
         runs[unit] = run
     return list(runs.values())
+
+
+def _torn(line: str) -> bool:
+    """Whether a line is not whole JSON (cut short by a crash), as opposed to whole JSON of a bad record."""
+    try:
+        from_json(line)
+    except ValueError as exc:
+        return "recursion limit" not in str(exc)
+    return False
 
 
 # The characters str.splitlines() breaks on that JSON leaves raw (it escapes those below U+0020): escaped, as JSON

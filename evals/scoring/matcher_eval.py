@@ -21,6 +21,15 @@ class MatcherEvalError(ValueError):
     """Bad input to `matcher eval` / `matcher fit` (exit 2)."""
 
 
+class NothingMeasured(RuntimeError):
+    """`matcher eval` ran, but the matcher decided no pair (an LLM judge whose every call failed): the agreement
+    it wrote is not a measurement (exit 1). `text` and `path` are what it printed and wrote."""
+
+    def __init__(self, message: str, text: str, path: Path) -> None:
+        super().__init__(message)
+        self.text, self.path = text, path
+
+
 def matcher_eval(spec: str | None, *, pairs: Path | None, split: str | None, out: Path, seed: int = 0,
                  providers_file: Path | None = None) -> tuple[str, Path]:
     """Agreement of the matcher with the pairs; writes `out/agreement.parquet`; returns (text, path).
@@ -66,6 +75,9 @@ def matcher_eval(spec: str | None, *, pairs: Path | None, split: str | None, out
                  f"{health.get('judge_calls')} judge calls failed; first: {health.get('judge_first_error')}), "
                  "counted as disagreeing with their labels; not recorded as the matcher's held-out agreement "
                  "(run again: the calls that succeeded are cached)\n")
+    if failed == len(chosen):
+        raise NothingMeasured(f"the matcher decided none of the {len(chosen)} pairs (every judge call failed): the "
+                              "agreement written is not a measurement", text, target)
     return text, target
 
 
@@ -99,7 +111,11 @@ def matcher_fit(*, pairs: Path | None, out: Path | None) -> str:
     target = Path(out) if out is not None else PARAMS_FILE
     if target.is_dir() or not target.parent.is_dir():  # said before the fit, not after it
         raise MatcherEvalError(f"--out {target}: {'is a directory' if target.is_dir() else 'no such directory'}")
-    params = fit_semantic(calibration, source=path.name)
+    try:
+        params = fit_semantic(calibration, source=path.name)
+    except ValueError as exc:  # too few pairs, or one class only (in the file or in a cross-validation fold)
+        raise MatcherEvalError(f"{path}: cannot fit on its {len(calibration)} calibration pairs: "
+                               f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
     if heldout:
         from hymem.embedder import make_embedder
 
@@ -113,4 +129,4 @@ def matcher_fit(*, pairs: Path | None, out: Path | None) -> str:
     return f"fitted on {len(calibration)} calibration pairs of {path}: {target}\n{params.model_dump_json(indent=2)}\n"
 
 
-__all__ = ["AGREEMENT_SCHEMA", "MatcherEvalError", "in_sample", "matcher_eval", "matcher_fit"]
+__all__ = ["AGREEMENT_SCHEMA", "MatcherEvalError", "NothingMeasured", "in_sample", "matcher_eval", "matcher_fit"]

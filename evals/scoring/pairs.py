@@ -14,6 +14,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
+from evals import json_limits
+
 BUNDLED_PAIRS = Path(__file__).resolve().parents[2] / "datasets" / "matcher" / "pairs.jsonl"
 SPLITS = ("heldout", "calibration", "all")
 
@@ -83,7 +85,7 @@ def load_pairs(path: Path | str = BUNDLED_PAIRS, split: str = "all") -> list[Pai
     if split not in SPLITS:
         raise PairsError(f"--split: must be one of {', '.join(SPLITS)}, got {split!r}")
     try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").split("\n")  # not splitlines(): U+2028 is text, not a line end
     except (OSError, UnicodeDecodeError) as exc:
         raise PairsError(f"{path}: cannot read: {exc}") from exc
     pairs: list[Pair] = []
@@ -93,9 +95,12 @@ def load_pairs(path: Path | str = BUNDLED_PAIRS, split: str = "all") -> list[Pai
         if not line.strip():
             continue
         try:
-            data = json.loads(line)
+            data = json_limits.loads(line)
         except json.JSONDecodeError as exc:
             problems.append(f"{path}:{lineno}: (line): not JSON: {exc.msg}")
+            continue
+        except json_limits.TooDeep as exc:
+            problems.append(f"{path}:{lineno}: {exc}")
             continue
         if not isinstance(data, dict):
             problems.append(f"{path}:{lineno}: (line): a JSON object is required")

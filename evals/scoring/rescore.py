@@ -68,7 +68,10 @@ def rescore(run_dir: Path, spec: str) -> Path:
         return run_dir
     if not (run_dir / "units.jsonl").is_file():
         raise RescoreError(f"{run_dir}: no units.jsonl, so it cannot be re-scored with --matcher {spec}")
-    runs = read_units(run_dir)
+    try:
+        runs = read_units(run_dir)
+    except (RunDirError, OSError) as exc:  # a bad record is one line naming it, not a crash in the scorers
+        raise RescoreError(f"{run_dir}: {exc}") from exc
     out = run_dir / "rescored" / re.sub(r"[^A-Za-z0-9._-]+", "_", redact_text(spec))  # no key in a path either
     out.mkdir(parents=True, exist_ok=True)
     manifest = manifest.model_copy(update={"matcher_spec": spec, "matcher": None})

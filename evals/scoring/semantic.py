@@ -643,8 +643,10 @@ def fit_semantic(calibration: Sequence[Any], *, source: str, embedder: Any = Non
 
     usable = [p for p in calibration if subject_rule(p.gold.text, p.gold.subject, p.pred.text, p.pred.subject)
               and texts_name_same_subject(p.gold.text, p.pred.text)]
-    if len(usable) < 20 or len({p.same for p in usable}) < 2:
-        raise ValueError(f"{source}: too few usable calibration pairs to fit ({len(usable)})")
+    if len(usable) < 20:
+        raise ValueError(f"{source}: too few usable calibration pairs to fit ({len(usable)}; at least 20)")
+    if len({p.same for p in usable}) < 2:
+        raise ValueError(f"{source}: every usable calibration pair has same = {usable[0].same}: a fit needs both")
     placeholder = SemanticParams(features=list(FEATURES), weights=[0.0] * len(FEATURES), intercept=0.0,
                                  regularisation_c=1.0, fitted_on=source, n_pairs=len(usable),
                                  sentence_embedder=sentence_embedder)
