@@ -195,10 +195,16 @@ def load_providers_file(path: Path) -> list[ProviderConfig]:
         try:
             config = ProviderConfig.model_validate(entry)
         except ValidationError as exc:
+            found = []
             for error in exc.errors():
                 field = "".join(f".{p}" if isinstance(p, str) else f"[{p}]" for p in error["loc"])
                 problem = "unknown key" if error["type"] == "extra_forbidden" else error["msg"]
-                problems.append(f"--providers {path}: provider[{i}]{field}: {problem.removeprefix('Value error, ')}")
+                found.append(f"provider[{i}]{field}: {problem.removeprefix('Value error, ')}")
+            # the model check runs after the fields': with another field wrong, say it is missing too
+            if isinstance(entry, dict) and not entry.get("model") and "local" not in entry \
+                    and not any(line.startswith(f"provider[{i}]: model:") for line in found):
+                found.insert(0, f"provider[{i}].model: required (or local)")
+            problems += [f"--providers {path}: {line}" for line in found]
             continue
         if config.api_key_env and (value := os.environ.get(config.api_key_env)):
             register_secret(value)  # a key the file names is a secret whether or not this run calls it

@@ -246,7 +246,7 @@ _GOOD = 'name = "x"\nmodel = "openai/offline"\napi_base = "http://127.0.0.1:9/v1
 
 
 @pytest.mark.parametrize("table, problem", [
-    ('name = "x"\n', "provider[0].model: Field required"),
+    ('name = "x"\n', "provider[0]: model: required (or local)"),
     (_GOOD + "max_connections = 0\n", "provider[0].max_connections: Input should be greater than or equal to 1"),
     (_GOOD + "max_conections = 3\n", "provider[0].max_conections: unknown key"),
     (_GOOD.replace("http://127.0.0.1:9/v1", "not a url"), "provider[0].api_base: not an http(s) URL: 'not a url'"),
@@ -273,7 +273,8 @@ def test_every_problem_of_a_providers_file_is_its_own_line(dataset, tmp_path, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert [line.split(f"--providers {path}: ", 1)[1] for line in err] == [
-        "provider[0].model: Field required", "provider[0].max_connections: Input should be greater than or equal to 1",
+        "provider[0].model: required (or local)",
+        "provider[0].max_connections: Input should be greater than or equal to 1",
         "provider[1].name: Field required"]
 
 
