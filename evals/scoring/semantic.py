@@ -57,6 +57,7 @@ from evals.scoring.checks import (
 from evals.scoring.lexicon import gloss_overlap, knows, opposite, person, same_sense, verb_form
 from evals.scoring.matcher import Matcher, _dice, negated, units
 from evals.scoring.quantities import quantities, same_quantities
+from evals.scoring.vectors import VectorStore, embed_through
 from hymem.subjects import _EN_RELATIONS, _ZH_RELATIONS, EN_REPORTING, ZH_REPORTING, canonical_subject, split_subject
 
 PARAMS_FILE = Path(__file__).with_name("semantic_params.json")
@@ -497,7 +498,9 @@ class SemanticMatcher(Matcher):
         self._texts: dict[str, _Prepared] = {}
         self._vectors: dict[str, np.ndarray] = {}
         self._word_vectors: dict[str, np.ndarray] = {}
+        self._pairs: dict[tuple[str, str], tuple[np.ndarray, bool]] = {}  # (gold, pred) -> features, ruled out
         self._cache_size = cache_size
+        self._store: VectorStore | None = None  # vectors kept across runs (`persist_vectors`)
         self._lock = threading.Lock()  # the tuning metric scores from several threads
 
     @classmethod
@@ -531,6 +534,16 @@ class SemanticMatcher(Matcher):
         """The held-out agreement `matcher fit` measured with these parameters (keyed by pairs hash)."""
         return self.params.heldout
 
+    def persist_vectors(self, path: Path | None) -> None:
+        """Keep the vectors this matcher encodes in `path` (`evals.scoring.vectors`) and read the ones stored
+        there before encoding; None keeps them in memory only (`--no-cache`)."""
+        with self._lock:
+            if self._store is not None and (path is None or self._store.path != path):
+                self._store.close()
+                self._store = None
+            if path is not None and self._store is None:
+                self._store = VectorStore(path)
+
     def prepare(self, gold: Sequence[str], pred: Sequence[str]) -> None:
         """Prepare every new text of a case, and embed all their predicates in one batch."""
         with self._lock:
@@ -543,12 +556,13 @@ class SemanticMatcher(Matcher):
             self._texts.clear()
             self._vectors.clear()
             self._word_vectors.clear()
+            self._pairs.clear()
         prepared = {t: prepare_text(t) for t in new}
         predicates = [p for p in dict.fromkeys(x.predicate for x in prepared.values()) if p not in self._vectors]
         words = [w for w in dict.fromkeys(w for x in prepared.values() for w in _latin_content(x))
                  if w not in self._word_vectors]
-        self._vectors.update(zip(predicates, _unit(self._sentence_embedder, predicates), strict=True))
-        self._word_vectors.update(zip(words, _unit(self._embedder, words), strict=True))
+        self._vectors.update(zip(predicates, _unit(self._sentence_embedder, predicates, self._store), strict=True))
+        self._word_vectors.update(zip(words, _unit(self._embedder, words, self._store), strict=True))
         self._texts.update(prepared)
 
     def probabilities(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
@@ -562,7 +576,9 @@ class SemanticMatcher(Matcher):
         return self.evaluate(gold, pred)[0]
 
     def evaluate(self, gold: Sequence[str], pred: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """The features [len(gold), len(pred), len(FEATURES)] and the role checks [len(gold), len(pred)]."""
+        """The features [len(gold), len(pred), len(FEATURES)] and the role checks [len(gold), len(pred)]; each
+        (gold, pred) pair of texts is computed once and kept (a run meets the same pairs in every provider,
+        epoch and faulted unit of a case)."""
         self.prepare(gold, pred)
         left = [self._texts[g] for g in gold]
         right = [self._texts[p] for p in pred]
@@ -571,9 +587,16 @@ class SemanticMatcher(Matcher):
         cosine = lv @ rv.T if left and right else np.zeros((len(left), len(right)))
         out = np.zeros((len(left), len(right), len(FEATURES)))
         ruled_out = np.zeros((len(left), len(right)), dtype=bool)
+        if len(self._pairs) + len(left) * len(right) > 4 * self._cache_size:
+            self._pairs.clear()
         for i, a in enumerate(left):
             for j, b in enumerate(right):
-                out[i, j], ruled_out[i, j] = _pair(a, b, float(cosine[i, j]), self._word_vectors)
+                key = (gold[i], pred[j])
+                hit = self._pairs.get(key)
+                if hit is None:
+                    features, rule = _pair(a, b, float(cosine[i, j]), self._word_vectors)
+                    hit = self._pairs[key] = (np.asarray(features, dtype=float), rule)
+                out[i, j], ruled_out[i, j] = hit
         return out, ruled_out
 
     def scores(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
@@ -591,10 +614,10 @@ def _make(name: str) -> Any:
         raise RuntimeError(str(exc)) from exc
 
 
-def _unit(embedder: Any, texts: list[str]) -> np.ndarray:
+def _unit(embedder: Any, texts: list[str], store: VectorStore | None = None) -> np.ndarray:
     if not texts:
         return np.zeros((0, 1), dtype=np.float32)
-    vectors = np.asarray(embedder.embed(texts), dtype=np.float32)
+    vectors = embed_through(store, embedder, texts)
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     return vectors / np.where(norms == 0, 1.0, norms)
 
