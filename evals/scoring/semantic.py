@@ -479,6 +479,37 @@ def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.
                                      or _voice_swapped(a, b) or _voice_swapped(b, a)))
 
 
+# The range of each feature `_bound_logit` does not compute: (low, high), the high end times `zh` where marked.
+_RANGES = {"substitution": (0.0, 1.0), "polarity": (0.0, 1.0), "modality": (0.0, 1.0), "relation": (0.0, 1.0),
+           "name": (0.0, 1.0), "align": (-1.0, 1.0), "unmatched": (0.0, 1.0), "zh_unmatched": (0.0, "zh"),
+           "shared": (0.0, 1.0), "slot_abbrev": (0.0, 1.0), "voice": (0.0, 1.0), "direction": (0.0, 1.0),
+           "lex_same": (0.0, 1.0), "lex_unexplained": (0.0, 1.0)}
+
+
+def _bound_logit(a: _Prepared, b: _Prepared, cosine: float, weights: np.ndarray, intercept: float) -> float:
+    """An upper bound on the regression's logit of a pair, from its cheap features (the cosine, the word and bigram
+    overlaps, time and quantities) and the range of the rest (where the predicates differ, the thesaurus, the
+    qualifier flags): when it is below the threshold's logit the pair is "not the same" whatever those say, and
+    the word alignment, the abbreviations and the thesaurus are never asked."""
+    words = _dice(a.words, b.words, False, False) if (a.words or b.words) else float(a.predicate == b.predicate)
+    union = a.bigrams | b.bigrams
+    bigrams = len(a.bigrams & b.bigrams) / len(union) if union else 1.0
+    zh = float(a.zh or b.zh)
+    same_q = same_quantities(a.quantities, b.quantities)
+    exact = {"cosine": cosine, "words": words, "bigrams": bigrams, "zh": zh, "zh_cosine": zh * cosine,
+             "zh_words": zh * words, "zh_bigrams": zh * bigrams, "time": float(a.periods != b.periods),
+             "number": float(not same_q), "quantities_agree": float(bool(a.quantities) and bool(b.quantities) and same_q)}
+    total = intercept
+    for name, w in zip(FEATURES, weights, strict=True):
+        if name in exact:
+            total += w * exact[name]
+        else:
+            low, high = _RANGES[name]
+            top = zh if high == "zh" else float(high)
+            total += max(w * low, w * top)
+    return total
+
+
 class SemanticMatcher(Matcher):
     """MiniLM paraphrase similarity + explicit near-miss checks; parameters from `semantic_params.json`."""
 
@@ -499,6 +530,9 @@ class SemanticMatcher(Matcher):
         self._vectors: dict[str, np.ndarray] = {}
         self._word_vectors: dict[str, np.ndarray] = {}
         self._pairs: dict[tuple[str, str], tuple[np.ndarray, bool]] = {}  # (gold, pred) -> features, ruled out
+        self._bounded: dict[tuple[str, str], float] = {}  # (gold, pred) -> logit bound, for pairs it decided
+        t = params.threshold  # pairs whose logit bound is below this are "not the same" (`_bound_logit`)
+        self._logit_limit = float(np.log(t / (1 - t))) - 1e-6 if 0 < t < 1 else -np.inf
         self._cache_size = cache_size
         self._store: VectorStore | None = None  # vectors kept across runs (`persist_vectors`)
         self._lock = threading.Lock()  # the tuning metric scores from several threads
@@ -557,6 +591,7 @@ class SemanticMatcher(Matcher):
             self._vectors.clear()
             self._word_vectors.clear()
             self._pairs.clear()
+            self._bounded.clear()
         prepared = {t: prepare_text(t) for t in new}
         predicates = [p for p in dict.fromkeys(x.predicate for x in prepared.values()) if p not in self._vectors]
         words = [w for w in dict.fromkeys(w for x in prepared.values() for w in _latin_content(x))
@@ -579,6 +614,13 @@ class SemanticMatcher(Matcher):
         """The features [len(gold), len(pred), len(FEATURES)] and the role checks [len(gold), len(pred)]; each
         (gold, pred) pair of texts is computed once and kept (a run meets the same pairs in every provider,
         epoch and faulted unit of a case)."""
+        out, ruled_out, _ = self._evaluate(gold, pred, bound=False)
+        return out, ruled_out
+
+    def _evaluate(self, gold: Sequence[str], pred: Sequence[str], bound: bool
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`evaluate`, and with `bound` the logit bound of each pair it decided (`_bound_logit`; NaN for the
+        others, whose features are computed; a decided pair's features are left zero)."""
         self.prepare(gold, pred)
         left = [self._texts[g] for g in gold]
         right = [self._texts[p] for p in pred]
@@ -587,22 +629,39 @@ class SemanticMatcher(Matcher):
         cosine = lv @ rv.T if left and right else np.zeros((len(left), len(right)))
         out = np.zeros((len(left), len(right), len(FEATURES)))
         ruled_out = np.zeros((len(left), len(right)), dtype=bool)
-        if len(self._pairs) + len(left) * len(right) > 4 * self._cache_size:
+        bounded = np.full((len(left), len(right)), np.nan)
+        if len(self._pairs) + len(self._bounded) + len(left) * len(right) > 4 * self._cache_size:
             self._pairs.clear()
+            self._bounded.clear()
         for i, a in enumerate(left):
             for j, b in enumerate(right):
                 key = (gold[i], pred[j])
                 hit = self._pairs.get(key)
+                if hit is None and bound:
+                    limit = self._bounded.get(key)
+                    if limit is None:
+                        limit = _bound_logit(a, b, float(cosine[i, j]), self._weights, self.params.intercept)
+                        if limit < self._logit_limit:
+                            self._bounded[key] = limit
+                    if limit < self._logit_limit:
+                        bounded[i, j] = limit
+                        continue
                 if hit is None:
                     features, rule = _pair(a, b, float(cosine[i, j]), self._word_vectors)
                     hit = self._pairs[key] = (np.asarray(features, dtype=float), rule)
                 out[i, j], ruled_out[i, j] = hit
-        return out, ruled_out
+        return out, ruled_out, bounded
 
     def scores(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
+        """`probabilities`, except that a pair the cheap features already put below the threshold
+        (`_bound_logit`) gets the bound's probability, below the threshold too: every decision is the same."""
         if not gold or not pred:
             return np.zeros((len(gold), len(pred)))
-        return self.probabilities(gold, pred)
+        x, ruled_out, bounded = self._evaluate(gold, pred, bound=True)
+        p = 1.0 / (1.0 + np.exp(-(x @ self._weights + self.params.intercept)))
+        p = np.where(ruled_out, 0.0, p) if self.params.role_checks else p
+        decided = ~np.isnan(bounded)
+        return np.where(decided, 1.0 / (1.0 + np.exp(-np.where(decided, bounded, 0.0))), p) if decided.any() else p
 
 
 def _make(name: str) -> Any:
