@@ -486,17 +486,30 @@ _RANGES = {"substitution": (0.0, 1.0), "polarity": (0.0, 1.0), "modality": (0.0,
            "lex_same": (0.0, 1.0), "lex_unexplained": (0.0, 1.0)}
 
 
+_COSINE, _ZH, _ZH_COSINE = FEATURES.index("cosine"), FEATURES.index("zh"), FEATURES.index("zh_cosine")
+
+
 def _bound_logit(a: _Prepared, b: _Prepared, cosine: float, weights: np.ndarray, intercept: float) -> float:
     """An upper bound on the regression's logit of a pair, from its cheap features (the cosine, the word and bigram
     overlaps, time and quantities) and the range of the rest (where the predicates differ, the thesaurus, the
     qualifier flags): when it is below the threshold's logit the pair is "not the same" whatever those say, and
     the word alignment, the abbreviations and the thesaurus are never asked."""
+    rest, zh = _bound_without_cosine(a, b, weights, intercept)
+    return rest + _cosine_terms(cosine, zh, weights)
+
+
+def _cosine_terms(cosine: float, zh: float, weights: np.ndarray) -> float:
+    return float(weights[_COSINE] * cosine + weights[_ZH_COSINE] * (zh * cosine))
+
+
+def _bound_without_cosine(a: _Prepared, b: _Prepared, weights: np.ndarray, intercept: float) -> tuple[float, float]:
+    """`_bound_logit` but for the cosine's two terms (the cosine comes from each call's matrix), and the pair's `zh`."""
     words = _dice(a.words, b.words, False, False) if (a.words or b.words) else float(a.predicate == b.predicate)
     union = a.bigrams | b.bigrams
     bigrams = len(a.bigrams & b.bigrams) / len(union) if union else 1.0
     zh = float(a.zh or b.zh)
     same_q = same_quantities(a.quantities, b.quantities)
-    exact = {"cosine": cosine, "words": words, "bigrams": bigrams, "zh": zh, "zh_cosine": zh * cosine,
+    exact = {"cosine": 0.0, "words": words, "bigrams": bigrams, "zh": zh, "zh_cosine": 0.0,
              "zh_words": zh * words, "zh_bigrams": zh * bigrams, "time": float(a.periods != b.periods),
              "number": float(not same_q), "quantities_agree": float(bool(a.quantities) and bool(b.quantities) and same_q)}
     total = intercept
@@ -507,7 +520,7 @@ def _bound_logit(a: _Prepared, b: _Prepared, cosine: float, weights: np.ndarray,
             low, high = _RANGES[name]
             top = zh if high == "zh" else float(high)
             total += max(w * low, w * top)
-    return total
+    return total, zh
 
 
 class SemanticMatcher(Matcher):
@@ -530,7 +543,7 @@ class SemanticMatcher(Matcher):
         self._vectors: dict[str, np.ndarray] = {}
         self._word_vectors: dict[str, np.ndarray] = {}
         self._pairs: dict[tuple[str, str], tuple[np.ndarray, bool]] = {}  # (gold, pred) -> features, ruled out
-        self._bounded: dict[tuple[str, str], float] = {}  # (gold, pred) -> logit bound, for pairs it decided
+        self._bounded: dict[tuple[str, str], tuple[float, float]] = {}  # (gold, pred) -> `_bound_without_cosine`
         t = params.threshold  # pairs whose logit bound is below this are "not the same" (`_bound_logit`)
         self._logit_limit = float(np.log(t / (1 - t))) - 1e-6 if 0 < t < 1 else -np.inf
         self._cache_size = cache_size
@@ -637,19 +650,20 @@ class SemanticMatcher(Matcher):
             for j, b in enumerate(right):
                 key = (gold[i], pred[j])
                 hit = self._pairs.get(key)
+                c = float(cosine[i, j])  # this call's: a float32 product's last bit depends on the matrix's shape
                 if hit is None and bound:
-                    limit = self._bounded.get(key)
-                    if limit is None:
-                        limit = _bound_logit(a, b, float(cosine[i, j]), self._weights, self.params.intercept)
-                        if limit < self._logit_limit:
-                            self._bounded[key] = limit
+                    rest = self._bounded.get(key)
+                    if rest is None:
+                        rest = self._bounded[key] = _bound_without_cosine(a, b, self._weights, self.params.intercept)
+                    limit = rest[0] + _cosine_terms(c, rest[1], self._weights)
                     if limit < self._logit_limit:
                         bounded[i, j] = limit
                         continue
                 if hit is None:
-                    features, rule = _pair(a, b, float(cosine[i, j]), self._word_vectors)
+                    features, rule = _pair(a, b, c, self._word_vectors)
                     hit = self._pairs[key] = (np.asarray(features, dtype=float), rule)
                 out[i, j], ruled_out[i, j] = hit
+                out[i, j, _COSINE], out[i, j, _ZH_COSINE] = c, out[i, j, _ZH] * c  # as `_pair` computes them
         return out, ruled_out, bounded
 
     def scores(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
