@@ -176,7 +176,8 @@ def locomo_ratio(sample: int, seed: int = 1, path: Path = LOCOMO) -> dict[str, A
         prepare_case(cases[run.case_id], run, _Texts())
     params = SemanticParams.model_validate_json(PARAMS_FILE.read_text(encoding="utf-8"))
     sentences, words = make_embedder(params.sentence_embedder), make_embedder(params.embedder)
-    sentences.embed(["warm up"]), words.embed(["warm up"])
+    sentences.embed(["warm up"])
+    words.embed(["warm up"])
     seen_p: set[str] = set()
     seen_w: set[str] = set()
     e5_s = minilm_s = 0.0
@@ -184,7 +185,8 @@ def locomo_ratio(sample: int, seed: int = 1, path: Path = LOCOMO) -> dict[str, A
         prepared = [prepare_text(t) for t in dict.fromkeys(batch)]
         predicates = [p for p in dict.fromkeys(x.predicate for x in prepared) if p not in seen_p]
         content = [w for w in dict.fromkeys(w for x in prepared for w in _latin_content(x)) if w not in seen_w]
-        seen_p.update(predicates), seen_w.update(content)
+        seen_p.update(predicates)
+        seen_w.update(content)
         started = time.perf_counter()
         if predicates:
             sentences.embed(predicates)

@@ -480,10 +480,11 @@ def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.
 
 
 # The range of each feature `_bound_logit` does not compute: (low, high), the high end times `zh` where marked.
-_RANGES = {"substitution": (0.0, 1.0), "polarity": (0.0, 1.0), "modality": (0.0, 1.0), "relation": (0.0, 1.0),
-           "name": (0.0, 1.0), "align": (-1.0, 1.0), "unmatched": (0.0, 1.0), "zh_unmatched": (0.0, "zh"),
-           "shared": (0.0, 1.0), "slot_abbrev": (0.0, 1.0), "voice": (0.0, 1.0), "direction": (0.0, 1.0),
-           "lex_same": (0.0, 1.0), "lex_unexplained": (0.0, 1.0)}
+_RANGES: dict[str, tuple[float, float | str]] = {
+    "substitution": (0.0, 1.0), "polarity": (0.0, 1.0), "modality": (0.0, 1.0), "relation": (0.0, 1.0),
+    "name": (0.0, 1.0), "align": (-1.0, 1.0), "unmatched": (0.0, 1.0), "zh_unmatched": (0.0, "zh"),
+    "shared": (0.0, 1.0), "slot_abbrev": (0.0, 1.0), "voice": (0.0, 1.0), "direction": (0.0, 1.0),
+    "lex_same": (0.0, 1.0), "lex_unexplained": (0.0, 1.0)}
 
 
 _COSINE, _ZH, _ZH_COSINE = FEATURES.index("cosine"), FEATURES.index("zh"), FEATURES.index("zh_cosine")
@@ -518,7 +519,7 @@ def _bound_without_cosine(a: _Prepared, b: _Prepared, weights: np.ndarray, inter
             total += w * exact[name]
         else:
             low, high = _RANGES[name]
-            top = zh if high == "zh" else float(high)
+            top = zh if isinstance(high, str) else high
             total += max(w * low, w * top)
     return total, zh
 
