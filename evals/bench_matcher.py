@@ -201,16 +201,17 @@ def locomo_ratio(sample: int, seed: int = 1, path: Path = LOCOMO) -> dict[str, A
             "run_over_both_alone": round(run_s / (e5_s + minilm_s), 2)}
 
 
-def fast_share() -> dict[str, Any]:
-    """Scoring's share of a `--faults sweep:fast` run of the bundled suites (the CI gate's run), semantic matcher,
-    cold vector cache."""
+def fast_share(cache: Path | None = None) -> dict[str, Any]:
+    """Scoring's share of a `--faults sweep:fast` run of the bundled suites (the CI gate's run), semantic matcher;
+    the vector cache cold, or `cache/vectors.sqlite` (kept: a second run reads what the first encoded)."""
     from evals.runner import RunConfig, run_eval
 
     spent, undo = _timed_scoring()
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
         try:
-            run_eval(RunConfig(faults="sweep:fast", out=Path(tmp) / "run", progress=False, matcher="semantic"))
+            run_eval(RunConfig(faults="sweep:fast", out=Path(tmp) / "run", progress=False, matcher="semantic",
+                               cache_dir=cache / "responses.sqlite" if cache is not None else None))
         finally:
             undo()
         run_s = time.perf_counter() - started
@@ -224,13 +225,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--locomo", type=int, metavar="N", help="only: a LoCoMo replay of N sampled cases over "
                         "encoding its texts alone (issue 35)")
     parser.add_argument("--fast-share", action="store_true", help="only: scoring's share of a sweep:fast run")
+    parser.add_argument("--cache", type=Path, help="--fast-share: keep the vectors in this directory (run twice: warm)")
     args = parser.parse_args(argv)
     if args.locomo or args.fast_share:
         out: dict[str, Any] = {}
         if args.locomo:
             out["locomo"] = locomo_ratio(args.locomo)
         if args.fast_share:
-            out["sweep_fast"] = fast_share()
+            out["sweep_fast"] = fast_share(args.cache)
         print(json.dumps(out, indent=1))
         return 0
     through = throughput(args.repeat)
