@@ -131,7 +131,7 @@ def test_the_default_matcher_scores_a_run_end_to_end_and_keeps_its_vectors_besid
     with sqlite3.connect(vectors) as db:
         models = {m.split("@")[0]: n for m, n in db.execute("SELECT model, COUNT(*) FROM vectors GROUP BY model")}
     assert models.get("e5", 0) > 0 and models.get("minilm", 0) > 0
-    # the run scored again with the kept vectors (rescore with another matcher, then this one): the same metrics
+    # the same cases run again, their vectors already kept: the same metrics
     assert main(["run", "--dataset", "datasets/chat_en.jsonl", "--limit", "3", "--faults", "none",
                  "--embedder", "hash", "--out", str(tmp_path / "runs" / "again"), "--no-progress"]) == 0
     first = pd.read_parquet(out / "case_metrics.parquet")
