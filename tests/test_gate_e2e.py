@@ -28,6 +28,7 @@ def baseline(tmp_path_factory) -> Path:
     return _run(tmp_path_factory.mktemp("gate") / "baseline")
 
 
+@pytest.mark.ci_heavy  # the baseline fixture's full sweep and a run each (issue 35: run by `nox -s heavy`)
 def test_the_baseline_passes_its_own_gate(baseline, tmp_path):
     current = _run(tmp_path / "current")
     assert main(["gate", "--baseline", str(baseline), "--current", str(current)]) == 0
@@ -35,6 +36,7 @@ def test_the_baseline_passes_its_own_gate(baseline, tmp_path):
     assert all(case.find("failure") is None for case in cases)
 
 
+@pytest.mark.ci_heavy
 def test_planted_attribution_errors_fail_the_gate(baseline, tmp_path, monkeypatch, capsys):
     """A bug that files every named person's fact under the user."""
     import hymem.client as client_module
@@ -64,6 +66,7 @@ def _failed(run: Path) -> set[str]:
             if case.find("failure") is not None}
 
 
+@pytest.mark.ci_heavy
 def test_engine_errors_that_take_cases_out_of_the_metrics_fail_the_gate(baseline, tmp_path, monkeypatch, capsys):
     """A write that raises (instead of returning a failure) makes its case an infra error: its facts leave every
     rate, which can even rise. The gate fails on the infra errors and on the cases that dropped out."""
@@ -94,6 +97,7 @@ def test_a_fault_free_run_passes_its_own_gate_with_the_fault_rules_skipped(tmp_p
     assert not _failed(run)
 
 
+@pytest.mark.ci_heavy
 def test_gating_only_shared_cases_reproduces_the_reports_values_over_all_cases(baseline):
     """restrict() recomputes values from the per-case tables; over every case it must agree with metrics.parquet
     (rates and counts, pooled and per dataset), or a gate with --allow-different-inputs would read other numbers."""
@@ -105,6 +109,7 @@ def test_gating_only_shared_cases_reproduces_the_reports_values_over_all_cases(b
     assert set(merged["dataset"]) == {"all", "chat_en"}
 
 
+@pytest.mark.ci_heavy
 def test_a_bug_in_one_case_fails_the_case_by_case_check_of_the_deterministic_model(baseline, tmp_path, monkeypatch,
                                                                                      capsys):
     """The offline model repeats exactly, so a case made worse is the code's doing: here a profile update that loses

@@ -39,6 +39,7 @@ def test_a_mutant_whose_search_text_is_gone_fails_loudly(tmp_path):
 
 
 @pytest.mark.mutants
+@pytest.mark.ci_heavy  # a run and a gate per planted bug (issue 35: run by `nox -s heavy`)
 def test_planted_bugs_are_caught_by_a_run_and_the_gate(capsys):
     code = mutate.main(["--only", "tool-name-as-speaker", "--only", "request-id-written-twice",
                         "--cases", "en-012-tool-search-chef", "--faults", "none", "--embedder", "hash"])

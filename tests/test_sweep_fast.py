@@ -38,6 +38,7 @@ def _faults(run: Path) -> pd.DataFrame:
     return pd.read_parquet(run / "faults.parquet")
 
 
+@pytest.mark.ci_heavy  # the fixture's three sweep runs (issue 35: run by `nox -s heavy`)
 def test_fast_reaches_every_pair_the_full_sweep_reaches_in_at_most_two_units_of_distinct_cases(runs):
     sweep, fast = _faults(runs["sweep"]), _faults(runs["fast"])
     pairs = set(zip(sweep.site, sweep.kind, strict=True))
@@ -55,6 +56,7 @@ def test_fast_reaches_every_pair_the_full_sweep_reaches_in_at_most_two_units_of_
     assert manifest["faults"] == "sweep:fast" and manifest["verdict"] == "valid"
 
 
+@pytest.mark.ci_heavy
 def test_fast_keeps_the_sweeps_fault_free_figures(runs):
     figures = ["fact_f1", "fact_precision", "fact_recall", "subject_accuracy", "owner_accuracy", "no_memory_accuracy"]
     base, fast = (pd.read_parquet(runs[k] / "metrics.parquet").set_index(["dataset", "metric"]) for k in ("sweep", "fast"))
@@ -65,6 +67,7 @@ def test_fast_keeps_the_sweeps_fault_free_figures(runs):
     assert cases_sweep.n_memories.equals(cases_fast.n_memories.loc[cases_sweep.index])
 
 
+@pytest.mark.ci_heavy
 def test_the_designated_units_do_not_depend_on_concurrency(runs):
     key = ["case_id", "write", "site", "kind", "occurrence"]
     one, two = (_faults(runs[k])[key].sort_values(key).reset_index(drop=True) for k in ("fast1", "fast"))

@@ -65,6 +65,42 @@ def abbreviates(short: str, long_words: list[str]) -> bool:
     return False
 
 
+_LATIN = re.compile(r"[A-Za-z]")
+_CAMEL = re.compile(r"[A-Z][a-z]*|[a-z]+|\d+")
+
+
+@functools.lru_cache(maxsize=65536)
+def abbreviated_runs(short: str, words: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
+    """Every run `words[start:end]` of at most 12 Latin words (each opening with a letter) that `short`
+    abbreviates, ordered by start, then end: what testing `abbreviates` on each such run would find, with
+    the runs that cannot qualify skipped unasked. A run's first word must give `short` its first letter
+    unless that word can be skipped, and each word that cannot be skipped gives it at least one letter."""
+    s = re.sub(r"[.\-\s]", "", short.casefold())
+    if len(s) < 2 or not s.isalnum():
+        return ()
+    any_start = not s.rstrip("s")  # "ssss" is a prefix of every word: no first letter to require
+    latin = [bool(_LATIN.match(w)) for w in words]
+    found = []
+    for start, word in enumerate(words):
+        if not latin[start]:
+            continue
+        head = word.split("-")[0]
+        camel = _CAMEL.findall(head)
+        if (not any_start and word[0].casefold() != s[0] and head.casefold() not in SKIPPABLE
+                and not (camel and camel[0].casefold() in SKIPPABLE)):
+            continue
+        unskippable = 0
+        for end in range(start + 1, min(start + 12, len(words)) + 1):
+            if not latin[end - 1]:
+                break
+            unskippable += sum(p.casefold() not in SKIPPABLE for p in words[end - 1].split("-") if p)
+            if end - start >= 2 and unskippable > len(s):
+                break  # more words to spell than letters to spell them with, however long the run
+            if abbreviates(short, list(words[start:end])):
+                found.append((start, end))
+    return tuple(found)
+
+
 def name_abbreviates(short: str, long: str) -> bool:
     """`abbreviates` between two names as written ("MSc", "Master of Science"; "JS", "JavaScript")."""
     return " " not in short.strip() and abbreviates(short, long.split())
@@ -77,4 +113,4 @@ def zh_abbreviates(short: str, long: str) -> bool:
     return len(short) < len(long) and all(c in it for c in short)
 
 
-__all__ = ["SKIPPABLE", "abbreviates", "name_abbreviates", "zh_abbreviates"]
+__all__ = ["SKIPPABLE", "abbreviated_runs", "abbreviates", "name_abbreviates", "zh_abbreviates"]

@@ -27,7 +27,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from evals.scoring.abbreviations import abbreviates, zh_abbreviates
+from evals.scoring.abbreviations import abbreviated_runs, zh_abbreviates
 from evals.scoring.matcher import _EN_LIGHT, _stem
 from hymem.subjects import _EN_RELATION_WORDS, _ZH_PERSON, _ZH_RELATIONS
 
@@ -105,25 +105,19 @@ def chinese_words(predicate: str) -> tuple[str, ...]:
 
 def _explained(a: Words, b: Words, unmatched_a: set[int], unmatched_b: set[int]) -> tuple[set[int], set[int]]:
     """Remove from the unmatched tokens each abbreviation of one side and the words it abbreviates on
-    the other (English; Latin tokens inside Chinese too)."""
+    the other (English; Latin tokens inside Chinese too). Of the runs of Latin words an abbreviation could
+    stand for, the first (by start, then length) that still holds an unmatched word is taken."""
     ua, ub = set(unmatched_a), set(unmatched_b)
     for (x, ux), (y, uy) in (((a, ua), (b, ub)), ((b, ub), (a, ua))):
         for i in sorted(ux):
             short = x.raw[i]
             if not re.match(r"[A-Za-z0-9]", short):
                 continue
-            latin = [j for j in range(len(y.raw)) if re.match(r"[A-Za-z]", y.raw[j])]
-            for start in latin:
-                for end in range(start + 1, min(start + 12, len(y.raw)) + 1):  # NSPCC spells nine words
-                    if not all(re.match(r"[A-Za-z]", y.raw[j]) for j in range(start, end)):
-                        break
-                    if abbreviates(short, list(y.raw[start:end])) and any(j in uy for j in range(start, end)):
-                        ux.discard(i)
-                        uy.difference_update(range(start, end))
-                        break
-                else:
-                    continue
-                break
+            for start, end in abbreviated_runs(short, y.raw):
+                if any(j in uy for j in range(start, end)):
+                    ux.discard(i)
+                    uy.difference_update(range(start, end))
+                    break
     return ua, ub
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from evals.scoring.matcher import Matcher, TextMatcher
@@ -34,7 +35,8 @@ def default_spec() -> str:
 
 def make_matcher(spec: str | None = None, *, embedder: Any = None, **judge_options: Any) -> Matcher:
     """The matcher a spec names. `embedder`: an already loaded `minilm` embedder for `semantic` to share
-    (a run's own); `judge_options` reach the LLM judge (response cache, providers file)."""
+    (a run's own); `judge_options` reach the LLM judge (response cache, providers file); `semantic` keeps its
+    vectors in `vectors.sqlite` beside the response cache (`cache_file`), none when it is None."""
     spec = (spec or default_spec()).strip()
     if spec == "text":
         return TextMatcher()
@@ -42,9 +44,12 @@ def make_matcher(spec: str | None = None, *, embedder: Any = None, **judge_optio
         from evals.scoring.semantic import SemanticMatcher
 
         try:
-            return SemanticMatcher.load(embedder=embedder)
+            matcher = SemanticMatcher.load(embedder=embedder)
         except (ImportError, RuntimeError, OSError) as exc:
             raise MatcherSpecError(f"--matcher semantic: {exc}") from exc
+        cache_file = judge_options.get("cache_file")  # the vectors are kept beside the response cache
+        matcher.persist_vectors(Path(cache_file).with_name("vectors.sqlite") if cache_file is not None else None)
+        return matcher
     if spec.startswith("llm:") and spec[4:].strip():
         from evals.scoring.judge import JudgeMatcher
 

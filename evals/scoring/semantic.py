@@ -57,6 +57,7 @@ from evals.scoring.checks import (
 from evals.scoring.lexicon import gloss_overlap, knows, opposite, person, same_sense, verb_form
 from evals.scoring.matcher import Matcher, _dice, negated, units
 from evals.scoring.quantities import quantities, same_quantities
+from evals.scoring.vectors import VectorStore, embed_through
 from hymem.subjects import _EN_RELATIONS, _ZH_RELATIONS, EN_REPORTING, ZH_REPORTING, canonical_subject, split_subject
 
 PARAMS_FILE = Path(__file__).with_name("semantic_params.json")
@@ -478,6 +479,51 @@ def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.
                                      or _voice_swapped(a, b) or _voice_swapped(b, a)))
 
 
+# The range of each feature `_bound_logit` does not compute: (low, high), the high end times `zh` where marked.
+_RANGES: dict[str, tuple[float, float | str]] = {
+    "substitution": (0.0, 1.0), "polarity": (0.0, 1.0), "modality": (0.0, 1.0), "relation": (0.0, 1.0),
+    "name": (0.0, 1.0), "align": (-1.0, 1.0), "unmatched": (0.0, 1.0), "zh_unmatched": (0.0, "zh"),
+    "shared": (0.0, 1.0), "slot_abbrev": (0.0, 1.0), "voice": (0.0, 1.0), "direction": (0.0, 1.0),
+    "lex_same": (0.0, 1.0), "lex_unexplained": (0.0, 1.0)}
+
+
+_COSINE, _ZH, _ZH_COSINE = FEATURES.index("cosine"), FEATURES.index("zh"), FEATURES.index("zh_cosine")
+
+
+def _bound_logit(a: _Prepared, b: _Prepared, cosine: float, weights: np.ndarray, intercept: float) -> float:
+    """An upper bound on the regression's logit of a pair, from its cheap features (the cosine, the word and bigram
+    overlaps, time and quantities) and the range of the rest (where the predicates differ, the thesaurus, the
+    qualifier flags): when it is below the threshold's logit the pair is "not the same" whatever those say, and
+    the word alignment, the abbreviations and the thesaurus are never asked."""
+    rest, zh = _bound_without_cosine(a, b, weights, intercept)
+    return rest + _cosine_terms(cosine, zh, weights)
+
+
+def _cosine_terms(cosine: float, zh: float, weights: np.ndarray) -> float:
+    return float(weights[_COSINE] * cosine + weights[_ZH_COSINE] * (zh * cosine))
+
+
+def _bound_without_cosine(a: _Prepared, b: _Prepared, weights: np.ndarray, intercept: float) -> tuple[float, float]:
+    """`_bound_logit` but for the cosine's two terms (the cosine comes from each call's matrix), and the pair's `zh`."""
+    words = _dice(a.words, b.words, False, False) if (a.words or b.words) else float(a.predicate == b.predicate)
+    union = a.bigrams | b.bigrams
+    bigrams = len(a.bigrams & b.bigrams) / len(union) if union else 1.0
+    zh = float(a.zh or b.zh)
+    same_q = same_quantities(a.quantities, b.quantities)
+    exact = {"cosine": 0.0, "words": words, "bigrams": bigrams, "zh": zh, "zh_cosine": 0.0,
+             "zh_words": zh * words, "zh_bigrams": zh * bigrams, "time": float(a.periods != b.periods),
+             "number": float(not same_q), "quantities_agree": float(bool(a.quantities) and bool(b.quantities) and same_q)}
+    total = intercept
+    for name, w in zip(FEATURES, weights, strict=True):
+        if name in exact:
+            total += w * exact[name]
+        else:
+            low, high = _RANGES[name]
+            top = zh if isinstance(high, str) else high
+            total += max(w * low, w * top)
+    return total, zh
+
+
 class SemanticMatcher(Matcher):
     """MiniLM paraphrase similarity + explicit near-miss checks; parameters from `semantic_params.json`."""
 
@@ -497,7 +543,12 @@ class SemanticMatcher(Matcher):
         self._texts: dict[str, _Prepared] = {}
         self._vectors: dict[str, np.ndarray] = {}
         self._word_vectors: dict[str, np.ndarray] = {}
+        self._pairs: dict[tuple[str, str], tuple[np.ndarray, bool]] = {}  # (gold, pred) -> features, ruled out
+        self._bounded: dict[tuple[str, str], tuple[float, float]] = {}  # (gold, pred) -> `_bound_without_cosine`
+        t = params.threshold  # pairs whose logit bound is below this are "not the same" (`_bound_logit`)
+        self._logit_limit = float(np.log(t / (1 - t))) - 1e-6 if 0 < t < 1 else -np.inf
         self._cache_size = cache_size
+        self._store: VectorStore | None = None  # vectors kept across runs (`persist_vectors`)
         self._lock = threading.Lock()  # the tuning metric scores from several threads
 
     @classmethod
@@ -531,6 +582,16 @@ class SemanticMatcher(Matcher):
         """The held-out agreement `matcher fit` measured with these parameters (keyed by pairs hash)."""
         return self.params.heldout
 
+    def persist_vectors(self, path: Path | None) -> None:
+        """Keep the vectors this matcher encodes in `path` (`evals.scoring.vectors`) and read the ones stored
+        there before encoding; None keeps them in memory only (`--no-cache`)."""
+        with self._lock:
+            if self._store is not None and (path is None or self._store.path != path):
+                self._store.close()
+                self._store = None
+            if path is not None and self._store is None:
+                self._store = VectorStore(path)
+
     def prepare(self, gold: Sequence[str], pred: Sequence[str]) -> None:
         """Prepare every new text of a case, and embed all their predicates in one batch."""
         with self._lock:
@@ -543,12 +604,14 @@ class SemanticMatcher(Matcher):
             self._texts.clear()
             self._vectors.clear()
             self._word_vectors.clear()
+            self._pairs.clear()
+            self._bounded.clear()
         prepared = {t: prepare_text(t) for t in new}
         predicates = [p for p in dict.fromkeys(x.predicate for x in prepared.values()) if p not in self._vectors]
         words = [w for w in dict.fromkeys(w for x in prepared.values() for w in _latin_content(x))
                  if w not in self._word_vectors]
-        self._vectors.update(zip(predicates, _unit(self._sentence_embedder, predicates), strict=True))
-        self._word_vectors.update(zip(words, _unit(self._embedder, words), strict=True))
+        self._vectors.update(zip(predicates, _unit(self._sentence_embedder, predicates, self._store), strict=True))
+        self._word_vectors.update(zip(words, _unit(self._embedder, words, self._store), strict=True))
         self._texts.update(prepared)
 
     def probabilities(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
@@ -562,7 +625,16 @@ class SemanticMatcher(Matcher):
         return self.evaluate(gold, pred)[0]
 
     def evaluate(self, gold: Sequence[str], pred: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """The features [len(gold), len(pred), len(FEATURES)] and the role checks [len(gold), len(pred)]."""
+        """The features [len(gold), len(pred), len(FEATURES)] and the role checks [len(gold), len(pred)]; each
+        (gold, pred) pair of texts is computed once and kept (a run meets the same pairs in every provider,
+        epoch and faulted unit of a case)."""
+        out, ruled_out, _ = self._evaluate(gold, pred, bound=False)
+        return out, ruled_out
+
+    def _evaluate(self, gold: Sequence[str], pred: Sequence[str], bound: bool
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`evaluate`, and with `bound` the logit bound of each pair it decided (`_bound_logit`; NaN for the
+        others, whose features are computed; a decided pair's features are left zero)."""
         self.prepare(gold, pred)
         left = [self._texts[g] for g in gold]
         right = [self._texts[p] for p in pred]
@@ -571,15 +643,40 @@ class SemanticMatcher(Matcher):
         cosine = lv @ rv.T if left and right else np.zeros((len(left), len(right)))
         out = np.zeros((len(left), len(right), len(FEATURES)))
         ruled_out = np.zeros((len(left), len(right)), dtype=bool)
+        bounded = np.full((len(left), len(right)), np.nan)
+        if len(self._pairs) + len(self._bounded) + len(left) * len(right) > 4 * self._cache_size:
+            self._pairs.clear()
+            self._bounded.clear()
         for i, a in enumerate(left):
             for j, b in enumerate(right):
-                out[i, j], ruled_out[i, j] = _pair(a, b, float(cosine[i, j]), self._word_vectors)
-        return out, ruled_out
+                key = (gold[i], pred[j])
+                hit = self._pairs.get(key)
+                c = float(cosine[i, j])  # this call's: a float32 product's last bit depends on the matrix's shape
+                if hit is None and bound:
+                    rest = self._bounded.get(key)
+                    if rest is None:
+                        rest = self._bounded[key] = _bound_without_cosine(a, b, self._weights, self.params.intercept)
+                    limit = rest[0] + _cosine_terms(c, rest[1], self._weights)
+                    if limit < self._logit_limit:
+                        bounded[i, j] = limit
+                        continue
+                if hit is None:
+                    features, rule = _pair(a, b, c, self._word_vectors)
+                    hit = self._pairs[key] = (np.asarray(features, dtype=float), rule)
+                out[i, j], ruled_out[i, j] = hit
+                out[i, j, _COSINE], out[i, j, _ZH_COSINE] = c, out[i, j, _ZH] * c  # as `_pair` computes them
+        return out, ruled_out, bounded
 
     def scores(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
+        """`probabilities`, except that a pair the cheap features already put below the threshold
+        (`_bound_logit`) gets the bound's probability, below the threshold too: every decision is the same."""
         if not gold or not pred:
             return np.zeros((len(gold), len(pred)))
-        return self.probabilities(gold, pred)
+        x, ruled_out, bounded = self._evaluate(gold, pred, bound=True)
+        p = 1.0 / (1.0 + np.exp(-(x @ self._weights + self.params.intercept)))
+        p = np.where(ruled_out, 0.0, p) if self.params.role_checks else p
+        decided = ~np.isnan(bounded)
+        return np.where(decided, 1.0 / (1.0 + np.exp(-np.where(decided, bounded, 0.0))), p) if decided.any() else p
 
 
 def _make(name: str) -> Any:
@@ -591,10 +688,10 @@ def _make(name: str) -> Any:
         raise RuntimeError(str(exc)) from exc
 
 
-def _unit(embedder: Any, texts: list[str]) -> np.ndarray:
+def _unit(embedder: Any, texts: list[str], store: VectorStore | None = None) -> np.ndarray:
     if not texts:
         return np.zeros((0, 1), dtype=np.float32)
-    vectors = np.asarray(embedder.embed(texts), dtype=np.float32)
+    vectors = embed_through(store, embedder, texts)
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     return vectors / np.where(norms == 0, 1.0, norms)
 
