@@ -20,6 +20,7 @@ from evals.applied_ops import applied_op_anomalies
 from evals.checker import StoreState, check_faulted_write, closed_store_anomalies, superseded_by_problems
 from evals.dataset import Case
 from evals.faults import Fault, FaultPlan
+from evals.op_walk import walk_case
 from evals.prompt_contract import Said, check_candidates, check_prompts, read_messages, user_name
 from evals.record import Anomaly, AnomalyKind, CaseRun, Codes, FaultRecord, Finding, Witnessed, WriteRecord
 from evals.record._records import Check
@@ -270,6 +271,11 @@ class CaseReplayer:
             return
         findings += [Finding(kind=kind, check="reopen", witness=witness)
                      for kind, witness in reopen_anomalies(before, after, reopened, references)]
+        try:  # every op, a stale index of the same ids and the size limits, on a copy (`evals.op_walk`)
+            walked = engine_call(walk_case, system, store, tmp, self.case.id, user, case_writes(self.case))
+        except EngineRaised as exc:
+            walked = [("walk", AnomalyKind.ENGINE_EXCEPTION, f"the op walk on a copy of the store: {exc}")]
+        findings += [Finding(kind=kind, check=check, witness=witness) for check, kind, witness in walked]
 
     def _stranger(self, tmp: Path, store: Path, writes: list[tuple[str, Any]], records: list[WriteRecord],
                   findings: list[Finding]) -> None:
