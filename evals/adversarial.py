@@ -322,7 +322,7 @@ def _same_subject_anomalies(injected: dict[str, Any], user_id: str, before: Any,
         return [f"{f}={(row or {}).get(f)!r}" for f, v in want.items() if (row or {}).get(f) != v]
 
     live = target is not None and target.get("superseded_by") is None and target.get("deleted_at") is None
-    if live and old is not None and target.get("text") == old.get("text"):  # refused: the fact must be stored
+    if live and target is not None and old is not None and target.get("text") == old.get("text"):  # refused
         if injected["fact_text"] not in _live_texts(memories, user_id):
             return [(AnomalyKind.APPLIED_OP_WRONG, f"{head}: the target was kept but the fact is not stored")]
         return []

@@ -49,7 +49,7 @@ from hymem.validation import InputValidationError
 Found = tuple[str, AnomalyKind, str]  # (check, kind, witness)
 WALK_EXPERIENCE = ("When `make test` failed with \"No rule to make target 'test'\", the assistant ran the tests "
                    "with `pytest -q` instead.")
-_NOTHING = {"lm.extract": {"facts": [], "profile": {}}, "lm.extract_working": {"experiences": [], "facts": []},
+_NOTHING: dict[str, dict[str, Any]] = {"lm.extract": {"facts": [], "profile": {}}, "lm.extract_working": {"experiences": [], "facts": []},
             "lm.reconcile": {"ops": []}}
 
 
