@@ -43,7 +43,7 @@ def test_a_correct_engine_shows_nothing_in_the_walk_the_limits_or_the_applied_op
     assert kinds == {"same_subject_update", "same_subject_supersede"}
 
 
-def test_an_update_that_keeps_the_old_owner_is_caught(monkeypatch):
+def test_applied_op_wrong_when_an_update_keeps_the_old_owner(monkeypatch):
     real = WriteTx.update_memory
 
     def keeps_owner(self, memory_id, text, subject, owner, vector, request_id):  # the bug: the owner is not written
@@ -56,7 +56,7 @@ def test_an_update_that_keeps_the_old_owner_is_caught(monkeypatch):
     assert "UPDATE" in hits[0][1] and "the row holds owner='agent', the op owner='user'" in hits[0][1]
 
 
-def test_a_supersede_that_stores_kind_fact_is_caught(monkeypatch):
+def test_applied_op_wrong_when_a_supersede_stores_kind_fact(monkeypatch):
     real = WriteTx.add_memory
 
     def as_fact(self, user_id, text, subject, owner, kind, vector, request_id):  # the bug on the superseding row
@@ -69,7 +69,7 @@ def test_a_supersede_that_stores_kind_fact_is_caught(monkeypatch):
     assert any("SUPERSEDE" in w and "kind='fact'" in w and "kind='experience'" in w for _, w in hits)
 
 
-def test_an_update_that_keeps_the_old_vector_is_caught(monkeypatch):
+def test_applied_op_wrong_when_an_update_keeps_the_old_vector(monkeypatch):
     real = WriteTx.update_memory
 
     def old_vector(self, memory_id, text, subject, owner, vector, request_id):  # the bug: the row keeps its vector
@@ -94,7 +94,7 @@ class _Matches:
     __hash__ = object.__hash__
 
 
-def test_a_stale_index_of_the_same_ids_is_caught_on_reopen(monkeypatch):
+def test_reopen_diverged_when_a_stale_index_of_the_same_ids_is_served(monkeypatch):
     import json
 
     import hymem.store._store as store_module
@@ -114,7 +114,7 @@ def test_a_stale_index_of_the_same_ids_is_caught_on_reopen(monkeypatch):
     assert [check for check, w in hits if "an index file from before an in-place UPDATE" in w] == ["reopen"]
 
 
-def test_a_message_of_exactly_the_limit_refused_is_caught(monkeypatch):
+def test_size_limit_wrong_when_a_message_of_exactly_the_limit_is_refused(monkeypatch):
     import hymem.messages as messages_module
 
     real = messages_module.normalize_messages
@@ -129,7 +129,7 @@ def test_a_message_of_exactly_the_limit_refused_is_caught(monkeypatch):
     assert any("a chat write of exactly max_message_chars=32000 (1 messages) was refused" in w for _, w in hits)
 
 
-def test_a_write_over_the_limit_that_reaches_the_model_is_caught(monkeypatch):
+def test_size_limit_wrong_when_a_write_over_the_limit_reaches_the_model(monkeypatch):
     real = client_module.HyMemoryClient._memories
 
     def late_check(self, memories):  # the bug: the write limit counted after reconcile, i.e. not at all up front
