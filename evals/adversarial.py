@@ -10,6 +10,11 @@ the model's real reply to the real prompt and changes exactly one decision into 
   the engine applies the first and must refuse the second (it is added instead), so neither fact is lost,
   and the memory updated in place keeps its `created_at` and moves its `updated_at`. The offline model never
   UPDATEs (it supersedes), so this is also the sweep's only in-place update;
+- ``same_subject_update`` / ``same_subject_supersede`` (lm.reconcile): a new fact UPDATEs or SUPERSEDEs a
+  candidate of its own subject (one of another owner first, when the prompt offers one), an op the engine may
+  apply: the model rarely proposes either, so the rows an applied UPDATE or SUPERSEDE leaves (owner, kind, request
+  id, timestamps, vector) were never checked. What it leaves is checked op by op (`evals.applied_ops`), and here:
+  applied, the target holds (or is superseded by) the fact; refused, the target is kept and the fact added;
 - ``third_party_as_user`` (lm.extract, lm.extract_working): a named human's fact filed under the user (subject
   "user"): a friend in a chat, or a teammate on a coding trajectory;
 - ``third_party_as_assistant`` (lm.extract, lm.extract_working): a named human's fact filed under the AI (subject
@@ -37,7 +42,8 @@ from evals.subject_reading import canonical as canonical_subject
 from evals.subject_reading import read_subject as subject_of
 
 CROSS_SUBJECT_ADVERSARIAL = ("cross_subject_update", "cross_subject_supersede", "cross_subject_delete")
-RECONCILE_ADVERSARIAL = (*CROSS_SUBJECT_ADVERSARIAL, "double_update")
+SAME_SUBJECT_ADVERSARIAL = ("same_subject_update", "same_subject_supersede")
+RECONCILE_ADVERSARIAL = (*CROSS_SUBJECT_ADVERSARIAL, "double_update", *SAME_SUBJECT_ADVERSARIAL)
 THIRD_PARTY_ADVERSARIAL = ("third_party_as_user", "third_party_as_assistant")  # both paths: a fact, no profile
 EXTRACT_ADVERSARIAL = (*THIRD_PARTY_ADVERSARIAL, "profile_from_third_party", "profile_other_name")
 ADVERSARIAL_KINDS = (*RECONCILE_ADVERSARIAL, *EXTRACT_ADVERSARIAL)
@@ -84,6 +90,8 @@ def reconcile_reply(kind: str, prompt: str, reply: str) -> tuple[str, dict[str, 
         return None
     if kind == "double_update":
         return _double_update(facts, existing, decoded)
+    if kind in SAME_SUBJECT_ADVERSARIAL:
+        return _same_subject(kind.removeprefix("same_subject_").upper(), facts, existing, decoded)
     pairs = [(f, c) for f in facts for c in existing
              if isinstance(f, dict) and isinstance(c, dict) and _about(f) != _about(c)]
     if not pairs:
@@ -122,6 +130,25 @@ def _double_update(facts: list[Any], existing: list[Any], decoded: dict[str, Any
                     "target_subject": target.get("subject"), "fact_texts": [first.get("text"), second.get("text")]}
         return json.dumps({**decoded, "ops": ops}, ensure_ascii=False), injected
     return None
+
+
+def _same_subject(op: str, facts: list[Any], existing: list[Any], decoded: dict[str, Any]
+                  ) -> tuple[str, dict[str, Any]] | None:
+    """The reply with one new fact UPDATing or SUPERSEDing a candidate of the same subject (as the adversary reads
+    it) and another text: one of another owner first, else the most similar (the first listed). The ops on that
+    fact and that candidate are replaced. None when no such pair is offered."""
+    pairs = [(f, c) for f in facts for c in existing if isinstance(f, dict) and isinstance(c, dict)
+             and isinstance(f.get("index"), int) and _about(f) == _about(c) and f.get("text") != c.get("text")]
+    if not pairs:
+        return None
+    fact, target = next((p for p in pairs if p[0].get("owner") != p[1].get("owner")), pairs[0])
+    ops = [o for o in decoded.get("ops") or [] if isinstance(o, dict) and o.get("id") != target["id"]
+           and o.get("fact") != fact["index"]]
+    ops.append({"op": op, "fact": fact["index"], "id": target["id"]})
+    injected = {"op": op, "fact_text": fact.get("text"), "fact_subject": fact.get("subject"),
+                "fact_owner": fact.get("owner"), "target_id": target["id"], "target_text": target.get("text"),
+                "target_subject": target.get("subject"), "target_owner": target.get("owner")}
+    return json.dumps({**decoded, "ops": ops}, ensure_ascii=False), injected
 
 
 def _speakers(prompt: str) -> tuple[dict[str, list[str]], list[str]]:
@@ -219,6 +246,8 @@ def adversarial_anomalies(kind: str, injected: dict[str, Any], user_id: str, bef
     memories = {row["id"]: row for row in after.tables.get("memories", [])}
     if kind == "double_update":
         found += _double_update_anomalies(injected, user_id, before, memories)
+    elif kind in SAME_SUBJECT_ADVERSARIAL:
+        found += _same_subject_anomalies(injected, user_id, before, memories)
     elif kind in CROSS_SUBJECT_ADVERSARIAL:
         target = memories.get(injected["target_id"])
         kept = target is not None and target.get("superseded_by") is None and target.get("deleted_at") is None \
@@ -277,6 +306,47 @@ def _live_texts(memories: dict[Any, dict[str, Any]], user_id: str) -> set[Any]:
             and row.get("superseded_by") is None and row.get("deleted_at") is None}
 
 
+def _same_subject_anomalies(injected: dict[str, Any], user_id: str, before: Any, memories: dict[Any, dict[str, Any]]
+                            ) -> list[Witnessed]:
+    """A same-subject UPDATE or SUPERSEDE is applied (the target holds the fact, or is superseded by a live memory
+    that does, with the fact's subject and owner) or refused (the target kept, the fact added); never anything else.
+    An applied UPDATE keeps the target's created_at and moves its updated_at."""
+    op, target_id = injected["op"], injected["target_id"]
+    target = memories.get(target_id)
+    old = next((row for row in before.tables.get("memories", []) if row.get("id") == target_id), None)
+    head = (f"{op} of memory {target_id} ({injected['target_text']!r}, {injected['target_subject']}/"
+            f"{injected['target_owner']}) by the fact {injected['fact_text']!r} ({injected['fact_subject']}/"
+            f"{injected['fact_owner']})")
+    want = {"text": injected["fact_text"], "subject": injected["fact_subject"], "owner": injected["fact_owner"]}
+
+    def holds(row: dict[str, Any] | None) -> list[str]:
+        return [f"{f}={(row or {}).get(f)!r}" for f, v in want.items() if (row or {}).get(f) != v]
+
+    live = target is not None and target.get("superseded_by") is None and target.get("deleted_at") is None
+    if live and target is not None and old is not None and target.get("text") == old.get("text"):  # refused
+        if injected["fact_text"] not in _live_texts(memories, user_id):
+            return [(AnomalyKind.APPLIED_OP_WRONG, f"{head}: the target was kept but the fact is not stored")]
+        return []
+    if op == "UPDATE":
+        if not live:
+            return [(AnomalyKind.UPDATE_WRONG, f"{head}: the memory is no longer live after it: {target}")]
+        assert target is not None
+        wrong = holds(target)
+        if old is not None and (target.get("created_at") != old.get("created_at")
+                                or not (target.get("updated_at") or 0) > (old.get("updated_at") or 0)):
+            wrong.append(f"created_at {old.get('created_at')} -> {target.get('created_at')}, updated_at "
+                         f"{old.get('updated_at')} -> {target.get('updated_at')}")
+        return [(AnomalyKind.UPDATE_WRONG, f"{head}: applied in place, the memory has " + "; ".join(wrong))] \
+            if wrong else []
+    new = memories.get(target.get("superseded_by")) if target is not None else None
+    if new is None or new.get("superseded_by") is not None or new.get("deleted_at") is not None:
+        return [(AnomalyKind.APPLIED_OP_WRONG, f"{head}: the target is neither kept nor superseded by a live "
+                 f"memory: {target}")]
+    wrong = holds(new)
+    return [(AnomalyKind.APPLIED_OP_WRONG, f"{head}: the memory superseding it ({new.get('id')}) has "
+             + "; ".join(wrong))] if wrong else []
+
+
 def _double_update_anomalies(injected: dict[str, Any], user_id: str, before: Any, memories: dict[Any, dict[str, Any]]
                              ) -> list[Witnessed]:
     """Both facts of a double UPDATE live after the write; the memory updated in place keeps its created_at and
@@ -300,5 +370,6 @@ def _double_update_anomalies(injected: dict[str, Any], user_id: str, before: Any
 
 
 __all__ = ["ADVERSARIAL_KINDS", "CROSS_SUBJECT_ADVERSARIAL", "EXTRACT_ADVERSARIAL", "RECONCILE_ADVERSARIAL",
+           "SAME_SUBJECT_ADVERSARIAL",
            "THIRD_PARTY_ADVERSARIAL",
            "adversarial_anomalies", "adversarial_reply", "subject_class"]

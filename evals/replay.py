@@ -16,6 +16,7 @@ from typing import Any
 
 from evals.accounting import AttemptLog
 from evals.adversarial import ADVERSARIAL_KINDS, adversarial_anomalies
+from evals.applied_ops import applied_op_anomalies
 from evals.checker import (
     StoreState,
     canonical,
@@ -30,6 +31,7 @@ from evals.checker import (
 from evals.dataset import Case
 from evals.faults import Expected, Fault, FaultPlan
 from evals.natural import broken_replies, codes_consistent, expected_codes, reached_provider, why_failed
+from evals.op_walk import walk_case
 from evals.prompt_contract import Said, check_candidates, check_prompts, read_messages, user_name
 from evals.record import (
     Anomaly,
@@ -108,6 +110,7 @@ class CaseReplayer:
         self.log = AttemptLog(provider, case.id)
         self._prompts: dict[int, list[dict[str, str]]] = {}  # control write → its model calls (and replies)
         self._stated: dict[str, str] = {}  # profile field -> the value the user stated last (control writes)
+        self._settled: tuple[int, StoreState] | None = None  # (write, the store's state once its checks were done)
         self.system = system(case, self.log) if system is not None else HymemSystem(
             case, lm_factory, embedder, plan, self.program, accounting=accounting, cache=cache, log=self.log,
             epoch=epoch)
@@ -215,6 +218,8 @@ class CaseReplayer:
                              for kind, witness in profile_kept(payload, prompts, profile, self._stated)]
                 self._stated.update(stated_profile(payload, prompts))
             before = system.snapshot(store)
+            findings += [Finding(kind=kind, check="ops", write=index, path=path, witness=witness)
+                         for kind, witness in self._applied_ops(index, record, before)]
             self.log.context = {"write": index, "unit": "replay"}
             again = engine_call(system.write, path, payload, user, record.request_id)
             after = system.snapshot(store)
@@ -236,11 +241,20 @@ class CaseReplayer:
                                  witness=witness) for witness in superseded_by_problems(after) if witness not in seen]
             findings += [Finding(kind=kind, check="reads", write=index, path=path, witness=witness)
                          for kind, witness in self._reads(after)]
+            self._settled = (index, after)
             return after
         except EngineRaised as exc:
             findings.append(Finding(kind=AnomalyKind.ENGINE_EXCEPTION, check="replay", write=index, path=path,
                                     witness=f"after write {index}: {exc}"))
             return None
+
+    def _applied_ops(self, index: int, record: WriteRecord, after: StoreState) -> list[Witnessed]:
+        """Each op the write reports, against the row it left and the op proposed (`evals.applied_ops`); the state
+        before it is the one the previous write's checks settled on (an empty store before the first write)."""
+        before = (StoreState(tables={"memories": []}, faiss={}) if index == 0 else
+                  self._settled[1] if self._settled is not None and self._settled[0] == index - 1 else None)
+        return applied_op_anomalies(record.ops, record.proposed_ops, record.proposed_facts, before, after,
+                                    self.case.user_id, record.request_id, f"write {index}")
 
     def _reads(self, state: StoreState) -> list[Witnessed]:
         """get_all() and searches on the open store, whose state is `state`, checked against its live rows: k = every
@@ -293,6 +307,11 @@ class CaseReplayer:
             return
         findings += [Finding(kind=kind, check="reopen", witness=witness)
                      for kind, witness in reopen_anomalies(before, after, reopened, references)]
+        try:  # every op, a stale index of the same ids and the size limits, on a copy (`evals.op_walk`)
+            walked = engine_call(walk_case, system, store, tmp, self.case.id, user, case_writes(self.case))
+        except EngineRaised as exc:
+            walked = [("walk", AnomalyKind.ENGINE_EXCEPTION, f"the op walk on a copy of the store: {exc}")]
+        findings += [Finding(kind=kind, check=check, witness=witness) for check, kind, witness in walked]
 
     def _stranger(self, tmp: Path, store: Path, writes: list[tuple[str, Any]], records: list[WriteRecord],
                   findings: list[Finding]) -> None:
@@ -494,6 +513,7 @@ class CaseReplayer:
             return None
         findings += [Finding(kind=kind, check="natural", write=index, path=path, witness=witness)
                      for kind, witness in dict.fromkeys(found)]
+        self._settled = (index, after)  # the next write's ops are checked from the store as it was
         return after
 
     @property
@@ -590,6 +610,10 @@ class CaseReplayer:
                 record.anomalies += _anomalies(adversarial_anomalies(fault.kind, faulted.injected, self.case.user_id,
                                                                      before, after))
                 record.injected = faulted.injected
+            if faulted.success:  # each op it reports, against the rows it left (`evals.applied_ops`)
+                record.anomalies += _anomalies(applied_op_anomalies(faulted.ops, faulted.proposed_ops,
+                                                                    faulted.proposed_facts, before, after,
+                                                                    self.case.user_id, rid, "faulted write"))
             record.anomalies += _anomalies(reopen + prompt_findings(path, payload, faulted, "faulted write"))
             if retry is not None:
                 record.anomalies += _anomalies(prompt_findings(path, payload, retry, "retry"))

@@ -817,8 +817,10 @@ def test_update_wrong_when_an_update_stamps_created_at(monkeypatch):
 
     monkeypatch.setattr(WriteTx, "update_memory", stamps_created)
     found = witnesses(replay(TWO_FACTS), AnomalyKind.UPDATE_WRONG)
-    assert len(found) == 1 and found[0][:2] == ("lm.reconcile", "double_update")
-    assert found[0][2].startswith("memory 1 updated in place to 'The user lives in Berlin.': created_at ")
+    # the double UPDATE's first op, and the sweep's same-subject UPDATE (evals.adversarial), both update in place
+    assert sorted(f[:2] for f in found) == [("lm.reconcile", "double_update"), ("lm.reconcile", "same_subject_update")]
+    double = next(w for _, kind, w in found if kind == "double_update")
+    assert double.startswith("memory 1 updated in place to 'The user lives in Berlin.': created_at ")
 
 
 def test_profile_update_lost_when_the_models_name_wins_over_the_user_message(monkeypatch):

@@ -16,10 +16,10 @@ from evals.record._version import SCHEMA_VERSION
 
 Outcome = Literal["ok", "wrong", "indeterminate", "infra_error"]  # of one faulted run
 Status = Literal["ok", "infra_error"]  # of one unit
-Unit = Literal["control", "fault", "retry", "repeat", "replay", "concurrency", "stranger", "subjectless",
-              "natural"]  # which run of a write an attempt belongs to
+Unit = Literal["control", "fault", "retry", "repeat", "replay", "concurrency", "stranger", "subjectless", "walk",
+               "limits", "natural"]  # which run of a write an attempt belongs to
 Check = Literal["control", "prompt", "history", "replay", "reopen", "concurrency", "profile", "stranger", "reads",
-                "subjectless", "natural"]  # a Finding's check
+                "subjectless", "ops", "walk", "limits", "natural"]  # a Finding's check
 # Why a fault-free write failed, as the harness reads the model's replies (evals.natural): the model's causes,
 # or `engine` (every reply valid: the engine failed on its own, CONTROL_WRITE_FAILED).
 Cause = Literal["parse", "empty", "schema", "refused", "unavailable", "engine"]
@@ -62,6 +62,8 @@ class AnomalyKind(StrEnum):
     UPDATE_WRONG = "UPDATE_WRONG"  # an in-place UPDATE lost a fact (a second op on one memory) or its timestamps
     READ_WRONG = "READ_WRONG"  # get_all()/search() disagree with the live rows: missing, extra, not best first, over k
     SUBJECTLESS_MISFILED = "SUBJECTLESS_MISFILED"  # a memory sent without a subject was not filed by the subject rule
+    APPLIED_OP_WRONG = "APPLIED_OP_WRONG"  # a reported op's row lacks the op's fields, or it is not the op proposed
+    SIZE_LIMIT_WRONG = "SIZE_LIMIT_WRONG"  # a write over a size limit was not refused before any call, or one at it was
 
 
 # Which anomaly kinds break each property of a faulted write.
