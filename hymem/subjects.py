@@ -256,6 +256,8 @@ def split_subject(text: str, participants: Iterable[str] = (), user_name: str | 
     is part of one of them ("Siobhán" of "Siobhán O'Brien") is that person."""
     stripped = _clean(text)
     names = [n for n in participants if n and n.strip()]
+    if user_name and user_name.strip() and any(_fold(n) == _fold(user_name) for n in names):
+        user_name = None  # a named human shares the user's name: the name is theirs (the user's facts read "The user")
     if user_name and user_name.strip():
         names.append(user_name)
     if names:

@@ -57,3 +57,13 @@ def test_a_fact_the_model_filed_under_the_user_is_the_named_speakers(speaker, te
     facts = extracted_facts(outputs, msgs, ("facts", "fact"))
     assert [f.subject for f in facts] == [speaker, "user", speaker]
     assert [f.owner for f in facts] == ["user", "user", "user"]
+
+
+def test_a_named_human_who_shares_the_users_name_owns_a_sentence_that_opens_with_it():
+    # The user's own facts read "The user ..." (spec 3), so "Tim likes jazz." with a second Tim speaking is theirs:
+    # the sweep's third_party_as_user / _as_assistant replies on en-044 and zh-027 were kept misfiled without this.
+    from hymem.subjects import subject_of
+
+    assert subject_of("Tim likes jazz.", ["Tim"], "Tim") == "Tim"
+    assert subject_of("小明喜欢钓鱼。", ["小明"], "小明") == "小明"
+    assert subject_of("Tim likes jazz.", ["John"], "Tim") == "user"
