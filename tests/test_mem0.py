@@ -141,8 +141,12 @@ def test_without_mem0ai_the_run_stops_with_one_line_naming_the_extra(tmp_path, m
 
 @needs_mem0
 def test_a_tuned_program_with_no_hymem_arm_to_use_it_is_refused_in_one_line(tmp_path, capsys):
+    from hymem.program import MemoryProgram
+
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps(TWO_FACTS) + "\n", encoding="utf-8")
+    (tmp_path / "tuned").mkdir()
+    MemoryProgram().save(str(tmp_path / "tuned" / "program.json"))  # a real program: the arm is what is refused
     code = main(["run", "--system", "mem0", "--program", str(tmp_path / "tuned"), "--dataset", str(data),
                  "--embedder", "hash", "--faults", "none", "--out", str(tmp_path / "o"), "--no-progress"])
     assert code == 2
