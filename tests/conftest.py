@@ -75,3 +75,15 @@ def canonical_state(path: Path) -> dict:
 @pytest.fixture
 def store_dir(tmp_path: Path) -> Path:
     return tmp_path / "store"
+
+
+# Two small chat cases (a named user's two facts in one write; an unnamed user's over two writes): what the CLI
+# tests of secrets, overwrites and the redaction point run on.
+TWO_CASES = [
+    {"id": "a", "lang": "en", "user_id": "tim",
+     "turns": [[{"role": "user", "name": "Tim", "content": "I moved to Berlin. I work at Stripe."}]],
+     "expect": {"facts": [{"text": "The user lives in Berlin."}, {"text": "The user works at Stripe."}]}},
+    {"id": "b", "lang": "en", "user_id": "ann",
+     "turns": [[{"role": "user", "content": "I am a nurse."}], [{"role": "user", "content": "I like tea."}]],
+     "expect": {"facts": [{"text": "The user is a nurse."}, {"text": "The user likes tea."}]}},
+]

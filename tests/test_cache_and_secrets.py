@@ -11,20 +11,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import TWO_CASES
 
 from evals.cli import main
 from evals.redact import redact_text, register_secret
 from evals.runner import RunConfig, run_eval
 from evals.serve import start_server
 
-CASES = [
-    {"id": "a", "lang": "en", "user_id": "tim",
-     "turns": [[{"role": "user", "name": "Tim", "content": "I moved to Berlin. I work at Stripe."}]],
-     "expect": {"facts": [{"text": "The user lives in Berlin."}, {"text": "The user works at Stripe."}]}},
-    {"id": "b", "lang": "en", "user_id": "ann",
-     "turns": [[{"role": "user", "content": "I am a nurse."}], [{"role": "user", "content": "I like tea."}]],
-     "expect": {"facts": [{"text": "The user is a nurse."}, {"text": "The user likes tea."}]}},
-]
+CASES = TWO_CASES
 
 
 class _EchoKey401(BaseHTTPRequestHandler):

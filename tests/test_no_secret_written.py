@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import TWO_CASES
 
 from evals.cli import main
 from evals.serve import start_server
@@ -26,14 +27,7 @@ QUERY_KEY = "QUERYSECRET-4q4q4q"  # http://host/v1?key=…
 BASIC = base64.b64encode(f"{URL_USER}:{URL_PASS}".encode()).decode()  # the Basic header a client makes of the URL
 SECRETS = (LM_KEY, FILE_KEY, URL_PASS, QUERY_KEY, BASIC)
 
-CASES = [
-    {"id": "a", "lang": "en", "user_id": "tim",
-     "turns": [[{"role": "user", "name": "Tim", "content": "I moved to Berlin. I work at Stripe."}]],
-     "expect": {"facts": [{"text": "The user lives in Berlin."}, {"text": "The user works at Stripe."}]}},
-    {"id": "b", "lang": "en", "user_id": "ann",
-     "turns": [[{"role": "user", "content": "I am a nurse."}], [{"role": "user", "content": "I like tea."}]],
-     "expect": {"facts": [{"text": "The user is a nurse."}, {"text": "The user likes tea."}]}},
-]
+CASES = TWO_CASES
 PAIRS = [{"id": f"p{i}", "lang": "en", "category": "c", "gold": {"text": g, "subject": "user"},
           "pred": {"text": p, "subject": "user"}, "same": g == p}
          for i, (g, p) in enumerate([("The user lives in Berlin.", "The user lives in Berlin."),
