@@ -366,7 +366,7 @@ def verdict_and_reasons(loaded: LoadedRun) -> tuple[str, list[str]]:
 
 def coverage_lines(loaded: LoadedRun) -> list[dict[str, Any]]:
     coverage = loaded.run.table("coverage")
-    if coverage is None or coverage.empty:
+    if coverage is None or coverage.empty or loaded.manifest.faults == "none":  # no fault planned: nothing to reach
         return []
     out = []
     for provider in dict.fromkeys(coverage["provider"]):
