@@ -42,6 +42,8 @@ _FENCE = re.compile(r"^\s*```(?:json|JSON)?\s*\n(.*)\n\s*```\s*$", re.DOTALL)
 _REFUSAL = re.compile(r"(?i)\b(?:i(?:'| a)?m sorry|sorry,|i can(?:not|'t|’t)|i am unable|i'm unable|i won(?:'|’)t|"
                       r"as an ai\b|i (?:must|have to) decline)|抱歉|对不起|无法(?:提供|完成|帮助)|不能(?:提供|帮助)")
 _OK_STATUSES = ("ok", "empty_content")
+# DSPy's error for an HTTP 200 whose body is not JSON: "the reply (HTTP 200, text/html, 52 bytes) is not JSON"
+_HTTP_200_BODY = re.compile(r"\(HTTP 200\b[^)]*?\b(\d+) bytes\)")
 
 
 class _Strict(BaseModel):
@@ -195,7 +197,7 @@ def why_failed(prompts: Sequence[dict[str, str]], attempts: Sequence[Attempt]) -
     that breaks the contract, else `engine` (every reply valid: the engine failed on its own)."""
     failed = _failed_call(attempts)
     if failed is not None:
-        return Reading(site=failed.site, cause="unavailable",
+        return Reading(site=failed.site, cause=_attempt_cause(failed),
                        detail=redact_text(f"{failed.status}: {failed.error or ''}")[:EXCERPT_CHARS])
     for call in prompts:
         if "reply" not in call:  # the call raised before a reply came back (a model without attempt rows)
@@ -225,12 +227,23 @@ def _failed_call(attempts: Sequence[Attempt]) -> Attempt | None:
     return failed[-1] if failed else None
 
 
+def _attempt_cause(attempt: Attempt) -> Cause:
+    """A failed attempt's cause: an HTTP 200 whose body is empty or not JSON is a broken reply (`empty`, `parse`),
+    as the failure table classes it; any other provider error (5xx, 429, timeout, a dropped connection) is
+    `unavailable`."""
+    body = _HTTP_200_BODY.search(attempt.error or "")
+    if body is None:
+        return "unavailable"
+    return "empty" if body.group(1) == "0" else "parse"
+
+
 def reached_provider(attempts: Sequence[Attempt], site: str) -> bool:
-    """Some call of the unit to the provider behind `site` (the model, or the embedder) got an answer (a reply, or an
-    empty one): it can be reached, so its failure on this write is the provider's doing, not an infra error."""
+    """Some call of the unit to the provider behind `site` (the model, or the embedder) got an answer (a reply, an
+    empty one, or an HTTP 200 with a broken body): it can be reached, so its failure on this write is the
+    provider's doing, not an infra error."""
     embedder = site.startswith("embed")
-    return any((a.cache_hit or a.status in _OK_STATUSES) and a.site.startswith("embed") == embedder
-               for a in attempts)
+    return any((a.cache_hit or a.status in _OK_STATUSES or _HTTP_200_BODY.search(a.error or ""))
+               and a.site.startswith("embed") == embedder for a in attempts)
 
 
 def expected_codes(reading: Reading) -> Expected | None:

@@ -280,3 +280,21 @@ def test_a_model_that_stops_answering_mid_case_is_a_natural_failure_but_one_neve
     assert reading.cause == "unavailable" and reading.site == "lm.reconcile" and "503" in reading.detail
     assert reached_provider([ok, down], "lm.reconcile")  # the model answered before: its failure is measured
     assert not reached_provider([embedded, down], "lm.reconcile")  # only the embedder ever answered
+
+
+@pytest.mark.parametrize("kind, cause, code", [("non_json_body", "parse", "JSON_PARSE_FAILED"),
+                                               ("empty_body", "empty", "EMPTY_RESPONSE")])
+def test_an_http_200_whose_body_is_broken_is_a_broken_reply_not_an_unavailable_provider(dataset, tmp_path, capsys,
+                                                                                        kind, cause, code):
+    # The second call's body is not an OpenAI reply at all: DSPy raises, and the failure table calls it a parse
+    # (or empty) failure, so the engine's JSON_PARSE_FAILED (EMPTY_RESPONSE) is right, not a wrong code.
+    with start_server() as server, start_proxy(server.url, f"seq:ok,{kind}", seed=0) as proxy:
+        code_ = main(["run", "--dataset", str(dataset), "--embedder", "hash", "--no-progress", "--faults", "none",
+                      "--matcher", "text", "--no-cache", "--lm", f"openai/offline@{proxy.url}",
+                      "--out", str(tmp_path / "r")])
+    assert code_ == 0
+    failures = pd.read_parquet(tmp_path / "r" / "write_failures.parquet")
+    row = failures.iloc[0]
+    assert failures.cause.tolist() == [cause]
+    assert code in (row.actual_error_code, row.actual_reconcile_error_code)  # at whichever call the proxy broke
+    assert (failures.n_anomalies == 0).all() and "verdict: valid" in capsys.readouterr().out
