@@ -340,7 +340,8 @@ def walk_case(system: Any, store: Path, tmp: Path, case_id: str, user_id: str, w
     payloads: dict[str, Any] = {}
     for path, payload in writes:
         payloads.setdefault(path, payload)
-    return OpWalk(embedder, store, tmp, case_id, user_id, list(payloads), payloads, system.without_index).run()
+    with dspy.context(trace=None):  # as the replay's own writes (`do_write`): nothing appended to DSPy's trace
+        return OpWalk(embedder, store, tmp, case_id, user_id, list(payloads), payloads, system.without_index).run()
 
 
 __all__ = ["OpWalk", "walk_case"]
