@@ -23,16 +23,6 @@ from evals.prompt_contract import section_json
 from evals.record import Attempt, Cause
 from evals.redact import redact_text
 
-# The model's causes, in the order the report lists them; `engine` (valid replies, failed write) is the engine's.
-MODEL_CAUSES: tuple[str, ...] = ("parse", "empty", "schema", "refused", "unavailable")
-CAUSE_MEANING = {
-    "parse": "the reply is not one strict JSON object (prose, a schema echo, truncated JSON, two objects)",
-    "empty": "the reply's content was empty or null",
-    "schema": "a JSON object that breaks the output contract: a field missing, null or mistyped, an unknown op "
-              "or owner, or an op naming a memory id or fact index the prompt did not offer",
-    "refused": "the model declined in prose instead of answering",
-    "unavailable": "the provider kept failing (5xx, 429, timeout, dropped connection) after its retries",
-}
 # Each cause's failure class in the failure table (evals.faults): which codes the engine must return.
 FAILURE_CLASS = {"parse": "parse", "empty": "empty", "schema": "parse", "refused": "parse",
                  "unavailable": "unavailable"}
@@ -259,5 +249,5 @@ def codes_consistent(expected: Expected, actual: dict[str, Any]) -> bool:
     return {k: actual.get(k) for k in want} == want
 
 
-__all__ = ["CAUSE_MEANING", "MEM0_EXTRACT", "MODEL_CAUSES", "Cause", "Reading", "broken_replies", "codes_consistent",
+__all__ = ["MEM0_EXTRACT", "Cause", "Reading", "broken_replies", "codes_consistent",
            "excerpt_of", "expected_codes", "read_reply", "reached_provider", "why_failed"]
