@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from evals.proxy import start_proxy
 from evals.record import AnomalyKind, CaseRun
 from evals.replay import CaseReplayer
 from evals.scoring import TextMatcher, attribution_metrics
-from evals.serve import start_server
+from evals.serve import JSONHandler, start_server
 from hymem.embedder import HashEmbedder
 from hymem.offline._engine import MODEL, OfflineEngine
 from hymem.sites import current_call_site
@@ -198,23 +198,15 @@ def test_a_sweep_faults_a_naturally_failed_write_only_where_it_reached_and_finds
 # --------------------------------------------------------------------------- over real HTTP, through the CLI
 
 
-class _Prose(BaseHTTPRequestHandler):
+class _Prose(JSONHandler):
     """An OpenAI-compatible endpoint whose model never follows the output format."""
 
     def do_POST(self) -> None:  # noqa: N802
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        body = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "prose",
-                           "choices": [{"index": 0, "finish_reason": "stop",
-                                        "message": {"role": "assistant", "content": PROSE}}],
-                           "usage": {"prompt_tokens": 10, "completion_tokens": 12, "total_tokens": 22}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+        self.send_bytes(200, json.dumps({
+            "id": "x", "object": "chat.completion", "created": 0, "model": "prose",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": PROSE}}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 12, "total_tokens": 22}}).encode())
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import base64
 import json
 import threading
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -17,7 +17,7 @@ import pytest
 from conftest import TWO_CASES
 
 from evals.cli import main
-from evals.serve import start_server
+from evals.serve import JSONHandler, start_server
 from hymem.sites import SITE_HEADER
 
 LM_KEY = "xq-lm-SECRET-7f3a9c"  # OPENAI_API_KEY: the LM's, the embedder's and the judge's; not shaped like sk-…
@@ -41,7 +41,7 @@ def _echo_server(offline_url: str):
     counts = {"chat": 0, "embed": 0}
     lock = threading.Lock()
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JSONHandler):  # evals.serve's JSON replies (send_bytes)
         def do_POST(self) -> None:  # noqa: N802 (the base class's name)
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             route = "embed" if "/embeddings" in self.path else "chat"
@@ -68,14 +68,7 @@ def _echo_server(offline_url: str):
                                              "code": "invalid_api_key"}}).encode())
 
         def _send(self, status: int, data: bytes) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args) -> None:
-            pass
+            self.send_bytes(status, data)
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
@@ -97,16 +90,20 @@ def _leaks(root: Path, inputs: set[Path]) -> list[tuple[str, str]]:
 
 
 @pytest.mark.slow
+def _inputs(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """The dataset, the dev split and the labelled pairs the subcommands read."""
+    dataset, dev, pairs = tmp_path / "d.jsonl", tmp_path / "dev.jsonl", tmp_path / "pairs.jsonl"
+    dataset.write_text("".join(json.dumps(c) + "\n" for c in CASES), encoding="utf-8")
+    dev.write_text(json.dumps(CASES[1]) + "\n", encoding="utf-8")
+    pairs.write_text("".join(json.dumps(p) + "\n" for p in PAIRS), encoding="utf-8")
+    return dataset, dev, pairs
+
+
 def test_no_planted_key_reaches_any_file_or_the_terminal_of_any_subcommand(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("OPENAI_API_KEY", LM_KEY)
     monkeypatch.setenv("HYMEM_LEAKTEST_CRED", FILE_KEY)
     monkeypatch.chdir(tmp_path)
-    dataset = tmp_path / "d.jsonl"
-    dataset.write_text("".join(json.dumps(c) + "\n" for c in CASES), encoding="utf-8")
-    dev = tmp_path / "dev.jsonl"
-    dev.write_text(json.dumps(CASES[1]) + "\n", encoding="utf-8")
-    pairs = tmp_path / "pairs.jsonl"
-    pairs.write_text("".join(json.dumps(p) + "\n" for p in PAIRS), encoding="utf-8")
+    dataset, dev, pairs = _inputs(tmp_path)
     with start_server() as offline:
         httpd, counts = _echo_server(offline.url)
         try:
@@ -167,12 +164,7 @@ def test_tune_and_matcher_eval_keep_the_echoed_errors_without_the_key(tmp_path, 
     """The two writers that wrote keys verbatim (tune_manifest.json's error samples, matcher eval's
     attempts.parquet), with a key shaped like nothing (only configuration says it is one) and `Bearer sk-…`."""
     monkeypatch.setenv("OPENAI_API_KEY", LM_KEY)
-    dataset = tmp_path / "d.jsonl"
-    dataset.write_text("".join(json.dumps(c) + "\n" for c in CASES), encoding="utf-8")
-    dev = tmp_path / "dev.jsonl"
-    dev.write_text(json.dumps(CASES[1]) + "\n", encoding="utf-8")
-    pairs = tmp_path / "pairs.jsonl"
-    pairs.write_text("".join(json.dumps(p) + "\n" for p in PAIRS), encoding="utf-8")
+    dataset, dev, pairs = _inputs(tmp_path)
     httpd, counts = _echo_server("http://127.0.0.1:9/v1")  # /failall/ only: never forwarded
     try:
         failing = f"http://127.0.0.1:{httpd.server_address[1]}/failall/v1"
