@@ -89,7 +89,6 @@ def _leaks(root: Path, inputs: set[Path]) -> list[tuple[str, str]]:
             for s in SECRETS for data in [str(p.relative_to(root)).encode(), *_texts(p)] if s.encode() in data]
 
 
-@pytest.mark.slow
 def _inputs(tmp_path: Path) -> tuple[Path, Path, Path]:
     """The dataset, the dev split and the labelled pairs the subcommands read."""
     dataset, dev, pairs = tmp_path / "d.jsonl", tmp_path / "dev.jsonl", tmp_path / "pairs.jsonl"
@@ -99,6 +98,7 @@ def _inputs(tmp_path: Path) -> tuple[Path, Path, Path]:
     return dataset, dev, pairs
 
 
+@pytest.mark.slow
 def test_no_planted_key_reaches_any_file_or_the_terminal_of_any_subcommand(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("OPENAI_API_KEY", LM_KEY)
     monkeypatch.setenv("HYMEM_LEAKTEST_CRED", FILE_KEY)
