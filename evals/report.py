@@ -118,7 +118,7 @@ def write_failures_frame(runs: list[CaseRun]) -> pd.DataFrame:
             if w.success:
                 continue
             failure = w.failure
-            found = [f for f in r.findings if f.write == w.index and f.check in ("natural", "control")]
+            found = r.failure_findings(w.index)
             expected = failure.expected if failure is not None else None
             rows.append({
                 "provider": r.provider, "system": r.system, "dataset": r.dataset, "case_id": r.case_id,

@@ -118,7 +118,7 @@ def failed_writes(unit: CaseRun) -> list[dict[str, Any]]:
         if w.success:
             continue
         failure = w.failure
-        found = [f.kind for f in unit.findings if f.write == w.index and f.check in ("natural", "control")]
+        found = [f.kind for f in unit.failure_findings(w.index)]
         why = (f"{failure.cause} at {failure.site or 'the engine'}: {failure.detail}" if failure is not None
                else "the engine raised")
         out.append({"write": w.index, "path": w.path, "request_id": w.request_id, "codes": w.codes.model_dump(),

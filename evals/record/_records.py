@@ -272,6 +272,11 @@ class CaseRun(Record):
     attempts: list[Attempt] = Field(default_factory=list)  # every LM and embedding attempt
     seconds: float = 0.0
 
+    def failure_findings(self, write: int) -> list[Finding]:
+        """What the checks of a failed control write found: its own failure (`control`) and the write contract on
+        a natural failure (`natural`)."""
+        return [f for f in self.findings if f.write == write and f.check in ("natural", "control")]
+
 
 class FactRow(TypedDict):
     """One row of facts.parquet as scored (the run's matcher spec is added when the table is written): a gold
