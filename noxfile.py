@@ -120,7 +120,7 @@ def mutants(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Benchmarks: ratios against an ideal or a baseline measured in the same run."""
     session.install("-e", ".[dev]")
-    session.run("python", "-m", "evals.bench", *session.posargs, env=ENV)
+    session.run("python", "-m", "evals.bench.engine", *session.posargs, env=ENV)
 
 
 # llama-cpp-python built for any x86-64 CPU with AVX2: the default native build enables AVX-512/AMX where the

@@ -13,9 +13,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from evals.adapters import ADAPTERS, dataset_name, iter_items, iter_spec, load_spec
-from evals.audit import AUDIT_FILE, audit, format_audit, write_audit
-from evals.dataset import Case, DatasetError, canonical_json, load_cases
+from evals.cases.adapters import ADAPTERS, dataset_name, iter_items, iter_spec, load_spec
+from evals.cases.audit import AUDIT_FILE, audit, format_audit, write_audit
+from evals.cases.dataset import Case, DatasetError, canonical_json, load_cases
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 real = pytest.mark.skipif(not SHARED.is_dir(), reason=f"{SHARED} is absent (the public corpora are not mounted)")

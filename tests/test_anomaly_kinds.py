@@ -9,10 +9,10 @@ import pytest
 
 import hymem.client as client_module
 import hymem.store._store as store_module
-from evals.dataset import Case
-from evals.faults import FaultPlan
+from evals.cases.dataset import Case
+from evals.faults.plan import FaultPlan
 from evals.record import AnomalyKind, CaseRun
-from evals.replay import CaseReplayer
+from evals.run.replay import CaseReplayer
 from hymem import HashEmbedder
 from hymem.offline import offline_lm
 
@@ -171,7 +171,7 @@ def test_wrong_error_code_when_a_non_json_200_body_is_called_empty(monkeypatch):
 
 
 def test_null_list_and_non_json_200_faults_expect_a_parse_failure():
-    from evals.faults import expected_outcome, kinds_for
+    from evals.faults.plan import expected_outcome, kinds_for
 
     assert "null_ops" in kinds_for("lm.reconcile") and "null_ops" not in kinds_for("lm.extract")
     assert "null_facts" in kinds_for("lm.extract") and "null_facts" in kinds_for("lm.extract_working")
@@ -191,7 +191,7 @@ def test_null_list_and_non_json_200_faults_expect_a_parse_failure():
 def test_the_injected_non_json_200_is_the_error_lm15_raises_for_an_html_page_behind_a_200(tmp_path):
     from dspy import lm15
 
-    from evals.inject import non_json_body_error
+    from evals.faults.inject import non_json_body_error
     from hymem import HyMemoryClient
     from hymem.testing import ScriptedLM
 
@@ -817,7 +817,7 @@ def test_update_wrong_when_an_update_stamps_created_at(monkeypatch):
 
     monkeypatch.setattr(WriteTx, "update_memory", stamps_created)
     found = witnesses(replay(TWO_FACTS), AnomalyKind.UPDATE_WRONG)
-    # the double UPDATE's first op, and the sweep's same-subject UPDATE (evals.adversarial), both update in place
+    # the double UPDATE's first op, and the sweep's same-subject UPDATE (evals.faults.adversarial), both update in place
     assert sorted(f[:2] for f in found) == [("lm.reconcile", "double_update"), ("lm.reconcile", "same_subject_update")]
     double = next(w for _, kind, w in found if kind == "double_update")
     assert double.startswith("memory 1 updated in place to 'The user lives in Berlin.': created_at ")

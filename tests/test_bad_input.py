@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.cli import main
+from evals.cli.main import main
 
 CASE = {"id": "a", "lang": "en", "user_id": "tim",
         "turns": [[{"role": "user", "name": "Tim", "content": "I moved to Berlin. I work at Stripe."}]],
@@ -145,15 +145,15 @@ def test_serve_and_proxy_refuse_bad_values_before_listening(capsys, no_wait, arg
 @pytest.fixture
 def no_wait(monkeypatch):
     """A server that got as far as listening returns at once (exit 0) instead of waiting for Ctrl-C."""
-    import evals.proxy
-    import evals.serve
+    import evals.arms.proxy
+    import evals.arms.serve
 
     def close(handle, *args, **kwargs):
         handle.close()
         return 0
 
-    monkeypatch.setattr(evals.serve, "wait_forever", close)
-    monkeypatch.setattr(evals.proxy, "wait_forever", close)
+    monkeypatch.setattr(evals.arms.serve, "wait_forever", close)
+    monkeypatch.setattr(evals.arms.proxy, "wait_forever", close)
 
 
 def test_serve_and_proxy_start_with_good_values(capsys, no_wait):
@@ -214,7 +214,7 @@ def test_a_bad_units_record_stops_resume_and_keeps_the_manifest(finished_run, tm
 
 
 def test_a_resume_that_crashes_leaves_a_finished_manifest_as_it_was(finished_run, tmp_path, monkeypatch):
-    import evals.runner
+    import evals.run.runner
 
     run = tmp_path / "run"
     shutil.copytree(finished_run, run)
@@ -223,7 +223,7 @@ def test_a_resume_that_crashes_leaves_a_finished_manifest_as_it_was(finished_run
     def crash(*args, **kwargs):
         raise RuntimeError("the report crashed")
 
-    monkeypatch.setattr(evals.runner, "report_run", crash)
+    monkeypatch.setattr(evals.run.runner, "report_run", crash)
     with pytest.raises(RuntimeError, match="the report crashed"):
         main(_run("--dataset", str(finished_run.parent / "d.jsonl"), "--out", str(run), "--resume"))
     assert (run / "manifest.json").read_bytes() == manifest

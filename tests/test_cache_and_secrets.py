@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 from conftest import TWO_CASES
 
-from evals.cli import main
-from evals.redact import redact_text, register_secret
-from evals.runner import RunConfig, run_eval
-from evals.serve import start_server
+from evals.arms.serve import start_server
+from evals.cli.main import main
+from evals.core.redact import redact_text, register_secret
+from evals.run.runner import RunConfig, run_eval
 
 CASES = TWO_CASES
 
@@ -114,7 +114,7 @@ def test_an_endpoint_set_by_the_environment_is_part_of_the_cache_key(dataset, tm
 
 
 def test_the_endpoint_is_the_explicit_one_else_the_environment_s_for_the_prefix(monkeypatch):
-    from evals.providers import endpoint
+    from evals.arms.providers import endpoint
 
     for name in ("OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
@@ -131,7 +131,7 @@ def test_the_endpoint_is_the_explicit_one_else_the_environment_s_for_the_prefix(
 
 
 def test_the_cache_key_covers_every_request_parameter_and_the_prompt_hash(tmp_path):
-    from evals.accounting import ResponseCache
+    from evals.arms.accounting import ResponseCache
 
     one, other = ResponseCache(tmp_path / "c.sqlite", prompt_hash="p1"), ResponseCache(tmp_path / "d.sqlite", "p2")
     base = {"api_base": "http://127.0.0.1:1/v1", "model": "openai/m", "params": {"temperature": 0.0},

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from evals.dataset import load_cases
-from evals.oracle import oracle_plan
-from evals.runner import RunConfig, run_eval
+from evals.arms.oracle import oracle_plan
+from evals.cases.dataset import load_cases
+from evals.run.runner import RunConfig, run_eval
 
 NOISY = "oracle:flip_owner=0.2,swap_subject=0.1,drop=0.1,seed=7"
 DATASET = "datasets/chat_en.jsonl"

@@ -8,7 +8,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.compare import is_count, lower_is_better
 from evals.record.catalogue import (
     HEADLINE,
     METRICS,
@@ -20,7 +19,8 @@ from evals.record.catalogue import (
     readme_block,
     undeclared,
 )
-from evals.runner import RunConfig, run_eval
+from evals.report.compare import is_count, lower_is_better
+from evals.run.runner import RunConfig, run_eval
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,8 +74,8 @@ def test_values_are_formatted_by_kind():
 
 
 def test_the_providers_plot_puts_each_kind_on_its_own_panel(small_run: Path):
-    from evals.compare import load_run
-    from evals.plots import _panel_metrics
+    from evals.report.compare import load_run
+    from evals.report.plots import _panel_metrics
 
     panels = _panel_metrics(load_run(small_run).metrics)
     assert "tokens_total" in panels[Kind.TOKENS] and "tokens_total" not in panels[Kind.RATE]

@@ -1,7 +1,7 @@
 """Fuzzing the command line and the dataset schema: whatever the arguments or the JSONL line, the answer is an
 exit code of the README's rule (0, 1 or 2), never a traceback (issue 34).
 
-The CLI runs in-process (`evals.cli.main`); only the long-running work after validation is stubbed (a run's
+The CLI runs in-process (`evals.cli.main.main`); only the long-running work after validation is stubbed (a run's
 units, a server's wait for Ctrl-C, a tuner's compile, a matcher fit's model), so every check of the arguments
 and files is the real one.
 """
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from evals.cli import build_parser, main
+from evals.cli.main import build_parser, main
 
 CASE = {"id": "a", "lang": "en", "user_id": "tim",
         "turns": [[{"role": "user", "name": "Tim", "content": "I moved to Berlin. I work at Stripe."}]],
@@ -120,29 +120,29 @@ def _argv(draw, files: dict[str, str]) -> list[str]:
 @pytest.fixture
 def stubbed(monkeypatch, files):
     """The long work after validation, stubbed: what a fuzzed run would spend minutes on."""
-    import evals.proxy
-    import evals.runner
+    import evals.arms.proxy
+    import evals.arms.serve
+    import evals.run.runner
     import evals.scoring.semantic
-    import evals.serve
-    import evals.tune
+    import evals.tuning.tune
 
     def no_units(*args, **kwargs):
-        raise evals.runner.RunIOError("fuzz: the run's units are not run")
+        raise evals.run.runner.RunIOError("fuzz: the run's units are not run")
 
     def no_wait(handle, banner):
         handle.close()
         return 0
 
     def no_tune(config):
-        raise evals.tune.TuneFailed("fuzz: not tuned")
+        raise evals.tuning.tune.TuneFailed("fuzz: not tuned")
 
     def no_fit(*args, **kwargs):
         raise ValueError("fuzz: not fitted")
 
-    monkeypatch.setattr(evals.runner, "_execute", no_units)
-    monkeypatch.setattr(evals.serve, "wait_forever", no_wait)
-    monkeypatch.setattr(evals.proxy, "wait_forever", no_wait)
-    monkeypatch.setattr(evals.tune, "tune", no_tune)
+    monkeypatch.setattr(evals.run.runner, "_execute", no_units)
+    monkeypatch.setattr(evals.arms.serve, "wait_forever", no_wait)
+    monkeypatch.setattr(evals.arms.proxy, "wait_forever", no_wait)
+    monkeypatch.setattr(evals.tuning.tune, "tune", no_tune)
     monkeypatch.setattr(evals.scoring.semantic, "fit_semantic", no_fit)
     monkeypatch.chdir(files["root"])  # default outputs (./reports) land in the fuzz directory
 
@@ -202,7 +202,7 @@ def _mutated(case: dict, where: tuple, value: object) -> dict:
        nested=st.one_of(st.just(0), st.integers(0, 1500)))
 def test_no_dataset_line_makes_a_traceback(tmp_path_factory, edits, nested):
     """Any JSON line loads as a valid case (and hashes) or is one DatasetError with `file:line: ...` lines."""
-    from evals.dataset import DatasetError, dataset_hash, load_cases
+    from evals.cases.dataset import DatasetError, dataset_hash, load_cases
 
     case = dict(CASE)
     for where, value in edits:

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-HEAVY = ("dspy", "pandas", "scipy", "faiss", "litellm", "tokenizers", "torch", "evals.runner")
+HEAVY = ("dspy", "pandas", "scipy", "faiss", "litellm", "tokenizers", "torch", "evals.run.runner")
 
 
 def _answer(tmp_path: Path, *argv: str) -> tuple[int, str, list[str]]:
     """Run the CLI in a fresh interpreter; return its exit code, stderr and the heavy modules it imported."""
-    code = ("import sys, json\nfrom evals.cli import main\ntry:\n    rc = main(sys.argv[1:])\n"
+    code = ("import sys, json\nfrom evals.cli.main import main\ntry:\n    rc = main(sys.argv[1:])\n"
             "except SystemExit as exc:\n    rc = exc.code\n"
             f"print(json.dumps([rc, [m for m in {HEAVY!r} if m in sys.modules]]))")
     done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120,
@@ -53,7 +53,7 @@ def test_an_input_error_answers_before_the_heavy_imports(tmp_path, argv, message
 
 
 def test_the_clis_matcher_help_is_the_matchers_own():
-    from evals.cli import MATCHER_SPECS_HELP
+    from evals.cli.main import MATCHER_SPECS_HELP
     from evals.scoring.matchers import SPECS_HELP
 
     assert MATCHER_SPECS_HELP == SPECS_HELP
@@ -64,7 +64,7 @@ def test_every_commands_help_renders():
     traceback)."""
     import argparse
 
-    from evals.cli import build_parser
+    from evals.cli.main import build_parser
 
     def walk(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
         subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]

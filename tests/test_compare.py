@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.cli import main
-from evals.compare import Run, compare_runs, load_run, lower_is_better
-from evals.manifest import Manifest
+from evals.cli.main import main
+from evals.report.compare import Run, compare_runs, load_run, lower_is_better
+from evals.run.provenance import Manifest
 
 METRIC_COLUMNS = ["provider", "dataset", "metric", "value", "ci_low", "ci_high", "n", "note"]
 CASE_COLUMNS = ["provider", "dataset", "case_id", "metric", "num", "den"]

@@ -14,10 +14,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.cli import main
+from evals.arms.serve import start_server
+from evals.cli.main import main
 from evals.record import read_manifest
-from evals.runner import units_in_flight
-from evals.serve import start_server
+from evals.run.runner import units_in_flight
 
 CASES = [{"id": f"c{i}", "lang": "en", "user_id": f"u{i}",
           "turns": [[{"role": "user", "content": f"I work at Shop{i}."}]],

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from evals.dataset import load_cases
-from evals.faults import FaultPlan
-from evals.prompt_contract import check_conversation, check_prompts, read_messages
-from evals.replay import CaseReplayer
-from evals.report import verdict_of
-from evals.runner import resolve_embedder
+from evals.cases.dataset import load_cases
+from evals.core.prompt_contract import check_conversation, check_prompts, read_messages
+from evals.faults.plan import FaultPlan
+from evals.report.run_report import verdict_of
+from evals.run.replay import CaseReplayer
+from evals.run.runner import resolve_embedder
 from hymem.models import ChatMessage
 from hymem.render import parse_history, render_conversation
 
@@ -282,7 +282,7 @@ def test_one_users_writes_without_the_lock_race_and_are_caught(tmp_path, monkeyp
 
 
 def test_findings_make_the_verdict_invalid_and_count_as_anomalies(tmp_path, monkeypatch):
-    from evals.report import metrics_frame
+    from evals.report.run_report import metrics_frame
     from hymem.store import Store
 
     monkeypatch.setattr(Store, "recorded_request", lambda self, user_id, rid: None)
@@ -328,7 +328,7 @@ def test_an_open_that_rebuilds_an_empty_index_is_reopen_diverged_even_in_a_run_w
 # ---- request fingerprints, supersession pointers, another user on the store ------------------------------
 
 def test_changed_payloads_rename_one_speaker_everywhere_and_leave_tool_names_alone():
-    from evals.write_contract import changed_payloads
+    from evals.check.write_contract import changed_payloads
 
     variants = dict(changed_payloads("chat", TIM_JOHN + [{"role": "user", "name": "Tim", "content": "Bye."}]))
     renamed = variants["speaker name 'Tim' -> 'Tim2'"]
@@ -343,7 +343,7 @@ def test_changed_payloads_rename_one_speaker_everywhere_and_leave_tool_names_alo
 
 
 def _memories_state(rows):
-    from evals.checker import StoreState
+    from evals.check.checker import StoreState
 
     return StoreState(tables={"memories": [{"id": i, "user_id": u, "text": f"m{i}", "superseded_by": s,
                                             "deleted_at": None} for i, u, s in rows]}, faiss={})
@@ -357,7 +357,7 @@ def _memories_state(rows):
     ([(1, "tim", 2), (2, "tim", 3), (3, "tim", 2)], "whose chain of superseded_by comes back to memory 2"),
 ], ids=["ok", "itself", "dangling", "other-user", "loop"])
 def test_superseded_by_must_name_another_memory_of_the_same_user(rows, problem):
-    from evals.checker import consistency_anomalies, superseded_by_problems
+    from evals.check.checker import consistency_anomalies, superseded_by_problems
 
     found = superseded_by_problems(_memories_state(rows))
     assert (found == []) if problem is None else (problem in found[0])
@@ -373,7 +373,7 @@ def test_the_case_user_and_another_user_on_one_store_are_clean_on_todays_engine(
 def test_reuse_anomalies_name_each_variant_not_refused():
     from types import SimpleNamespace
 
-    from evals.write_contract import reuse_anomalies
+    from evals.check.write_contract import reuse_anomalies
 
     state = _memories_state([(1, "tim", None)])
     refused = SimpleNamespace(success=False, duplicate=False, codes={"error_code": "REQUEST_ID_REUSED"})

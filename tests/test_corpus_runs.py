@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.runner import RunConfig, run_eval
+from evals.run.runner import RunConfig, run_eval
 
 LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "locomo" / "locomo10.json"
 

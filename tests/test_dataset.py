@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.dataset import (
+from evals.cases.dataset import (
     Case,
     DatasetError,
     bundled_dataset_dir,
@@ -375,8 +375,8 @@ def test_dataset_hash_changes_when_a_case_changes(tmp_path: Path) -> None:
 def test_a_message_of_exactly_max_message_chars_is_bundled_and_loads_even_if_the_engine_refuses_it(monkeypatch):
     import hymem.client as client_module
     import hymem.messages as messages_module
-    from evals.faults import FaultPlan
-    from evals.replay import CaseReplayer
+    from evals.faults.plan import FaultPlan
+    from evals.run.replay import CaseReplayer
     from hymem import HashEmbedder
     from hymem.offline import offline_lm
     from hymem.validation import DEFAULT_MAX_MESSAGE_CHARS

@@ -9,9 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.cli import main
-from evals.dataset import bundled_dataset_dir, load_cases
-from evals.oracle import parse_oracle_spec, plan_perturbations
+from evals.arms.oracle import parse_oracle_spec, plan_perturbations
+from evals.cases.dataset import bundled_dataset_dir, load_cases
+from evals.cli.main import main
 from evals.record import read_manifest, read_table, read_units
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -161,7 +161,7 @@ def test_bad_epochs_and_temperature_are_one_line_usage_errors(tmp_path: Path, ca
 def test_each_epoch_plans_its_own_oracle_errors_from_its_seed():
     cases = load_cases([bundled_dataset_dir()])
     spec = parse_oracle_spec(NOISY)
-    from evals.oracle import hash_seed
+    from evals.arms.oracle import hash_seed
 
     a = plan_perturbations(spec.model_copy(update={"seed": hash_seed(7, 1)}), cases)
     b = plan_perturbations(spec.model_copy(update={"seed": hash_seed(7, 2)}), cases)
@@ -185,8 +185,8 @@ def test_compare_lists_flaky_cases_apart_from_real_flips(oracles: Path, tmp_path
 
 def test_gate_pairs_cases_over_their_epoch_means(oracles: Path, tmp_path: Path):
     """n paired is the number of cases, never case x epoch."""
-    from evals.compare import case_values, load_run
-    from evals.stats import paired_bootstrap_delta
+    from evals.core.stats import paired_bootstrap_delta
+    from evals.report.compare import case_values, load_run
 
     run = load_run(oracles)
     values = case_values(run, NOISY, "all", "owner_accuracy")
@@ -243,7 +243,7 @@ class _Recorder:
 
 
 def test_http_epochs_send_their_own_seed_and_the_temperature_and_never_share_a_cached_reply(tmp_path: Path):
-    from evals.serve import start_server
+    from evals.arms.serve import start_server
 
     dataset = tmp_path / "d.jsonl"
     dataset.write_text(json.dumps({
@@ -305,8 +305,8 @@ def faulted(tmp_path_factory) -> Path:
 def test_gating_shared_cases_of_a_multi_epoch_run_keeps_its_values_and_n(faulted: Path):
     """--allow-different-inputs recomputes every value from the per-case tables: over all cases of a K-epoch run
     it must give the report's values and n (cases, not case x epoch; counts per epoch, not K^2 times)."""
-    from evals.compare import load_run
-    from evals.gate_inputs import case_hashes, restrict
+    from evals.report.compare import load_run
+    from evals.report.gate_inputs import case_hashes, restrict
 
     out = faulted
     run = load_run(out)
@@ -324,7 +324,7 @@ def test_gating_shared_cases_of_a_multi_epoch_run_keeps_its_values_and_n(faulted
 
 def test_show_says_how_many_epochs_and_headlines_flakiness(oracles: Path):
     """The terminal table (show, and the end of `run`) of a K-epoch run, as its summary.md."""
-    from evals.compare import show
+    from evals.report.compare import show
 
     text = show(oracles)
     assert "· 3 epochs per case ·" in text.splitlines()[1]
@@ -380,8 +380,8 @@ def test_an_anomaly_in_the_summary_names_its_epoch(engine_errors: Path):
 def test_gating_shared_cases_counts_the_write_contract_findings_as_anomalies(engine_errors: Path):
     """restrict() must count what anomaly_count counts, the control run's findings included, or a gate with
     --allow-different-inputs passes `anomaly_count == 0` on a run whose summary lists anomalies."""
-    from evals.compare import load_run
-    from evals.gate_inputs import case_hashes, restrict
+    from evals.report.compare import load_run
+    from evals.report.gate_inputs import case_hashes, restrict
 
     run = load_run(engine_errors)
     assert _metric(engine_errors, "offline", "anomaly_count")["value"] == 1.0

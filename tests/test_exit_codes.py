@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.cli import main
+from evals.cli.main import main
 
 CASE = {"id": "a", "lang": "en", "user_id": "tim",
         "turns": [[{"role": "user", "name": "Tim", "content": "I moved to Berlin. I work at Stripe."}]],

@@ -9,10 +9,10 @@ from xml.etree import ElementTree as ET
 import pandas as pd
 import pytest
 
-from evals.cli import main
-from evals.compare import Run, load_run
-from evals.gate import GateInputError, RuleSet, evaluate_rules, junit_xml, load_rules
-from evals.manifest import Manifest
+from evals.cli.main import main
+from evals.report.compare import Run, load_run
+from evals.report.gate import GateInputError, RuleSet, evaluate_rules, junit_xml, load_rules
+from evals.run.provenance import Manifest
 
 N_CASES = 20
 
@@ -444,7 +444,7 @@ def test_the_shipped_rules_cover_infra_errors_and_the_profile():
 def test_a_count_averaged_over_epochs_is_never_printed_as_zero(tmp_path: Path, capsys):
     """With 2 epochs a count is per epoch: one anomaly in one epoch is 0.5. The gate fails on it and every report
     must show 0.50, not a rounded 0 beside 'violates == 0'."""
-    from evals.compare import show
+    from evals.report.compare import show
 
     base = write_run(tmp_path / "base", *run_frames(PERFECT), epochs=2)
     cur = write_run(tmp_path / "cur", *run_frames(PERFECT, anomalies=0.5), epochs=2)
@@ -458,7 +458,7 @@ def test_a_count_averaged_over_epochs_is_never_printed_as_zero(tmp_path: Path, c
     assert "| anomaly_count | 0 | 0.50 | +0.50 |" in md
 
 
-# ---- case by case with a deterministic model (evals.gate_reference) ----
+# ---- case by case with a deterministic model (evals.report.gate_reference) ----
 
 OFFLINE = {"providers": ("offline",), "provider_specs": {"offline": {"model": "offline"}}}
 ONE_CASE_WORSE = [5] * (N_CASES - 1) + [4]  # one fact of one case misfiled: the drop rule calls it noise

@@ -10,10 +10,10 @@ from xml.etree import ElementTree
 import pandas as pd
 import pytest
 
-from evals.cli import main
-from evals.compare import load_run
-from evals.gate_inputs import case_hashes, restrict
-from evals.runner import RunConfig, run_eval
+from evals.cli.main import main
+from evals.report.compare import load_run
+from evals.report.gate_inputs import case_hashes, restrict
+from evals.run.runner import RunConfig, run_eval
 
 DATASET = "datasets/chat_en.jsonl"
 

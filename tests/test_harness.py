@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.cli import main
-from evals.runner import RunConfig, UsageError, run_eval
+from evals.cli.main import main
+from evals.run.runner import RunConfig, UsageError, run_eval
 
 CASES = [
     {"id": "tim-john", "lang": "en", "user_id": "tim", "tags": ["named-human", "update"],
@@ -122,7 +122,7 @@ def test_resume_redoes_only_unfinished_units_and_refuses_other_inputs(dataset, t
     lines = (out / "units.jsonl").read_text().splitlines()
     (out / "units.jsonl").write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])  # a crash mid-line
 
-    import evals.runner as runner_module
+    import evals.run.runner as runner_module
 
     ran = []
     real = runner_module.CaseReplayer.run
@@ -189,7 +189,7 @@ def test_a_finished_run_leaves_no_unit_scratch_directory_behind(dataset, tmp_pat
     """Units' scratch directories are removed in the background, and all of them are gone when run_eval returns."""
     import tempfile
 
-    import evals.scratch
+    import evals.run.scratch
 
     made: list[Path] = []
     real_mkdtemp = tempfile.mkdtemp
@@ -200,7 +200,7 @@ def test_a_finished_run_leaves_no_unit_scratch_directory_behind(dataset, tmp_pat
         made.append(Path(real_mkdtemp(prefix=prefix, dir=tmp_path, **kwargs)))
         return str(made[-1])
 
-    monkeypatch.setattr(evals.scratch.tempfile, "mkdtemp", mkdtemp)
+    monkeypatch.setattr(evals.run.scratch.tempfile, "mkdtemp", mkdtemp)
     run_eval(config(dataset, tmp_path / "out", faults="random:0.3", seed=3, concurrency=3))
     assert len(made) == len(CASES)
     assert [p for p in made if p.exists()] == []

@@ -16,9 +16,9 @@ import numpy as np
 import openai
 import pytest
 
-from evals.cli import main as cli_main
-from evals.proxy import KINDS, ProxyPlan, start_proxy
-from evals.serve import start_server
+from evals.arms.proxy import KINDS, ProxyPlan, start_proxy
+from evals.arms.serve import start_server
+from evals.cli.main import main as cli_main
 from hymem import HashEmbedder, HyMemoryClient, make_embedder
 from hymem.offline import answer
 
@@ -191,7 +191,7 @@ def test_cli_rejects_a_bad_fault_plan(capsys):
 
 def test_cli_serve_prints_its_url_and_stops_on_ctrl_c():
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    proc = subprocess.Popen([sys.executable, "-m", "evals.cli", "serve", "--latency", "0"], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "evals.cli.main", "serve", "--latency", "0"], stdout=subprocess.PIPE,
                             text=True, env=env,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # even under nohup/CI
     try:

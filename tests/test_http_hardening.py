@@ -33,7 +33,7 @@ class Server:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.stderr_path = stderr
         self._err = stderr.open("w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "evals.cli", *args], stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-m", "evals.cli.main", *args], stdout=subprocess.PIPE,
                                      stderr=self._err, text=True, env=env,
                                      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         line = self.proc.stdout.readline()

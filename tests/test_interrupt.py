@@ -34,7 +34,7 @@ def test_sigint_exits_130_keeps_finished_units_and_resume_completes(tmp_path):
     dataset = tmp_path / "d.jsonl"
     dataset.write_text(_cases(12))
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "evals.cli", "run", "--dataset", str(dataset), "--embedder", "hash",
+    cmd = [sys.executable, "-m", "evals.cli.main", "run", "--dataset", str(dataset), "--embedder", "hash",
            "--concurrency", "1", "--out", str(out), "--no-progress"]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=_default_sigint)

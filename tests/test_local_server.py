@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from evals import local_server
-from evals.local_app import rewrite_request
-from evals.local_server import LocalServer, LocalServerError, LocalSettings, served_name, server_command
-from evals.providers import ProviderConfig, parse_lm_spec
+from evals.arms import local_server
+from evals.arms.local_app import rewrite_request
+from evals.arms.local_server import LocalServer, LocalServerError, LocalSettings, served_name, server_command
+from evals.arms.providers import ProviderConfig, parse_lm_spec
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,7 +31,7 @@ def test_the_server_runs_with_settings_for_a_small_shared_cpu(tmp_path):
     gguf = tmp_path / "My Model.Q4.gguf"
     gguf.write_bytes(b"GGUF")
     command = server_command(str(gguf), 8123, LocalSettings())
-    assert command[:3] == [sys.executable, "-m", "evals.local_app"]
+    assert command[:3] == [sys.executable, "-m", "evals.arms.local_app"]
     assert _flag(command, "--model") == str(gguf) and _flag(command, "--model_alias") == "My-Model.Q4"
     assert _flag(command, "--host") == "127.0.0.1" and _flag(command, "--port") == "8123"
     assert _flag(command, "--n_threads") == "1" and _flag(command, "--n_threads_batch") == "1"
@@ -63,7 +63,7 @@ def test_a_schemas_grammar_keeps_control_characters_out_of_strings():
     """llama-cpp-python 0.3's converter allows a raw newline inside a JSON string; the server's is llama.cpp's rule."""
     from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf
 
-    from evals.local_app import strict_json_strings
+    from evals.arms.local_app import strict_json_strings
 
     schema = json.dumps({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
     strict_json_strings()
@@ -133,7 +133,7 @@ def test_the_server_dies_with_a_killed_parent(stand_in, tmp_path):
     """SIGKILL leaves no atexit to run: the child's PR_SET_PDEATHSIG stops it."""
     script = f"""
 import sys, time
-from evals import local_server
+from evals.arms import local_server
 local_server.check_runtime = lambda: None
 local_server.model_file = lambda m: None
 local_server.server_command = lambda model, port, settings, host: [sys.executable, "-m", "http.server", "--bind",
@@ -165,11 +165,11 @@ needs_local = pytest.mark.skipif(
 def test_serve_local_answers_the_harness_in_the_schemas_shape_and_stops_on_sigterm():
     import dspy
 
-    from evals.providers import Provider
+    from evals.arms.providers import Provider
     from hymem.chain import run_round
 
     port = local_server.free_port()
-    cli = subprocess.Popen([sys.executable, "-m", "evals.cli", "serve-local", "--model", "smollm2", "--port", str(port)],
+    cli = subprocess.Popen([sys.executable, "-m", "evals.cli.main", "serve-local", "--model", "smollm2", "--port", str(port)],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
                            env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
@@ -199,7 +199,7 @@ def test_serve_local_answers_the_harness_in_the_schemas_shape_and_stops_on_sigte
 
 
 def test_serve_local_and_run_refuse_an_unknown_model_in_one_line(capsys, tmp_path, monkeypatch):
-    from evals.cli import main
+    from evals.cli.main import main
 
     monkeypatch.setattr(local_server, "check_runtime", lambda: None)  # the same answer with or without the extra
     assert main(["serve-local", "--model", "nope"]) == 2

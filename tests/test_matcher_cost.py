@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from evals.cli import main
+from evals.cli.main import main
 from evals.scoring.abbreviations import abbreviated_runs, abbreviates
 
 VOCAB = ("of and for the de a an in on at to New York City machine learning JavaScript Kubernetes PostgreSQL Master "

@@ -9,9 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.cli import main
-from evals.manifest import Manifest
-from evals.matcher_resolution import error_rates, explainable_gap, within
+from evals.cli.main import main
+from evals.run.provenance import Manifest
+from evals.scoring.matcher_resolution import error_rates, explainable_gap, within
 
 CARD = {"spec": "semantic", "fingerprint": "semantic:x", "heldout_agreement": 0.91, "ci_low": 0.89, "ci_high": 0.93,
         "n": 1288, "groups": {"group:same": 0.90, "group:different": 0.93}}

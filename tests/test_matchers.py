@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from test_scoring import NURSE, fact, one_turn  # tests/ is on sys.path (pytest rootdir-relative import)
 
-from evals.cli import main
+from evals.cli.main import main
 from evals.scoring import facts_frame, score_pairs
 from evals.scoring.judge import JudgeMatcher
 from evals.scoring.matcher import TextMatcher
@@ -300,14 +300,14 @@ def test_a_run_whose_judge_fails_says_so_in_manifest_summary_facts_and_terminal(
     assert failed in printed and "NO measured agreement" in printed and "the judge FAILED on" in printed
     facts = pd.read_parquet(out / "facts.parquet")
     assert facts[facts.gold_text.notna()].note.str.startswith("judge_error").all()
-    from evals.compare import judge_note, load_run
+    from evals.report.compare import judge_note, load_run
 
     assert "The judge failed on some calls of run" in judge_note([load_run(out)])  # compare and gate say it too
 
 
 def test_the_judge_through_the_provider_plumbing_logs_site_judge(tmp_path):
-    from evals.accounting import AccountingLM, AttemptLog, price_table
-    from evals.providers import Provider, ProviderConfig
+    from evals.arms.accounting import AccountingLM, AttemptLog, price_table
+    from evals.arms.providers import Provider, ProviderConfig
 
     provider = Provider(ProviderConfig(name="scripted", model="openai/scripted", api_base="http://127.0.0.1:9/v1"))
     log = AttemptLog(provider="judge:scripted", case_id="(matcher)")
@@ -322,8 +322,8 @@ def test_the_judge_through_the_provider_plumbing_logs_site_judge(tmp_path):
 
 def _cached_judge(replies: list, cache_file: Path) -> tuple[JudgeMatcher, ScriptedLM]:
     """A judge through the provider plumbing (attempt log, retries, the response cache) on a scripted model."""
-    from evals.accounting import AccountingLM, AttemptLog, ResponseCache, price_table
-    from evals.providers import Provider, ProviderConfig
+    from evals.arms.accounting import AccountingLM, AttemptLog, ResponseCache, price_table
+    from evals.arms.providers import Provider, ProviderConfig
 
     provider = Provider(ProviderConfig(name="scripted", model="openai/scripted", api_base="http://127.0.0.1:9/v1"))
     log = AttemptLog(provider="judge:scripted", case_id="(matcher)")
@@ -370,7 +370,7 @@ def test_a_run_with_no_cache_asks_the_judge_again(tmp_path, judge_server):
 def test_tune_names_its_metrics_matcher_and_the_judges_failed_calls(tmp_path, judge_server):
     from test_tune import write_cases
 
-    from evals.tune import TuneConfig, summary_text, tune
+    from evals.tuning.tune import TuneConfig, summary_text, tune
 
     url, _ = judge_server
     train = write_cases(tmp_path / "train.jsonl", ["en-001-tim-john", "en-002-unnamed-teacher"])
@@ -427,7 +427,7 @@ def test_matcher_eval_counts_pairs_a_failed_judge_left_undecided_against_it(tmp_
 # ------------------------------------------------------------------ runs name their matcher and its agreement
 @pytest.fixture(scope="module")
 def text_run(tmp_path_factory) -> Path:
-    from evals.runner import RunConfig, run_eval
+    from evals.run.runner import RunConfig, run_eval
 
     out = tmp_path_factory.mktemp("runs") / "text"
     run_eval(RunConfig(datasets=["datasets/chat_en.jsonl"], embedder="hash", faults="none", out=out, progress=False,
@@ -443,7 +443,7 @@ def test_a_run_names_its_matcher_and_held_out_agreement_with_ci(text_run):
     summary = (text_run / "summary.md").read_text()
     assert f"Facts are matched by `text`, which agrees with {card['heldout_agreement']:.1%}" in summary
     assert set(pd.read_parquet(text_run / "facts.parquet").matcher) == {"text"}
-    from evals.compare import show
+    from evals.report.compare import show
 
     assert f"facts matched by text: held-out agreement {card['heldout_agreement']:.3f}" in show(text_run)
 

@@ -14,14 +14,14 @@ from http.server import ThreadingHTTPServer
 import pyarrow.parquet as pq
 import pytest
 
-from evals.cli import main
-from evals.dataset import Case
-from evals.faults import FaultPlan
+from evals.arms.mem0_system import EXTRA_ERROR, Endpoint, Mem0System, import_mem0, local_endpoints, mem0_available
+from evals.arms.serve import JSONHandler
+from evals.cases.dataset import Case
+from evals.cli.main import main
+from evals.faults.plan import FaultPlan
 from evals.record import AnomalyKind
-from evals.replay import CaseReplayer
+from evals.run.replay import CaseReplayer
 from evals.scoring.attribution import score_case
-from evals.serve import JSONHandler
-from evals.systems.mem0_system import EXTRA_ERROR, Endpoint, Mem0System, import_mem0, local_endpoints, mem0_available
 
 needs_mem0 = pytest.mark.skipif(not mem0_available(), reason="mem0ai is not installed (pip install 'hymem[mem0]')")
 
@@ -45,7 +45,7 @@ def server():
     if not mem0_available():
         pytest.skip("mem0ai is not installed")
     import_mem0()  # telemetry off before anything imports mem0
-    from evals.systems.mem0_offline import start_offline_server
+    from evals.arms.mem0_offline import start_offline_server
 
     with start_offline_server("hash") as handle:
         yield handle
@@ -125,7 +125,7 @@ def kinds(record) -> dict[str, str]:
 
 
 def test_without_mem0ai_the_run_stops_with_one_line_naming_the_extra(tmp_path, monkeypatch, capsys):
-    import evals.systems.mem0_system as mem0_system
+    import evals.arms.mem0_system as mem0_system
 
     monkeypatch.setattr(mem0_system, "mem0_available", lambda: False)
     data = tmp_path / "d.jsonl"
@@ -161,7 +161,7 @@ def test_the_offline_model_answers_mem0s_own_prompt_and_never_sees_a_speaker_nam
     from mem0.configs.prompts import ADDITIVE_EXTRACTION_PROMPT, generate_additive_extraction_prompt
     from mem0.memory.utils import parse_messages
 
-    from evals.systems.mem0_offline import answer_mem0, is_mem0_prompt
+    from evals.arms.mem0_offline import answer_mem0, is_mem0_prompt
 
     messages = [{"role": "user", "name": "Tim", "content": "I live in Berlin. I like tea."},
                 {"role": "assistant", "name": "John", "content": "I am a pilot."}]
@@ -342,7 +342,7 @@ def test_mem0s_model_calls_hold_the_providers_connection_slots(tmp_path):
 @needs_mem0
 @pytest.mark.parametrize("executor", ["local", pytest.param("ray", marks=pytest.mark.slow)])
 def test_mem0_samples_each_epoch_as_hymem_does_with_the_runs_temperature_and_epoch_seed(tmp_path, executor):
-    from evals.runner import sampling_seed
+    from evals.run.runner import sampling_seed
 
     if executor == "ray":
         pytest.importorskip("ray")
@@ -360,7 +360,7 @@ def test_mem0_samples_each_epoch_as_hymem_does_with_the_runs_temperature_and_epo
 
 
 def test_subject_and_owner_are_read_off_mem0s_plain_text():
-    from evals.systems.mem0_system import owner_of, subject_of
+    from evals.arms.mem0_system import owner_of, subject_of
 
     assert [subject_of(t) for t in ("The user lives in Berlin.", "User likes tea.", "John is a pilot.",
                                     "Jack, the user's friend, is a chef.", "王芳是护士。", "用户在北京工作。",
@@ -374,7 +374,7 @@ def test_subject_and_owner_are_read_off_mem0s_plain_text():
 def test_the_local_server_still_answers_hymems_own_prompts(tmp_path):
     import dspy
 
-    from evals.systems.mem0_offline import start_offline_server
+    from evals.arms.mem0_offline import start_offline_server
     from hymem.client import HyMemoryClient
 
     with start_offline_server("hash") as handle:
@@ -385,8 +385,8 @@ def test_the_local_server_still_answers_hymems_own_prompts(tmp_path):
 
 
 def test_mem0_sites_and_kinds_are_the_proxys():
-    from evals.proxy import KINDS as PROXY_KINDS
-    from evals.systems.mem0_system import KINDS, SITES, expected_outcome
+    from evals.arms.mem0_system import KINDS, SITES, expected_outcome
+    from evals.arms.proxy import KINDS as PROXY_KINDS
 
     assert KINDS == PROXY_KINDS  # one list: the kinds the proxy can inject
     assert all(not expected_outcome(s, k).success for s in SITES for k in KINDS if k != "latency")
@@ -399,7 +399,7 @@ def test_mem0_never_downloads_a_spacy_model_at_run_time(monkeypatch):
     import sys
     import types
 
-    from evals.systems.mem0_system import import_mem0
+    from evals.arms.mem0_system import import_mem0
 
     downloads: list[str] = []
     spacy = types.ModuleType("spacy")

@@ -19,15 +19,15 @@ import pytest
 from dspy import lm15
 
 import hymem.client as client_module
-from evals.cli import main
-from evals.dataset import Case
-from evals.faults import FaultPlan
-from evals.natural import read_reply
-from evals.proxy import start_proxy
+from evals.arms.proxy import start_proxy
+from evals.arms.serve import JSONHandler, start_server
+from evals.cases.dataset import Case
+from evals.check.natural import read_reply
+from evals.cli.main import main
+from evals.faults.plan import FaultPlan
 from evals.record import AnomalyKind, CaseRun
-from evals.replay import CaseReplayer
+from evals.run.replay import CaseReplayer
 from evals.scoring import TextMatcher, attribution_metrics
-from evals.serve import JSONHandler, start_server
 from hymem.embedder import HashEmbedder
 from hymem.offline._engine import MODEL, OfflineEngine
 from hymem.sites import current_call_site
@@ -262,7 +262,7 @@ def test_a_provider_never_reached_is_still_an_infra_error(dataset, tmp_path, cap
 
 
 def test_a_model_that_stops_answering_mid_case_is_a_natural_failure_but_one_never_reached_is_an_infra_error():
-    from evals.natural import reached_provider, why_failed
+    from evals.check.natural import reached_provider, why_failed
     from evals.record import Attempt
 
     ok = Attempt(provider="p", model="m", case_id="c", site="lm.extract")

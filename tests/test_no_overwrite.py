@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import TWO_CASES
 
-from evals.cli import main
+from evals.cli.main import main
 
 CASES = TWO_CASES
 PAIRS = [{"id": f"p{i}", "lang": "en", "category": "c", "gold": {"text": g, "subject": "user"},

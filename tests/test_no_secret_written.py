@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import TWO_CASES
 
-from evals.cli import main
-from evals.serve import JSONHandler, start_server
+from evals.arms.serve import JSONHandler, start_server
+from evals.cli.main import main
 from hymem.sites import SITE_HEADER
 
 LM_KEY = "xq-lm-SECRET-7f3a9c"  # OPENAI_API_KEY: the LM's, the embedder's and the judge's; not shaped like sk-…
@@ -41,7 +41,7 @@ def _echo_server(offline_url: str):
     counts = {"chat": 0, "embed": 0}
     lock = threading.Lock()
 
-    class Handler(JSONHandler):  # evals.serve's JSON replies (send_bytes)
+    class Handler(JSONHandler):  # evals.arms.serve's JSON replies (send_bytes)
         def do_POST(self) -> None:  # noqa: N802 (the base class's name)
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             route = "embed" if "/embeddings" in self.path else "chat"
@@ -187,7 +187,7 @@ def test_tune_and_matcher_eval_keep_the_echoed_errors_without_the_key(tmp_path, 
 
 
 def test_url_credentials_are_redacted_by_shape_and_ordinary_paths_are_not_taken_for_keys():
-    from evals.redact import redact_text, redact_url, register_environment
+    from evals.core.redact import redact_text, redact_url, register_environment
 
     assert redact_url("openai/m@http://bob:pw@127.0.0.1:8/v1?key=abc&x=1") == \
         "openai/m@http://[REDACTED]@127.0.0.1:8/v1?key=[REDACTED]&x=1"
@@ -198,20 +198,20 @@ def test_url_credentials_are_redacted_by_shape_and_ordinary_paths_are_not_taken_
 
 
 # Writers that are not the redaction point, each with why it may write directly. Anything else that writes a file
-# must go through evals.redact (write_text, write_parquet) or evals.record (which redacts).
+# must go through evals.core.redact (write_text, write_parquet) or evals.record (which redacts).
 DIRECT_WRITERS = {
-    "evals/redact.py": "the redaction point itself",
+    "evals/core/redact.py": "the redaction point itself",
     "evals/record/_rundir.py": "redacts every manifest, unit line and table before writing it",
-    "evals/proxy.py": "redacts each fault record before appending it",
-    "evals/plots.py": "PNG images of tables already redacted",
-    "evals/runner.py": "an empty probe file proving --out is writable",
-    "evals/bench.py": "a developer benchmark's own synthetic data and timings",
-    "evals/bench_identity.py": "a developer benchmark's timings, to stdout",
-    "evals/systems/overhead.py": "a developer benchmark's timings",
+    "evals/arms/proxy.py": "redacts each fault record before appending it",
+    "evals/report/plots.py": "PNG images of tables already redacted",
+    "evals/run/runner.py": "an empty probe file proving --out is writable",
+    "evals/bench/engine.py": "a developer benchmark's own synthetic data and timings",
+    "evals/bench/identity.py": "a developer benchmark's timings, to stdout",
+    "evals/bench/overhead.py": "a developer benchmark's timings",
     "evals/record/catalogue.py": "refreshes the README's metric table (a developer tool)",
-    "evals/view.py": "every value is redacted before it is rendered (redacting the page as text would break the "
+    "evals/report/view.py": "every value is redacted before it is rendered (redacting the page as text would break the "
                      "JSON inside it); the planted-key test greps report.html too",
-    "evals/local_server.py": "the local llama.cpp server's own log, which no key reaches (it is called without one)",
+    "evals/arms/local_server.py": "the local llama.cpp server's own log, which no key reaches (it is called without one)",
 }
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import hymem.client as client_module
 import hymem.store._index as index_module
-from evals.dataset import Case
-from evals.faults import FaultPlan
+from evals.cases.dataset import Case
+from evals.faults.plan import FaultPlan
 from evals.record import AnomalyKind, CaseRun
-from evals.replay import CaseReplayer
+from evals.run.replay import CaseReplayer
 from hymem import HashEmbedder
 from hymem.offline import offline_lm
 from hymem.store import WriteTx

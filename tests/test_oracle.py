@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from evals.cli import main
-from evals.dataset import Case, bundled_dataset_dir, load_cases
-from evals.faults import FaultPlan
-from evals.oracle import ERROR_KINDS, oracle_lm, oracle_plan, parse_oracle_spec
-from evals.providers import provider_factory
+from evals.arms.oracle import ERROR_KINDS, oracle_lm, oracle_plan, parse_oracle_spec
+from evals.arms.providers import provider_factory
+from evals.cases.dataset import Case, bundled_dataset_dir, load_cases
+from evals.cli.main import main
+from evals.faults.plan import FaultPlan
 from evals.record import CaseRun
-from evals.replay import CaseReplayer
-from evals.runner import RunConfig, UsageError, run_eval
+from evals.run.replay import CaseReplayer
+from evals.run.runner import RunConfig, UsageError, run_eval
 from hymem.client import HyMemoryClient
 from hymem.embedder import HashEmbedder
 

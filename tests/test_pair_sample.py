@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from evals.cli import main
+from evals.cli.main import main
 from evals.scoring.pairs import Pair
 
 

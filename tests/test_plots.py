@@ -7,9 +7,9 @@ from pathlib import Path
 import pandas as pd
 from PIL import Image
 
-from evals.cli import main
-from evals.manifest import Manifest
-from evals.plots import write_plots
+from evals.cli.main import main
+from evals.report.plots import write_plots
+from evals.run.provenance import Manifest
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.cli import main
-from evals.proxy import start_proxy
-from evals.runner import RunConfig, run_eval
-from evals.serve import start_server
+from evals.arms.proxy import start_proxy
+from evals.arms.serve import start_server
+from evals.cli.main import main
+from evals.run.runner import RunConfig, run_eval
 
 CASES = [
     {"id": "a", "lang": "en", "user_id": "tim",
@@ -131,7 +131,7 @@ def test_a_missing_key_is_a_one_line_error_before_any_work(dataset, tmp_path, mo
 @pytest.mark.parametrize("system", ["hymem", "mem0"])
 def test_an_embedding_endpoint_that_does_not_answer_is_a_one_line_error_not_a_traceback(dataset, tmp_path, capsys,
                                                                                         system):
-    from evals.systems.mem0_system import mem0_available
+    from evals.arms.mem0_system import mem0_available
 
     if system == "mem0" and not mem0_available():
         pytest.skip("mem0ai is not installed")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.cli import main
+from evals.cli.main import main
 
 pytest.importorskip("ray")
 
@@ -97,10 +97,10 @@ def test_a_unit_whose_worker_keeps_dying_is_an_infra_error_with_the_reason(tmp_p
     """A task lost with its worker is retried; when every retry dies too, the unit is reported, not missing."""
     import ray
 
-    from evals.dataset import load_cases
-    from evals.executors import UnitTask
-    from evals.executors.ray_executor import run_ray
-    from evals.providers import parse_lm_spec
+    from evals.arms.providers import parse_lm_spec
+    from evals.cases.dataset import load_cases
+    from evals.run.executors import UnitTask
+    from evals.run.executors.ray_executor import run_ray
 
     cases = load_cases([str(REPO / "datasets/working.jsonl")])[:2]
     tasks = [UnitTask(case=c, dataset="working", label="offline", system="hymem", provider=parse_lm_spec("offline"),
@@ -128,7 +128,7 @@ def test_ctrl_c_stops_the_tasks_and_leaves_a_resumable_run(tmp_path: Path) -> No
     import time
 
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "evals.cli", "run", "--dataset", str(REPO / "datasets/working.jsonl"),
+    cmd = [sys.executable, "-m", "evals.cli.main", "run", "--dataset", str(REPO / "datasets/working.jsonl"),
            "--embedder", "hash", "--out", str(run), "--no-progress", "--executor", "ray", "--workers", "2"]
     child = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              preexec_fn=_default_sigint)
@@ -185,10 +185,10 @@ def test_without_an_address_the_run_starts_its_own_ray_whatever_ray_address_says
     earlier `ray start`) and died with a traceback on a bad one, or refused num_cpus on a good one."""
     import ray
 
-    from evals.dataset import load_cases
-    from evals.executors import UnitTask
-    from evals.executors.ray_executor import run_ray
-    from evals.providers import parse_lm_spec
+    from evals.arms.providers import parse_lm_spec
+    from evals.cases.dataset import load_cases
+    from evals.run.executors import UnitTask
+    from evals.run.executors.ray_executor import run_ray
 
     monkeypatch.setenv("RAY_ADDRESS", "garbage")  # before: ValueError: Invalid address format
     case = load_cases([str(REPO / "datasets/working.jsonl")])[0]

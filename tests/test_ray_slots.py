@@ -8,8 +8,8 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from evals.executors.ray_executor import ClusterSlots, _Slots  # noqa: E402
-from evals.slots import ConnectionSlots  # noqa: E402
+from evals.arms.slots import ConnectionSlots  # noqa: E402
+from evals.run.executors.ray_executor import ClusterSlots, _Slots  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +96,7 @@ def _unit_that_dies_holding_a_slot(task, run_token, cases_ref, slots):
     """run_unit's stand-in: the first unit dies for good holding the only slot; the next needs that slot."""
     import os
 
-    from evals.executors import failed_unit
+    from evals.run.executors import failed_unit
 
     with ClusterSlots(slots, "p"):
         if task.seed == 0:
@@ -107,9 +107,9 @@ def _unit_that_dies_holding_a_slot(task, run_token, cases_ref, slots):
 def test_a_unit_that_died_for_good_gives_its_slot_back(cluster, monkeypatch):
     import threading
 
-    from evals.dataset import load_cases
-    from evals.executors import UnitTask, ray_executor
-    from evals.providers import parse_lm_spec
+    from evals.arms.providers import parse_lm_spec
+    from evals.cases.dataset import load_cases
+    from evals.run.executors import UnitTask, ray_executor
 
     case = load_cases([str(__import__("pathlib").Path(__file__).parents[1] / "datasets/working.jsonl")])[0]
     tasks = [UnitTask(case=case, dataset="working", label="p", system="hymem", provider=parse_lm_spec("offline"),
@@ -127,7 +127,7 @@ def test_a_unit_that_died_for_good_gives_its_slot_back(cluster, monkeypatch):
 def test_the_slots_actor_comes_back_after_its_process_dies(cluster):
     """kill -9 of the ray::_Slots process: before, every later LM call of the run raised ActorDiedError, so
     every unit still to run became an infra error (and --resume keeps those)."""
-    from evals.executors.ray_executor import slots_actor
+    from evals.run.executors.ray_executor import slots_actor
 
     actor = slots_actor({"p": 1})
     assert ray.get(ray.remote(_hold).remote(actor, "p", 1, 0.0), timeout=30)

@@ -10,7 +10,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.compare import load_run
 from evals.record import (
     SCHEMA_VERSION,
     Anomaly,
@@ -26,6 +25,7 @@ from evals.record import (
     write_manifest,
     write_table,
 )
+from evals.report.compare import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,7 +49,7 @@ def manifest(**fields) -> Manifest:
 
 def test_importing_the_record_and_the_scorers_loads_no_dspy():
     code = ("import sys, evals.record, evals.record.catalogue, evals.scoring; "
-            "print(sorted(m for m in ('dspy', 'evals.replay', 'litellm') if m in sys.modules))")
+            "print(sorted(m for m in ('dspy', 'evals.run.replay', 'litellm') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert out.stdout.strip() == "[]"
@@ -110,7 +110,7 @@ def test_the_committed_baseline_of_schema_version_1_still_loads():
 def test_a_table_keeps_its_declared_types_when_empty_and_its_version_in_the_file(tmp_path: Path):
     import pyarrow.parquet as pq
 
-    from evals.report import faults_frame
+    from evals.report.run_report import faults_frame
 
     write_table(tmp_path, "faults", faults_frame([], seed=0))
     meta = pq.read_schema(tmp_path / "faults.parquet").metadata

@@ -9,12 +9,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from evals.adversarial import ADVERSARIAL_KINDS
-from evals.faults import SITES, expected_outcome, kinds_for
-from evals.manifest import Manifest
+from evals.core.stats import bootstrap_ci, paired_bootstrap_delta
+from evals.faults.adversarial import ADVERSARIAL_KINDS
+from evals.faults.plan import SITES, expected_outcome, kinds_for
 from evals.record import Anomaly, CaseRun, FaultRecord, WriteRecord
-from evals.report import load_runs, metrics_frame, verdict_of, write_report
-from evals.stats import bootstrap_ci, paired_bootstrap_delta
+from evals.report.run_report import load_runs, metrics_frame, verdict_of, write_report
+from evals.run.provenance import Manifest
 
 # The in-process pairs that apply to a run whose writes all take the chat path (no lm.extract_working).
 # Adversarial kinds apply only where a control write offered the chance; these synthetic units offer none.

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from evals.rundir_lock import RunDirLock
-from evals.serve import start_server
+from evals.arms.serve import start_server
+from evals.run.rundir_lock import RunDirLock
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = [
@@ -56,7 +56,7 @@ def _gated_forwarder(upstream: str, gate: threading.Event) -> ThreadingHTTPServe
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "evals.cli", *args]
+    return [sys.executable, "-m", "evals.cli.main", *args]
 
 
 def _env() -> dict[str, str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.cli import main
+from evals.cli.main import main
 
 CASES = [
     {"id": "a", "lang": "en", "user_id": "tim",

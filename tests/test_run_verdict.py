@@ -17,9 +17,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.cli import main
-from evals.faults import WIRE_KINDS
-from evals.serve import start_server
+from evals.arms.serve import start_server
+from evals.cli.main import main
+from evals.faults.plan import WIRE_KINDS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -134,7 +134,7 @@ def test_ctrl_c_leaves_within_seconds_and_does_not_claim_unsaved_units(dataset, 
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
     try:
-        cmd = [sys.executable, "-m", "evals.cli", "run", "--dataset", str(dataset), "--embedder", "hash",
+        cmd = [sys.executable, "-m", "evals.cli.main", "run", "--dataset", str(dataset), "--embedder", "hash",
                "--lm", f"openai/offline@{url}", "--faults", "none", "--out", str(tmp_path / "r"), "--no-progress"]
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)},

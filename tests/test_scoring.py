@@ -10,9 +10,9 @@ import pytest
 from rapidfuzz import fuzz
 from rapidfuzz.utils import default_process
 
-from evals.dataset import Case
+from evals.cases.dataset import Case
 from evals.record import CaseRun, WriteRecord
-from evals.report import infra_errors
+from evals.report.run_report import infra_errors
 from evals.scoring import (
     DEFAULT_MATCHER,
     attribution_metrics,

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import evals.systems.hymem_system as hymem_system
-from evals.checker import RowMemo, StoreState, _canonical_row_key, _row_key, canonical, read_state
-from evals.dataset import Case
-from evals.faults import FaultPlan
-from evals.replay import CaseReplayer
-from evals.store_view import PageDigests, view_digest
+import evals.arms.hymem_system as hymem_system
+from evals.cases.dataset import Case
+from evals.check.checker import RowMemo, StoreState, _canonical_row_key, _row_key, canonical, read_state
+from evals.core.store_view import PageDigests, view_digest
+from evals.faults.plan import FaultPlan
+from evals.run.replay import CaseReplayer
 from hymem import HashEmbedder
 from hymem.offline import offline_lm
 from hymem.store import DB_FILE

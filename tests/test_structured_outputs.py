@@ -9,9 +9,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from evals.cli import main
+from evals.arms.serve import chat_completion
+from evals.cli.main import main
 from evals.record import read_manifest
-from evals.serve import chat_completion
 from hymem.offline import OfflineEngine
 
 CASE = {"id": "a", "lang": "en", "user_id": "tim",

@@ -1,4 +1,4 @@
-"""The scorer reads subjects on its own (`evals.subject_reading`), apart from the engine's `hymem.subjects`, so a
+"""The scorer reads subjects on its own (`evals.core.subject_reading`), apart from the engine's `hymem.subjects`, so a
 bug in the engine's rule shows as a wrong score instead of being agreed with."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 import hymem.subjects
+from evals.arms.mem0_system import subject_of as mem0_subject
+from evals.core.subject_reading import names_person, read_subject, same_person
 from evals.scoring.matcher import DEFAULT_MATCHER, subject_text_mismatch
-from evals.subject_reading import names_person, read_subject, same_person
-from evals.systems.mem0_system import subject_of as mem0_subject
 
 
 @pytest.mark.parametrize(("text", "subject"), [

@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.cli import main
-from evals.faults import FAST_UNITS_PER_PAIR, Fault, FaultPlan
+from evals.cli.main import main
+from evals.faults.plan import FAST_UNITS_PER_PAIR, Fault, FaultPlan
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -8,16 +8,16 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from evals.checker import StoreState, check_faulted_write
-from evals.cli import main
-from evals.dataset import Case
-from evals.faults import Expected, FaultPlan, expected_outcome
-from evals.manifest import Manifest
+from evals.arms import MemorySystem, WriteOutcome, arm_label, site_kinds
+from evals.arms.hymem_system import HymemSystem
+from evals.cases.dataset import Case
+from evals.check.checker import StoreState, check_faulted_write
+from evals.cli.main import main
+from evals.faults.plan import Expected, FaultPlan, expected_outcome
 from evals.record import CaseRun, FaultRecord, WriteRecord
-from evals.report import write_report
-from evals.runner import RunConfig, UsageError, prepare, run_eval
-from evals.systems import MemorySystem, WriteOutcome, arm_label, site_kinds
-from evals.systems.hymem_system import HymemSystem
+from evals.report.run_report import write_report
+from evals.run.provenance import Manifest
+from evals.run.runner import RunConfig, UsageError, prepare, run_eval
 from hymem.embedder import HashEmbedder
 from hymem.offline import offline_lm
 
@@ -138,7 +138,7 @@ def test_the_report_names_each_units_system_and_lists_coverage_over_that_systems
 def test_mem0_coverage_counts_only_the_sites_its_writes_could_reach():
     from importlib.util import find_spec
 
-    from evals.report import coverage_frame, unreached_pairs
+    from evals.report.run_report import coverage_frame, unreached_pairs
 
     links_entities = find_spec("spacy") is not None and find_spec("en_core_web_sm") is not None
     chat_only = _unit("mem0/p", "mem0", "lm.extract", "empty_content")  # no seeds: no infer=False write
@@ -167,7 +167,7 @@ def test_a_sweep_leaves_dspys_process_wide_trace_as_it_found_it(tmp_path):
     (which an optimiser reads and the checks do not), so later units cost what earlier ones did."""
     import dspy
 
-    from evals.replay import CaseReplayer
+    from evals.run.replay import CaseReplayer
 
     trace = dspy.settings.trace
     before = len(trace) if trace is not None else 0

@@ -9,9 +9,8 @@ import dspy
 import pytest
 from conftest import extract_reply
 
-from evals.cli import main
-from evals.dataset import bundled_dataset_dir, canonical_json, load_cases
-from evals.tune import TuneConfig, TuneError, summary_text, tune
+from evals.cases.dataset import bundled_dataset_dir, canonical_json, load_cases
+from evals.cli.main import main
 from evals.tuning import (
     CaseMetric,
     ErrorLog,
@@ -23,6 +22,7 @@ from evals.tuning import (
     reconcile_inputs,
     split_cases,
 )
+from evals.tuning.tune import TuneConfig, TuneError, summary_text, tune
 from hymem.client import HyMemoryClient
 from hymem.program import MemoryProgram
 from hymem.testing import ScriptedLM
@@ -220,7 +220,7 @@ def test_errors_while_tuning_are_counted_and_the_budget_reported(data, tmp_path)
 
 
 def test_the_budget_counts_tokens_spent_in_an_optimisers_threads():
-    from evals.serve import start_server
+    from evals.arms.serve import start_server
     from evals.tuning.budget import BudgetMeter
     from evals.tuning.models import TuneModels
 
@@ -334,7 +334,7 @@ def test_run_refuses_to_score_a_tuned_program_on_cases_it_was_tuned_on(data, tmp
 def test_cli_tune_with_an_http_provider_on_loopback_records_every_attempt(data, tmp_path, capsys):
     import pandas as pd
 
-    from evals.serve import start_server
+    from evals.arms.serve import start_server
 
     with start_server() as server:
         code = main(["tune", "--program", "extractor", "--optimizer", "bootstrap", "--train", data["train"],
@@ -352,7 +352,7 @@ def test_cli_tune_with_an_http_provider_on_loopback_records_every_attempt(data, 
 def test_a_failing_llm_judge_in_the_metric_is_reported_not_silently_scored(data, tmp_path, capsys):
     import pandas as pd
 
-    from evals.serve import start_server
+    from evals.arms.serve import start_server
 
     with start_server() as server:  # the offline server cannot answer the judge's prompt: every judge call fails
         code = main(["tune", "--program", "extractor", "--optimizer", "bootstrap", "--train", data["train"],
@@ -372,7 +372,7 @@ def test_a_proposing_model_that_fails_is_a_one_line_error_with_its_attempts_kept
     pytest.importorskip("optuna", reason="MIPROv2 needs optuna")
     import pandas as pd
 
-    from evals.serve import start_server
+    from evals.arms.serve import start_server
 
     with start_server() as server:  # the offline server answers the engine's signatures, not MIPROv2's proposer
         code = main(["tune", "--program", "extractor", "--optimizer", "mipro", "--train", data["train"],
@@ -390,7 +390,7 @@ def test_a_proposing_model_that_fails_is_a_one_line_error_with_its_attempts_kept
 def test_proposing_calls_to_an_http_model_are_recorded_at_their_own_site():
     from dspy.utils.exceptions import LMError
 
-    from evals.serve import start_server
+    from evals.arms.serve import start_server
     from evals.tuning.models import OPTIMIZER_SITE, TuneModels
 
     models = TuneModels()

@@ -18,8 +18,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.cli import main
-from evals.view_data import load, page_data
+from evals.cli.main import main
+from evals.report.view_data import load, page_data
 
 DATASETS = Path(__file__).resolve().parents[1] / "datasets"
 PLANTED_USER = "planted-user"  # the store forgets this user's recorded requests: a re-sent request_id writes again

@@ -1,7 +1,7 @@
 """The run record: typed, versioned records of a run, the Parquet tables, the run-directory I/O and
 the metric catalogue.
 
-It imports neither dspy nor the executor (`evals.replay`), so scorers, report, compare, gate and
+It imports neither dspy nor the executor (`evals.run.replay`), so scorers, report, compare, gate and
 plots can read a run without loading the engine. Implementation lives in the private modules.
 """
 

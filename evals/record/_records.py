@@ -2,7 +2,7 @@
 
 Every persisted record is one of these models and carries `schema_version`; the report, scorers,
 compare, gate and tuning read them, never the executor's internals (this module imports neither
-dspy nor `evals.replay`). A unit is one line of `units.jsonl`; the Parquet tables are projections.
+dspy nor `evals.run.replay`). A unit is one line of `units.jsonl`; the Parquet tables are projections.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ Unit = Literal["control", "fault", "retry", "repeat", "replay", "concurrency", "
                "limits", "natural"]  # which run of a write an attempt belongs to
 Check = Literal["control", "prompt", "history", "replay", "reopen", "concurrency", "profile", "stranger", "reads",
                 "subjectless", "ops", "walk", "limits", "natural"]  # a Finding's check
-# Why a fault-free write failed, as the harness reads the model's replies (evals.natural): the model's causes,
+# Why a fault-free write failed, as the harness reads the model's replies (evals.check.natural): the model's causes,
 # or `engine` (every reply valid: the engine failed on its own, CONTROL_WRITE_FAILED).
 Cause = Literal["parse", "empty", "schema", "refused", "unavailable", "engine"]
 
@@ -39,8 +39,8 @@ class AnomalyKind(StrEnum):
     RETRY_DIVERGED = "RETRY_DIVERGED"  # the retry without the fault did not reach the fault-free state
     DOUBLE_WRITE = "DOUBLE_WRITE"  # a retry or a re-sent request_id wrote again
     FAULT_NOT_REACHED = "FAULT_NOT_REACHED"  # the planned fault never fired: the unit is indeterminate
-    # The write contract, checked on every write, faulted or not (evals.prompt_contract, evals.write_contract,
-    # evals.adversarial); outside a faulted write these are a CaseRun's findings.
+    # The write contract, checked on every write, faulted or not (evals.core.prompt_contract, evals.check.write_contract,
+    # evals.faults.adversarial); outside a faulted write these are a CaseRun's findings.
     ENGINE_EXCEPTION = "ENGINE_EXCEPTION"  # the engine raised instead of returning a result (never an infra error)
     CONTROL_WRITE_FAILED = "CONTROL_WRITE_FAILED"  # a fault-free write failed with every provider reply intact
     PROMPT_LABEL_WRONG = "PROMPT_LABEL_WRONG"  # a message's header in the prompt is not the spec's label
@@ -164,7 +164,7 @@ class OpRecord(BaseModel):
 
 class WriteFailure(BaseModel):
     """Why a fault-free write failed, read from the model's replies rather than the engine's account, and what the
-    write contract check on it found (a natural failure: no fault was injected; evals.natural)."""
+    write contract check on it found (a natural failure: no fault was injected; evals.check.natural)."""
 
     cause: Cause
     site: str  # the call site whose reply (or provider error) broke the write
@@ -215,7 +215,7 @@ class FaultRecord(Record):
     write: int
     path: str
     site: str
-    kind: str  # the fault kind (evals.faults)
+    kind: str  # the fault kind (evals.faults.plan)
     occurrence: int = 0  # which call at the site was faulted
     fired: bool
     expected: Codes  # the failure table's outcome for (site, kind)
@@ -224,7 +224,7 @@ class FaultRecord(Record):
     outcome: Outcome
     anomalies: list[Anomaly] = Field(default_factory=list)
     wire: list[dict[str, Any]] = Field(default_factory=list)  # the fault proxy's log lines (request id, kind, time)
-    injected: dict[str, Any] = Field(default_factory=dict)  # what an adversarial reply changed (evals.adversarial)
+    injected: dict[str, Any] = Field(default_factory=dict)  # what an adversarial reply changed (evals.faults.adversarial)
     seconds: float = 0.0
 
     @property

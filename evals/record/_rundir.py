@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 from pydantic import ValidationError
 from pydantic_core import from_json, to_json
 
-from evals.json_limits import MAX_DEPTH, TooDeep, deep_field, problem_line
+from evals.core.json_limits import MAX_DEPTH, TooDeep, deep_field, problem_line
+from evals.core.redact import redact, redact_frame, redact_text
 from evals.record._manifest import Manifest
 from evals.record._records import CaseRun
 from evals.record._tables import TABLES, arrow_schema, columns, pandas_dtypes
@@ -30,7 +31,6 @@ from evals.record._version import (
     SchemaError,
     migrate,
 )
-from evals.redact import redact, redact_frame, redact_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -62,7 +62,7 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text`, redacted (no key ever reaches a file: `evals.redact`), whole-or-not."""
+    """Write `text`, redacted (no key ever reaches a file: `evals.core.redact`), whole-or-not."""
     text = redact_text(text)
     atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 

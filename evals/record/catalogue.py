@@ -66,7 +66,7 @@ HI, LO, NO = Direction.HIGHER, Direction.LOWER, Direction.NONE
 _UNITS = "fired faulted units (95% CI resamples cases)"
 
 _WRITES = "fault-free writes (95% CI resamples cases)"
-# Why a fault-free write failed (evals.natural): the model's causes, then the engine's own.
+# Why a fault-free write failed (evals.check.natural): the model's causes, then the engine's own.
 FAILURE_CAUSES: dict[str, str] = {
     "parse": "the model's reply was not one strict JSON object (prose, a schema echo, truncated JSON)",
     "empty": "the model's reply was empty or null",

@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from evals.redact import write_text
+from evals.core.redact import write_text
+from evals.core.stats import bootstrap_ci
 from evals.scoring.matcher import Matcher
 from evals.scoring.pairs import BUNDLED_PAIRS, Pair, PairsError, load_pairs, pairs_hash
-from evals.stats import bootstrap_ci
 
 AGREEMENT_COLUMNS = ["matcher", "split", "lang", "category", "metric", "value", "ci_low", "ci_high", "n"]
 METRICS = ("agreement", "precision", "recall")  # precision and recall of "same"
@@ -141,7 +141,7 @@ def remember(frame: pd.DataFrame, matcher: Matcher, pairs: list[Pair], cache_fil
     cache = _read_cache(cache_file)
     cache[_cache_key(matcher, pairs_hash(pairs))] = card_of(frame)
     cache_file.parent.mkdir(parents=True, exist_ok=True)
-    write_text(cache_file, json.dumps(cache, indent=1, sort_keys=True))  # evals.redact: redacted, whole-or-not
+    write_text(cache_file, json.dumps(cache, indent=1, sort_keys=True))  # evals.core.redact: redacted, whole-or-not
 
 
 def matcher_card(matcher: Matcher, cache_file: Path | None, *, measure: bool = True) -> dict[str, Any]:

@@ -16,16 +16,16 @@ from typing import Any, Protocol
 import pandas as pd
 from pydantic import BaseModel, Field
 
-from evals.dataset import Case, ExpectedFact
+from evals.cases.dataset import Case, ExpectedFact
+from evals.core.stats import bootstrap_ci
+from evals.core.subject_reading import person_class as subject_class
+from evals.core.subject_reading import read_subject as subject_of
+from evals.core.subject_reading import same_person as same_subject
 from evals.record import CaseMetricRow, CaseRun, FactRow, MetricRow, columns, pandas_dtypes
 from evals.record.catalogue import note as catalogue_note
 from evals.scoring.epochs import pooled_by_case
 from evals.scoring.matcher import DEFAULT_MATCHER, Matcher, subject_text_mismatch
 from evals.scoring.merges import Tally, merge_error_tallies, merge_tallies, turn_memories, turn_writes
-from evals.stats import bootstrap_ci
-from evals.subject_reading import person_class as subject_class
-from evals.subject_reading import read_subject as subject_of
-from evals.subject_reading import same_person as same_subject
 
 CLASSES = ("user", "named", "assistant")
 STAGES = {"stored": "", "proposed": "proposed_"}  # stage -> metric-name prefix

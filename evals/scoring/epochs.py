@@ -2,7 +2,7 @@
 
 Why: a real provider does not answer twice alike. A case right in one epoch and wrong in another is
 flaky: a gate or a comparison must not read it as a regression or a fix. Every figure here resamples
-cases with all their epochs (a cluster bootstrap, `evals.stats.bootstrap_ci` over per-case sums), so
+cases with all their epochs (a cluster bootstrap, `evals.core.stats.bootstrap_ci` over per-case sums), so
 K epochs never pass for K times the data: `n` counts cases.
 """
 
@@ -13,10 +13,10 @@ from collections import defaultdict
 
 import pandas as pd
 
+from evals.core.stats import bootstrap_ci
 from evals.record import MetricRow, frame
 from evals.record.catalogue import find
 from evals.record.catalogue import note as catalogue_note
-from evals.stats import bootstrap_ci
 
 STABLE_PASS, STABLE_FAIL, FLAKY = "stable-pass", "stable-fail", "flaky"
 _KEY = ["provider", "dataset", "case_id"]

@@ -1,11 +1,11 @@
 """The LLM judge (`--matcher llm:MODEL_SPEC`): a DSPy signature decides, for one gold fact and all
 the candidate memories of its case at once, which candidates state that fact.
 
-It goes through the same plumbing as `--lm` (`evals.providers`, `evals.accounting`): keys from the
+It goes through the same plumbing as `--lm` (`evals.arms.providers`, `evals.arms.accounting`): keys from the
 environment, retries with Retry-After, the response cache, and one `attempts.parquet` row per
 attempt with site `judge`. Calls are batched: at most one per distinct gold text per case. The
 subject is not the judge's question: who a sentence is about is decided in code
-(`evals.subject_reading`, apart from the engine's rule), as for every matcher, so a fact filed under the wrong person is still matched
+(`evals.core.subject_reading`, apart from the engine's rule), as for every matcher, so a fact filed under the wrong person is still matched
 and counted as an attribution error. A failed or malformed judge call decides nothing: its pairs
 count as "not the same", are `undecided`, and the failure is counted (`health`: in the run's manifest and
 summary; the facts it touched carry the note `judge_error` in facts.parquet).
@@ -67,8 +67,8 @@ class JudgeMatcher(Matcher):
     def from_spec(cls, model_spec: str, *, attempts_dir: Any = None, cache_file: Any = None,
                   providers_file: Any = None) -> JudgeMatcher:  # attempts_dir: kept for the factory's signature
         """The judge for a `--lm`-style spec (a DSPy model string, MODEL@URL, or a providers-file name)."""
-        from evals.accounting import AccountingLM, AttemptLog, ResponseCache, price_table
-        from evals.providers import Provider, resolve_providers
+        from evals.arms.accounting import AccountingLM, AttemptLog, ResponseCache, price_table
+        from evals.arms.providers import Provider, resolve_providers
 
         (config,) = resolve_providers([model_spec], providers_file)
         if not config.is_http:
@@ -79,8 +79,8 @@ class JudgeMatcher(Matcher):
         cache = ResponseCache(cache_file) if cache_file is not None else None
         lm = AccountingLM.wrap(provider.http_lm(), provider=provider, log=log, injector=None, cache=cache, retries=True,
                                prices=price_table())
-        from evals.providers import endpoint
-        from evals.redact import redact_url
+        from evals.arms.providers import endpoint
+        from evals.core.redact import redact_url
 
         return cls(lm, config.name, log, cache,
                    identity=f"{config.model}@{redact_url(str(endpoint(config.model, config.api_base)))}")
@@ -162,7 +162,7 @@ class JudgeMatcher(Matcher):
 
     def attempts_frame(self) -> pd.DataFrame:
         """The judge's attempts, as `attempts.parquet` rows (site `judge`)."""
-        from evals.usage import COLUMNS
+        from evals.scoring.usage import COLUMNS
 
         rows = [{"dataset": "(matcher)", **a.model_dump()} for a in (self._log.rows if self._log else [])]
         return pd.DataFrame(rows, columns=COLUMNS).astype({"latency_s": "float64", "cache_hit": "bool"})

@@ -24,10 +24,10 @@ from collections.abc import Sequence
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from evals.subject_reading import names_person as names_subject
-from evals.subject_reading import person_class as subject_class
-from evals.subject_reading import read_subject as subject_of
-from evals.subject_reading import same_person as same_subject
+from evals.core.subject_reading import names_person as names_subject
+from evals.core.subject_reading import person_class as subject_class
+from evals.core.subject_reading import read_subject as subject_of
+from evals.core.subject_reading import same_person as same_subject
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _UNIT = re.compile(rf"\d+(?:[.:]\d+)*|[{_CJK}]|(?:(?![{_CJK}])[^\W\d_])+")
@@ -137,7 +137,7 @@ def subject_text_mismatch(text: str, subject: str | None, kind: str = "fact") ->
 
 def subject_rule(a_text: str, a_subject: str | None, b_text: str, b_subject: str | None) -> bool:
     """Same subject, by label; a None label means "whoever the sentence names", as the scorer reads it
-    (`evals.subject_reading`, not the engine's rule under test)."""
+    (`evals.core.subject_reading`, not the engine's rule under test)."""
     a_subject = a_subject if a_subject is not None else subject_of(a_text)
     b_subject = b_subject if b_subject is not None else subject_of(b_text)
     if a_subject is None or b_subject is None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from evals.redact import write_parquet, write_text
+from evals.core.redact import write_parquet, write_text
 from evals.scoring.agreement import AGREEMENT_COLUMNS, evaluate, format_agreement, remember, undecided
 from evals.scoring.matchers import MatcherSpecError, make_matcher
 from evals.scoring.pairs import BUNDLED_PAIRS, Pair, PairsError, load_pairs

@@ -13,12 +13,12 @@ from typing import Any
 
 import pandas as pd
 
-from evals.adversarial import CROSS_SUBJECT_ADVERSARIAL
-from evals.dataset import Case
+from evals.cases.dataset import Case
+from evals.core.subject_reading import read_subject as subject_of
+from evals.core.subject_reading import same_person as same_subject
+from evals.faults.adversarial import CROSS_SUBJECT_ADVERSARIAL
 from evals.record import CaseRun, OpRow, WriteRecord, columns, pandas_dtypes
 from evals.scoring.matcher import DEFAULT_MATCHER, Matcher
-from evals.subject_reading import read_subject as subject_of
-from evals.subject_reading import same_person as same_subject
 
 Tally = tuple[float, float]  # (numerator, denominator) of one case
 MERGE_OPS = ("UPDATE", "SUPERSEDE", "DELETE")
@@ -119,7 +119,7 @@ def merge_tallies(case: Case, run: CaseRun, matcher: Matcher = DEFAULT_MATCHER
         judged = [r for r in merges if r["cross_subject"] is not None]
         tallies[f"cross_subject_merge_{source}_rate"] = (sum(1 for r in judged if r["cross_subject"]), len(judged))
         notes[f"cross_subject_merge_{source}_rate"] = len(merges) - len(judged)
-    # Adversarial reconcile replies (evals.adversarial) each propose one cross-subject merge; one the guard let
+    # Adversarial reconcile replies (evals.faults.adversarial) each propose one cross-subject merge; one the guard let
     # through is an applied merge (and a CROSS_SUBJECT_MERGE_APPLIED anomaly), one it refused is not.
     injected = [f for f in run.faults
                 if f.kind in CROSS_SUBJECT_ADVERSARIAL and f.injected and f.outcome in ("ok", "wrong")]

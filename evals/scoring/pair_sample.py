@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from evals.redact import write_text
+from evals.core.redact import write_text
+from evals.core.subject_reading import read_subject
 from evals.scoring.checks import is_chinese
-from evals.subject_reading import read_subject
 
 _COLUMNS = ("provider", "dataset", "case_id", "stage", "gold_text", "gold_subject", "pred_text", "pred_subject",
             "matched", "matcher", "epoch")
@@ -138,7 +138,7 @@ def sample_pairs(run_dir: Path, out: Path, *, n: int = 200, seed: int = 0, stage
     out = Path(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        write_text(out, "\n".join(lines) + "\n")  # evals.redact: redacted, whole-or-not
+        write_text(out, "\n".join(lines) + "\n")  # evals.core.redact: redacted, whole-or-not
     except OSError as exc:
         raise SampleError(f"--out {out}: cannot write: {exc.strerror or exc}") from exc
     kinds = {k: sum(pool[i].category == k for i in chosen) for k in ("matched", "rejected")}

@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
-from evals import json_limits
+from evals.core import json_limits
 
 BUNDLED_PAIRS = Path(__file__).resolve().parents[2] / "datasets" / "matcher" / "pairs.jsonl"
 SPLITS = ("heldout", "calibration", "all")

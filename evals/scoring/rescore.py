@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from evals.core.redact import redact_text
 from evals.record import Manifest, RunDirError, read_manifest, read_units, write_manifest
-from evals.redact import redact_text
 
 
 class RescoreError(ValueError):
@@ -20,8 +20,8 @@ class RescoreError(ValueError):
 
 
 def _cases_of(manifest: Manifest, ids: set[str]) -> list:
-    from evals.adapters import load_spec
-    from evals.dataset import dataset_hash
+    from evals.cases.adapters import load_spec
+    from evals.cases.dataset import dataset_hash
 
     for gold in ("all", "clean"):
         try:
@@ -57,7 +57,7 @@ def _same_version(manifest: Manifest, spec: str) -> bool:
 def rescore(run_dir: Path, spec: str) -> Path:
     """The run's report scored with matcher `spec`: the run itself when it was scored so, else a
     re-scored copy under RUN/rescored/<spec>/."""
-    from evals.runner import UsageError, open_matcher, report_run
+    from evals.run.runner import UsageError, open_matcher, report_run
 
     run_dir = Path(run_dir)
     try:

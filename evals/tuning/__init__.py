@@ -1,6 +1,6 @@
 """Prompt tuning of the engine's DSPy program against the harness's own scorer.
 
-`evals.tune.tune` drives it; these modules hold one job each: examples and the split, the
+`evals.tuning.tune.tune` drives it; these modules hold one job each: examples and the split, the
 students the optimisers compile, the metric (with GEPA feedback), the budget meter, the
 optimiser wiring, and the saved program with its manifest.
 """

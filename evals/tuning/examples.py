@@ -17,7 +17,7 @@ from typing import Literal, get_args
 import dspy
 from pydantic import BaseModel, Field
 
-from evals.dataset import Case
+from evals.cases.dataset import Case
 from evals.scoring.matcher import DEFAULT_MATCHER
 from hymem.messages import normalize_messages
 from hymem.render import conversation_language, render_conversation, render_working

@@ -26,7 +26,7 @@ from typing import Any
 import dspy
 from pydantic import BaseModel, Field
 
-from evals.dataset import Case
+from evals.cases.dataset import Case
 from evals.record import CaseRun, Codes, WriteRecord
 from evals.scoring import DEFAULT_MATCHER, Matcher, facts_frame, score_pairs
 from evals.scoring.matcher import same_subject, subject_text_mismatch

@@ -14,8 +14,8 @@ from typing import Any
 import dspy
 import pandas as pd
 
-from evals.accounting import AccountingLM, AttemptLog, price_table
-from evals.providers import Provider, resolve_providers
+from evals.arms.accounting import AccountingLM, AttemptLog, price_table
+from evals.arms.providers import Provider, resolve_providers
 from hymem.sites import _site, current_call_site
 
 # The site of a call no engine round makes: MIPROv2 proposing, GEPA reflecting.
@@ -76,7 +76,7 @@ class TuneModels:
 
     def attempts_frame(self) -> pd.DataFrame:
         """One row per HTTP attempt of the run (site lm.* for engine rounds, tune.optimizer otherwise)."""
-        from evals.usage import COLUMNS
+        from evals.scoring.usage import COLUMNS
 
         rows = [{"dataset": "(tune)", **a.model_dump(exclude={"schema_version"})} for log in self._logs for a in log.rows]
         return pd.DataFrame(rows, columns=COLUMNS).astype({"latency_s": "float64", "cache_hit": "bool"})

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from evals.dataset import Case
+from evals.cases.dataset import Case
 from evals.tuning.budget import Budget
 from evals.tuning.metric import ErrorSummary
 from hymem.program import MemoryProgram
@@ -52,7 +52,7 @@ class TuneManifest(BaseModel):
     train: list[str]  # dataset specs as given
     dev: list[str] | None = None  # dataset specs as given; None: a seeded split of train
     dev_fraction: float | None = None  # share of train drawn as dev when dev is None
-    train_hash: str  # sha256 over the train cases' canonical JSON (evals.dataset.dataset_hash)
+    train_hash: str  # sha256 over the train cases' canonical JSON (evals.cases.dataset.dataset_hash)
     dev_hash: str
     train_ids: list[str]
     dev_ids: list[str]
@@ -138,7 +138,7 @@ def _check_state(state: Any, program: MemoryProgram) -> None:
 def fitted_cases(path: str | Path, cases: Sequence[Case]) -> list[str]:
     """Ids of `cases` the tuned program in `path` was fitted on: those sharing a turn with its train.jsonl
     (by id when only the manifest is there). Empty for a program saved without tune's files."""
-    from evals.dataset import load_cases
+    from evals.cases.dataset import load_cases
     from evals.tuning.examples import turn_keys
 
     folder = program_path(path).parent

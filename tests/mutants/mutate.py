@@ -90,7 +90,7 @@ def _env(root: Path) -> dict[str, str]:
 
 
 def run_sweep(root: Path, out: Path, datasets: list[str], faults: str, embedder: str | None) -> None:
-    cmd = [sys.executable, "-m", "evals.cli", "run", "--out", str(out), "--faults", faults, "--no-progress"]
+    cmd = [sys.executable, "-m", "evals.cli.main", "run", "--out", str(out), "--faults", faults, "--no-progress"]
     for dataset in datasets:
         cmd += ["--dataset", dataset]
     if embedder:
@@ -101,7 +101,7 @@ def run_sweep(root: Path, out: Path, datasets: list[str], faults: str, embedder:
 
 
 def gate(root: Path, baseline: Path, current: Path) -> int:
-    cmd = [sys.executable, "-m", "evals.cli", "gate", "--baseline", str(baseline), "--current", str(current)]
+    cmd = [sys.executable, "-m", "evals.cli.main", "gate", "--baseline", str(baseline), "--current", str(current)]
     return subprocess.run(cmd, cwd=root, env=_env(root), capture_output=True, text=True).returncode
 
 

@@ -1,0 +1,247 @@
+"""The matchers' cost, as ratios measured side by side in one process (BENCHMARKS.md, "Fact matching").
+
+- throughput: labelled pairs decided per second by `semantic` and `text` (each text prepared once;
+  the model load is reported apart), and their ratio;
+- sentence models: seconds per sentence of e5 (the matcher's sentence model) over MiniLM's;
+- share of a run: the wall time of scoring a finished run with a fresh matcher over the run's wall
+  time (bundled suites, offline model, `--faults none`);
+- linear in distinct texts: texts the semantic matcher embedded over the distinct texts of the run's
+  cases, and embedding calls over cases (one batch per case).
+
+- LoCoMo (issue 35): a replay of sampled LoCoMo cases over encoding the same texts alone (`--locomo N`), and
+  scoring's share of a `sweep:fast` run (`--fast-share`).
+
+Run with `python -m evals.bench.matcher [--repeat R]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+class _Counting:
+    """An embedder wrapper counting calls and texts."""
+
+    def __init__(self, inner: Any):
+        self.inner, self.calls, self.texts = inner, 0, 0
+
+    def embed(self, texts: list[str]) -> Any:
+        self.calls += 1
+        self.texts += len(texts)
+        return self.inner.embed(texts)
+
+
+def throughput(repeat: int) -> dict[str, Any]:
+    from evals.scoring.agreement import decide
+    from evals.scoring.matcher import TextMatcher
+    from evals.scoring.pairs import load_pairs
+    from evals.scoring.semantic import PARAMS_FILE, SemanticMatcher, SemanticParams
+    from hymem.embedder import make_embedder
+
+    pairs = load_pairs(split="all")
+    params = SemanticParams.model_validate_json(PARAMS_FILE.read_text(encoding="utf-8"))
+    started = time.perf_counter()
+    embedder = make_embedder(params.embedder)
+    sentences = make_embedder(params.sentence_embedder)
+    load_s = time.perf_counter() - started
+    rates: dict[str, list[float]] = {"semantic": [], "text": []}
+    for _ in range(repeat):
+        for name, matcher in (("semantic", SemanticMatcher(params, embedder, sentence_embedder=sentences)),
+                              ("text", TextMatcher())):
+            started = time.perf_counter()
+            decide(matcher, pairs)
+            rates[name].append(len(pairs) / (time.perf_counter() - started))
+    return {"pairs": len(pairs), "model_load_s": round(load_s, 2),
+            "semantic_pairs_per_s": [round(r, 1) for r in rates["semantic"]],
+            "text_pairs_per_s": [round(r, 1) for r in rates["text"]],
+            "text_over_semantic": [round(t / s, 1) for t, s in zip(rates["text"], rates["semantic"], strict=True)]}
+
+
+def sentence_models(repeat: int) -> dict[str, Any]:
+    """Seconds per sentence of the matcher's sentence model (e5) over MiniLM's, alternated on the same
+    texts (the labelled pairs' distinct gold texts), each model loaded and warmed first."""
+    from evals.bench.engine import embed_seconds
+    from evals.scoring.pairs import load_pairs
+    from hymem.embedder import make_embedder
+
+    texts = list(dict.fromkeys(p.gold.text for p in load_pairs(split="all")))
+    models = {name: make_embedder(name) for name in ("minilm", "e5")}
+    for model in models.values():
+        model.embed(["warm up"])
+    return {"sentences": len(texts), "e5_over_minilm_seconds": [
+        round(seconds["e5"] / seconds["minilm"], 2) for seconds in embed_seconds(models, texts, repeat)]}
+
+
+def run_share() -> dict[str, Any]:
+    from evals.cases.dataset import load_cases
+    from evals.record import read_units
+    from evals.run.runner import RunConfig, run_eval
+    from evals.scoring import score_pairs
+    from evals.scoring.attribution import prepare_case
+    from evals.scoring.semantic import PARAMS_FILE, SemanticMatcher, SemanticParams
+    from hymem.embedder import make_embedder
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run"
+        started = time.perf_counter()
+        run_eval(RunConfig(faults="none", out=out, progress=False, matcher="semantic"))
+        run_s = time.perf_counter() - started
+        runs = read_units(out)
+        cases = {c.id: c for c in load_cases([str(Path("datasets"))])}
+        pairs = [(cases[r.case_id], r) for r in runs if r.case_id in cases]
+        params = SemanticParams.model_validate_json(PARAMS_FILE.read_text(encoding="utf-8"))
+        embedder = _Counting(make_embedder(params.embedder))
+        sentences = _Counting(make_embedder(params.sentence_embedder))
+        matcher = SemanticMatcher(params, embedder, sentence_embedder=sentences)
+        distinct: set[str] = set()
+
+        class _Texts:
+            def prepare(self, gold: Sequence[str], pred: Sequence[str]) -> None:
+                distinct.update(gold)
+                distinct.update(pred)
+
+        for case, run in pairs:
+            prepare_case(case, run, _Texts())  # the texts a case hands the matcher
+        started = time.perf_counter()
+        score_pairs(pairs, matcher)
+        score_s = time.perf_counter() - started
+    return {"cases": len(pairs), "run_wall_s": round(run_s, 1), "scoring_s": round(score_s, 1),
+            "scoring_share_of_run": round(score_s / run_s, 3), "distinct_texts": len(distinct),
+            "texts_embedded": embedder.texts + sentences.texts, "embed_calls": embedder.calls + sentences.calls,
+            "sentence_texts_embedded": sentences.texts, "word_texts_embedded": embedder.texts}
+
+
+LOCOMO = Path("/work/shared/datasets/locomo/locomo10.json")
+
+
+def _timed_scoring() -> tuple[dict[str, float], Any]:
+    """Seconds spent in `score_pairs` (the matcher's whole cost in a run), summed; and the patch to undo."""
+    import evals.scoring as scoring
+
+    spent = {"scoring_s": 0.0}
+    original = scoring.score_pairs
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            spent["scoring_s"] += time.perf_counter() - started
+
+    scoring.score_pairs = timed  # report_run imports it from evals.scoring at the call
+
+    def undo() -> None:
+        scoring.score_pairs = original
+
+    return spent, undo
+
+
+def locomo_ratio(sample: int, seed: int = 1, path: Path = LOCOMO) -> dict[str, Any]:
+    """A LoCoMo replay (`--sample N --seed S --faults none`, minilm, the semantic matcher, a cold vector cache) over
+    encoding the same texts alone with the same models, in the same process right after: each case's distinct
+    predicates with e5 and their content words with MiniLM, one batch per model per case, as the matcher does."""
+    from evals.cases.adapters import load_spec
+    from evals.record import read_units
+    from evals.run.runner import RunConfig, run_eval
+    from evals.scoring.attribution import prepare_case
+    from evals.scoring.semantic import PARAMS_FILE, SemanticParams, _latin_content, prepare_text
+    from hymem.embedder import make_embedder
+
+    spent, undo = _timed_scoring()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run"
+        started = time.perf_counter()
+        try:
+            run_eval(RunConfig(datasets=[f"locomo:{path}"], sample=sample, seed=seed, faults="none", out=out,
+                               progress=False, matcher="semantic"))
+        finally:
+            undo()
+        run_s = time.perf_counter() - started
+        runs = read_units(out)
+    cases = {c.id: c for c in load_spec(f"locomo:{path}")}
+    batches: list[list[str]] = []
+
+    class _Texts:
+        def prepare(self, gold: Sequence[str], pred: Sequence[str]) -> None:
+            batches.append([*gold, *pred])
+
+    for run in runs:
+        prepare_case(cases[run.case_id], run, _Texts())
+    params = SemanticParams.model_validate_json(PARAMS_FILE.read_text(encoding="utf-8"))
+    sentences, words = make_embedder(params.sentence_embedder), make_embedder(params.embedder)
+    sentences.embed(["warm up"])
+    words.embed(["warm up"])
+    seen_p: set[str] = set()
+    seen_w: set[str] = set()
+    e5_s = minilm_s = 0.0
+    for batch in batches:
+        prepared = [prepare_text(t) for t in dict.fromkeys(batch)]
+        predicates = [p for p in dict.fromkeys(x.predicate for x in prepared) if p not in seen_p]
+        content = [w for w in dict.fromkeys(w for x in prepared for w in _latin_content(x)) if w not in seen_w]
+        seen_p.update(predicates)
+        seen_w.update(content)
+        started = time.perf_counter()
+        if predicates:
+            sentences.embed(predicates)
+        e5_s += time.perf_counter() - started
+        started = time.perf_counter()
+        if content:
+            words.embed(content)
+        minilm_s += time.perf_counter() - started
+    return {"cases": len(runs), "run_wall_s": round(run_s, 1), "scoring_s": round(spent["scoring_s"], 1),
+            "predicates": len(seen_p), "words": len(seen_w), "e5_alone_s": round(e5_s, 1),
+            "minilm_alone_s": round(minilm_s, 1), "run_over_e5_alone": round(run_s / e5_s, 2),
+            "run_over_both_alone": round(run_s / (e5_s + minilm_s), 2)}
+
+
+def fast_share(cache: Path | None = None) -> dict[str, Any]:
+    """Scoring's share of a `--faults sweep:fast` run of the bundled suites (the CI gate's run), semantic matcher;
+    the vector cache cold, or `cache/vectors.sqlite` (kept: a second run reads what the first encoded)."""
+    from evals.run.runner import RunConfig, run_eval
+
+    spent, undo = _timed_scoring()
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.perf_counter()
+        try:
+            run_eval(RunConfig(faults="sweep:fast", out=Path(tmp) / "run", progress=False, matcher="semantic",
+                               cache_dir=cache / "responses.sqlite" if cache is not None else None))
+        finally:
+            undo()
+        run_s = time.perf_counter() - started
+    return {"run_wall_s": round(run_s, 1), "scoring_s": round(spent["scoring_s"], 1),
+            "scoring_share": round(spent["scoring_s"] / run_s, 3)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m evals.bench.matcher")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--locomo", type=int, metavar="N", help="only: a LoCoMo replay of N sampled cases over "
+                        "encoding its texts alone (issue 35)")
+    parser.add_argument("--fast-share", action="store_true", help="only: scoring's share of a sweep:fast run")
+    parser.add_argument("--cache", type=Path, help="--fast-share: keep the vectors in this directory (run twice: warm)")
+    args = parser.parse_args(argv)
+    if args.locomo or args.fast_share:
+        out: dict[str, Any] = {}
+        if args.locomo:
+            out["locomo"] = locomo_ratio(args.locomo)
+        if args.fast_share:
+            out["sweep_fast"] = fast_share(args.cache)
+        print(json.dumps(out, indent=1))
+        return 0
+    through = throughput(args.repeat)
+    print(json.dumps({"throughput": through,
+                      "median_semantic_pairs_per_s": statistics.median(through["semantic_pairs_per_s"]),
+                      "sentence_models": sentence_models(args.repeat),
+                      "run": run_share()}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Stage 1, cases: datasets and their adapters (JSONL, LoCoMo, ...) into typed `Case`s, and the label audit."""

@@ -1,0 +1,101 @@
+"""Checks of a command's arguments that need nothing heavy: run before dspy, pandas or a model is imported.
+
+Why apart: a typo in `--embedder`, `--matcher`, `--lm`, `--program` or a dataset must answer in well under the
+seconds those imports take, with one line and exit 2. Each check returns the problem as one line, or None; the
+library code checks everything again when it loads (these only answer first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+EMBEDDER_NAMES = ("hash", "minilm", "minilm-torch", "e5")
+
+
+def url_problem(value: str) -> str | None:
+    """Why `value` is not an http(s) URL with a host and a valid port, in one line (credentials redacted); None
+    when it is one. `--lm`, a providers file's `api_base`, `--embedder openai@URL` and `proxy --upstream`."""
+    from urllib.parse import urlparse
+
+    from evals.core.redact import redact_url
+
+    try:
+        url = urlparse(value)
+        port = url.port  # raises for a port out of range or not a number
+    except ValueError as exc:  # e.g. "Invalid IPv6 URL", "Port out of range 0-65535"
+        return f"not an http(s) URL: {redact_url(value)!r} ({exc})"
+    if url.scheme not in ("http", "https") or not url.hostname:
+        return f"not an http(s) URL: {redact_url(value)!r}"
+    if port == 0:
+        return f"not an http(s) URL: {redact_url(value)!r} (port 0)"
+    return None
+
+
+def embedder_problem(spec: str | None) -> str | None:
+    """`--embedder` as `hymem.embedder.make_embedder` takes it: a name, or openai[/MODEL][@URL]."""
+    if spec is None or spec in EMBEDDER_NAMES:
+        return None
+    if spec == "openai" or spec.startswith(("openai/", "openai@")):
+        _, _, url = spec[len("openai"):].lstrip("/").partition("@")
+        if url:
+            if (problem := url_problem(url)) is not None:
+                return f"--embedder {spec}: {problem}"
+        return None
+    return (f"--embedder: unknown embedder {spec!r}: use {', '.join(EMBEDDER_NAMES)} or "
+            "openai[/MODEL][@URL]")
+
+
+def matcher_problem(spec: str | None, providers_file: Path | None = None) -> str | None:
+    """`--matcher` as `evals.scoring.matchers.make_matcher` takes it: semantic, text or llm:MODEL_SPEC."""
+    if spec is None:
+        return None
+    from evals.cli.main import (
+        MATCHER_SPECS_HELP as SPECS_HELP,  # the matchers' own (a test checks), without their imports
+    )
+
+    spec = spec.strip()
+    if spec in ("semantic", "text"):
+        return None
+    if spec.startswith("llm:") and spec[4:].strip():
+        return None  # the judge's model spec is checked as --lm is, when the judge is made
+    return f"--matcher: unknown spec {spec!r}; use {SPECS_HELP}"
+
+
+def lm_problem(specs: Sequence[str], providers_file: Path | None) -> str | None:
+    """`--lm` specs and the providers file, parsed as the runner parses them (keys are checked later)."""
+    from evals.arms.providers import resolve_providers
+
+    try:
+        resolve_providers(list(specs), providers_file)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def program_problem(path: Path | None) -> str | None:
+    """`--program`: a tuned program's directory or its program.json (its content is checked when it loads)."""
+    if path is None:
+        return None
+    file = path / "program.json" if path.is_dir() else path
+    if not file.is_file():
+        return f"--program: {path}: no program.json here (expected the --out directory of `hymem-eval tune`)"
+    return None
+
+
+def dataset_problem(specs: Iterable[str] | None, flag: str = "--dataset") -> str | None:
+    """The JSONL files and directories among `specs` (NAME:PATH corpus specs go to their adapters), loaded and
+    validated whole: every bad line is `file:line: field: problem`."""
+    from evals.cases.dataset import load_cases
+
+    specs = list(specs or [])
+    if any(not str(spec).strip() for spec in specs):
+        return f"{flag} '': an empty path (give a .jsonl file or a directory of them)"
+    files = [spec for spec in specs if ":" not in spec]
+    if not files:
+        return None
+    try:
+        load_cases(files)
+    except (ValueError, OSError) as exc:
+        return str(exc)
+    return None
