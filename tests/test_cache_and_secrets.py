@@ -16,7 +16,8 @@ from conftest import TWO_CASES
 from evals.arms.serve import start_server
 from evals.cli.main import main
 from evals.core.redact import redact_text, register_secret
-from evals.run.runner import RunConfig, run_eval
+from evals.pipeline import run_eval
+from evals.run.runner import RunConfig
 
 CASES = TWO_CASES
 

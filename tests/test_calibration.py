@@ -7,7 +7,8 @@ import pytest
 
 from evals.arms.oracle import oracle_plan
 from evals.cases.dataset import load_cases
-from evals.run.runner import RunConfig, run_eval
+from evals.pipeline import run_eval
+from evals.run.runner import RunConfig
 
 NOISY = "oracle:flip_owner=0.2,swap_subject=0.1,drop=0.1,seed=7"
 DATASET = "datasets/chat_en.jsonl"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from evals.pipeline import run_eval
 from evals.record.catalogue import (
     HEADLINE,
     METRICS,
@@ -20,7 +21,7 @@ from evals.record.catalogue import (
     undeclared,
 )
 from evals.report.compare import is_count, lower_is_better
-from evals.run.runner import RunConfig, run_eval
+from evals.run.runner import RunConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -122,12 +122,12 @@ def stubbed(monkeypatch, files):
     """The long work after validation, stubbed: what a fuzzed run would spend minutes on."""
     import evals.arms.proxy
     import evals.arms.serve
-    import evals.run.runner
+    import evals.pipeline
     import evals.scoring.semantic
     import evals.tuning.tune
 
     def no_units(*args, **kwargs):
-        raise evals.run.runner.RunIOError("fuzz: the run's units are not run")
+        raise evals.pipeline.RunIOError("fuzz: the run's units are not run")
 
     def no_wait(handle, banner):
         handle.close()
@@ -139,7 +139,7 @@ def stubbed(monkeypatch, files):
     def no_fit(*args, **kwargs):
         raise ValueError("fuzz: not fitted")
 
-    monkeypatch.setattr(evals.run.runner, "_execute", no_units)
+    monkeypatch.setattr(evals.pipeline, "open_matcher", no_units)  # the first step after validation
     monkeypatch.setattr(evals.arms.serve, "wait_forever", no_wait)
     monkeypatch.setattr(evals.arms.proxy, "wait_forever", no_wait)
     monkeypatch.setattr(evals.tuning.tune, "tune", no_tune)

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from evals.arms.embedders import resolve_embedder
 from evals.cases.dataset import load_cases
-from evals.core.prompt_contract import check_conversation, check_prompts, read_messages
+from evals.check.prompt_contract import check_conversation, check_prompts
+from evals.core.prompt_reading import read_messages
 from evals.faults.plan import FaultPlan
 from evals.report.run_report import verdict_of
 from evals.run.replay import CaseReplayer
-from evals.run.runner import resolve_embedder
 from hymem.models import ChatMessage
 from hymem.render import parse_history, render_conversation
 
@@ -343,7 +344,7 @@ def test_changed_payloads_rename_one_speaker_everywhere_and_leave_tool_names_alo
 
 
 def _memories_state(rows):
-    from evals.check.checker import StoreState
+    from evals.core.store_state import StoreState
 
     return StoreState(tables={"memories": [{"id": i, "user_id": u, "text": f"m{i}", "superseded_by": s,
                                             "deleted_at": None} for i, u, s in rows]}, faiss={})

@@ -7,7 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.run.runner import RunConfig, run_eval
+from evals.pipeline import run_eval
+from evals.run.runner import RunConfig
 
 LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "locomo" / "locomo10.json"
 

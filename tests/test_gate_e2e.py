@@ -11,9 +11,10 @@ import pandas as pd
 import pytest
 
 from evals.cli.main import main
+from evals.pipeline import run_eval
 from evals.report.compare import load_run
 from evals.report.gate_inputs import case_hashes, restrict
-from evals.run.runner import RunConfig, run_eval
+from evals.run.runner import RunConfig
 
 DATASET = "datasets/chat_en.jsonl"
 

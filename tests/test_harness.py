@@ -9,7 +9,9 @@ import pandas as pd
 import pytest
 
 from evals.cli.main import main
-from evals.run.runner import RunConfig, UsageError, run_eval
+from evals.core.errors import UsageError
+from evals.pipeline import run_eval
+from evals.run.runner import RunConfig
 
 CASES = [
     {"id": "tim-john", "lang": "en", "user_id": "tim", "tags": ["named-human", "update"],

@@ -427,7 +427,8 @@ def test_matcher_eval_counts_pairs_a_failed_judge_left_undecided_against_it(tmp_
 # ------------------------------------------------------------------ runs name their matcher and its agreement
 @pytest.fixture(scope="module")
 def text_run(tmp_path_factory) -> Path:
-    from evals.run.runner import RunConfig, run_eval
+    from evals.pipeline import run_eval
+    from evals.run.runner import RunConfig
 
     out = tmp_path_factory.mktemp("runs") / "text"
     run_eval(RunConfig(datasets=["datasets/chat_en.jsonl"], embedder="hash", faults="none", out=out, progress=False,

@@ -45,9 +45,9 @@ def server():
     if not mem0_available():
         pytest.skip("mem0ai is not installed")
     import_mem0()  # telemetry off before anything imports mem0
-    from evals.arms.mem0_offline import start_offline_server
+    from evals.arms.serve import start_server
 
-    with start_offline_server("hash") as handle:
+    with start_server(embedder="hash") as handle:
         yield handle
 
 
@@ -374,10 +374,10 @@ def test_subject_and_owner_are_read_off_mem0s_plain_text():
 def test_the_local_server_still_answers_hymems_own_prompts(tmp_path):
     import dspy
 
-    from evals.arms.mem0_offline import start_offline_server
+    from evals.arms.serve import start_server
     from hymem.client import HyMemoryClient
 
-    with start_offline_server("hash") as handle:
+    with start_server(embedder="hash") as handle:
         lm = dspy.LM("openai/offline", api_base=handle.url, api_key="x", cache=False, num_retries=0, timeout=10)
         with HyMemoryClient(path=tmp_path / "s", lm=lm, embedder=f"openai/hash@{handle.url}") as client:
             result = client.add([{"role": "user", "content": "I like green tea."}], user_id="ana")

@@ -79,7 +79,8 @@ def test_minilm_embeds_offline_and_search_is_semantic(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_the_main_job_on_the_bundled_data_is_valid_with_minilm(tmp_path):
     """What `nox -s eval` runs: bundled datasets, offline model, minilm, full sweep."""
-    from evals.run.runner import RunConfig, run_eval
+    from evals.pipeline import run_eval
+    from evals.run.runner import RunConfig
 
     outcome = run_eval(RunConfig(out=tmp_path / "run", progress=False))
     assert outcome.manifest.embedder == "minilm"

@@ -12,10 +12,12 @@ from evals.arms.oracle import ERROR_KINDS, oracle_lm, oracle_plan, parse_oracle_
 from evals.arms.providers import provider_factory
 from evals.cases.dataset import Case, bundled_dataset_dir, load_cases
 from evals.cli.main import main
+from evals.core.errors import UsageError
 from evals.faults.plan import FaultPlan
+from evals.pipeline import run_eval
 from evals.record import CaseRun
 from evals.run.replay import CaseReplayer
-from evals.run.runner import RunConfig, UsageError, run_eval
+from evals.run.runner import RunConfig
 from hymem.client import HyMemoryClient
 from hymem.embedder import HashEmbedder
 

@@ -12,7 +12,8 @@ import pytest
 from evals.arms.proxy import start_proxy
 from evals.arms.serve import start_server
 from evals.cli.main import main
-from evals.run.runner import RunConfig, run_eval
+from evals.pipeline import run_eval
+from evals.run.runner import RunConfig
 
 CASES = [
     {"id": "a", "lang": "en", "user_id": "tim",

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import evals.arms.hymem_system as hymem_system
 from evals.cases.dataset import Case
-from evals.check.checker import RowMemo, StoreState, _canonical_row_key, _row_key, canonical, read_state
+from evals.core.store_state import RowMemo, StoreState, _canonical_row_key, _row_key, canonical, read_state
 from evals.core.store_view import PageDigests, view_digest
 from evals.faults.plan import FaultPlan
 from evals.run.replay import CaseReplayer

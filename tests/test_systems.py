@@ -11,13 +11,16 @@ import pytest
 from evals.arms import MemorySystem, WriteOutcome, arm_label, site_kinds
 from evals.arms.hymem_system import HymemSystem
 from evals.cases.dataset import Case
-from evals.check.checker import StoreState, check_faulted_write
+from evals.check.checker import check_faulted_write
 from evals.cli.main import main
+from evals.core.errors import UsageError
+from evals.core.store_state import StoreState
 from evals.faults.plan import Expected, FaultPlan, expected_outcome
+from evals.pipeline import load_tuned_program, run_eval
 from evals.record import CaseRun, FaultRecord, WriteRecord
 from evals.report.run_report import write_report
 from evals.run.provenance import Manifest
-from evals.run.runner import RunConfig, UsageError, prepare, run_eval
+from evals.run.runner import RunConfig, prepare
 from hymem.embedder import HashEmbedder
 from hymem.offline import offline_lm
 
@@ -50,7 +53,11 @@ def test_hymem_is_a_memory_system_and_writes_through_the_protocol(tmp_path):
 def test_a_hymem_run_keeps_its_labels_and_manifest_hash_and_gains_a_system_column(dataset, tmp_path):
     plain = RunConfig(datasets=[str(dataset)], embedder="hash", faults="none", out=tmp_path / "a", progress=False)
     explicit = plain.model_copy(update={"systems": ["hymem"], "out": tmp_path / "b"})
-    assert prepare(plain)[4].manifest_hash == prepare(explicit)[4].manifest_hash
+
+    def prepared(config):
+        return prepare(config, matcher_spec="text", load_program=load_tuned_program).manifest
+
+    assert prepared(plain).manifest_hash == prepared(explicit).manifest_hash
     outcome = run_eval(explicit)
     assert outcome.manifest.providers == ["offline"]
     for name in ("cases", "faults", "anomalies", "coverage"):
@@ -158,7 +165,8 @@ def test_an_unknown_system_is_refused_before_any_work(dataset, tmp_path):
         main(["run", "--system", "nope", "--dataset", str(dataset), "--out", str(tmp_path / "o")])
     assert exc.value.code == 2
     with pytest.raises(UsageError, match="--system 'nope'"):
-        prepare(RunConfig(datasets=[str(dataset)], systems=["nope"], embedder="hash", out=tmp_path / "o"))
+        prepare(RunConfig(datasets=[str(dataset)], systems=["nope"], embedder="hash", out=tmp_path / "o"),
+                matcher_spec="text", load_program=load_tuned_program)
     assert not (tmp_path / "o").exists()
 
 

@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from pydantic import BaseModel, Field
 
-from evals.check.checker import StoreState
+from evals.core.store_state import StoreState
 from evals.faults.plan import Expected, Fault, FaultPlan
 from evals.record import OpRecord
 
@@ -40,6 +40,15 @@ class WriteOutcome(BaseModel):
     # engine whose prompts the harness does not tap (mem0), read by evals.check.natural
     injected: dict[str, Any] = Field(default_factory=dict)  # what an adversarial reply changed (evals.faults.adversarial)
     duplicate: bool | None = None  # the engine said this request_id was already written (None: it cannot say)
+
+
+def codes_of(result: Any) -> dict[str, Any]:
+    """The outcome fields a fault's expected outcome is compared on (a system's `WriteOutcome.codes` as given)."""
+    if isinstance(getattr(result, "codes", None), dict):
+        return dict(result.codes)
+    return {"success": result.success, "error_code": result.error_code,
+            "agent_error_code": result.agent_error_code, "reconcile_error_code": result.reconcile_error_code,
+            "retry_safe": result.retry_safe}
 
 
 @runtime_checkable

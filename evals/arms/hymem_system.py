@@ -17,8 +17,9 @@ from typing import Any
 import dspy
 
 from evals.arms.accounting import AccountingLM, price_table
-from evals.arms.base import WriteOutcome
-from evals.check.checker import RowMemo, StoreState, codes_of, read_state
+from evals.arms.base import WriteOutcome, codes_of
+from evals.core.store_state import RowMemo, StoreState, read_state
+from evals.core.threads import run_threads
 from evals.faults.inject import FaultyEmbedder, Injector, PromptTap, faulty_lm
 from evals.faults.plan import Expected, Fault, FaultPlan, expected_outcome, wire_kinds_for
 from evals.record import OpRecord
@@ -89,7 +90,7 @@ class HymemSystem:
     name = "hymem"
     keeps_profile = True
     # Candidates per new fact the harness sets; the replayer checks each reconcile prompt shows that retrieval
-    # (`evals.core.prompt_contract.check_candidates`).
+    # (`evals.check.prompt_contract.check_candidates`).
     candidates_per_fact = 5
 
     def __init__(self, case: Any, lm_factory: Any, embedder: Any, plan: FaultPlan, program: Any = None, *,
@@ -271,8 +272,6 @@ class HymemSystem:
         """Send (path, payload, request_id) calls from one thread each, released together, on one open client.
 
         Returns the results (an exception in place of a result it raised), history and the episode counter."""
-        from evals.check.write_contract import run_threads
-
         self.injector.arm(None)
         self.open(store)
         try:

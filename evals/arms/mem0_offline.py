@@ -19,6 +19,8 @@ import math
 import re
 from typing import Any
 
+from evals.faults.plan import MEM0_EXTRACT
+
 MARKER = "You are a Memory Extractor"  # first line of mem0's ADDITIVE_EXTRACTION_PROMPT role section
 _SECTION = re.compile(r"(?m)^## (Summary|Last k Messages|Recently Extracted Memories|Existing Memories|New Messages|"
                       r"Observation Date|Current Date|Custom Instructions|Language Requirement)\n")
@@ -26,7 +28,6 @@ _ROLE_LINE = re.compile(r"^(user|assistant|system): ?(.*)$")
 _JSON_TAIL = "\n\nRespond with a JSON object in the following order of fields: `facts`, then `profile`."
 
 
-MEM0_SITE = "mem0.extract"  # the call site mem0's wire (evals.arms.mem0_wire) names for its extraction
 
 
 def is_mem0_prompt(system: str | None) -> bool:
@@ -81,7 +82,7 @@ def answer_mem0(user_prompt: str) -> str:
 class Mem0AwareEngine:
     """The offline engine (`complete(lm15.Request, site)`), which also answers mem0's extraction prompt.
 
-    The task is the call site the caller names (`MEM0_SITE`, or one of hymem's); a caller that names
+    The task is the call site the caller names (`MEM0_EXTRACT`, or one of hymem's); a caller that names
     none (mem0 pointed at `hymem-eval serve` by hand) leaves the model to read its prompt.
     """
 
@@ -95,7 +96,7 @@ class Mem0AwareEngine:
 
         system = request.system if isinstance(request.system, str) else "".join(
             getattr(p, "text", "") or "" for p in request.system or [])
-        if site != MEM0_SITE and (site is not None or not is_mem0_prompt(system)):
+        if site != MEM0_EXTRACT and (site is not None or not is_mem0_prompt(system)):
             return self.inner.complete(request, site)
         users = [m.text or "" for m in request.messages if m.role == "user"]
         reply = answer_mem0(users[-1] if users else "")
@@ -106,15 +107,4 @@ class Mem0AwareEngine:
                                                                     total_tokens=tokens_in + tokens_out))
 
 
-def start_offline_server(embedder: str = "hash", port: int = 0) -> Any:
-    """`evals.arms.serve`'s offline OpenAI-compatible server, answering mem0's extraction prompt too.
-
-    `embedder`: hash or minilm, as `hymem-eval serve`. Returns a `ServerHandle` (`.url` ends in `/v1`).
-    """
-    from evals.arms.serve import start_server
-
-    return start_server(port=port, embedder=embedder)  # its engine is Mem0AwareEngine
-
-
-__all__ = ["MARKER", "MEM0_SITE", "Mem0AwareEngine", "answer_mem0", "is_mem0_prompt", "prompt_sections", "render_new_messages",
-           "start_offline_server"]
+__all__ = ["MARKER", "Mem0AwareEngine", "answer_mem0", "is_mem0_prompt", "prompt_sections", "render_new_messages"]

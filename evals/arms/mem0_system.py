@@ -41,10 +41,9 @@ from evals.arms.accounting import cost, price_table
 from evals.arms.base import WriteOutcome
 from evals.arms.mem0_wire import Calls, Endpoint, Wire
 from evals.arms.proxy import KINDS
-from evals.check.checker import StoreState
-from evals.check.natural import MEM0_EXTRACT
+from evals.core.store_state import StoreState
 from evals.core.subject_reading import unlabelled_memory_subject as memory_subject
-from evals.faults.plan import Expected, Fault, FaultPlan
+from evals.faults.plan import MEM0_EXTRACT, Expected, Fault, FaultPlan
 from evals.record import OpRecord
 
 EXTRA_ERROR = "mem0 needs the extra: pip install 'hymem[mem0]'"

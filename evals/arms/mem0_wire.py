@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from evals.arms.mem0_offline import MEM0_SITE
-from evals.faults.plan import Fault
+from evals.faults.plan import MEM0_EXTRACT, Fault
 from hymem.sites import SITE_HEADER
 
 _ids = itertools.count()
@@ -89,7 +88,7 @@ class Wire:
 
     def _chat(self, **params: Any) -> Any:
         # mem0 makes one kind of chat call, its extraction: name it, so the server need not read the prompt
-        headers = {**(params.pop("extra_headers", None) or {}), SITE_HEADER: MEM0_SITE}
+        headers = {**(params.pop("extra_headers", None) or {}), SITE_HEADER: MEM0_EXTRACT}
         params.update(self.system.sampling)  # the run's temperature and the epoch's seed, as hymem's calls get them
         response = self._call("lm.extract", None,
                               lambda c: c.chat.completions.create(**params, extra_headers=headers))

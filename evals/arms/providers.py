@@ -22,9 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from evals.arms.slots import ConnectionSlots, Slots
 from evals.cases.dataset import Case
-from evals.cli.early_checks import url_problem
 from evals.core.redact import redact_url, register_secret, register_url
 from evals.core.structured import Structured, StructuredLM
+from evals.core.urls import url_problem
 
 LMFactory = Callable[[Case], dspy.BaseLM]
 LOCAL_MAX_TOKENS = 512  # a local model's default reply cap (hymem's replies are well under it)

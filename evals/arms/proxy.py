@@ -38,6 +38,7 @@ from typing import Any
 
 from evals.arms.serve import DEFAULT_MAX_BODY, JSONHandler, ServerHandle, bind, wait_forever
 from evals.core.redact import redact
+from evals.core.urls import url_problem
 
 KINDS = ("http_500", "http_502", "http_503", "http_429", "empty_body", "non_json_body", "empty_content",
          "null_content", "truncated_json", "wrong_schema", "latency", "drop_connection")
@@ -323,8 +324,6 @@ def start_proxy(upstream: str, plan: str | ProxyPlan, seed: int = 0, port: int =
     and so Authorization values, are never logged. `fault_delay` is the seconds a `latency` fault adds. A request
     body over `max_body` bytes is refused with 413 and never forwarded.
     """
-    from evals.cli.early_checks import url_problem
-
     if (problem := url_problem(upstream)) is not None:  # a bad port made every request a 500
         raise ValueError(f"--upstream: {problem}")
     if not math.isfinite(fault_delay) or fault_delay < 0:

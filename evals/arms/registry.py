@@ -31,9 +31,9 @@ def site_kinds(system: str, paths: set[str] | None = None) -> list[tuple[str, st
     """Every (fault site, kind) pair of a system, for the coverage table; for mem0, given `paths` (the write paths
     its units took), only the sites those writes could reach."""
     if system == "mem0":
-        from evals.arms import mem0_system
+        from evals.arms.mem0_system import applicable_sites, kinds_for  # lazy: hymem-only runs never load mem0's arm
 
-        return [(site, kind) for site in mem0_system.applicable_sites(paths) for kind in mem0_system.kinds_for(site)]
+        return [(site, kind) for site in applicable_sites(paths) for kind in kinds_for(site)]
     from evals.faults.plan import SITES, kinds_for
 
     return [(site, kind) for site in SITES for kind in kinds_for(site)]
@@ -87,14 +87,14 @@ def open_arm(system: str, provider: Any, embedder_spec: str) -> Arm:
     label = arm_label(system, provider.name)
     if system == DEFAULT_SYSTEM:
         return Arm(system=system, provider=provider.name, label=label, make=None)
-    from evals.arms.mem0_offline import start_offline_server
     from evals.arms.mem0_system import Endpoint, Mem0System, local_endpoints
+    from evals.arms.serve import start_server
     from hymem.offline import MODEL as OFFLINE_MODEL
 
     config = provider.config
     validate_arm(system, config)
     local_embedder = embedder_spec in ("hash", "minilm")
-    server = start_offline_server(embedder_spec if local_embedder else "hash") \
+    server = start_server(embedder=embedder_spec if local_embedder else "hash") \
         if config.model == "offline" or local_embedder else None
     try:
         local = local_endpoints(server.url, embedder_spec if local_embedder else "hash") if server else None

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from evals.arms.mem0_offline import Mem0AwareEngine
+
 MODEL_ID = "offline"
 DEFAULT_MAX_BODY = 32 * 1024 * 1024  # bytes of a request body; a larger one is refused with 413 before it is read
 LISTEN_BACKLOG = 1024  # pending connections the kernel queues (it caps this at net.core.somaxconn)
@@ -338,11 +340,8 @@ def _sleep_until(deadline: float) -> None:
         time.sleep(left)
 
 
-def _handler(latency: float, embed: Callable[[list[str]], np.ndarray], body_limit: int) -> type[JSONHandler]:
-    from evals.arms.mem0_offline import Mem0AwareEngine
+def _handler(latency: float, embed: Callable[[list[str]], np.ndarray], body_limit: int, engine: Any) -> type[JSONHandler]:
     from hymem.sites import SITE_HEADER
-
-    engine = Mem0AwareEngine()  # the offline model; it also answers mem0's extraction prompt
 
     class OfflineHandler(JSONHandler):
         max_body = body_limit
@@ -399,18 +398,20 @@ def _embed_function(embedder: str) -> Callable[[list[str]], np.ndarray]:
 
 
 def start_server(port: int = 0, latency: float = 0.0, embedder: str = "hash",
-                 max_body: int = DEFAULT_MAX_BODY) -> ServerHandle:
+                 max_body: int = DEFAULT_MAX_BODY, engine: Any = None) -> ServerHandle:
     """Start the offline OpenAI-compatible server on 127.0.0.1 in a background thread.
 
     Every reply leaves `latency` seconds after its request was read, or at once when computing it took longer
     (the model's work is part of the latency, as at a provider); `embedder` is `hash` (default) or `minilm`; a request body
-    over `max_body` bytes is refused with 413.
+    over `max_body` bytes is refused with 413. `engine` answers the chat requests (`complete(request, site)`);
+    default: the offline model, which also answers mem0's extraction prompt (`--system mem0 --lm offline`).
     """
     if not math.isfinite(latency) or not 0 <= latency <= 86400:  # inf/nan/1e10 would hold every reply forever
         raise ValueError(f"--latency {latency!r}: use a number of seconds from 0 to 86400")
     if max_body < 1:
         raise ValueError("the body limit must be at least 1 byte")
-    return ServerHandle(bind(_handler(float(latency), _embed_function(embedder), int(max_body)), port))
+    engine = engine if engine is not None else Mem0AwareEngine()
+    return ServerHandle(bind(_handler(float(latency), _embed_function(embedder), int(max_body), engine), port))
 
 
 def run_server(port: int = 0, latency: float = 0.0, embedder: str = "hash", max_body: int = DEFAULT_MAX_BODY) -> int:

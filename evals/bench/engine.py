@@ -308,7 +308,8 @@ def runner_vs_ideal(latency: float, concurrency: int, cases_per_slot: int = 20,
     """
     import pandas as pd
 
-    from evals.run.runner import RunConfig, run_eval
+    from evals.pipeline import run_eval
+    from evals.run.runner import RunConfig
 
     n = cases_per_slot * concurrency
     with tempfile.TemporaryDirectory() as tmp, _server_process(latency) as url:

@@ -81,8 +81,9 @@ def sentence_models(repeat: int) -> dict[str, Any]:
 
 def run_share() -> dict[str, Any]:
     from evals.cases.dataset import load_cases
+    from evals.pipeline import run_eval
     from evals.record import read_units
-    from evals.run.runner import RunConfig, run_eval
+    from evals.run.runner import RunConfig
     from evals.scoring import score_pairs
     from evals.scoring.attribution import prepare_case
     from evals.scoring.semantic import PARAMS_FILE, SemanticMatcher, SemanticParams
@@ -123,7 +124,7 @@ LOCOMO = Path("/work/shared/datasets/locomo/locomo10.json")
 
 def _timed_scoring() -> tuple[dict[str, float], Any]:
     """Seconds spent in `score_pairs` (the matcher's whole cost in a run), summed; and the patch to undo."""
-    import evals.scoring as scoring
+    import evals.report.score_run as scoring  # report_run calls score_pairs through this module's name
 
     spent = {"scoring_s": 0.0}
     original = scoring.score_pairs
@@ -135,7 +136,7 @@ def _timed_scoring() -> tuple[dict[str, float], Any]:
         finally:
             spent["scoring_s"] += time.perf_counter() - started
 
-    scoring.score_pairs = timed  # report_run imports it from evals.scoring at the call
+    scoring.score_pairs = timed
 
     def undo() -> None:
         scoring.score_pairs = original
@@ -148,8 +149,9 @@ def locomo_ratio(sample: int, seed: int = 1, path: Path = LOCOMO) -> dict[str, A
     encoding the same texts alone with the same models, in the same process right after: each case's distinct
     predicates with e5 and their content words with MiniLM, one batch per model per case, as the matcher does."""
     from evals.cases.adapters import load_spec
+    from evals.pipeline import run_eval
     from evals.record import read_units
-    from evals.run.runner import RunConfig, run_eval
+    from evals.run.runner import RunConfig
     from evals.scoring.attribution import prepare_case
     from evals.scoring.semantic import PARAMS_FILE, SemanticParams, _latin_content, prepare_text
     from hymem.embedder import make_embedder
@@ -204,7 +206,8 @@ def locomo_ratio(sample: int, seed: int = 1, path: Path = LOCOMO) -> dict[str, A
 def fast_share(cache: Path | None = None) -> dict[str, Any]:
     """Scoring's share of a `--faults sweep:fast` run of the bundled suites (the CI gate's run), semantic matcher;
     the vector cache cold, or `cache/vectors.sqlite` (kept: a second run reads what the first encoded)."""
-    from evals.run.runner import RunConfig, run_eval
+    from evals.pipeline import run_eval
+    from evals.run.runner import RunConfig
 
     spent, undo = _timed_scoring()
     with tempfile.TemporaryDirectory() as tmp:

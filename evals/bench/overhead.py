@@ -104,11 +104,11 @@ def _summary(samples: list[tuple[float, float]]) -> dict[str, float]:
 
 def engine_overhead(writes: int = 20, repeat: int = 3) -> dict[str, Any]:
     """Per-write overhead of each engine and the ratio hymem/mem0 (medians over all writes of all repeats)."""
-    from evals.arms.mem0_offline import start_offline_server
+    from evals.arms.serve import start_server
 
     turns = two_fact_turns(writes + 1)
     samples: dict[str, list[tuple[float, float]]] = {"hymem": [], "mem0": []}
-    with start_offline_server("hash") as server, tempfile.TemporaryDirectory(prefix="hymem-overhead-") as tmp:
+    with start_server(embedder="hash") as server, tempfile.TemporaryDirectory(prefix="hymem-overhead-") as tmp:
         for r in range(repeat):
             samples["hymem"] += hymem_writes(server.url, turns, Path(tmp) / f"hymem-{r}")
             samples["mem0"] += mem0_writes(server.url, turns, Path(tmp) / f"mem0-{r}")

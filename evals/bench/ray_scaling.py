@@ -22,7 +22,8 @@ from evals.cases.dataset import bundled_dataset_dir
 
 
 def _units_seconds(dataset: str, executor: str, workers: int) -> tuple[float, int]:
-    from evals.run.runner import RunConfig, run_eval
+    from evals.pipeline import run_eval
+    from evals.run.runner import RunConfig
 
     with tempfile.TemporaryDirectory() as tmp:
         extra: dict[str, Any] = {"executor": "ray", "workers": workers} if executor == "ray" else {}

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from evals.check.checker import StoreState
+from evals.core.store_state import StoreState
 from evals.record import AnomalyKind, Witnessed
 
 _CONTENT = ("text", "subject", "owner", "kind")  # what an op carries from its fact, and a row holds

@@ -18,9 +18,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError, field_validator
 
-from evals.core.prompt_contract import section_json
+from evals.core.prompt_reading import section_json
 from evals.core.redact import redact_text
-from evals.faults.plan import Expected, expected_for_class
+from evals.faults.plan import MEM0_EXTRACT, Expected, expected_for_class
 from evals.record import Attempt, Cause
 
 # Each cause's failure class in the failure table (evals.faults.plan): which codes the engine must return.
@@ -99,7 +99,6 @@ class _Mem0Extract(_Strict):
     memory: list[dict[str, Any]]
 
 
-MEM0_EXTRACT = "mem0.extract"  # the site name of mem0's extraction reply, which has its own schema
 _SCHEMAS: dict[str, type[_Strict]] = {"lm.extract": _Extract, "lm.extract_working": _Working,
                                       "lm.reconcile": _Reconcile, MEM0_EXTRACT: _Mem0Extract}
 

@@ -37,8 +37,9 @@ import numpy as np
 from dspy import lm15
 
 from evals.check.applied_ops import applied_op_anomalies
-from evals.check.checker import StoreState, _parse_faiss, canonical, diff_states, read_state, short_diff
+from evals.check.checker import short_diff
 from evals.check.write_contract import live_rows
+from evals.core.store_state import StoreState, canonical, diff_states, parse_faiss, read_state
 from evals.record import AnomalyKind
 from hymem.client import HyMemoryClient
 from hymem.llm import text_response
@@ -84,7 +85,7 @@ class _CountingEmbedder:
 
 def _candidate_ids(prompt: str) -> set[Any]:
     """The ids of the reconcile prompt's existing memories (the section the engine renders)."""
-    from evals.core.prompt_contract import section_json
+    from evals.core.prompt_reading import section_json
 
     existing = section_json(prompt, "existing", "\n\nRespond with")
     return {c.get("id") for c in existing if isinstance(c, dict)} if isinstance(existing, list) else set()
@@ -227,7 +228,7 @@ class OpWalk:
         state = self._state()
         live = live_rows(state, self.user)
         try:
-            planted_vectors = _parse_faiss((index_before / INDEX_FILE).read_bytes())
+            planted_vectors = parse_faiss((index_before / INDEX_FILE).read_bytes())
         except Exception:  # no index file to plant (an engine that persists none): nothing to check
             return
         row = next((r for r in live if r["id"] == updated), None)

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import unicodedata
-from collections.abc import Callable
 from typing import Any
 
-from evals.check.checker import StoreState, canonical, consistency_anomalies, diff_states, short_diff
-from evals.core.prompt_contract import Said, read_messages, user_name
+from evals.check.checker import consistency_anomalies, short_diff
+from evals.core.prompt_reading import Said, read_messages, user_name
+from evals.core.store_state import StoreState, canonical, diff_states
 from evals.core.subject_reading import same_person as same_subject
 from evals.core.subject_reading import unlabelled_memory_subject as memory_subject
 from evals.record import AnomalyKind, Witnessed
@@ -375,26 +374,5 @@ def _codes(result: Any) -> str:
     return f"success={result.success} error_code={getattr(result, 'error_code', None)}"
 
 
-def run_threads(calls: list[Callable[[], Any]]) -> list[Any]:
-    """Run every call on its own thread, released together; an exception is kept as the result (None)."""
-    barrier = threading.Barrier(len(calls))
-    results: list[Any] = [None] * len(calls)
-    errors: list[BaseException | None] = [None] * len(calls)
-
-    def one(i: int) -> None:
-        barrier.wait()
-        try:
-            results[i] = calls[i]()
-        except Exception as exc:  # an engine that raises under concurrency: reported by the caller
-            errors[i] = exc
-
-    threads = [threading.Thread(target=one, args=(i,), name=f"hymem-concurrency-{i}") for i in range(len(calls))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return [r if e is None else e for r, e in zip(results, errors, strict=True)]
-
-
 __all__ = ["HISTORY_LIMIT", "changed_payloads", "concurrency_anomalies", "cross_user_anomalies", "history_block",
-           "history_mismatch", "reopen_anomalies", "replay_anomalies", "reuse_anomalies", "run_threads", "user_rows"]
+           "history_mismatch", "reopen_anomalies", "replay_anomalies", "reuse_anomalies", "user_rows"]

@@ -10,26 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from evals.core.urls import url_problem
+
+# evals.scoring.matchers.SPECS_HELP, repeated so that building the parser imports no scorer (scipy, pandas): a bad
+# flag answers at once. tests/test_cli_latency.py checks the two agree.
+MATCHER_SPECS_HELP = ("semantic (default: e5 and MiniLM, thesauri, explicit near-miss checks) | text (fast, no model) | "
+                      "llm:MODEL_SPEC (an LLM judge)")
+
 EMBEDDER_NAMES = ("hash", "minilm", "minilm-torch", "e5")
-
-
-def url_problem(value: str) -> str | None:
-    """Why `value` is not an http(s) URL with a host and a valid port, in one line (credentials redacted); None
-    when it is one. `--lm`, a providers file's `api_base`, `--embedder openai@URL` and `proxy --upstream`."""
-    from urllib.parse import urlparse
-
-    from evals.core.redact import redact_url
-
-    try:
-        url = urlparse(value)
-        port = url.port  # raises for a port out of range or not a number
-    except ValueError as exc:  # e.g. "Invalid IPv6 URL", "Port out of range 0-65535"
-        return f"not an http(s) URL: {redact_url(value)!r} ({exc})"
-    if url.scheme not in ("http", "https") or not url.hostname:
-        return f"not an http(s) URL: {redact_url(value)!r}"
-    if port == 0:
-        return f"not an http(s) URL: {redact_url(value)!r} (port 0)"
-    return None
 
 
 def embedder_problem(spec: str | None) -> str | None:
@@ -50,16 +38,12 @@ def matcher_problem(spec: str | None, providers_file: Path | None = None) -> str
     """`--matcher` as `evals.scoring.matchers.make_matcher` takes it: semantic, text or llm:MODEL_SPEC."""
     if spec is None:
         return None
-    from evals.cli.main import (
-        MATCHER_SPECS_HELP as SPECS_HELP,  # the matchers' own (a test checks), without their imports
-    )
-
     spec = spec.strip()
     if spec in ("semantic", "text"):
         return None
     if spec.startswith("llm:") and spec[4:].strip():
         return None  # the judge's model spec is checked as --lm is, when the judge is made
-    return f"--matcher: unknown spec {spec!r}; use {SPECS_HELP}"
+    return f"--matcher: unknown spec {spec!r}; use {MATCHER_SPECS_HELP}"
 
 
 def lm_problem(specs: Sequence[str], providers_file: Path | None) -> str | None:

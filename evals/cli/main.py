@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
+from evals.cli.early_checks import MATCHER_SPECS_HELP
+
 VERDICT_MEANS = {
     "valid": "every faulted write that applies to each provider's transport was checked, and none left a "
              "partial write, a wrong error code or a diverging retry",
@@ -46,7 +48,9 @@ def _run(args: argparse.Namespace) -> int:
     if (problem := _check_before_loading(args)) is not None:
         print(f"hymem-eval run: {problem}", file=sys.stderr)
         return 2
-    from evals.run.runner import RunConfig, RunInterrupted, RunIOError, UsageError, run_eval
+    from evals.core.errors import UsageError
+    from evals.pipeline import RunInterrupted, RunIOError, run_eval
+    from evals.run.runner import RunConfig
 
     config = RunConfig(datasets=args.dataset or [], providers=args.lm or [], embedder=args.embedder,
                        faults=args.faults, seed=args.seed, epochs=args.epochs, temperature=args.temperature,
@@ -206,10 +210,6 @@ def _matcher_fit(args: argparse.Namespace) -> int:
     return 0
 
 
-# evals.scoring.matchers.SPECS_HELP, repeated so that building the parser imports no scorer (scipy, pandas): a bad
-# flag answers at once. tests/test_cli_latency.py checks the two agree.
-MATCHER_SPECS_HELP = ("semantic (default: e5 and MiniLM, thesauri, explicit near-miss checks) | text (fast, no model) | "
-                      "llm:MODEL_SPEC (an LLM judge)")
 
 
 def _matcher_option(parser: argparse.ArgumentParser, extra: str = "") -> None:

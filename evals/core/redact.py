@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from evals.core.files import atomic_write
+
 REDACTED = "[REDACTED]"
 _MIN_SECRET = 6  # shorter values would redact ordinary words; no real key is this short
 
@@ -179,8 +181,6 @@ def write_text(path: str | Path, text: str, *, append: bool = False) -> None:
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(text)
         return
-    from evals.record import atomic_write
-
     atomic_write(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
@@ -189,8 +189,6 @@ def write_parquet(data: Any, path: str | Path, schema: Any = None) -> None:
     import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from evals.record import atomic_write
 
     if isinstance(data, pd.DataFrame):
         table = pa.Table.from_pandas(redact_frame(data), schema=schema, preserve_index=False)

@@ -36,7 +36,7 @@ import json
 import re
 from typing import Any
 
-from evals.core.prompt_contract import NAME_LINE, conversation_of, section_json
+from evals.core.prompt_reading import NAME_LINE, conversation_of, section_json
 from evals.core.subject_reading import canonical as canonical_subject
 from evals.core.subject_reading import read_subject as subject_of
 from evals.record import AnomalyKind, Witnessed

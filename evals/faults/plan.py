@@ -27,6 +27,7 @@ LM_SITES = ("lm.extract", "lm.extract_working", "lm.reconcile")
 EMBED_SITE = "embed"
 STORE_SITES = ("store.commit", "store.faiss")
 SITES = (*LM_SITES, EMBED_SITE, *STORE_SITES)
+MEM0_EXTRACT = "mem0.extract"  # the site name of mem0's extraction reply, which has its own schema (not faulted here)
 
 LM_KINDS = ("unavailable", "timeout", "rate_limit", "empty_body", "non_json_200", "empty_content", "garbage",
             "truncated_json", "wrong_schema")

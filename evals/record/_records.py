@@ -39,7 +39,7 @@ class AnomalyKind(StrEnum):
     RETRY_DIVERGED = "RETRY_DIVERGED"  # the retry without the fault did not reach the fault-free state
     DOUBLE_WRITE = "DOUBLE_WRITE"  # a retry or a re-sent request_id wrote again
     FAULT_NOT_REACHED = "FAULT_NOT_REACHED"  # the planned fault never fired: the unit is indeterminate
-    # The write contract, checked on every write, faulted or not (evals.core.prompt_contract, evals.check.write_contract,
+    # The write contract, checked on every write, faulted or not (evals.check.prompt_contract, evals.check.write_contract,
     # evals.faults.adversarial); outside a faulted write these are a CaseRun's findings.
     ENGINE_EXCEPTION = "ENGINE_EXCEPTION"  # the engine raised instead of returning a result (never an infra error)
     CONTROL_WRITE_FAILED = "CONTROL_WRITE_FAILED"  # a fault-free write failed with every provider reply intact

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from pydantic import ValidationError
 from pydantic_core import from_json, to_json
 
+from evals.core.files import atomic_write
 from evals.core.json_limits import MAX_DEPTH, TooDeep, deep_field, problem_line
 from evals.core.redact import redact, redact_frame, redact_text
 from evals.record._manifest import Manifest
@@ -43,22 +43,6 @@ _VERSION_KEY = b"hymem.schema_version"  # Parquet file metadata
 
 class RunDirError(ValueError):
     """A run directory (or one of its files) that cannot be read: missing, torn, foreign or too new."""
-
-
-def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
-    """Write `path` through a temporary file in the same directory and a rename: never a half file."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report is for reading
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -101,10 +101,10 @@ class Run:
 
 
 def rescored_dirs(run_dirs: list[Path], matcher: str | None) -> list[Path]:
-    """The runs' directories, or their copies re-scored with `matcher` (`evals.scoring.rescore`)."""
+    """The runs' directories, or their copies re-scored with `matcher` (`evals.report.rescore`)."""
     if matcher is None:
         return list(run_dirs)
-    from evals.scoring.rescore import RescoreError, rescore
+    from evals.report.rescore import RescoreError, rescore
 
     for path in run_dirs:
         if not (Path(path) / "manifest.json").is_file():

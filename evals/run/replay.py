@@ -29,18 +29,16 @@ from evals.arms.hymem_system import HymemSystem
 from evals.cases.dataset import Case
 from evals.check.applied_ops import applied_op_anomalies
 from evals.check.checker import (
-    StoreState,
-    canonical,
     check_faulted_write,
     closed_store_anomalies,
     consistency_anomalies,
     leftover_anomalies,
-    logical_diff,
     short_diff,
     superseded_by_problems,
 )
 from evals.check.natural import broken_replies, codes_consistent, expected_codes, reached_provider, why_failed
 from evals.check.op_walk import walk_case
+from evals.check.prompt_contract import check_candidates, check_prompts
 from evals.check.write_contract import (
     changed_payloads,
     concurrency_anomalies,
@@ -56,7 +54,8 @@ from evals.check.write_contract import (
     stated_profile,
     subjectless_misfiled,
 )
-from evals.core.prompt_contract import Said, check_candidates, check_prompts, read_messages, user_name
+from evals.core.prompt_reading import Said, read_messages, user_name
+from evals.core.store_state import StoreState, canonical, logical_diff
 from evals.faults.adversarial import ADVERSARIAL_KINDS, adversarial_anomalies
 from evals.faults.plan import Expected, Fault, FaultPlan
 from evals.record import (

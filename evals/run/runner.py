@@ -1,4 +1,4 @@
-"""The eval runner: dataset → (provider × case) units → engine → checker → report.
+"""The eval runner: cases → (arm × case × epoch) units → the arms' engines → the checks → `units.jsonl`.
 
 Units run concurrently, each on a fresh store in a temporary directory. Every
 finished unit is appended to `units.jsonl` at once, so an interrupted run loses
@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from evals.arms import DEFAULT_SYSTEM, arm_label, check_system, open_arm, validate_arm
 from evals.arms.accounting import ResponseCache
+from evals.arms.embedders import embedder_spec, resolve_embedder
 from evals.arms.providers import Provider, resolve_providers
 from evals.cases.adapters import dataset_name
 from evals.cases.dataset import (
@@ -32,6 +33,7 @@ from evals.cases.dataset import (
     load_cases,
     message_problems,
 )
+from evals.core.errors import UsageError
 from evals.faults.plan import FaultPlan
 from evals.record import (
     UNITS_FILE,
@@ -53,10 +55,6 @@ from evals.run.scratch import drain as drain_scratch
 
 log = logging.getLogger("hymem.eval")
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-class UsageError(ValueError):
-    """Bad input or usage: the run refuses to start (exit code 2)."""
 
 
 class RunConfig(BaseModel):
@@ -98,97 +96,6 @@ def units_in_flight(concurrency: int) -> int:
     the same reason). The connection limit, not this number, bounds what a provider sees at once.
     """
     return concurrency + -(-concurrency // 4)
-
-
-class RunOutcome(BaseModel):
-    run_dir: Path
-    verdict: str
-    units: int
-    manifest: Manifest
-    units_seconds: float = 0.0  # wall time of the unit phase (replay + checks), without loading and reporting
-    reasons: list[str] = Field(default_factory=list)  # why the verdict is what it is
-    infra_error_units: int = 0  # (provider, case) units that failed with an infra error
-    infra_error_faults: int = 0  # faulted runs that failed with an infra error
-
-
-class _SharedEmbedder:
-    """One embedder for all units: a lock keeps a non-thread-safe model safe, and a per-text cache
-    keeps a sweep from re-embedding the same facts for every faulted run (the models are deterministic;
-    faults are injected in front of this cache, so every faulted call still fails)."""
-
-    def __init__(self, inner: Any, max_entries: int = 50_000):
-        self.inner = inner
-        self.dim = getattr(inner, "dim", None)
-        self.name = getattr(inner, "name", type(inner).__name__)
-        self._lock = threading.Lock()
-        self._cache: dict[str, Any] = {}
-        self._max = max_entries
-        self.hits = 0  # calls answered wholly from the cache (read by the attempt log)
-
-    def embed(self, texts: list[str]):
-        import numpy as np
-
-        with self._lock:
-            missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
-            if not missing:
-                self.hits += 1
-            if missing:
-                vectors = np.asarray(self.inner.embed(missing), dtype=np.float32)
-                if vectors.shape[0] != len(missing):  # let the engine's check see the provider's reply as it is
-                    return vectors
-                if len(self._cache) + len(missing) > self._max:
-                    self._cache.clear()
-                self._cache.update(zip(missing, vectors, strict=True))
-            return np.stack([self._cache[t] for t in texts]) if texts else np.zeros((0, self.dim or 0), np.float32)
-
-
-def embedder_spec(spec: str | None) -> str:
-    """The embedder a run uses, by name, without loading it (`minilm` when installed, else `hash`)."""
-    from hymem.embedder import MINILM_INSTALL, minilm_available
-
-    if spec is not None:
-        return spec
-    if minilm_available():
-        return "minilm"
-    print(f"warning: minilm is not installed ({MINILM_INSTALL}); using the hash embedder", file=sys.stderr)
-    return "hash"
-
-
-def resolve_embedder(spec: str | None) -> tuple[str, Any]:
-    """(name, loaded embedder): loading a model takes seconds, so it comes after every check of the inputs."""
-    from openai import OpenAIError
-
-    from hymem.embedder import make_embedder
-
-    spec = embedder_spec(spec)
-    try:
-        return spec, _SharedEmbedder(make_embedder(spec))
-    except (ValueError, TypeError, RuntimeError) as exc:
-        raise UsageError(f"--embedder: {exc}") from exc
-    except OpenAIError as exc:  # an endpoint's dimension probe failed (unreachable, refused, no such model)
-        first = (str(exc).splitlines() or [""])[0]
-        raise UsageError(f"--embedder {spec}: the endpoint did not answer a dimension probe: "
-                         f"{type(exc).__name__}: {first}") from exc
-
-
-def load_tuned_program(path: Path | None, cases: Sequence[Case] = ()) -> Any:
-    """The MemoryProgram saved by `hymem-eval tune` in `path`, or None for the built-in prompts. Refused when
-    any of `cases` is one it was tuned on: its demos may hold that very conversation, so the scores would be
-    fitted on the data they report on."""
-    if path is None:
-        return None
-    from evals.tuning.saved import fitted_cases, load_program
-
-    try:
-        program = load_program(path)
-        fitted = fitted_cases(path, cases)
-    except ValueError as exc:
-        raise UsageError(f"--program: {exc}") from exc
-    if fitted:
-        raise UsageError(f"--program {path}: {len(fitted)} case(s) of the dataset were in its train set "
-                         f"({', '.join(fitted[:3])}{', ...' if len(fitted) > 3 else ''}): scores on them would be "
-                         "fitted; run it on held-out cases (e.g. its dev.jsonl)")
-    return program
 
 
 def _prompt_hash(program: Any = None) -> str:
@@ -244,8 +151,28 @@ def _one_file_per_name(cases: list[Case]) -> list[Case]:
     return cases
 
 
-def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], tuple[str, Any], Manifest, Path, Any]:
-    """Validate everything before any work: datasets, plan, providers, embedder, run directory, tuned program."""
+@dataclass
+class Prepared:
+    """What a run starts from, every part checked before any work."""
+
+    cases: list[Case]
+    plan: FaultPlan
+    factories: dict[str, Any]  # provider name -> Provider
+    embedder_name: str
+    embedder: Any  # the loaded, shared embedder
+    manifest: Manifest
+    run_dir: Path
+    program: Any  # the tuned MemoryProgram, or None for the built-in prompts
+
+
+ProgramLoader = Callable[[Path | None, Sequence[Case]], Any]
+
+
+def prepare(config: RunConfig, *, matcher_spec: str, load_program: ProgramLoader) -> Prepared:
+    """Validate everything before any work: datasets, plan, providers, embedder, run directory, tuned program.
+
+    `matcher_spec` is the checked `--matcher` (scoring's, recorded in the manifest); `load_program` loads `--program`
+    and refuses one tuned on these cases (tuning's): both are given by the pipeline above this stage."""
     from evals.core.redact import register_run_secrets
 
     register_run_secrets([*config.providers, config.embedder, config.matcher])  # before any call can echo one
@@ -321,7 +248,7 @@ def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], t
     from hymem import __version__
 
     commit, dirty = git_state(REPO_ROOT)
-    program = load_tuned_program(config.program, cases)
+    program = load_program(config.program, cases)
     manifest = Manifest(run_id="", datasets=specs, dataset_hash=dataset_hash(cases), n_cases=len(cases),
                         case_hashes={f"{dataset_name(c)}/{c.id}": case_hash(c) for c in cases},
                         providers=[arm_label(s, name) for s in systems for name in factories], embedder=embedder_name,
@@ -337,16 +264,14 @@ def prepare(config: RunConfig) -> tuple[list[Case], FaultPlan, dict[str, Any], t
     try:  # the run directory's lock (taken by _run_dir) is freed when the run cannot start after all
         run_dir = _run_dir(config, manifest, cases)  # resume mismatches, unusable directories: before the model loads
         manifest.run_id = run_dir.name
-        try:
-            manifest.matcher_spec = make_matcher_spec(config.matcher)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from exc
+        manifest.matcher_spec = matcher_spec
         embedder = resolve_embedder(embedder_name)
     except BaseException:
         if config.out is not None:
             release_run_dir(config.out)
         raise
-    return cases, plan, factories, embedder, manifest, run_dir, program
+    return Prepared(cases=cases, plan=plan, factories=factories, embedder_name=embedder_name, embedder=embedder[1],
+                    manifest=manifest, run_dir=run_dir, program=program)
 
 
 def connection_limit(provider: Any, config: RunConfig) -> int:
@@ -365,35 +290,6 @@ def _units_in_flight(config: RunConfig) -> int:
 
 def _systems(config: RunConfig) -> list[str]:
     return list(dict.fromkeys(config.systems)) or [DEFAULT_SYSTEM]
-
-
-def make_matcher_spec(spec: str | None) -> str:
-    """The --matcher spec the run will score with, checked before any work (a bad spec is exit 2)."""
-    from evals.scoring.matchers import MatcherSpecError, default_spec
-
-    spec = (spec or default_spec()).strip()
-    if spec not in ("text", "semantic") and not (spec.startswith("llm:") and spec[4:].strip()):
-        raise MatcherSpecError(f"--matcher: unknown spec {spec!r}")
-    return spec
-
-
-def open_matcher(manifest: Manifest, run_dir: Path, cache_dir: Path | None = None,
-                 providers_file: Path | None = None, minilm: Any = None, use_cache: bool = True) -> Any:
-    """The run's matcher, and its card (held-out agreement) recorded in the manifest. `use_cache`: False
-    (`--no-cache`) sends every judge call to the model."""
-    from evals.scoring.agreement import matcher_card
-    from evals.scoring.matchers import MatcherSpecError, make_matcher
-
-    cache = cache_dir or run_dir.parent / ".cache"
-    try:
-        matcher = make_matcher(manifest.matcher_spec, embedder=minilm, attempts_dir=run_dir,
-                               cache_file=cache / "responses.sqlite" if use_cache else None,
-                               providers_file=providers_file)
-    except MatcherSpecError as exc:
-        raise UsageError(str(exc)) from exc
-    manifest.matcher = matcher_card(matcher, cache / "matcher_agreement.json",
-                                    measure=not manifest.matcher_spec.startswith("llm:"))
-    return matcher
 
 
 _LOCKS: dict[Path, RunDirLock] = {}  # run directories this process holds (evals.run.rundir_lock), until its run ends
@@ -526,53 +422,20 @@ def sampling_seed(config: RunConfig, epoch: int) -> int | None:
     return epoch_seed(config.seed, epoch) if config.epochs > 1 else None
 
 
-class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a run: how many finished units are saved in `run_dir` (0: nothing to resume)."""
+@dataclass
+class UnitsRun:
+    """The run's units, finished (resumed ones included), in arm, case, epoch order."""
 
-    def __init__(self, run_dir: Path, saved: int):
-        super().__init__(f"{saved} finished units saved in {run_dir}")
-        self.run_dir, self.saved = run_dir, saved
-
-
-class RunIOError(RuntimeError):
-    """Writing the run record or report failed mid-run (disk full, directory gone): one line, exit 1."""
+    runs: list[CaseRun]
+    seconds: float  # wall time of the unit phase (replay + checks), without loading and reporting
 
 
-def run_eval(config: RunConfig) -> RunOutcome:
-    """Run (or resume) an eval and write its report.
-
-    Ctrl-C raises `RunInterrupted` (saying how many units are saved); an I/O failure while writing raises
-    `RunIOError`; bad input raises `UsageError` before any work.
-    """
-    cases, plan, factories, embedder, manifest, run_dir, program = prepare(config)
-    state = {"saved": 0}
-    try:
-        return _execute(config, cases, plan, factories, embedder, manifest, run_dir, program, state)
-    except KeyboardInterrupt:  # a unit's line may be on disk before its count: Ctrl-C can land inside the fsync
-        raise RunInterrupted(run_dir, max(state["saved"], _records_on_disk(run_dir))) from None
-    except RayUnavailable as exc:  # Ray did not join the cluster given (bad input) or start here (the machine)
-        error = UsageError if config.ray_address else RunIOError
-        raise error(f"{exc}; {state['saved']} finished units are saved in {run_dir / UNITS_FILE}") from None
-    except OSError as exc:
-        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
-        raise RunIOError(f"cannot write the run{where}: {exc.strerror or exc}; {state['saved']} finished units "
-                         f"are saved in {run_dir / 'units.jsonl'} (continue with --resume once fixed)") from None
-    finally:
-        release_run_dir(run_dir)  # the run directory is free for a --resume or a reader
-
-
-def _records_on_disk(run_dir: Path) -> int:
-    """Complete lines of units.jsonl: the finished units a --resume would keep."""
-    try:
-        return (run_dir / UNITS_FILE).read_bytes().count(b"\n")
-    except OSError:
-        return 0
-
-
-def _execute(config: RunConfig, cases: list[Case], plan: FaultPlan, factories: dict[str, Any],
-             embedder_pair: tuple[str, Any], manifest: Manifest, run_dir: Path, program: Any,
-             state: dict[str, int]) -> RunOutcome:
-    embedder_name, embedder = embedder_pair
+def run_units(config: RunConfig, prepared: Prepared, state: dict[str, int]) -> UnitsRun:
+    """Replay every unit not already done, appending each to `units.jsonl` as it finishes (`state["saved"]`
+    counts them for an interrupt's message). The manifest (with the matcher's card) is written before the first."""
+    cases, plan, factories, manifest, run_dir, program = (prepared.cases, prepared.plan, prepared.factories,
+                                                          prepared.manifest, prepared.run_dir, prepared.program)
+    embedder_name, embedder = prepared.embedder_name, prepared.embedder
     arms = []
     try:  # what each system needs for the whole run (mem0: the local server); closed when the run ends
         for system in _systems(config):
@@ -584,14 +447,6 @@ def _execute(config: RunConfig, cases: list[Case], plan: FaultPlan, factories: d
     logging.getLogger("hymem.store").setLevel(logging.CRITICAL)  # injected FAISS faults are logged by design
     run_dir.mkdir(parents=True, exist_ok=True)
     lock_run_dir(run_dir, "the run directory")  # the default one is made here; --out was locked when checked
-    try:
-        matcher = open_matcher(manifest, run_dir, config.cache_dir and config.cache_dir.parent, config.providers_file,
-                               embedder if embedder_name == "minilm" else None,  # one model load per run
-                               use_cache=config.cache)
-    except UsageError:
-        for arm in arms:
-            arm.close()
-        raise
     done = _done_units(run_dir) if config.resume else {}
     state["saved"] = len(done)
     names = [arm.label for arm in arms]
@@ -650,21 +505,7 @@ def _execute(config: RunConfig, cases: list[Case], plan: FaultPlan, factories: d
     drain_scratch()  # the units' scratch directories, removed in the background, are gone too
     units_seconds = time.monotonic() - started
     runs.sort(key=lambda r: (names.index(r.provider) if r.provider in names else 99, r.case_id, r.epoch))
-    verdict = report_run(run_dir, manifest, cases, runs, matcher)
-    from evals.report.plots import write_plots
-    from evals.report.run_report import run_verdict
-
-    write_plots(run_dir)
-    manifest.finished = time.time()
-    manifest.verdict = verdict
-    write_manifest(run_dir, manifest)
-    from evals.report.view import write_view
-
-    write_view([run_dir])  # report.html: the run in a browser, from the record just written
-    return RunOutcome(run_dir=run_dir, verdict=verdict, units=len(runs), manifest=manifest,
-                      units_seconds=units_seconds, reasons=run_verdict(runs, manifest)[1],
-                      infra_error_units=sum(r.status == "infra_error" for r in runs),
-                      infra_error_faults=sum(f.outcome == "infra_error" for r in runs for f in r.faults))
+    return UnitsRun(runs=runs, seconds=units_seconds)
 
 
 FAST_PLAN_FILE = "sweep_fast.json"  # the designated sweep:fast plan, kept so --resume replays the same one
@@ -714,33 +555,6 @@ def _ray_results(todo: list[tuple[Any, Case, int]], config: RunConfig, factories
                    limits=limits, cases=cases, run_token=manifest.manifest_hash + str(manifest.created))
 
 
-def report_run(run_dir: Path, manifest: Manifest, cases: list[Case], runs: list[CaseRun], matcher: Any = None) -> str:
-    """Score every unit against its case's gold (each case once) and write the report; returns the verdict."""
-    from evals.cases.audit import flagged_label_metrics
-    from evals.report.run_report import write_report
-    from evals.scoring import DEFAULT_MATCHER, attribution_metrics, case_rows, facts_frame, ops_frame, score_pairs
-    from evals.scoring.usage import attempts_frame, usage_metrics
-
-    matcher = matcher or DEFAULT_MATCHER
-    by_id = {c.id: c for c in cases}
-    pairs = [(by_id[r.case_id], r) for r in runs if r.case_id in by_id]
-    once = score_pairs(pairs, matcher)
-    scored = attribution_metrics(pairs, manifest.seed, matcher, once)
-    labels = flagged_label_metrics(cases, list(dict.fromkeys(r.provider for r in runs)))
-    attempts = attempts_frame(runs)
-    if (health := getattr(matcher, "health", None)) is not None:  # the judge's failed calls, said in the report
-        manifest.matcher = {**(manifest.matcher or {"spec": matcher.spec}), **health()}
-    judge = getattr(matcher, "attempts_frame", None)
-    if judge is not None:  # the LLM judge's own calls, site `judge`
-        import pandas as pd
-
-        attempts = pd.concat([attempts, judge()], ignore_index=True) if len(attempts) else judge()
-    return write_report(run_dir, manifest, runs, extra_metrics=[*scored, *usage_metrics(runs, attempts), *labels],
-                        extra_case_rows=case_rows(pairs, matcher, once),
-                        extra_tables={"facts": facts_frame(pairs, matcher, once), "ops": ops_frame(pairs),
-                                      "attempts": attempts})
-
-
 def _progress(total: int, enabled: bool, total_done: int = 0):
     from tqdm import tqdm
 
@@ -748,4 +562,4 @@ def _progress(total: int, enabled: bool, total_done: int = 0):
                 disable=not enabled, file=sys.stderr, dynamic_ncols=True)
 
 
-__all__ = ["RunConfig", "RunIOError", "RunInterrupted", "RunOutcome", "UsageError", "prepare", "run_eval"]
+__all__ = ["Prepared", "RunConfig", "UnitsRun", "lock_run_dir", "prepare", "release_run_dir", "run_units", "sampling_seed"]

@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from evals.core.errors import UsageError
+from evals.record import Manifest
 from evals.scoring.matcher import Matcher, TextMatcher
 
 DEFAULT_SPEC = "semantic"
@@ -60,4 +62,31 @@ def make_matcher(spec: str | None = None, *, embedder: Any = None, **judge_optio
     raise MatcherSpecError(f"--matcher: unknown spec {spec!r}; use {SPECS_HELP}")
 
 
-__all__ = ["DEFAULT_SPEC", "SPECS_HELP", "MatcherSpecError", "default_spec", "make_matcher"]
+def make_matcher_spec(spec: str | None) -> str:
+    """The --matcher spec the run will score with, checked before any work (a bad spec is exit 2)."""
+    spec = (spec or default_spec()).strip()
+    if spec not in ("text", "semantic") and not (spec.startswith("llm:") and spec[4:].strip()):
+        raise MatcherSpecError(f"--matcher: unknown spec {spec!r}")
+    return spec
+
+
+def open_matcher(manifest: Manifest, run_dir: Path, cache_dir: Path | None = None,
+                 providers_file: Path | None = None, minilm: Any = None, use_cache: bool = True) -> Any:
+    """The run's matcher, and its card (held-out agreement) recorded in the manifest. `use_cache`: False
+    (`--no-cache`) sends every judge call to the model."""
+    from evals.scoring.agreement import matcher_card  # lazy: it loads the labelled pairs; a spec check must not
+
+    cache = cache_dir or run_dir.parent / ".cache"
+    try:
+        matcher = make_matcher(manifest.matcher_spec, embedder=minilm, attempts_dir=run_dir,
+                               cache_file=cache / "responses.sqlite" if use_cache else None,
+                               providers_file=providers_file)
+    except MatcherSpecError as exc:
+        raise UsageError(str(exc)) from exc
+    manifest.matcher = matcher_card(matcher, cache / "matcher_agreement.json",
+                                    measure=not manifest.matcher_spec.startswith("llm:"))
+    return matcher
+
+
+__all__ = ["DEFAULT_SPEC", "SPECS_HELP", "MatcherSpecError", "default_spec", "make_matcher", "make_matcher_spec",
+           "open_matcher"]

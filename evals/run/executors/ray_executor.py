@@ -122,7 +122,7 @@ class _WorkerState:
 
 def _embedder(spec: str) -> Any:
     if spec not in _WorkerState.embedders:
-        from evals.run.runner import resolve_embedder
+        from evals.arms.embedders import resolve_embedder
 
         _WorkerState.embedders[spec] = resolve_embedder(spec)[1]
     return _WorkerState.embedders[spec]

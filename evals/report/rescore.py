@@ -11,8 +11,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from evals.core.errors import UsageError
 from evals.core.redact import redact_text
 from evals.record import Manifest, RunDirError, read_manifest, read_units, write_manifest
+from evals.report.score_run import report_run
+from evals.scoring.matchers import open_matcher
 
 
 class RescoreError(ValueError):
@@ -57,8 +60,6 @@ def _same_version(manifest: Manifest, spec: str) -> bool:
 def rescore(run_dir: Path, spec: str) -> Path:
     """The run's report scored with matcher `spec`: the run itself when it was scored so, else a
     re-scored copy under RUN/rescored/<spec>/."""
-    from evals.run.runner import UsageError, open_matcher, report_run
-
     run_dir = Path(run_dir)
     try:
         manifest = read_manifest(run_dir)

@@ -1,0 +1,148 @@
+"""The prompt contract checked: the conversation, the name line and the candidates the prompts showed, against the
+case's raw messages, read by `evals.core.prompt_reading` (not by `hymem.render`, whose bugs its own parser shares)."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from evals.core.prompt_reading import (
+    NAME_LINE,
+    NAME_STARTS,
+    Said,
+    conversation_of,
+    label_of,
+    languages,
+    read_messages,
+    section_json,
+    structure,
+    user_name,
+)
+from evals.record import AnomalyKind, Witnessed
+
+
+def check_conversation(messages: list[Said], text: str) -> list[Witnessed]:
+    """(kind, witness) for every way `text` breaks the prompt contract for `messages`."""
+    name = user_name(messages)
+    langs = languages(messages)
+    expected: list[tuple[str, str]] = [("header", label_of(m)) for m in messages]
+    if name is not None:
+        expected.insert(0, ("name", name))
+    actual = structure(text)
+    content_lines = {line for m in messages for line in m.content.splitlines()}
+    found: list[Witnessed] = []
+
+    def key(item: tuple[str, str, int, str]) -> tuple[str, str]:
+        kind, value, _, line = item
+        return (kind, _name_in(line) if kind == "name" else value)
+
+    def show(item: tuple[str, str]) -> str:
+        return f"The user's name is {item[1]}" if item[0] == "name" else f"[{item[1]}]: …"
+
+    def extra(item: tuple[str, str, int, str]) -> None:
+        kind, _, number, line = item
+        if line in content_lines or any(line in c for c in content_lines):
+            found.append((AnomalyKind.FORGED_HEADER, f"line {number + 1} {line[:120]!r} is message content a reader takes "
+                                           f"for a {'name line' if kind == 'name' else 'speaker header'}"))
+        elif kind == "name":
+            found.append((AnomalyKind.NAME_LINE_WRONG, f"expected {'no name line' if name is None else 'one name line'}, "
+                                             f"actual extra line {number + 1}: {line[:120]!r}"))
+        else:
+            found.append((AnomalyKind.PROMPT_LABEL_WRONG, f"expected no header here, actual line {number + 1}: {line[:120]!r}"))
+
+    def missing(item: tuple[str, str]) -> None:
+        kind = AnomalyKind.NAME_LINE_WRONG if item[0] == "name" else AnomalyKind.PROMPT_LABEL_WRONG
+        found.append((kind, f"expected {show(item)!r}, actual: no such line"))
+
+    matcher = difflib.SequenceMatcher(a=expected, b=[key(a) for a in actual], autojunk=False)
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
+            continue
+        if op == "replace":
+            for want, got in zip(expected[i1:i2], actual[j1:j2], strict=False):
+                if want[0] == "name" or got[0] == "name":
+                    found.append((AnomalyKind.NAME_LINE_WRONG, f"expected {show(want)!r}, actual line {got[2] + 1}: "
+                                                     f"{got[3][:120]!r}"))
+                else:
+                    found.append((AnomalyKind.PROMPT_LABEL_WRONG, f"expected '[{want[1]}]: …', actual line {got[2] + 1}: "
+                                                        f"{got[3][:120]!r}"))
+            for want in expected[i1 + (j2 - j1):i2]:
+                missing(want)
+            for got in actual[j1 + (i2 - i1):j2]:
+                extra(got)
+        elif op == "delete":
+            for want in expected[i1:i2]:
+                missing(want)
+        else:
+            for got in actual[j1:j2]:
+                extra(got)
+    names = [a for a in actual if a[0] == "name" and _name_in(a[3]) == name]
+    if name is not None and names:
+        line = names[0][3]
+        if names[0][2] != 0:
+            found.append((AnomalyKind.NAME_LINE_WRONG, f"expected the name line first, actual line {names[0][2] + 1}: "
+                                             f"{line[:120]!r}"))
+        lang = "zh" if line.startswith(NAME_STARTS[1]) else "en"
+        if lang not in langs or line != NAME_LINE[lang] + name:
+            wanted = " or ".join(repr(NAME_LINE[x] + name) for x in sorted(langs))
+            found.append((AnomalyKind.NAME_LINE_WRONG,
+                          f"expected {wanted}, actual line {names[0][2] + 1}: {line[:120]!r}"))
+    return found
+
+
+def _name_in(line: str) -> str:
+    start = next(s for s in NAME_STARTS if line.startswith(s))
+    return line[len(start):].strip()
+
+
+def check_prompts(raw_messages: list[dict[str, Any]], prompts: list[dict[str, str]], where: str
+                  ) -> list[Witnessed]:
+    """Check every extraction prompt of one write against the write's messages; witnesses name the call."""
+    messages = read_messages(raw_messages)
+    found: list[Witnessed] = []
+    for number, prompt in enumerate(prompts):
+        text = conversation_of(prompt.get("text", ""))
+        if text is None:
+            continue
+        for kind, witness in check_conversation(messages, text):
+            found.append((kind, f"{where}, call {number + 1} ({prompt.get('site')}): {witness}"))
+    return list(dict.fromkeys(found))
+
+
+def check_candidates(prompts: list[dict[str, str]], proposed: list[dict[str, Any]], live: list[dict[str, Any]],
+                     k: int, where: str) -> list[Witnessed]:
+    """The reconcile prompt's existing memories are the retrieval the engine promises: for each kind among the
+    new facts (n of them), between min(k, L) and min(n*k, L) of the user's L live memories of that kind, each one
+    live and of a kind some new fact has. For a one-fact write that is exactly min(k, L), so a retrieval that
+    drops or adds a candidate is seen whatever the memories say. `live` is the user's live memories before the
+    write, `proposed` the write's proposed facts (their kinds), `k` the candidates per fact the harness set."""
+    found: list[Witnessed] = []
+    for number, prompt in enumerate(prompts):
+        if prompt.get("site") != "lm.reconcile":
+            continue
+        text = prompt.get("text", "")
+        facts = section_json(text, "new_facts", "\n\n[[ ## existing ## ]]")
+        existing = section_json(text, "existing", "\n\nRespond with")
+        if not isinstance(facts, list) or not isinstance(existing, list) or len(facts) != len(proposed):
+            continue
+        call = f"{where}, call {number + 1} (lm.reconcile)"
+        kinds = [str(f.get("kind") or "fact") for f in proposed]
+        by_id = {m.get("id"): str(m.get("kind") or "fact") for m in live}
+        shown = [e.get("id") if isinstance(e, dict) else None for e in existing]
+        strays = [i for i in shown if by_id.get(i) not in kinds]
+        if strays:
+            found.append((AnomalyKind.RECONCILE_CANDIDATES_WRONG, f"{call}: existing memories {strays} are not live "
+                                                                  f"memories of the user of a new fact's kind"))
+        for kind in sorted(set(kinds)):
+            n, total = kinds.count(kind), sum(1 for v in by_id.values() if v == kind)
+            count = sum(1 for i in shown if by_id.get(i) == kind)
+            low, high = min(k, total), min(n * k, total)
+            if not low <= count <= high:
+                want = f"{low}" if low == high else f"{low} to {high}"
+                found.append((AnomalyKind.RECONCILE_CANDIDATES_WRONG,
+                              f"{call}: {count} existing {kind} memories shown for {n} new {kind}(s), expected {want} "
+                              f"({total} live, {k} candidates per fact)"))
+    return found
+
+
+__all__ = ["check_candidates", "check_conversation", "check_prompts"]
