@@ -54,10 +54,13 @@ TYPED_DEPS = ["mypy>=2.4,<2.5", "pydantic>=2.7", "numpy>=1.26", "faiss-cpu>=1.8"
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff over the code and tests, then mypy over hymem/ and evals/ (pyproject.toml [tool.mypy]): zero errors."""
-    session.install("ruff", *TYPED_DEPS)
+    """ruff over the code and tests, mypy over hymem/ and evals/ (pyproject.toml [tool.mypy]): zero errors; then the
+    house's import contracts (pyproject.toml [tool.importlinter], ARCHITECTURE.md): stages import only downward, no
+    circles at any depth, the engine never imports the harness."""
+    session.install("ruff", "import-linter>=2.1", *TYPED_DEPS)
     session.run("ruff", "check", "hymem", "evals", "tests", "noxfile.py")
     session.run("mypy")
+    session.run("lint-imports", env={"PYTHONPATH": "."})  # reads the source files; imports none of them
 
 
 @nox.session
