@@ -120,16 +120,6 @@ def reader_view(text: str) -> str:
     return _FORMAT_RE.sub("", unicodedata.normalize("NFKC", text))
 
 
-def looks_like_label(line: str) -> bool:
-    """Whether a lenient reader could take `line` for a ``[speaker]:`` header (space after the colon or not)."""
-    return _LOOKS_LIKE_LABEL.match(reader_view(line).lstrip()) is not None
-
-
-def looks_like_name_line(line: str) -> bool:
-    """Whether a lenient reader could take `line` for the name line (any apostrophe, case or spacing)."""
-    return _view_is_name_line(reader_view(line).lstrip())
-
-
 def _view_is_name_line(view: str) -> bool:
     low = view.casefold().translate(_APOSTROPHES)
     return bool(_LOOKS_LIKE_NAME_LINE_EN.match(low) or _LOOKS_LIKE_NAME_LINE_ZH.match(re.sub(r"\s+", "", low[:64])))

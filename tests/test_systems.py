@@ -8,8 +8,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from evals.arms import MemorySystem, WriteOutcome, arm_label, site_kinds
+from evals.arms.base import MemorySystem, WriteOutcome, arm_label
 from evals.arms.hymem_system import HymemSystem
+from evals.arms.registry import site_kinds
 from evals.cases.dataset import Case
 from evals.check.checker import check_faulted_write
 from evals.cli.main import main

@@ -26,8 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from evals.arms.mem0_offline import Mem0AwareEngine
-
 MODEL_ID = "offline"
 DEFAULT_MAX_BODY = 32 * 1024 * 1024  # bytes of a request body; a larger one is refused with 413 before it is read
 LISTEN_BACKLOG = 1024  # pending connections the kernel queues (it caps this at net.core.somaxconn)
@@ -410,7 +408,10 @@ def start_server(port: int = 0, latency: float = 0.0, embedder: str = "hash",
         raise ValueError(f"--latency {latency!r}: use a number of seconds from 0 to 86400")
     if max_body < 1:
         raise ValueError("the body limit must be at least 1 byte")
-    engine = engine if engine is not None else Mem0AwareEngine()
+    if engine is None:
+        from evals.arms.mem0_offline import Mem0AwareEngine  # lazy: the CLI's parser imports this module
+
+        engine = Mem0AwareEngine()
     return ServerHandle(bind(_handler(float(latency), _embed_function(embedder), int(max_body), engine), port))
 
 

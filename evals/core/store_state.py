@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from evals.core.rows import is_live
 from evals.core.store_view import PageDigests, View, leaf_cells, read_view, table_leaves
 from hymem.store import DB_FILE, INDEX_FILE, SIDECAR_FILE
 
@@ -277,10 +278,6 @@ def _vector_key(vector: Any) -> str:
     if isinstance(vector, bytes):
         return vector.hex()
     return _row_key({"v": list(vector)})
-
-
-def is_live(row: dict[str, Any]) -> bool:
-    return row.get("superseded_by") is None and row.get("deleted_at") is None
 
 
 def _row_key(row: dict[str, Any]) -> str:

@@ -37,6 +37,7 @@ import re
 from typing import Any
 
 from evals.core.prompt_reading import NAME_LINE, conversation_of, section_json
+from evals.core.rows import is_live
 from evals.core.subject_reading import canonical as canonical_subject
 from evals.core.subject_reading import read_subject as subject_of
 from evals.record import AnomalyKind, Witnessed
@@ -56,7 +57,7 @@ _WORD = re.compile(r"[A-Za-z][A-Za-z-]{3,}")
 _HAN_RUN = re.compile(r"[\u4e00-\u9fff]{2,}")
 
 
-def subject_class(subject: Any) -> str:
+def person_key(subject: Any) -> str:
     """user, assistant, or the person's name folded (the harness's own reading of a subject)."""
     text = " ".join(str(subject or "").split()).casefold()
     return "user" if text in _USER else "assistant" if text in _ASSISTANT else text
@@ -69,8 +70,8 @@ def _about(item: dict[str, Any]) -> str:
     offer the merge that function's bug lets through (a model's mislabel is exactly where the guard matters)."""
     named = subject_of(str(item.get("text") or ""))
     if named is not None and canonical_subject(named) not in ("user", "assistant") and ("'s " in named or "的" in named):
-        return subject_class(named)
-    return subject_class(item.get("subject"))
+        return person_key(named)
+    return person_key(item.get("subject"))
 
 
 def _json(text: str | None) -> Any:
@@ -118,7 +119,7 @@ def _double_update(facts: list[Any], existing: list[Any], decoded: dict[str, Any
         if not isinstance(target, dict):
             continue
         same = [f for f in facts if isinstance(f, dict) and isinstance(f.get("index"), int)
-                and subject_class(f.get("subject")) == subject_class(target.get("subject"))]
+                and person_key(f.get("subject")) == person_key(target.get("subject"))]
         if len(same) < 2 or same[0].get("text") == same[1].get("text"):
             continue
         first, second = same[0], same[1]
@@ -184,15 +185,15 @@ def extract_reply(kind: str, prompt: str, reply: str) -> tuple[str, dict[str, An
     named, users = _speakers(prompt)
     if not named:
         return None
-    by_class = {subject_class(name): name for name in named}
+    by_class = {person_key(name): name for name in named}
     if kind in THIRD_PARTY_ADVERSARIAL:
         facts = decoded.get("facts") or []
         index = next((i for i, f in enumerate(facts) if isinstance(f, dict)
-                      and subject_class(f.get("subject")) in by_class), None)
+                      and person_key(f.get("subject")) in by_class), None)
         if index is None:
             return None
         fact = dict(facts[index])
-        speaker = by_class[subject_class(fact.get("subject"))]
+        speaker = by_class[person_key(fact.get("subject"))]
         filed = ({"subject": "user", "owner": "user"} if kind == "third_party_as_user" else
                  {"subject": "assistant", "owner": fact.get("owner", "user")})
         facts = [*facts[:index], {**fact, **filed}, *facts[index + 1:]]
@@ -250,7 +251,7 @@ def adversarial_anomalies(kind: str, injected: dict[str, Any], user_id: str, bef
         found += _same_subject_anomalies(injected, user_id, before, memories)
     elif kind in CROSS_SUBJECT_ADVERSARIAL:
         target = memories.get(injected["target_id"])
-        kept = target is not None and target.get("superseded_by") is None and target.get("deleted_at") is None \
+        kept = target is not None and is_live(target) \
             and target.get("text") == injected["target_text"]
         if not kept:
             now = "gone" if target is None else ("superseded" if target.get("superseded_by") is not None else
@@ -271,7 +272,7 @@ def adversarial_anomalies(kind: str, injected: dict[str, Any], user_id: str, bef
             if row.get("text") != injected["text"] or row.get("superseded_by") is not None or \
                     row.get("deleted_at") is not None:
                 continue
-            if subject_class(row.get("subject")) == filed_as:
+            if person_key(row.get("subject")) == filed_as:
                 found.append((anomaly, f"{injected['speaker']}'s fact {injected['text']!r} was stored "
                                        f"as memory {row['id']} with subject {row.get('subject')!r}"))
             elif row.get("owner") != injected.get("owner", "user"):
@@ -303,7 +304,7 @@ def adversarial_anomalies(kind: str, injected: dict[str, Any], user_id: str, bef
 def _live_texts(memories: dict[Any, dict[str, Any]], user_id: str) -> set[Any]:
     """The texts of the user's live memories (neither superseded nor deleted) after the write."""
     return {row.get("text") for row in memories.values() if row.get("user_id") == user_id
-            and row.get("superseded_by") is None and row.get("deleted_at") is None}
+            and is_live(row)}
 
 
 def _same_subject_anomalies(injected: dict[str, Any], user_id: str, before: Any, memories: dict[Any, dict[str, Any]]
@@ -322,7 +323,7 @@ def _same_subject_anomalies(injected: dict[str, Any], user_id: str, before: Any,
     def holds(row: dict[str, Any] | None) -> list[str]:
         return [f"{f}={(row or {}).get(f)!r}" for f, v in want.items() if (row or {}).get(f) != v]
 
-    live = target is not None and target.get("superseded_by") is None and target.get("deleted_at") is None
+    live = target is not None and is_live(target)
     if live and target is not None and old is not None and target.get("text") == old.get("text"):  # refused
         if injected["fact_text"] not in _live_texts(memories, user_id):
             return [(AnomalyKind.APPLIED_OP_WRONG, f"{head}: the target was kept but the fact is not stored")]
@@ -372,4 +373,4 @@ def _double_update_anomalies(injected: dict[str, Any], user_id: str, before: Any
 __all__ = ["ADVERSARIAL_KINDS", "CROSS_SUBJECT_ADVERSARIAL", "EXTRACT_ADVERSARIAL", "RECONCILE_ADVERSARIAL",
            "SAME_SUBJECT_ADVERSARIAL",
            "THIRD_PARTY_ADVERSARIAL",
-           "adversarial_anomalies", "adversarial_reply", "subject_class"]
+           "adversarial_anomalies", "adversarial_reply", "person_key"]

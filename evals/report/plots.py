@@ -207,7 +207,7 @@ def fault_plot(run: Run, path: Path) -> Path | None:
 
 def _site_grid(faults: Any, provider: str) -> dict[str, list[str]]:
     """site → applicable kinds for the engine behind `provider`, plus any site its faults show."""
-    from evals.arms import site_kinds
+    from evals.arms.registry import site_kinds
 
     mine = faults[faults["provider"] == provider]
     system = str(mine["system"].iloc[0]) if "system" in mine.columns and len(mine) else "hymem"

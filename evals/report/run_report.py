@@ -16,7 +16,8 @@ from typing import Any
 
 import pandas as pd
 
-from evals.arms import DEFAULT_SYSTEM, SYSTEMS, site_kinds
+from evals.arms.base import DEFAULT_SYSTEM
+from evals.arms.registry import SYSTEMS, site_kinds
 from evals.core.stats import bootstrap_ci
 from evals.faults.adversarial import ADVERSARIAL_KINDS
 from evals.faults.plan import SITES, kinds_for, wire_kinds_for

@@ -19,10 +19,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from evals.arms import DEFAULT_SYSTEM, arm_label, check_system, open_arm, validate_arm
 from evals.arms.accounting import ResponseCache
+from evals.arms.base import DEFAULT_SYSTEM, arm_label
 from evals.arms.embedders import embedder_spec, resolve_embedder
 from evals.arms.providers import Provider, resolve_providers
+from evals.arms.registry import check_system, open_arm, validate_arm
 from evals.cases.adapters import dataset_name
 from evals.cases.dataset import (
     Case,

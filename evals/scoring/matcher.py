@@ -201,16 +201,6 @@ class Matcher:
         """The subject half of `same_fact`, decided in code for every matcher."""
         return subject_rule(a_text, a_subject, b_text, b_subject) and texts_name_same_subject(a_text, b_text)
 
-    def same_facts(self, gold: Sequence[tuple[str, str | None]], pred: Sequence[tuple[str, str | None]]
-                   ) -> np.ndarray:
-        """[len(gold), len(pred)] booleans of `same_fact`, from one score matrix."""
-        if not gold or not pred:
-            return np.zeros((len(gold), len(pred)), dtype=bool)
-        sim = self.scores([g for g, _ in gold], [p for p, _ in pred])
-        ok = np.array([[subject_rule(g, gs, p, ps) and texts_name_same_subject(g, p) for p, ps in pred]
-                       for g, gs in gold], dtype=bool)
-        return (sim >= self.threshold) & ok
-
     def assign(self, gold: Sequence[tuple[str, str | None]], pred: Sequence[tuple[str, str | None]]
                ) -> list[tuple[int, int, float]]:
         """One-to-one (gold index, pred index, score) maximising total score over pairs above the

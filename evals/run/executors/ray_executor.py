@@ -157,7 +157,7 @@ def _cache(path: str | None, prompt_hash: str = "") -> Any:
 def _arm(task: UnitTask, provider: Any) -> Any:
     key = (task.system, task.provider.model_dump_json(), task.embedder)
     if key not in _WorkerState.arms:
-        from evals.arms import open_arm
+        from evals.arms.registry import open_arm
 
         _WorkerState.arms[key] = open_arm(task.system, provider, task.embedder)
     return _WorkerState.arms[key]
