@@ -13,6 +13,7 @@ from evals.arms.hymem_system import HymemSystem
 from evals.arms.registry import site_kinds
 from evals.cases.dataset import Case
 from evals.check.checker import check_faulted_write
+from evals.check.context import FaultedWrite
 from evals.cli.main import main
 from evals.core.errors import UsageError
 from evals.core.store_state import StoreState
@@ -101,8 +102,9 @@ def _outcome(success: bool, **codes) -> WriteOutcome:
 def test_degraded_success_carries_the_leftover_state_as_its_witness():
     before = _state(messages=[])
     after = _state(messages=[{"id": "m1", "role": "user", "content": "I like tea."}])
-    found = check_faulted_write(Expected(success=False), _outcome(True), before, after, before, _outcome(True),
-                                before, before, dim=4)
+    found = check_faulted_write(FaultedWrite(expected=Expected(success=False), result=_outcome(True), before=before,
+                                             after=after, control_after=before, retry_result=_outcome(True),
+                                             retry_after=before, repeat_after=before, dim=4))
     witness = {a.kind: a.witness for a in found}
     assert witness["DEGRADED_SUCCESS"] == ('success=true under a fault that must fail; ops=0; state diff: messages: '
                                           '+1 -0 e.g. {"content": "I like tea.", "id": "m1", "role": "user"}')
@@ -112,10 +114,12 @@ def test_degraded_success_carries_the_leftover_state_as_its_witness():
 def test_a_failure_is_judged_on_the_expected_fields_only_so_a_system_may_say_what_it_raised():
     state = _state(memories=[])
     failed = _outcome(False, raised="LLMError")
-    found = check_faulted_write(Expected(success=False), failed, state, state, state, _outcome(True), state, state, 4)
-    assert found == []
-    wrong = check_faulted_write(expected_outcome("lm.extract", "garbage"), failed, state, state, state,
-                                _outcome(True), state, state, 4)
+    def faulted(expected: Expected) -> FaultedWrite:
+        return FaultedWrite(expected=expected, result=failed, before=state, after=state, control_after=state,
+                            retry_result=_outcome(True), retry_after=state, repeat_after=state, dim=4)
+
+    assert check_faulted_write(faulted(Expected(success=False))) == []
+    wrong = check_faulted_write(faulted(expected_outcome("lm.extract", "garbage")))
     assert [a.kind for a in wrong] == ["WRONG_ERROR_CODE"]
 
 

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from evals.arms.base import codes_of
+from evals.check.context import FaultedWrite
 from evals.core.store_state import StoreState, canonical, diff_states, live_memories, logical_diff
-from evals.faults.plan import Expected
 from evals.record import Anomaly, AnomalyKind
 
 # Which anomaly a leftover change in each table is.
@@ -105,18 +105,20 @@ def short_diff(diff: dict[str, dict[str, list[str]]], limit: int = 600) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def check_faulted_write(expected: Expected, result: Any, before: StoreState, after: StoreState,
-                        control_after: StoreState, retry_result: Any, retry_after: StoreState,
-                        repeat_after: StoreState, dim: int, *, same_as_control: bool = True,
-                        control_failed: bool = False, retry_natural: bool = False) -> list[Anomaly]:
+def check_faulted_write(ctx: FaultedWrite) -> list[Anomaly]:
     """Anomalies of one faulted write and its retry, each with its witness. Pure: no I/O.
 
-    `same_as_control=False`: a fault that changes what the write decides (an adversarial reply) need not
+    `ctx.same_as_control=False`: a fault that changes what the write decides (an adversarial reply) need not
     leave the fault-free run's state; what it must leave is checked by `evals.faults.adversarial`.
-    `control_failed`: the fault-free write failed on the model's own reply (`control_after` is the store as it
+    `ctx.control_failed`: the fault-free write failed on the model's own reply (`control_after` is the store as it
     was). A retry the model broke the same way (`retry_natural`) must leave the store as it was; one that got
     through has no fault-free state to match, so only its consistency is checked.
     """
+    expected, result, before, after = ctx.expected, ctx.result, ctx.before, ctx.after
+    control_after, retry_result, retry_after, repeat_after = (ctx.control_after, ctx.retry_result, ctx.retry_after,
+                                                              ctx.repeat_after)
+    dim, same_as_control, control_failed, retry_natural = (ctx.dim, ctx.same_as_control, ctx.control_failed,
+                                                           ctx.retry_natural)
     found: list[Anomaly] = []
     actual = codes_of(result)
     want = expected.model_dump()

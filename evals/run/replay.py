@@ -27,37 +27,27 @@ from evals.arms.base import (
 )
 from evals.arms.hymem_system import HymemSystem
 from evals.cases.dataset import Case
-from evals.check.applied_ops import applied_op_anomalies
-from evals.check.checker import (
-    check_faulted_write,
-    closed_store_anomalies,
-    consistency_anomalies,
-    leftover_anomalies,
-    short_diff,
-    superseded_by_problems,
+from evals.check.analyzers import REGISTRY, WALK_KINDS, UndeclaredAnomaly, record_prompts
+from evals.check.context import (
+    AfterWrite,
+    Concurrent,
+    ControlWrite,
+    FaultedWrite,
+    NaturalFailure,
+    Planted,
+    Probe,
+    Reads,
+    Reopen,
+    Stranger,
+    Subjectless,
 )
-from evals.check.natural import broken_replies, codes_consistent, expected_codes, reached_provider, why_failed
+from evals.check.natural import expected_codes, reached_provider, why_failed
 from evals.check.op_walk import walk_case
-from evals.check.prompt_contract import check_candidates, check_prompts
-from evals.check.write_contract import (
-    changed_payloads,
-    concurrency_anomalies,
-    cross_user_anomalies,
-    history_block,
-    history_mismatch,
-    live_rows,
-    profile_kept,
-    read_anomalies,
-    reopen_anomalies,
-    replay_anomalies,
-    reuse_anomalies,
-    stated_profile,
-    subjectless_misfiled,
-)
-from evals.core.prompt_reading import Said, read_messages, user_name
-from evals.core.store_state import StoreState, canonical, logical_diff
-from evals.faults.adversarial import ADVERSARIAL_KINDS, adversarial_anomalies
-from evals.faults.plan import Expected, Fault, FaultPlan
+from evals.check.write_contract import changed_payloads, history_block, live_rows, stated_profile
+from evals.core.prompt_reading import Said
+from evals.core.store_state import StoreState
+from evals.faults.adversarial import ADVERSARIAL_KINDS
+from evals.faults.plan import Fault, FaultPlan
 from evals.record import (
     Anomaly,
     AnomalyKind,
@@ -65,7 +55,6 @@ from evals.record import (
     Codes,
     FaultRecord,
     Finding,
-    Witnessed,
     WriteFailure,
     WriteRecord,
 )
@@ -95,18 +84,21 @@ class CaseReplayer:
     copy, so units on other threads never share predictor objects. None: the built-in prompts.
     `system`: `(case, log) -> MemorySystem` for an engine other than hymem (see `evals.arms`);
     None replays hymem with `lm_factory`, `embedder` and the accounting arguments.
+    `on_write`: called with (writes done, writes in the case) after each control write and its checks, so a
+    long unit shows progress from inside (issue 35).
     """
 
     def __init__(self, case: Case, dataset: str, provider: str, lm_factory: Callable[[Case], Any],
                  embedder: Any, plan: FaultPlan, seed: int, program: Any = None, *, accounting: Any = None,
                  cache: Any = None, system: Callable[[Case, AttemptLog], MemorySystem] | None = None,
-                 epoch: int = 0):
+                 epoch: int = 0, on_write: Callable[[int, int], None] | None = None):
         self.case, self.dataset, self.provider, self.epoch = case, dataset, provider, epoch
         self.lm_factory, self.embedder, self.plan, self.seed = lm_factory, embedder, plan, seed
         self.program = program.deepcopy() if program is not None else None
         self.accounting = accounting  # the evals.arms.providers.Provider: attempts, connection limit, retries
         self.cache = cache  # ResponseCache for HTTP providers, or None
         self.log = AttemptLog(provider, case.id)
+        self.on_write = on_write
         self._prompts: dict[int, list[dict[str, str]]] = {}  # control write → its model calls (and replies)
         self._stated: dict[str, str] = {}  # profile field -> the value the user stated last (control writes)
         self._settled: tuple[int, StoreState] | None = None  # (write, the store's state once its checks were done)
@@ -161,6 +153,8 @@ class CaseReplayer:
                 elif record.failure is not None and record.failure.cause != "engine":
                     latest = self._natural_failure(tmp, store, index, path, payload, record, before,
                                                    result.findings)
+                if self.on_write is not None:
+                    self.on_write(index + 1, len(writes))
             result.memories = system.memories(self.case.user_id)
             if system.keeps_profile:
                 result.profile = system.profile(self.case.user_id)
@@ -200,77 +194,76 @@ class CaseReplayer:
         is still checked by the faulted runs' re-sent request ids. Returns the store's state after the replay
         (None when not read), which the reopen check takes as its state before closing when nothing was
         written since."""
-        system, user = self.system, self.case.user_id
-        if not offers_history(system):
+        if not offers_history(self.system):
             return None
+        seen = frozenset(f.witness for f in findings if f.kind == AnomalyKind.SUPERSEDED_BY_WRONG)
+        ctx = AfterWrite(write=index, path=path, user_id=self.case.user_id, payload=payload, record=record,
+                         prompts=self._prompts.get(index, []), stated=dict(self._stated),
+                         ops_before=self._ops_before(index), reported_superseded=seen)
         try:
-            if path == "chat":
-                written += history_block(payload, system.history_limit)
-            diff = history_mismatch(written, engine_call(system.history, user))
-            if diff is not None:
-                findings.append(Finding(kind=AnomalyKind.HISTORY_MISMATCH, check="history", write=index, path=path,
-                                        witness=diff))
-                written[:] = [Said(**m) for m in system.history(user)]  # report each divergence once
-            if path == "chat":
-                profile = system.profile(user)
-                findings += [Finding(kind=AnomalyKind.PROFILE_FROM_THIRD_PARTY, check="profile", write=index, path=path,
-                                     witness=witness) for witness in third_party_name(payload, profile)]
-                prompts = self._prompts.get(index, [])
-                findings += [Finding(kind=kind, check="profile", write=index, path=path, witness=witness)
-                             for kind, witness in profile_kept(payload, prompts, profile, self._stated)]
-                self._stated.update(stated_profile(payload, prompts))
-            before = system.snapshot(store)
-            findings += [Finding(kind=kind, check="ops", write=index, path=path, witness=witness)
-                         for kind, witness in self._applied_ops(index, record, before)]
-            self.log.context = {"write": index, "unit": "replay"}
-            again = engine_call(system.write, path, payload, user, record.request_id)
-            after = system.snapshot(store)
-            findings += [Finding(kind=kind, check="replay", write=index, path=path, witness=witness)
-                         for kind, witness in replay_anomalies(before, after, again.duplicate, again.success)]
-            reused = []
-            for what, changed in changed_payloads(path, payload):  # refused before any model call: no cost
-                try:
-                    reused.append((what, engine_call(system.write, path, changed, user, record.request_id)))
-                except InputValidationError:  # the variant is not a valid payload: nothing to check with it
-                    continue
-            if reused:
-                latest = system.snapshot(store)
-                findings += [Finding(kind=kind, check="replay", write=index, path=path, witness=witness)
-                             for kind, witness in reuse_anomalies(record.request_id, reused, after, latest)]
-                after = latest
-            seen = {f.witness for f in findings if f.kind == AnomalyKind.SUPERSEDED_BY_WRONG}
-            findings += [Finding(kind=AnomalyKind.SUPERSEDED_BY_WRONG, check="replay", write=index, path=path,
-                                 witness=witness) for witness in superseded_by_problems(after) if witness not in seen]
-            findings += [Finding(kind=kind, check="reads", write=index, path=path, witness=witness)
-                         for kind, witness in self._reads(after)]
-            self._settled = (index, after)
-            return after
+            self._observe_after_write(ctx, store, written)
         except EngineRaised as exc:
+            findings += self._after_write_findings(ctx, written)
             findings.append(Finding(kind=AnomalyKind.ENGINE_EXCEPTION, check="replay", write=index, path=path,
                                     witness=f"after write {index}: {exc}"))
             return None
+        except Exception:  # an infra error: what was checked before it stays on the record
+            findings += self._after_write_findings(ctx, written)
+            raise
+        findings += self._after_write_findings(ctx, written)
+        self._settled = (index, ctx.settled) if ctx.settled is not None else self._settled
+        return ctx.settled
 
-    def _applied_ops(self, index: int, record: WriteRecord, after: StoreState) -> list[Witnessed]:
-        """Each op the write reports, against the row it left and the op proposed (`evals.check.applied_ops`); the state
-        before it is the one the previous write's checks settled on (an empty store before the first write)."""
-        before = (StoreState(tables={"memories": []}, faiss={}) if index == 0 else
-                  self._settled[1] if self._settled is not None and self._settled[0] == index - 1 else None)
-        return applied_op_anomalies(record.ops, record.proposed_ops, record.proposed_facts, before, after,
-                                    self.case.user_id, record.request_id, f"write {index}")
+    def _after_write_findings(self, ctx: AfterWrite, written: list[Said]) -> list[Finding]:
+        found = REGISTRY.findings(ctx)
+        if ctx.history is not None and any(f.kind == AnomalyKind.HISTORY_MISMATCH for f in found):
+            written[:] = [Said(**m) for m in ctx.history]  # report each divergence once
+        return found
 
-    def _reads(self, state: StoreState) -> list[Witnessed]:
-        """get_all() and searches on the open store, whose state is `state`, checked against its live rows: k = every
-        live memory and smaller ones, for the newest and the oldest live memory's text (`read_anomalies`)."""
+    def _observe_after_write(self, ctx: AfterWrite, store: Path, written: list[Said]) -> None:
+        """Fill `ctx` in as the engine answers: history, profile, the state, a replay, changed payloads, reads."""
+        system, user, path, payload, record = self.system, self.case.user_id, ctx.path, ctx.payload, ctx.record
+        assert offers_history(system)
+        if path == "chat":
+            written += history_block(payload, system.history_limit)
+        ctx.written = list(written)
+        ctx.history = engine_call(system.history, user)
+        if path == "chat":
+            ctx.profile = system.profile(user)
+            self._stated.update(stated_profile(payload, ctx.prompts))
+        ctx.written_state = system.snapshot(store)
+        self.log.context = {"write": ctx.write, "unit": "replay"}
+        ctx.replayed = engine_call(system.write, path, payload, user, record.request_id)
+        ctx.replayed_state = after = system.snapshot(store)
+        for what, changed in changed_payloads(path, payload):  # refused before any model call: no cost
+            try:
+                ctx.reused.append((what, engine_call(system.write, path, changed, user, record.request_id)))
+            except InputValidationError:  # the variant is not a valid payload: nothing to check with it
+                continue
+        if ctx.reused:
+            ctx.reused_state = after = system.snapshot(store)
+        ctx.settled = after
+        ctx.reads = self._reads(after)
+
+    def _ops_before(self, index: int) -> StoreState | None:
+        """The store before write `index`, as the previous write's checks settled it (an empty store before the
+        first write; None when the previous write's checks did not read it)."""
+        return (StoreState(tables={"memories": []}, faiss={}) if index == 0 else
+                self._settled[1] if self._settled is not None and self._settled[0] == index - 1 else None)
+
+    def _reads(self, state: StoreState) -> Reads | None:
+        """get_all() and searches on the open store, whose state is `state`: k = every live memory and smaller
+        ones, for the newest and the oldest live memory's text (checked by `read_anomalies`)."""
         system, user = self.system, self.case.user_id
         if not offers_ranked_search(system):
-            return []
+            return None
         live = live_rows(state, user)
         memories = engine_call(system.memories, user)
         n = len(live)
         queries = list(dict.fromkeys(str(row["text"]) for row in (live[-1:] + live[:1])))
         ks = sorted({n, 1, n // 2, n - 1} - {0})
         searches = {(q, k): engine_call(system.search_ranked, user, q, k) for q in queries for k in ks}
-        return read_anomalies(user, state, memories, searches)
+        return Reads(state=state, memories=memories, searches=searches)
 
     def _reopen(self, tmp: Path, store: Path, findings: list[Finding], stale: list[Path],
                 state: StoreState | None = None, *, walk: bool = True) -> None:
@@ -281,12 +274,13 @@ class CaseReplayer:
         system, user = self.system, self.case.user_id
         if not offers_reopen(system):
             return
+        ctx: Reopen | None = None
         try:
             before = state if state is not None else system.snapshot(store)
             searched = engine_call(system.search_probe, user)
             system.close()
             system.open(store)
-            reopened = engine_call(system.search_probe, user)
+            ctx = Reopen(reopened=engine_call(system.search_probe, user))
             system.close()
             after = system.snapshot(store)
             references = {"before closing": searched,
@@ -297,18 +291,18 @@ class CaseReplayer:
             sources: list[Path | None] = [*stale] if stale else [None]
             for source in sources:
                 system.open(system.without_index(store, tmp / "reopened", source))
-                answers = engine_call(system.search_probe, user)
+                ctx.planted.append(Planted(source=source.name if source is not None else None,
+                                           answers=engine_call(system.search_probe, user)))
                 system.close()
-                if answers != reopened:  # the planted file is stale: it must be rebuilt, never served
-                    what = (f"a stale index file ({source.name}'s) was served on reopen" if source is not None
-                            else "an open without its index files rebuilt another index")
-                    findings.append(Finding(kind=AnomalyKind.REOPEN_DIVERGED, check="reopen", witness=(
-                        f"{what}: search returned {answers}, the current index {reopened}")))
+            ctx.before, ctx.after, ctx.references = before, after, references
         except EngineRaised as exc:
+            findings += REGISTRY.findings(ctx) if ctx is not None else []
             findings.append(Finding(kind=AnomalyKind.ENGINE_EXCEPTION, check="reopen", witness=f"reopening: {exc}"))
             return
-        findings += [Finding(kind=kind, check="reopen", witness=witness)
-                     for kind, witness in reopen_anomalies(before, after, reopened, references)]
+        except Exception:  # an infra error: what was checked before it stays on the record
+            findings += REGISTRY.findings(ctx) if ctx is not None else []
+            raise
+        findings += REGISTRY.findings(ctx)
         if not walk:
             return
         try:  # every op, a stale index of the same ids and the size limits, on a copy (`evals.check.op_walk`)
@@ -318,6 +312,9 @@ class CaseReplayer:
         if any(f.kind == AnomalyKind.ENGINE_EXCEPTION and f.check == "control" for f in findings):
             # the engine already raised on a write of the case: the walk's writes raising too is the same finding
             walked = [w for w in walked if w[1] != AnomalyKind.ENGINE_EXCEPTION]
+        undeclared = sorted({kind for _, kind, _ in walked} - WALK_KINDS)
+        if undeclared:
+            raise UndeclaredAnomaly(f"the op walk returned {undeclared}, not among WALK_KINDS")
         findings += [Finding(kind=kind, check=check, witness=witness) for check, kind, witness in walked]
 
     def _stranger(self, tmp: Path, store: Path, writes: list[tuple[str, Any]], records: list[WriteRecord],
@@ -353,11 +350,10 @@ class CaseReplayer:
             return
         failed_at_provider = not outcome.success and (self._is_http or any(
             a.unit == "stranger" and a.status != "ok" for a in self.log.rows))
-        if failed_at_provider:  # the provider's failure, not the engine's: nothing to conclude
-            return
-        findings += [Finding(kind=kind, check="stranger", write=first.index, path=path, witness=witness)
-                     for kind, witness in cross_user_anomalies(user, stranger, first.request_id, outcome, before,
-                                                               after, answers, searched)]
+        findings += REGISTRY.findings(Stranger(
+            write=first.index, path=path, user_id=user, stranger=stranger, request_id=first.request_id,
+            outcome=outcome, before=before, after=after, answers=answers, searched=searched,
+            provider_failed=failed_at_provider))
 
     def _raised(self, findings: list[Finding], check: Check, witness: str) -> None:
         """An exception out of the engine in an extra check's write: a finding, and the store closed."""
@@ -384,10 +380,8 @@ class CaseReplayer:
         except EngineRaised as exc:
             self._raised(findings, "subjectless", f"the seeds sent without subjects: {exc}")
             return
-        if not outcome.success:
-            return  # a failure is the control write's to judge (the same memories, with subjects)
-        findings += [Finding(kind=AnomalyKind.SUBJECTLESS_MISFILED, check="subjectless", write=0, path="extracted",
-                             witness=witness) for witness in subjectless_misfiled(sent, live_rows(after, user))]
+        findings += REGISTRY.findings(Subjectless(write=0, path="extracted", sent=sent, outcome=outcome,
+                                                  rows=live_rows(after, user)))
 
     def _concurrently(self, tmp: Path, writes: list[tuple[str, Any]], findings: list[Finding]) -> None:
         """The case's writes sent at once on a fresh store, each request_id from two threads."""
@@ -399,14 +393,8 @@ class CaseReplayer:
         work = tmp / "concurrent"
         self.log.context = {"write": None, "unit": "concurrency"}
         results, history, episodes = system.write_concurrently(work, calls, self.case.user_id)
-        for call, outcome in zip(calls, results, strict=True):
-            if isinstance(outcome, BaseException):
-                findings.append(Finding(kind=AnomalyKind.ENGINE_EXCEPTION, check="concurrency",
-                                        witness=f"request {call[2]} raised {type(outcome).__name__}: {outcome}"))
-        results = [None if isinstance(r, BaseException) else r for r in results]
-        found = concurrency_anomalies([(p, rid, payload if p == "chat" else []) for p, payload, rid in calls],
-                                      results, history, episodes, system.snapshot(work), system.dim)
-        findings += [Finding(kind=kind, check="concurrency", witness=witness) for kind, witness in found]
+        findings += REGISTRY.findings(Concurrent(calls=calls, results=list(results), history=history,
+                                                 episodes=episodes, state=system.snapshot(work), dim=system.dim))
 
     def _control_write(self, index: int, path: str, payload: Any, findings: list[Finding]) -> WriteRecord:
         """One fault-free write, recorded with the sites it reached and what the model proposed.
@@ -437,32 +425,19 @@ class CaseReplayer:
                              proposed_facts=outcome.proposed_facts, proposed_ops=outcome.proposed_ops,
                              reached=outcome.reached, seconds=time.perf_counter() - t0,
                              payload=list(payload), calls=recorded_calls(outcome.prompts))
-        findings += [Finding(kind=kind, check="prompt", write=index, path=path, witness=witness)
-                     for kind, witness in prompt_findings(path, payload, outcome, f"write {index}")]
-        if k is not None and outcome.success and not outcome.duplicate:
-            findings += [Finding(kind=kind, check="prompt", write=index, path=path, witness=witness)
-                         for kind, witness in check_candidates(outcome.prompts, outcome.proposed_facts, live, k,
-                                                               f"write {index}")]
         self._prompts[index] = list(getattr(outcome, "prompts", None) or [])
-        attempts = self.log.rows[first_attempt:]
-        if outcome.success:
-            findings += [Finding(kind=AnomalyKind.DEGRADED_SUCCESS, check="natural", write=index, path=path,
-                                 witness=f"success=true on a reply that breaks the output contract at {r.site} "
-                                         f"({r.cause}: {r.detail}): {r.reply[:200]!r}")
-                         for r in broken_replies(record_prompts(outcome))]
-            return record
-        reading = why_failed(record_prompts(outcome), attempts)
-        if reading.cause == "unavailable" and not reached_provider(self.log.rows, reading.site):
-            raise RuntimeError(f"fault-free write {index} ({path}) failed: the provider was never reached "
-                               f"({reading.detail or outcome.message})")
-        expected = expected_codes(reading)
-        record.failure = WriteFailure(cause=reading.cause or "engine", site=reading.site, detail=reading.detail,
-                                      reply=reading.reply,
-                                      expected=Codes.model_validate(expected.model_dump()) if expected else None)
-        if reading.cause == "engine":
-            findings.append(Finding(kind=AnomalyKind.CONTROL_WRITE_FAILED, check="control", write=index, path=path,
-                                    witness=f"fault-free write failed with every model reply delivered intact: "
-                                            f"{outcome.codes} {outcome.message[:200]}"))
+        ctx = ControlWrite(write=index, path=path, payload=payload, outcome=outcome, candidates=k, live=live)
+        if not outcome.success:
+            reading = why_failed(record_prompts(outcome), self.log.rows[first_attempt:])
+            if reading.cause == "unavailable" and not reached_provider(self.log.rows, reading.site):
+                findings += REGISTRY.findings(ctx)  # what was checked stays on the record of the infra error
+                raise RuntimeError(f"fault-free write {index} ({path}) failed: the provider was never reached "
+                                   f"({reading.detail or outcome.message})")
+            expected = expected_codes(reading)
+            record.failure = ctx.failure = WriteFailure(
+                cause=reading.cause or "engine", site=reading.site, detail=reading.detail, reply=reading.reply,
+                expected=Codes.model_validate(expected.model_dump()) if expected else None)
+        findings += REGISTRY.findings(ctx)
         return record
 
     def _natural_failure(self, tmp: Path, store: Path, index: int, path: str, payload: Any, record: WriteRecord,
@@ -475,18 +450,8 @@ class CaseReplayer:
         system, user, failure = self.system, self.case.user_id, record.failure
         assert failure is not None
         live = offers_live_snapshot(system)
-        found: list[Witnessed] = []
         try:
             after = self._state_between(store, live)
-            if failure.expected is not None:
-                want = Expected.model_validate(failure.expected.model_dump())
-                if not codes_consistent(want, record.codes.model_dump()):
-                    found.append((AnomalyKind.WRONG_ERROR_CODE, f"the reply's failure class ({failure.cause} at "
-                                  f"{failure.site}) gives {want.model_dump()}, the write returned "
-                                  f"{record.codes.model_dump()}"))
-            if before is not None:
-                found += [(a.kind, a.witness) for a in leftover_anomalies(before, after)]
-            found += [(a.kind, a.witness) for a in consistency_anomalies(after, system.dim)]
             failure.checked = before is not None
             system.close()
             work = _snapshot(store, tmp / "natural")
@@ -495,20 +460,13 @@ class CaseReplayer:
             first_attempt = len(self.log.rows)
             rid = f"{record.request_id}/retry"
             retry = engine_call(system.write, path, payload, user, rid)
+            attempts = self.log.rows[first_attempt:]
             failure.retry_success = retry.success
             retry_after = self._state_between(work, live)
+            repeat_after = None
             if retry.success:
                 engine_call(system.write, path, payload, user, rid)
                 repeat_after = self._state_between(work, live)
-                if canonical(repeat_after) != canonical(retry_after):
-                    found.append((AnomalyKind.DOUBLE_WRITE, "the retry's request_id re-sent changed the store: "
-                                  + short_diff(logical_diff(retry_after, repeat_after))))
-                found += [(a.kind, "after retry: " + a.witness) for a in consistency_anomalies(retry_after, system.dim)]
-            elif why_failed(record_prompts(retry), self.log.rows[first_attempt:]).cause == "engine":
-                found.append((AnomalyKind.CONTROL_WRITE_FAILED, "the retry failed with every model reply delivered "
-                              f"intact: {retry.codes} {retry.message[:200]}"))
-            else:
-                found += [(a.kind, "after a failed retry: " + a.witness) for a in leftover_anomalies(after, retry_after)]
             system.close()
             shutil.rmtree(work, ignore_errors=True)
             system.open(store)
@@ -518,8 +476,9 @@ class CaseReplayer:
             _close_quietly(system)
             system.open(store)
             return None
-        findings += [Finding(kind=kind, check="natural", write=index, path=path, witness=witness)
-                     for kind, witness in dict.fromkeys(found)]
+        findings += REGISTRY.findings(NaturalFailure(
+            write=index, path=path, failure=failure, codes=record.codes, before=before, after=after, dim=system.dim,
+            retry=retry, retry_attempts=attempts, retry_after=retry_after, repeat_after=repeat_after))
         self._settled = (index, after)  # the next write's ops are checked from the store as it was
         return after
 
@@ -527,17 +486,15 @@ class CaseReplayer:
     def _is_http(self) -> bool:
         return self.accounting is not None and self.accounting.config.is_http
 
-    def _reopen_faulted(self, system: ReopenSystem, work: Path, state: StoreState) -> list[Witnessed]:
-        """After a faulted write that must succeed (e.g. its FAISS update failed): reopening the store answers
-        searches as an index rebuilt from SQLite does; a stale index file must not be served. `state`: the closed
-        store's, read before this reopen."""
+    def _reopen_faulted(self, system: ReopenSystem, work: Path, state: StoreState) -> tuple[Probe, Probe]:
+        """After a faulted write that must succeed (e.g. its FAISS update failed): the search answers on reopening
+        the store, and from an index rebuilt from SQLite (a stale index file must not be served). `state`: the
+        closed store's, read before this reopen."""
         user = self.case.user_id
         system.open(work)
         reopened = engine_call(system.search_probe, user)
         system.close()
-        rebuilt = engine_call(system.rebuilt_probe, work, user, state)
-        return [(kind, "after the faulted write: " + witness)
-                for kind, witness in reopen_anomalies(None, None, reopened, {"from an index rebuilt from SQLite": rebuilt})]
+        return reopened, engine_call(system.rebuilt_probe, work, user, state)
 
     def _state_between(self, work: Path, live: bool) -> StoreState:
         """The store's state between two writes of a faulted unit: read from the open store's files (`live`),
@@ -575,7 +532,7 @@ class CaseReplayer:
             record.fired = faulted.fired
             record.actual = Codes.model_validate(faulted.codes)
             record.wire = faulted.wire_log
-            reopen: list[Witnessed] = []
+            reopen: tuple[Probe, Probe] | tuple[None, None] = (None, None)
             if fault.site.startswith("store.") and expected.success and offers_reopen(system):
                 system.close()  # a store fault that must not fail the write: the index it left is reopened
                 after = system.snapshot(work)
@@ -606,27 +563,16 @@ class CaseReplayer:
             system.close()
             closed = system.snapshot(work)
             adversarial = fault.kind in ADVERSARIAL_KINDS
-            record.anomalies = check_faulted_write(expected, faulted, before, after, control_after, retry,
-                                                   retry_after, repeat_after or closed, system.dim,
-                                                   same_as_control=not adversarial,
-                                                   control_failed=natural_control, retry_natural=retry_natural)
-            if repeat_after is not None:  # the checks above read the open store: now the index it persisted
-                record.anomalies += [a for a in closed_store_anomalies(repeat_after, closed, system.dim)
-                                     if a not in record.anomalies]
+            record.anomalies = REGISTRY.anomalies(FaultedWrite(
+                expected=expected, result=faulted, before=before, after=after, control_after=control_after,
+                retry_result=retry, retry_after=retry_after, repeat_after=repeat_after or closed, dim=system.dim,
+                same_as_control=not adversarial, control_failed=natural_control, retry_natural=retry_natural,
+                closed=closed if repeat_after is not None else None, fired=record.fired, site=fault.site,
+                fault_kind=fault.kind, user_id=self.case.user_id, request_id=rid, path=path, payload=payload,
+                reopened=reopen[0], rebuilt=reopen[1]))
             if adversarial and faulted.injected:
-                record.anomalies += _anomalies(adversarial_anomalies(fault.kind, faulted.injected, self.case.user_id,
-                                                                     before, after))
                 record.injected = faulted.injected
-            if faulted.success:  # each op it reports, against the rows it left (`evals.check.applied_ops`)
-                record.anomalies += _anomalies(applied_op_anomalies(faulted.ops, faulted.proposed_ops,
-                                                                    faulted.proposed_facts, before, after,
-                                                                    self.case.user_id, rid, "faulted write"))
-            record.anomalies += _anomalies(reopen + prompt_findings(path, payload, faulted, "faulted write"))
-            if retry is not None:
-                record.anomalies += _anomalies(prompt_findings(path, payload, retry, "retry"))
             if not record.fired:
-                record.anomalies.append(Anomaly(kind=AnomalyKind.FAULT_NOT_REACHED,
-                                                witness=f"{fault.site} was not called under this fault"))
                 record.outcome = "indeterminate"
             else:
                 record.outcome = "wrong" if record.anomalies else "ok"
@@ -665,36 +611,6 @@ def _newest_texts(state: StoreState, user_id: str) -> list[str]:
 def _live_count(state: StoreState) -> int:
     return sum(row.get("superseded_by") is None and row.get("deleted_at") is None
                for row in state.tables.get("memories", []))
-
-
-def _anomalies(pairs: list[Witnessed]) -> list[Anomaly]:
-    """Typed anomalies from the (kind, witness) pairs the contract checks return, each once."""
-    return [Anomaly(kind=kind, witness=witness) for kind, witness in dict.fromkeys(pairs)]
-
-
-def third_party_name(payload: list[dict[str, Any]], profile: dict[str, Any]) -> list[str]:
-    """The L0 profile describes only the current user (spec 3): its name is never a named human's of this write."""
-    messages = read_messages(payload)
-    name = str(profile.get("name") or "").strip()
-    user = (user_name(messages) or "").casefold()
-    others = {m.name.casefold() for m in messages if m.role == "assistant" and m.name}
-    if name and name.casefold() in others and name.casefold() != user:
-        return [f"the user's profile name is {name!r}, a named human of this write (the user is "
-                f"{user_name(messages) or 'unnamed'}): {profile}"]
-    return []
-
-
-def record_prompts(outcome: Any) -> list[dict[str, str]]:
-    """The model calls a write made ({site, text, reply}): tapped at the model (hymem), or the replies an engine
-    reports (mem0), else none."""
-    return list(getattr(outcome, "prompts", None) or getattr(outcome, "replies", None) or [])
-
-
-def prompt_findings(path: str, payload: Any, outcome: Any, where: str) -> list[Witnessed]:
-    """Prompt-contract anomalies of one write's extraction calls (chat and working paths show a conversation)."""
-    if path not in ("chat", "working") or not getattr(outcome, "prompts", None):
-        return []
-    return check_prompts(payload, outcome.prompts, where)
 
 
 class EngineRaised(Exception):

@@ -469,7 +469,8 @@ def run_units(config: RunConfig, prepared: Prepared, state: dict[str, int]) -> U
                 if arm.make is not None else None  # another engine samples each epoch as hymem does
             return CaseReplayer(case, dataset_name(case), arm.label, lm, embedder, unit_plan, config.seed,
                                 program=program, accounting=provider, epoch=epoch,
-                                cache=cache if provider.config.is_http else None, system=system).run()
+                                cache=cache if provider.config.is_http else None, system=system,
+                                on_write=_unit_progress(bar, case.id, config.progress)).run()
         return one
 
     bar = _progress(len(todo), config.progress, total_done=len(done))
@@ -554,6 +555,25 @@ def _ray_results(todo: list[tuple[Any, Case, int]], config: RunConfig, factories
     limits = {name: p.config.max_connections for name, p in factories.items()}
     return run_ray(tasks, workers=config.workers or config.concurrency, address=config.ray_address,
                    limits=limits, cases=cases, run_token=manifest.manifest_hash + str(manifest.created))
+
+
+LONG_UNIT_SECONDS = 2.0  # a unit still writing after this long shows its writes on the bar, at most this often
+
+
+def _unit_progress(bar: Any, case_id: str, enabled: bool) -> Callable[[int, int], None] | None:
+    """Progress from inside a long unit (issue 35): `case: write i/N` on the cases bar, once the unit has run
+    LONG_UNIT_SECONDS and then at most that often (tqdm's bar takes its own lock)."""
+    if not enabled:
+        return None
+    started = time.monotonic()
+    last = [started]
+
+    def show(done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= LONG_UNIT_SECONDS and done < total:
+            last[0] = now
+            bar.set_postfix_str(f"{case_id}: write {done}/{total} ({now - started:.0f} s)")
+    return show
 
 
 def _progress(total: int, enabled: bool, total_done: int = 0):
