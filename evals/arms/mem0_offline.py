@@ -20,6 +20,7 @@ import re
 from typing import Any
 
 from evals.faults.plan import MEM0_EXTRACT
+from hymem.offline import OfflineEngine, answer
 
 MARKER = "You are a Memory Extractor"  # first line of mem0's ADDITIVE_EXTRACTION_PROMPT role section
 _SECTION = re.compile(r"(?m)^## (Summary|Last k Messages|Recently Extracted Memories|Existing Memories|New Messages|"
@@ -62,8 +63,6 @@ def _norm(text: str) -> str:
 
 def answer_mem0(user_prompt: str) -> str:
     """mem0's extraction reply (`{"memory": [...]}`) to one user prompt, from the offline model."""
-    from hymem.offline import answer
-
     sections = prompt_sections(user_prompt)
     rendered = render_new_messages(sections.get("New Messages", ""))
     if not rendered:
@@ -87,8 +86,6 @@ class Mem0AwareEngine:
     """
 
     def __init__(self) -> None:
-        from hymem.offline import OfflineEngine
-
         self.inner = OfflineEngine()
 
     def complete(self, request: Any, site: str | None = None) -> Any:

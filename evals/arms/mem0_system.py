@@ -40,11 +40,12 @@ import numpy as np
 from evals.arms.accounting import cost, price_table
 from evals.arms.base import WriteOutcome
 from evals.arms.mem0_wire import Calls, Endpoint, Wire
-from evals.arms.proxy import KINDS
+from evals.arms.proxy import KINDS, start_proxy
 from evals.core.store_state import StoreState
 from evals.core.subject_reading import unlabelled_memory_subject as memory_subject
 from evals.faults.plan import MEM0_EXTRACT, Expected, Fault, FaultPlan
 from evals.record import OpRecord
+from hymem.embedder import HashEmbedder, MiniLMEmbedder
 
 EXTRA_ERROR = "mem0 needs the extra: pip install 'hymem[mem0]'"
 SITES = ("embed.query", "lm.extract", "embed.facts", "embed.entities", "embed.memory")
@@ -237,8 +238,6 @@ class Mem0System:
         with self._proxy_lock:
             key = (upstream, kind)
             if key not in self._proxies:
-                from evals.arms.proxy import start_proxy
-
                 self._proxies[key] = start_proxy(upstream, f"every:1:{kind}", fault_delay=LATENCY_SECONDS,
                                                  timeout=self.timeout)
             return self._proxies[key]
@@ -369,8 +368,6 @@ def local_endpoints(url: str, embedder: str) -> tuple[Endpoint, Endpoint, int]:
 
     The size is the embedder class's, so the minilm model (loaded by the server) is not loaded a second time here.
     """
-    from hymem.embedder import HashEmbedder, MiniLMEmbedder
-
     if embedder not in ("hash", "minilm"):
         raise ValueError(f"embedder {embedder!r}: the local server offers hash or minilm")
     dim = MiniLMEmbedder.dim if embedder == "minilm" else HashEmbedder().dim

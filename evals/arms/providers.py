@@ -20,11 +20,14 @@ from urllib.parse import urlparse
 import dspy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from evals.arms.local_server import LocalServerError, LocalSettings, endpoint_for, model_file, served_name
+from evals.arms.oracle import oracle_factory
 from evals.arms.slots import ConnectionSlots, Slots
 from evals.cases.dataset import Case
 from evals.core.redact import redact_url, register_secret, register_url
-from evals.core.structured import Structured, StructuredLM
+from evals.core.structured import Structured, StructuredLM, effective_structured
 from evals.core.urls import url_problem
+from hymem.offline import offline_lm
 
 LMFactory = Callable[[Case], dspy.BaseLM]
 LOCAL_MAX_TOKENS = 512  # a local model's default reply cap (hymem's replies are well under it)
@@ -59,8 +62,6 @@ class ProviderConfig(BaseModel):
     def _local_defaults(self) -> ProviderConfig:
         """A local model is served under its own name; without a model the provider has nothing to call."""
         if self.local is not None:
-            from evals.arms.local_server import served_name
-
             self.model = self.model or f"openai/{served_name(self.local)}"
             if self.structured is None:
                 self.structured = "json_schema"  # llama.cpp constrains decoding to the schema
@@ -111,7 +112,6 @@ class ProviderConfig(BaseModel):
             return None
         if self.structured is not None:
             return self.structured
-        from evals.core.structured import effective_structured
 
         try:  # DSPy's catalogue, by model name (offline: LITELLM_LOCAL_MODEL_COST_MAP)
             return effective_structured(StructuredLM(self.model, api_base=self.api_base))
@@ -127,7 +127,6 @@ class ProviderConfig(BaseModel):
                 "input_price": self.input_price, "output_price": self.output_price,
                 "structured": self.effective_structured(), "max_tokens": self.max_tokens}
         if self.local is not None:  # the served file, not the free port it happened to get
-            from evals.arms.local_server import model_file
 
             spec.pop("api_base")
             spec["local"] = self.local
@@ -266,7 +265,6 @@ class Provider:
         self._factories: dict[tuple[int | None, float | None], LMFactory] = {}
         self._kwargs: dict[str, Any] = {}
         if config.local is not None and config.api_base is None:  # started here, stopped when the process ends
-            from evals.arms.local_server import LocalServerError, LocalSettings, endpoint_for
 
             try:
                 settings = LocalSettings(max_tokens=max(config.max_tokens or 0, LOCAL_MAX_TOKENS))  # a safety net
@@ -302,12 +300,8 @@ class Provider:
     def _make(self, seed: int | None, temperature: float | None) -> LMFactory:
         config = self.config
         if config.model == "offline":
-            from hymem.offline import offline_lm
-
             return lambda case: offline_lm()
         if not config.is_http:
-            from evals.arms.oracle import oracle_factory
-
             return oracle_factory(config.model, self._cases, seed=seed)
         kwargs = dict(self._kwargs)
         if seed is not None:

@@ -10,6 +10,10 @@ import os
 from typing import Any
 
 from evals.arms.base import DEFAULT_SYSTEM, Arm, arm_label
+from evals.arms.providers import api_key
+from evals.faults.plan import SITES, kinds_for
+from hymem.embedder import embedder_dim, make_embedder
+from hymem.offline import MODEL as OFFLINE_MODEL
 
 SYSTEMS = ("hymem", "mem0")
 _DEFAULT_URLS = {"openai": "https://api.openai.com/v1"}
@@ -21,6 +25,7 @@ def check_system(name: str) -> None:
     if name not in SYSTEMS:
         raise ValueError(f"--system {name!r}: use one of {', '.join(SYSTEMS)}")
     if name == "mem0":
+        # lazy: hymem-only runs never load mem0's arm
         from evals.arms.mem0_system import EXTRA_ERROR, Mem0Missing, mem0_available
 
         if not mem0_available():
@@ -31,18 +36,16 @@ def site_kinds(system: str, paths: set[str] | None = None) -> list[tuple[str, st
     """Every (fault site, kind) pair of a system, for the coverage table; for mem0, given `paths` (the write paths
     its units took), only the sites those writes could reach."""
     if system == "mem0":
-        from evals.arms.mem0_system import applicable_sites, kinds_for  # lazy: hymem-only runs never load mem0's arm
+        from evals.arms.mem0_system import applicable_sites  # lazy: hymem-only runs never load mem0's arm
+        from evals.arms.mem0_system import kinds_for as mem0_kinds  # lazy: as above
 
-        return [(site, kind) for site in applicable_sites(paths) for kind in kinds_for(site)]
-    from evals.faults.plan import SITES, kinds_for
+        return [(site, kind) for site in applicable_sites(paths) for kind in mem0_kinds(site)]
 
     return [(site, kind) for site in SITES for kind in kinds_for(site)]
 
 
 def _llm_endpoint(config: Any) -> tuple[str, str, str]:
     """(url, wire model, key) of an HTTP provider for an OpenAI-compatible client."""
-    from evals.arms.providers import api_key
-
     prefix, _, model = config.model.partition("/")
     url = config.api_base or _DEFAULT_URLS.get(prefix)
     if url is None:
@@ -65,8 +68,7 @@ def validate_arm(system: str, config: Any) -> None:
 
 def _embed_endpoint(spec: str) -> tuple[Any, int]:
     """(endpoint, dim) for an `--embedder openai[/MODEL][@URL]` (hash and minilm are the local server's)."""
-    from evals.arms.mem0_wire import Endpoint
-    from hymem.embedder import embedder_dim, make_embedder
+    from evals.arms.mem0_wire import Endpoint  # lazy: hymem-only runs never load mem0's arm
 
     if spec == "openai" or spec.startswith(("openai/", "openai@")):
         model, _, url = spec[len("openai"):].lstrip("/").partition("@")
@@ -87,9 +89,9 @@ def open_arm(system: str, provider: Any, embedder_spec: str) -> Arm:
     label = arm_label(system, provider.name)
     if system == DEFAULT_SYSTEM:
         return Arm(system=system, provider=provider.name, label=label, make=None)
+    # lazy: hymem-only runs never load mem0's arm
     from evals.arms.mem0_system import Endpoint, Mem0System, local_endpoints
-    from evals.arms.serve import start_server
-    from hymem.offline import MODEL as OFFLINE_MODEL
+    from evals.arms.serve import start_server  # lazy: the offline server starts only for a mem0 arm
 
     config = provider.config
     validate_arm(system, config)

@@ -26,6 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from hymem.embedder import make_embedder
+from hymem.sites import SITE_HEADER
+
 MODEL_ID = "offline"
 DEFAULT_MAX_BODY = 32 * 1024 * 1024  # bytes of a request body; a larger one is refused with 413 before it is read
 LISTEN_BACKLOG = 1024  # pending connections the kernel queues (it caps this at net.core.somaxconn)
@@ -339,8 +342,6 @@ def _sleep_until(deadline: float) -> None:
 
 
 def _handler(latency: float, embed: Callable[[list[str]], np.ndarray], body_limit: int, engine: Any) -> type[JSONHandler]:
-    from hymem.sites import SITE_HEADER
-
     class OfflineHandler(JSONHandler):
         max_body = body_limit
 
@@ -383,7 +384,6 @@ def _handler(latency: float, embed: Callable[[list[str]], np.ndarray], body_limi
 def _embed_function(embedder: str) -> Callable[[list[str]], np.ndarray]:
     if embedder not in ("hash", "minilm"):
         raise ValueError(f"embedder {embedder!r}: the server offers hash or minilm")
-    from hymem.embedder import make_embedder
 
     model = make_embedder(embedder)
     lock = threading.Lock()  # a torch model is not safe to call from several request threads

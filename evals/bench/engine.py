@@ -10,6 +10,7 @@
 Run with `nox -s bench` or `python -m evals.bench.engine [--writes N] [--repeat R]`.
 """
 
+# lazy imports: each benchmark imports only what it measures, inside the function that measures it.
 from __future__ import annotations
 
 import argparse

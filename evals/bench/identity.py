@@ -17,6 +17,7 @@ What it records (wall times and timestamps left out):
   meta rows (generation, vectors checksum); the profile, a search, and the store's consistency check.
 """
 
+# lazy imports: each benchmark imports only what it measures, inside the function that measures it.
 from __future__ import annotations
 
 import json

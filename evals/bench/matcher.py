@@ -14,6 +14,7 @@
 Run with `python -m evals.bench.matcher [--repeat R]`.
 """
 
+# lazy imports: each benchmark imports only what it measures, inside the function that measures it.
 from __future__ import annotations
 
 import argparse

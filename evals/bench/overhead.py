@@ -7,6 +7,7 @@ embedder's `embed`, mem0's openai `create` calls. The engines alternate per repe
 one warm-up write each. Run with `python -m evals.bench.overhead [--writes N] [--repeat R]`.
 """
 
+# lazy imports: each benchmark imports only what it measures, inside the function that measures it.
 from __future__ import annotations
 
 import argparse

@@ -8,6 +8,7 @@ Each figure is the unit phase of `run_eval` (no loading, no report), the arms al
 Run with `python -m evals.bench.ray_scaling [--dataset FILE] [--repeat R]`.
 """
 
+# lazy imports: each benchmark imports only what it measures, inside the function that measures it.
 from __future__ import annotations
 
 import argparse

@@ -19,8 +19,9 @@ from evals.core import json_limits
 from evals.core.subject_reading import canonical as canonical_subject
 from evals.core.subject_reading import read_subject as subject_of
 from evals.core.subject_reading import same_person as same_subject
+from hymem.messages import MessageValidationError, normalize_messages
 from hymem.models import Kind, Owner
-from hymem.validation import MAX_ID_CHARS
+from hymem.validation import DEFAULT_MAX_MESSAGE_CHARS, DEFAULT_MAX_WRITE_CHARS, MAX_ID_CHARS
 
 Lang = Literal["en", "zh"]
 ProfileField = Literal["name", "age", "gender", "occupation", "location"]
@@ -218,9 +219,6 @@ def message_problems(case: Case) -> list[str]:
     Checked with the engine's own normaliser (`hymem.messages.normalize_messages`, which `add` and
     `add_working` call), so a suite never runs writes that fail on input and reports them as infra errors.
     """
-    from hymem.messages import MessageValidationError, normalize_messages
-    from hymem.validation import DEFAULT_MAX_MESSAGE_CHARS, DEFAULT_MAX_WRITE_CHARS
-
     problems = []
     for i, turn in enumerate(case.turns):
         try:  # the shape, with the engine's normaliser; the sizes below, by the harness's own count

@@ -39,6 +39,7 @@ from dspy import lm15
 from evals.check.applied_ops import applied_op_anomalies
 from evals.check.checker import short_diff
 from evals.check.write_contract import live_rows
+from evals.core.prompt_reading import section_json
 from evals.core.store_state import StoreState, canonical, diff_states, parse_faiss, read_state
 from evals.record import AnomalyKind
 from hymem.client import HyMemoryClient
@@ -85,8 +86,6 @@ class _CountingEmbedder:
 
 def _candidate_ids(prompt: str) -> set[Any]:
     """The ids of the reconcile prompt's existing memories (the section the engine renders)."""
-    from evals.core.prompt_reading import section_json
-
     existing = section_json(prompt, "existing", "\n\nRespond with")
     return {c.get("id") for c in existing if isinstance(c, dict)} if isinstance(existing, list) else set()
 

@@ -48,7 +48,7 @@ def matcher_problem(spec: str | None, providers_file: Path | None = None) -> str
 
 def lm_problem(specs: Sequence[str], providers_file: Path | None) -> str | None:
     """`--lm` specs and the providers file, parsed as the runner parses them (keys are checked later)."""
-    from evals.arms.providers import resolve_providers
+    from evals.arms.providers import resolve_providers  # lazy: only an --lm to check loads the providers (and dspy)
 
     try:
         resolve_providers(list(specs), providers_file)
@@ -70,7 +70,7 @@ def program_problem(path: Path | None) -> str | None:
 def dataset_problem(specs: Iterable[str] | None, flag: str = "--dataset") -> str | None:
     """The JSONL files and directories among `specs` (NAME:PATH corpus specs go to their adapters), loaded and
     validated whole: every bad line is `file:line: field: problem`."""
-    from evals.cases.dataset import load_cases
+    from evals.cases.dataset import load_cases  # lazy: only a dataset to check loads the case reader
 
     specs = list(specs or [])
     if any(not str(spec).strip() for spec in specs):

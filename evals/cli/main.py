@@ -12,7 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from evals.cli.early_checks import MATCHER_SPECS_HELP
+from evals.cli import early_checks
+from evals.cli.early_checks import MATCHER_SPECS_HELP, matcher_problem
+
+# lazy imports: each subcommand imports only what it runs, so `--help` and a bad flag answer before dspy, pandas or
+# a model is imported (tests/test_cli_latency.py; BENCHMARKS.md: an input error took 10-20 s on a loaded machine).
 
 VERDICT_MEANS = {
     "valid": "every faulted write that applies to each provider's transport was checked, and none left a "
@@ -27,18 +31,17 @@ def _check_before_loading(args: argparse.Namespace) -> str | None:
     """The fault plan, the JSONL dataset files, the providers, embedder, matcher and tuned program, checked before
     the runner (dspy, the model) is imported, so a bad flag or file answers in well under a second; the runner
     checks everything again, the rest first (`evals.cli.early_checks`)."""
-    from evals.cli import early_checks as check
     from evals.faults.plan import FaultPlan
 
     try:
         FaultPlan.parse(args.faults)
     except ValueError as exc:
         return str(exc)
-    for problem in (lambda: check.embedder_problem(args.embedder),
-                    lambda: check.matcher_problem(args.matcher, args.providers),
-                    lambda: check.program_problem(args.program),
-                    lambda: check.dataset_problem(args.dataset),
-                    lambda: check.lm_problem(args.lm or [], args.providers)):  # imports dspy (evals.core.structured)
+    for problem in (lambda: early_checks.embedder_problem(args.embedder),
+                    lambda: early_checks.matcher_problem(args.matcher, args.providers),
+                    lambda: early_checks.program_problem(args.program),
+                    lambda: early_checks.dataset_problem(args.dataset),
+                    lambda: early_checks.lm_problem(args.lm or [], args.providers)):  # imports dspy (evals.core.structured)
         if (found := problem()) is not None:
             return found
     return None
@@ -106,8 +109,6 @@ def _dead_judge(card: dict | None) -> str | None:
 
 def _early_matcher_problem(args: argparse.Namespace) -> str | None:
     """`--matcher` (and the providers file an llm: judge is named in), before the scorers are imported."""
-    from evals.cli.early_checks import matcher_problem
-
     return matcher_problem(args.matcher, getattr(args, "providers", None))
 
 
@@ -393,12 +394,10 @@ def _plots(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from evals.cli import early_checks as check
-
     lms = [spec for spec in (args.lm, args.teacher_lm, args.prompt_lm) if spec is not None]
-    for problem in (lambda: _early_matcher_problem(args), lambda: check.dataset_problem(args.train, "--train"),
-                    lambda: check.dataset_problem(args.dev, "--dev"),
-                    lambda: check.lm_problem(lms, args.providers)):  # imports dspy (evals.core.structured)
+    for problem in (lambda: _early_matcher_problem(args), lambda: early_checks.dataset_problem(args.train, "--train"),
+                    lambda: early_checks.dataset_problem(args.dev, "--dev"),
+                    lambda: early_checks.lm_problem(lms, args.providers)):  # imports dspy (evals.core.structured)
         if (found := problem()) is not None:  # before dspy loads
             print(f"hymem-eval tune: {found}", file=sys.stderr)
             return 2

@@ -24,7 +24,7 @@ from evals.arms.base import DEFAULT_SYSTEM, arm_label
 from evals.arms.embedders import embedder_spec, resolve_embedder
 from evals.arms.providers import Provider, resolve_providers
 from evals.arms.registry import check_system, open_arm, validate_arm
-from evals.cases.adapters import dataset_name
+from evals.cases.adapters import dataset_name, load_spec
 from evals.cases.dataset import (
     Case,
     DatasetError,
@@ -35,6 +35,7 @@ from evals.cases.dataset import (
     message_problems,
 )
 from evals.core.errors import UsageError
+from evals.core.redact import register_run_secrets
 from evals.faults.plan import FaultPlan
 from evals.record import (
     UNITS_FILE,
@@ -48,11 +49,13 @@ from evals.record import (
     write_manifest,
 )
 from evals.run.executors import EXECUTORS, UnitTask, run_local
-from evals.run.executors.ray_executor import RayUnavailable
+from evals.run.executors.ray_executor import RayUnavailable, _ray, check_address, run_ray
 from evals.run.provenance import Manifest, git_state, package_versions
 from evals.run.replay import CaseReplayer
 from evals.run.rundir_lock import LOCK_FILE, RunDirBusy, RunDirLock
 from evals.run.scratch import drain as drain_scratch
+from hymem import __version__
+from hymem.program import MemoryProgram
 
 log = logging.getLogger("hymem.eval")
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -100,15 +103,11 @@ def units_in_flight(concurrency: int) -> int:
 
 
 def _prompt_hash(program: Any = None) -> str:
-    from hymem.program import MemoryProgram
-
     return (program if program is not None else MemoryProgram()).prompt_fingerprint()
 
 
 def _load(specs: list[str], config: RunConfig) -> list[Case]:
     """Curated JSONL files and corpus adapters (`locomo:PATH`, ...); every spec is validated before any work."""
-    from evals.cases.adapters import load_spec
-
     if config.gold not in ("all", "clean"):
         raise UsageError("--gold must be all or clean")
     gold: Literal["all", "clean"] = "clean" if config.gold == "clean" else "all"
@@ -139,8 +138,6 @@ def _unique_ids(cases: list[Case]) -> list[Case]:
 def _one_file_per_name(cases: list[Case]) -> list[Case]:
     """Curated cases are scored and gated per dataset, named by the file's stem: two files of one name
     (a/chat_en.jsonl, b/chat_en.jsonl) would be merged into one dataset, so they are refused."""
-    from evals.cases.adapters import dataset_name
-
     files: dict[str, set[str]] = {}
     for case in cases:
         if case.source and not (isinstance(case.meta, dict) and case.meta.get("dataset")):
@@ -174,8 +171,6 @@ def prepare(config: RunConfig, *, matcher_spec: str, load_program: ProgramLoader
 
     `matcher_spec` is the checked `--matcher` (scoring's, recorded in the manifest); `load_program` loads `--program`
     and refuses one tuned on these cases (tuning's): both are given by the pipeline above this stage."""
-    from evals.core.redact import register_run_secrets
-
     register_run_secrets([*config.providers, config.embedder, config.matcher])  # before any call can echo one
     try:
         plan = FaultPlan.parse(config.faults)
@@ -205,8 +200,6 @@ def prepare(config: RunConfig, *, matcher_spec: str, load_program: ProgramLoader
     if config.executor != "ray" and (config.ray_address is not None or config.workers is not None):
         raise UsageError("--ray-address and --workers go with --executor ray")
     if config.executor == "ray":
-        from evals.run.executors.ray_executor import _ray, check_address
-
         try:
             _ray()
             if config.ray_address:
@@ -246,7 +239,6 @@ def prepare(config: RunConfig, *, matcher_spec: str, load_program: ProgramLoader
             raise UsageError(f"--lm {name}: faults reach an HTTP provider on the wire, through a local fault proxy "
                              "in front of its endpoint: give the endpoint explicitly (MODEL@URL or api_base)")
     embedder_name = embedder_spec(config.embedder)
-    from hymem import __version__
 
     commit, dirty = git_state(REPO_ROOT)
     program = load_program(config.program, cases)
@@ -543,8 +535,6 @@ def _ray_results(todo: list[tuple[Any, Case, int]], config: RunConfig, factories
                  plan: FaultPlan, cases: list[Case], cache: Any, program: Any, manifest: Manifest
                  ) -> Generator[CaseRun, None, None]:
     """The units as Ray tasks: each carries its case; the driver keeps writing `units.jsonl` itself."""
-    from evals.run.executors.ray_executor import run_ray
-
     tasks = [UnitTask(case=case, dataset=dataset_name(case), label=arm.label, system=arm.system,
                       provider=factories[arm.provider].config, embedder=embedder_spec, plan=str(plan),
                       seed=config.seed, epoch=epoch, sampling_seed=sampling_seed(config, epoch),

@@ -16,6 +16,8 @@ import pandas as pd
 
 from evals.arms.accounting import AccountingLM, AttemptLog, price_table
 from evals.arms.providers import Provider, resolve_providers
+from evals.scoring.usage import COLUMNS
+from hymem.offline import offline_lm
 from hymem.sites import _site, current_call_site
 
 # The site of a call no engine round makes: MIPROv2 proposing, GEPA reflecting.
@@ -59,8 +61,6 @@ class TuneModels:
         except ValueError as exc:
             raise ValueError(str(exc).replace("--lm", flag, 1)) from None
         if config.model == "offline":
-            from hymem.offline import offline_lm
-
             return offline_lm()
         if not config.is_http:
             raise ValueError(f"{flag} {spec}: the oracle answers from the case being replayed; tuning needs a model "
@@ -76,8 +76,6 @@ class TuneModels:
 
     def attempts_frame(self) -> pd.DataFrame:
         """One row per HTTP attempt of the run (site lm.* for engine rounds, tune.optimizer otherwise)."""
-        from evals.scoring.usage import COLUMNS
-
         rows = [{"dataset": "(tune)", **a.model_dump(exclude={"schema_version"})} for log in self._logs for a in log.rows]
         return pd.DataFrame(rows, columns=COLUMNS).astype({"latency_s": "float64", "cache_hit": "bool"})
 

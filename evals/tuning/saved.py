@@ -15,8 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from evals.cases.dataset import Case
+from evals.cases.dataset import Case, load_cases
 from evals.tuning.budget import Budget
+from evals.tuning.examples import turn_keys
 from evals.tuning.metric import ErrorSummary
 from hymem.program import MemoryProgram
 
@@ -138,9 +139,6 @@ def _check_state(state: Any, program: MemoryProgram) -> None:
 def fitted_cases(path: str | Path, cases: Sequence[Case]) -> list[str]:
     """Ids of `cases` the tuned program in `path` was fitted on: those sharing a turn with its train.jsonl
     (by id when only the manifest is there). Empty for a program saved without tune's files."""
-    from evals.cases.dataset import load_cases
-    from evals.tuning.examples import turn_keys
-
     folder = program_path(path).parent
     if (folder / "train.jsonl").is_file():
         seen = {key for case in load_cases([folder / "train.jsonl"]) for key in turn_keys(case)}

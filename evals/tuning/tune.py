@@ -23,6 +23,8 @@ from evals.cases.dataset import Case, canonical_json, dataset_hash, load_cases
 from evals.core.redact import write_text
 from evals.record import write_table
 from evals.run.provenance import git_state, package_versions
+from evals.scoring.agreement import judge_failures
+from evals.scoring.matchers import make_matcher
 from evals.tuning.budget import BudgetMeter
 from evals.tuning.examples import ProgramKind, eligible, make_examples, predictor_names, split_cases
 from evals.tuning.metric import CaseMetric, ErrorLog
@@ -30,6 +32,7 @@ from evals.tuning.models import TuneModels
 from evals.tuning.optimizers import compile_program, effective_settings
 from evals.tuning.saved import MANIFEST_FILE, PROGRAM_FILE, DevScore, TuneManifest, load_program
 from evals.tuning.students import apply_to_program, make_student
+from hymem import __version__
 from hymem.program import MemoryProgram
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -91,8 +94,6 @@ def tune(config: TuneConfig) -> TuneOutcome:
     models = TuneModels(config.providers_file)
     task_lm, teacher_lm, prompt_lm = _models(config, models)
     try:
-        from evals.scoring.matchers import make_matcher
-
         matcher = make_matcher(config.matcher, providers_file=config.providers_file)
     except ValueError as exc:
         raise TuneError(str(exc)) from exc
@@ -131,7 +132,6 @@ def tune(config: TuneConfig) -> TuneOutcome:
         with meters["dev_eval"].measure():
             after = evaluate(config.program, saved, dev, cases, config.num_threads, matcher)
 
-    from hymem import __version__
 
     commit, dirty = git_state(REPO_ROOT)
     manifest = TuneManifest(
@@ -228,8 +228,6 @@ def summary_text(outcome: TuneOutcome) -> str:
         lines.append(f"budget {phase}: {b.calls} calls ({b.failed_calls} failed), {b.total_tokens} tokens, "
                      f"{b.seconds:.1f}s" + (f" [{models}]" if models else ""))
     if m.matcher is not None:
-        from evals.scoring.agreement import judge_failures
-
         failed = judge_failures(m.matcher).replace("**", "")
         lines.append(f"facts matched by: {m.matcher['spec']}" + (f". {failed}" if failed else ""))
     lines.append(f"demos: {json.dumps(m.demos)}; instructions changed: {', '.join(m.instructions_changed) or 'none'}")

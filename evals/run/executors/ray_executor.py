@@ -22,7 +22,14 @@ from collections.abc import Generator, Sequence
 from functools import partial
 from typing import Any
 
+from evals.arms.accounting import ResponseCache
+from evals.arms.embedders import resolve_embedder
+from evals.arms.providers import Provider
+from evals.arms.registry import open_arm
+from evals.faults.plan import FaultPlan
 from evals.run.executors._unit import UnitTask, failed_unit
+from evals.run.replay import CaseReplayer
+from evals.run.scratch import drain as drain_scratch
 
 MAX_RETRIES = 2  # Ray re-runs a task whose worker died this many times before it is an infra error
 
@@ -122,8 +129,6 @@ class _WorkerState:
 
 def _embedder(spec: str) -> Any:
     if spec not in _WorkerState.embedders:
-        from evals.arms.embedders import resolve_embedder
-
         _WorkerState.embedders[spec] = resolve_embedder(spec)[1]
     return _WorkerState.embedders[spec]
 
@@ -131,8 +136,6 @@ def _embedder(spec: str) -> Any:
 def _provider(task: UnitTask, run_token: str, cases_ref: list, slots: Any) -> Any:
     key = (run_token, task.provider.model_dump_json())
     if key not in _WorkerState.providers:
-        from evals.arms.providers import Provider
-
         ray = _ray()
         cases = ray.get(cases_ref[0]) if task.provider.model.startswith("oracle") else [task.case]
         provider = Provider(task.provider, cases)
@@ -148,7 +151,6 @@ def _cache(path: str | None, prompt_hash: str = "") -> Any:
     if (path, prompt_hash) not in _WorkerState.caches:
         from pathlib import Path
 
-        from evals.arms.accounting import ResponseCache
 
         _WorkerState.caches[(path, prompt_hash)] = ResponseCache(Path(path), prompt_hash=prompt_hash)
     return _WorkerState.caches[(path, prompt_hash)]
@@ -157,18 +159,12 @@ def _cache(path: str | None, prompt_hash: str = "") -> Any:
 def _arm(task: UnitTask, provider: Any) -> Any:
     key = (task.system, task.provider.model_dump_json(), task.embedder)
     if key not in _WorkerState.arms:
-        from evals.arms.registry import open_arm
-
         _WorkerState.arms[key] = open_arm(task.system, provider, task.embedder)
     return _WorkerState.arms[key]
 
 
 def run_unit(task: UnitTask, run_token: str, cases_ref: list, slots: Any) -> Any:
     """A worker runs one unit exactly as the local executor would, and returns its `CaseRun`."""
-    from evals.faults.plan import FaultPlan
-    from evals.run.replay import CaseReplayer
-    from evals.run.scratch import drain as drain_scratch
-
     logging.getLogger("hymem.store").setLevel(logging.CRITICAL)  # injected FAISS faults are logged by design
     provider = _provider(task, run_token, cases_ref, slots)
     arm = _arm(task, provider)
