@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from evals.record import UNITS_FILE, CaseRun, Manifest, read_units
-from evals.record.catalogue import HEADLINE, REPEAT_METRICS, find, format_value
+from evals.record.catalogue import HEADLINE, REPEAT_METRICS, find, format_ci, format_value
 from evals.report.compare import Run, RunInputError, compare_runs, load_run
 
 PLOT_NAMES = ("providers", "subject_confusion", "fault_matrix", "stability")
@@ -401,8 +401,6 @@ def _flips(runs: list[LoadedRun], arms: list[Arm]) -> tuple[list[dict[str, Any]]
         comparison = compare_runs([r.run for r in runs])
     except RunInputError as exc:
         return [], {}, [f"no comparison: {exc}"]
-    from evals.report.compare import fmt_ci, is_count
-
     labels = {a.label for a in arms}
     pairs = []
     for a_label, b_label in comparison.labels:
@@ -410,21 +408,19 @@ def _flips(runs: list[LoadedRun], arms: list[Arm]) -> tuple[list[dict[str, Any]]
         rows = d[(d["a"] == a_label) & (d["b"] == b_label) & (d["dataset"] == "all") & d["metric"].isin(HEADLINE)]
         table = []
         for row in rows.to_dict("records"):
-            count = is_count(row["metric"]) and not row["paired"]
-
-            def side(prefix: str, row: dict = row, count: bool = count) -> str:
+            def side(prefix: str, row: dict = row) -> str:
                 values = {k: row[f"{prefix}_{k}"] for k in ("value", "ci_low", "ci_high", "n")}
                 if values["n"] is None or (isinstance(values["n"], float) and math.isnan(values["n"])):
                     return "—"
-                return fmt_ci({**values, "n": int(values["n"]), "metric": row["metric"]}, count)
+                return format_ci(row["metric"], values["value"], values["ci_low"], values["ci_high"], int(values["n"]))
 
             if _unmeasured(row, "a") and _unmeasured(row, "b"):
                 continue  # measured in neither arm (e.g. the fault rates of a run without faults)
-            delta = row["delta"]
-            table.append({"metric": row["metric"], "a": side("a"), "b": side("b"),
-                          "delta": "n/a" if delta is None or math.isnan(delta) else
-                          (f"{delta:+.3f}" if not count else f"{delta:+g}"),
-                          "ci": (f"[{row['delta_ci_low']:+.3f}, {row['delta_ci_high']:+.3f}]"
+            name, delta = row["metric"], row["delta"]
+            table.append({"metric": name, "a": side("a"), "b": side("b"),
+                          "delta": format_value(name, delta, signed=True),
+                          "ci": (f"[{format_value(name, row['delta_ci_low'], signed=True)}, "
+                                 f"{format_value(name, row['delta_ci_high'], signed=True)}]"
                                  if row["paired"] and not math.isnan(row["delta_ci_low"]) else ""),
                           "n_paired": int(row["n_paired"]) if row["paired"] else ""})
         pairs.append({"a": a_label, "b": b_label, "rows": table})
