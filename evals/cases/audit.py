@@ -180,5 +180,5 @@ def flagged_label_tallies(cases: list[Case], providers: list[str]) -> list[CaseT
             for name, n in zip(LABEL_METRICS, per, strict=True)]
 
 
-__all__ = ["AUDIT_FILE", "AuditReport", "FlaggedLabel", "LABEL_METRICS", "audit", "flagged_label_tallies", "format_audit",
-           "write_audit"]
+__all__ = ["AUDIT_FILE", "AuditReport", "FlaggedLabel", "LABEL_METRICS", "audit", "flagged_label_tallies",
+           "format_audit", "write_audit"]

@@ -402,7 +402,8 @@ def _flips_section(cases: pd.DataFrame, a_label: str, b_label: str) -> list[str]
     else:
         ordered = flips.sort_values(["change", "metric", "dataset", "case_id"], kind="stable")
         table = [["right → wrong" if r.change == RIGHT_TO_WRONG else "wrong → right", r.case_id, r.dataset, r.metric,
-                  format_value(r.metric, r.a_value), format_value(r.metric, r.b_value)] for r in ordered.head(MD_FLIP_LIMIT).itertuples()]
+                  format_value(r.metric, r.a_value), format_value(r.metric, r.b_value)]
+                 for r in ordered.head(MD_FLIP_LIMIT).itertuples()]
         out += [_table(["change", "case", "dataset", "metric", a_label, b_label], table), ""]
         if len(flips) > MD_FLIP_LIMIT:
             out += [f"… and {len(flips) - MD_FLIP_LIMIT} more in compare_cases.parquet.", ""]
@@ -413,7 +414,8 @@ def _flips_section(cases: pd.DataFrame, a_label: str, b_label: str) -> list[str]
                 "means over epochs.", ""]
         ordered = flaky.sort_values(["metric", "dataset", "case_id"], kind="stable").head(MD_FLIP_LIMIT)
         out += [_table(["case", "dataset", "metric", a_label, b_label],
-                       [[r.case_id, r.dataset, r.metric, format_value(r.metric, r.a_value), format_value(r.metric, r.b_value)] for r in ordered.itertuples()]),
+                       [[r.case_id, r.dataset, r.metric, format_value(r.metric, r.a_value),
+                         format_value(r.metric, r.b_value)] for r in ordered.itertuples()]),
                 ""]
     for change, label in ((ONLY_A, a_label), (ONLY_B, b_label)):
         only = mine[mine["change"] == change]

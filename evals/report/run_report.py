@@ -256,14 +256,14 @@ def rate_tallies(runs: list[CaseRun]) -> list[CaseTally]:
     """Each unit's numerator and denominator of every fault and write rate (denominator 0 included: the case was
     looked at and had nothing to judge); also the case_metrics rows, so `compare` and `gate` can pair runs by case."""
     return [CaseTally(provider=r.provider, dataset=r.dataset, case_id=r.case_id, metric=name, num=float(num),
-                  den=float(den), epoch=r.epoch)
+                      den=float(den), epoch=r.epoch)
             for r in runs for name, per_case in RATES for num, den in [per_case(r)]]
 
 
 def count_tallies(runs: list[CaseRun]) -> list[CaseTally]:
     """Each unit's fault counts (anomalies, faulted and indeterminate units)."""
     return [CaseTally(provider=r.provider, dataset=r.dataset, case_id=r.case_id, metric=name, num=float(count(r)),
-                  epoch=r.epoch) for r in runs for name, count in COUNTS]
+                      epoch=r.epoch) for r in runs for name, count in COUNTS]
 
 
 # Fault and write rates: n counts units (per epoch), and a run whose faults did not fire still has the row (NaN).
@@ -592,7 +592,8 @@ def load_runs(run_dir: Path) -> list[CaseRun]:
     return read_units(run_dir)
 
 
-__all__ = ["COUNTS", "RATES", "UNITS_FILE", "anomalies_frame", "case_metrics_frame", "cases_frame", "coverage_frame",
+__all__ = ["COUNTS", "RATES", "UNITS_FILE", "anomalies_frame", "case_metrics_frame", "cases_frame", "count_tallies",
+           "coverage_frame", "rate_tallies",
            "faults_frame", "failure_cause", "infra_errors", "load_runs", "markdown_table", "write_failures",
            "write_failures_frame",
            "metrics_frame", "summary_markdown", "verdict_of", "write_report", "applicable_pairs", "run_verdict",

@@ -295,7 +295,8 @@ def case_tallies(scored: list[ScoredCase]) -> list[CaseTally]:
             names = [] if s.infra_error else [metric]
             names += [] if _is_confusion(metric) else [f"{metric}_with_errors"]
             out += [CaseTally(provider=s.provider, dataset=s.dataset, case_id=s.case_id, metric=name,
-                                num=float(num), den=float(den), epoch=s.epoch, skipped=s.notes.get(metric, 0), skip_reason=SKIPPED) for name in names]
+                              num=float(num), den=float(den), epoch=s.epoch, skipped=s.notes.get(metric, 0),
+                              skip_reason=SKIPPED) for name in names]
     return out
 
 
