@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 from evals.cases.adapters import CLEAN_DROPS, Gold, Skipped, dataset_name, iter_items, select_cases
 from evals.cases.dataset import Case
 from evals.core.redact import write_parquet, write_text
+from evals.record.tally import CaseTally
 
 SCHEMA_VERSION = 1
 AUDIT_FILE = "audit.parquet"
@@ -155,34 +156,29 @@ def format_audit(report: AuditReport, max_per_reason: int = 15) -> str:
     return "\n".join(lines)
 
 
-def flagged_label_metrics(cases: list[Case], providers: list[str]) -> list[dict]:
-    """Counts of gold labels an adapter flagged, per provider × dataset (and "all"), for the run report.
+LABEL_METRICS = ("gold_labels_flagged", "gold_labels_misattributed", "gold_labels_left_out")
+
+
+def flagged_label_tallies(cases: list[Case], providers: list[str]) -> list[CaseTally]:
+    """Per provider and case, the gold labels its adapter flagged, for the run report's counts (none at all when no
+    case has a flagged label: curated suites have none).
 
     `gold_labels_flagged`: any reason; `gold_labels_misattributed`: the evidence turn was spoken by the
-    other person; `gold_labels_left_out`: dropped by `--gold clean`. Curated suites have none.
+    other person; `gold_labels_left_out`: dropped by `--gold clean`.
     """
-    per_dataset: dict[str, list[int]] = {}
+    counts = []
     for case in cases:
         flagged = case.meta.get("flagged", []) if isinstance(case.meta, dict) else []
-        if not flagged:
-            continue
-        counts = per_dataset.setdefault(dataset_name(case), [0, 0, 0])
-        counts[0] += len(flagged)
-        counts[1] += sum("evidence_spoken_by_other_speaker" in f.get("reasons", []) for f in flagged)
-        counts[2] += sum(bool(f.get("clean_drop")) and case.meta.get("gold") == "clean" for f in flagged)
-    if not per_dataset:
+        counts.append((dataset_name(case), case.id, (
+            len(flagged),
+            sum("evidence_spoken_by_other_speaker" in f.get("reasons", []) for f in flagged),
+            sum(bool(f.get("clean_drop")) and case.meta.get("gold") == "clean" for f in flagged))))
+    if not any(n for _, _, per in counts for n in per):
         return []
-    total = [sum(c[i] for c in per_dataset.values()) for i in range(3)]
-    rows = []
-    names = ("gold_labels_flagged", "gold_labels_misattributed", "gold_labels_left_out")
-    for provider in providers:
-        for dataset, counts in [("all", total), *sorted(per_dataset.items())]:
-            for name, value in zip(names, counts, strict=True):
-                rows.append({"provider": provider, "dataset": dataset, "metric": name, "value": float(value),
-                             "ci_low": float(value), "ci_high": float(value), "n": len(cases),
-                             "note": "gold labels the corpus adapter flagged (see `hymem-eval datasets audit`)"})
-    return rows
+    return [CaseTally(provider=provider, dataset=dataset, case_id=case_id, metric=name, num=float(n))
+            for provider in providers for dataset, case_id, per in counts
+            for name, n in zip(LABEL_METRICS, per, strict=True)]
 
 
-__all__ = ["AUDIT_FILE", "AuditReport", "FlaggedLabel", "audit", "flagged_label_metrics", "format_audit",
-           "write_audit"]
+__all__ = ["AUDIT_FILE", "AuditReport", "FlaggedLabel", "LABEL_METRICS", "audit", "flagged_label_tallies",
+           "format_audit", "write_audit"]

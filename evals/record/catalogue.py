@@ -214,22 +214,39 @@ def note(name: str) -> str:
     return f"n = {metric(name).n}"
 
 
-def format_value(name: str, value: float | None) -> str:
-    """A value as the report prints it: rates to 3 places, counts whole (2 places for a mean over epochs),
-    seconds as ms, cost in USD."""
+def format_value(name: str, value: float | None, *, signed: bool = False) -> str:
+    """A value as every report prints it (summary.md, compare.md, show, the gate, the HTML view, the plots), by the
+    metric's kind: a rate to 3 places, a count whole (2 places for a mean over epochs), seconds as ms, tokens whole,
+    cost in USD; a metric the catalogue lacks as a rate. `signed`: a difference (+0.012, +3 ms), and a nonzero
+    difference of rates never prints as +0.000."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
     m = find(name)
     kind = m.kind if m is not None else R
+    sign = "+" if signed else ""
     if kind is D:
-        return f"{value * 1000:.1f} ms"
+        return f"{value * 1000:{sign}.1f} ms"
     if kind is USD:
-        return f"${value:.4f}"
+        return f"{'-' if value < 0 else sign}${abs(value):.4f}"
     if kind is C:
-        return count_text(value)
+        return count_text(value, signed)
     if kind is T:
-        return f"{value:.0f}"
-    return f"{value:.3f}"
+        return f"{value:{sign}.0f}"
+    if signed and value and round(value, 3) == 0:
+        return f"{value:+.1g}"
+    return f"{value:{sign}.3f}"
+
+
+def format_ci(name: str, value: float | None, low: float | None, high: float | None, n: int | None = None,
+              *, signed: bool = False) -> str:
+    """`value [low, high] n=N` for a rate (n left out when None); anything else is its value alone (its CI is the
+    value: a count, a duration, tokens or a cost has no interval)."""
+    m = find(name)
+    if m is not None and not m.is_rate:
+        return format_value(name, value, signed=signed)
+    interval = f"{format_value(name, value, signed=signed)} [{format_value(name, low, signed=signed)}, " \
+               f"{format_value(name, high, signed=signed)}]"
+    return interval if n is None else f"{interval} n={n}"
 
 
 def count_text(value: float, signed: bool = False) -> str:

@@ -17,9 +17,12 @@ from typing import Any
 
 import pandas as pd
 
+from evals.core.redact import write_parquet, write_text
 from evals.core.stats import paired_bootstrap_delta
 from evals.record import Manifest, RunDirError, columns, read_manifest, read_table
-from evals.record.catalogue import HEADLINE, REPEAT_METRICS, count_text, find, format_value
+from evals.record.catalogue import HEADLINE, REPEAT_METRICS, find, format_ci, format_value
+from evals.report.rescore import RescoreError, rescore
+from evals.report.run_report import markdown_table
 from evals.scoring.matcher_resolution import MATCHED_METRICS, error_rates, explainable_gap, rates_sentence, within
 
 METRICS_COLUMNS = columns("metrics")
@@ -104,7 +107,6 @@ def rescored_dirs(run_dirs: list[Path], matcher: str | None) -> list[Path]:
     """The runs' directories, or their copies re-scored with `matcher` (`evals.report.rescore`)."""
     if matcher is None:
         return list(run_dirs)
-    from evals.report.rescore import RescoreError, rescore
 
     for path in run_dirs:
         if not (Path(path) / "manifest.json").is_file():
@@ -187,19 +189,11 @@ def is_count(metric: str) -> bool:
     return entry is not None and not entry.is_rate
 
 
-def fmt(value: Any, count: bool = False) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    return count_text(value) if count else f"{value:.3f}"
-
-
-def fmt_ci(row: dict[str, Any] | None, count: bool = False) -> str:
-    """`value [low, high] n=N`, or just the value for a count, duration, tokens or cost (its CI is the value)."""
+def shown(row: dict[str, Any] | None) -> str:
+    """A metrics.parquet row as every report prints it (`evals.record.catalogue.format_ci`); — when absent."""
     if row is None:
         return "—"
-    if count:
-        return format_value(row["metric"], row["value"]) if "metric" in row else fmt(row["value"], True)
-    return f"{fmt(row['value'])} [{fmt(row['ci_low'])}, {fmt(row['ci_high'])}] n={row['n']}"
+    return format_ci(row["metric"], row["value"], row["ci_low"], row["ci_high"], row["n"])
 
 
 # ---- comparison -------------------------------------------------------------------------------------------
@@ -336,26 +330,23 @@ def compare_runs(runs: list[Run], *, seed: int | None = None, confidence: float 
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> str:
-    from evals.report.run_report import markdown_table
-
     return markdown_table(header, rows)
 
 
-def _side(row: Any, prefix: str, count: bool) -> str:
+def _side(row: Any, prefix: str) -> str:
     if math.isnan(row[f"{prefix}_value"]) and math.isnan(row[f"{prefix}_ci_low"]):
         return "—" if math.isnan(row[f"{prefix}_n"]) else "n/a"
-    return fmt_ci({k: row[f"{prefix}_{k}"] for k in ("value", "ci_low", "ci_high")} | {"n": int(row[f"{prefix}_n"])},
-                  count)
+    return shown({k: row[f"{prefix}_{k}"] for k in ("value", "ci_low", "ci_high")}
+                 | {"n": int(row[f"{prefix}_n"]), "metric": row["metric"]})
 
 
-def _signed(x: float, count: bool = False) -> str:
-    return "n/a" if math.isnan(x) else count_text(x, signed=True) if count else f"{x:+.3f}"
+def _delta(row: Any) -> list[str]:
+    def signed(x: float) -> str:
+        return format_value(row["metric"], x, signed=True)
 
-
-def _delta(row: Any, count: bool) -> list[str]:
     if not row["paired"]:
-        return [_signed(row["delta"], count), "", "—"]
-    return [_signed(row["delta"]), f"[{_signed(row['delta_ci_low'])}, {_signed(row['delta_ci_high'])}]",
+        return [signed(row["delta"]), "", "—"]
+    return [signed(row["delta"]), f"[{signed(row['delta_ci_low'])}, {signed(row['delta_ci_high'])}]",
             str(row["n_paired"])]
 
 
@@ -364,7 +355,7 @@ def _matcher_bound(row: Any, rates: tuple[float, float] | None) -> str:
     gap = explainable_gap(row["metric"], row["a_value"], row["b_value"], rates)
     if gap is None:
         return ""
-    return f"±{gap:.3f}" + (" (Δ within: not resolved)" if within(row["delta"], gap) else "")
+    return f"±{format_value(row['metric'], gap)}" + (" (Δ within: not resolved)" if within(row["delta"], gap) else "")
 
 
 def comparison_markdown(comparison: Comparison) -> str:
@@ -392,8 +383,7 @@ def comparison_markdown(comparison: Comparison) -> str:
             if len(rows) else None
         table = []
         for _, row in rows.iterrows():
-            count = is_count(row["metric"]) and not row["paired"]
-            table.append([row["metric"], _side(row, "a", count), _side(row, "b", count), *_delta(row, count),
+            table.append([row["metric"], _side(row, "a"), _side(row, "b"), *_delta(row),
                           _matcher_bound(row, rates)])
         out += [_table(["metric", a_label, b_label, "Δ", "95% CI", "n paired", "matcher could explain"], table), ""]
         if any(m in set(rows["metric"]) for m in MATCHED_METRICS):
@@ -412,7 +402,8 @@ def _flips_section(cases: pd.DataFrame, a_label: str, b_label: str) -> list[str]
     else:
         ordered = flips.sort_values(["change", "metric", "dataset", "case_id"], kind="stable")
         table = [["right → wrong" if r.change == RIGHT_TO_WRONG else "wrong → right", r.case_id, r.dataset, r.metric,
-                  fmt(r.a_value), fmt(r.b_value)] for r in ordered.head(MD_FLIP_LIMIT).itertuples()]
+                  format_value(r.metric, r.a_value), format_value(r.metric, r.b_value)]
+                 for r in ordered.head(MD_FLIP_LIMIT).itertuples()]
         out += [_table(["change", "case", "dataset", "metric", a_label, b_label], table), ""]
         if len(flips) > MD_FLIP_LIMIT:
             out += [f"… and {len(flips) - MD_FLIP_LIMIT} more in compare_cases.parquet.", ""]
@@ -423,7 +414,8 @@ def _flips_section(cases: pd.DataFrame, a_label: str, b_label: str) -> list[str]
                 "means over epochs.", ""]
         ordered = flaky.sort_values(["metric", "dataset", "case_id"], kind="stable").head(MD_FLIP_LIMIT)
         out += [_table(["case", "dataset", "metric", a_label, b_label],
-                       [[r.case_id, r.dataset, r.metric, fmt(r.a_value), fmt(r.b_value)] for r in ordered.itertuples()]),
+                       [[r.case_id, r.dataset, r.metric, format_value(r.metric, r.a_value),
+                         format_value(r.metric, r.b_value)] for r in ordered.itertuples()]),
                 ""]
     for change, label in ((ONLY_A, a_label), (ONLY_B, b_label)):
         only = mine[mine["change"] == change]
@@ -466,7 +458,6 @@ def write_comparison(run_dirs: list[Path], out: Path | None = None, matcher: str
     comparison = compare_runs(runs)
     out = Path(out) if out is not None else Path(run_dirs[-1])
     out.mkdir(parents=True, exist_ok=True)
-    from evals.core.redact import write_parquet, write_text
 
     text = comparison_markdown(comparison)
     for note in (embedder_note(runs), matcher_note(runs), matcher_version_note(runs), judge_note(runs)):
@@ -513,7 +504,7 @@ def headline(run: Run, dataset: str = "all") -> str:
     names = [name for name in (*HEADLINE, *REPEAT_METRICS) if name in present]  # repeats: a K-epoch run's, as summary.md
     grid = [["metric", *providers]]
     for name in names:
-        grid.append([name, *(fmt_ci(metric_row(run, p, dataset, name), is_count(name)) for p in providers)])
+        grid.append([name, *(shown(metric_row(run, p, dataset, name)) for p in providers)])
     widths = [max(len(row[i]) for row in grid) for i in range(len(grid[0]))]
     text = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in grid]
     text.insert(1, "  ".join("-" * w for w in widths))
@@ -530,5 +521,5 @@ def show(run_dir: Path) -> str:
 
 __all__ = ["CASE_COLUMNS", "CASE_METRICS_COLUMNS", "DELTA_COLUMNS", "HEADLINE", "METRICS_COLUMNS", "Arm",
            "Comparison", "Run", "RunInputError", "arm_pairs", "case_values", "compare_runs", "comparison_markdown",
-           "embedder_note", "fmt", "judge_note", "matcher_version_note", "fmt_ci", "headline", "is_count", "load_run", "lower_is_better", "metric_row", "show",
+           "embedder_note", "judge_note", "matcher_version_note", "headline", "is_count", "load_run", "lower_is_better", "metric_row", "show", "shown",
            "write_comparison"]

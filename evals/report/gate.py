@@ -47,6 +47,7 @@ from evals.report.compare import (
 )
 from evals.report.gate_inputs import InputDiff, compare_inputs, restrict
 from evals.report.gate_reference import compare_cases, why_not_comparable
+from evals.report.run_report import markdown_table
 from evals.scoring.matcher_resolution import MATCHED_METRICS, annotate_checks, error_rates, rates_sentence
 
 Status = Literal["pass", "fail", "skipped"]
@@ -238,20 +239,21 @@ def _bound(rule: Rule, base: _Measured, value: float, n: int) -> Check:
     kind, limit = rule.kind, rule.threshold
     ok = {"min": value >= limit, "max": value <= limit,
           "equals": math.isclose(value, limit, rel_tol=0, abs_tol=_EQUAL_TOL)}[kind]
-    shown = format_value(rule.metric, value)
+    shown, bound = format_value(rule.metric, value), format_value(rule.metric, limit)  # one unit: the catalogue's
     return Check(**base, n=n, status="pass" if ok else "fail",
-                 detail=f"{shown} {_SYMBOL[kind]} {limit:g}" if ok else f"{shown} violates {_SYMBOL[kind]} {limit:g}")
+                 detail=f"{shown} {_SYMBOL[kind]} {bound}" if ok else f"{shown} violates {_SYMBOL[kind]} {bound}")
 
 
 def _shift(rule: Rule, pair: Pair, dataset: str, baseline: Run, current: Run, base: _Measured,
            values: tuple[float, float], seed: int, confidence: float) -> Check:
     tol = rule.threshold
+    shown_tol = format_value(rule.metric, tol)  # in the unit the values print in (a duration in ms)
     delta = values[1] - values[0]  # current − baseline
     if rule.kind == "max_increase":
         failed = delta > tol + _EQUAL_TOL
-        verdict = f"increases by more than {tol:g}" if failed else f"within +{tol:g}"
+        verdict = f"increases by more than {shown_tol}" if failed else f"within +{shown_tol}"
         return Check(**base, status="fail" if failed else "pass", delta=delta,
-                     detail=f"Δ {delta:+.4g} (current − baseline): {verdict}")
+                     detail=f"Δ {format_value(rule.metric, delta, signed=True)} (current − baseline): {verdict}")
     va = case_values(baseline, pair.baseline, dataset, rule.metric)
     vb = case_values(current, pair.current, dataset, rule.metric)
     n: int | None = None
@@ -259,14 +261,16 @@ def _shift(rule: Rule, pair: Pair, dataset: str, baseline: Run, current: Run, ba
         delta, low, high, n = paired_bootstrap_delta(va, vb, seed=seed, confidence=confidence)
         if n == 0:
             return Check(**base, status="fail", n=0, detail="no case scored in both runs: cannot compare")
-        how = f"paired Δ {delta:+.3f}, {confidence:.0%} CI [{low:+.3f}, {high:+.3f}], n={n} cases"
+        how = (f"paired Δ {format_value(rule.metric, delta, signed=True)}, {confidence:.0%} CI "
+               f"[{format_value(rule.metric, low, signed=True)}, {format_value(rule.metric, high, signed=True)}], "
+               f"n={n} cases")
     else:  # no per-case values (a count): the two values themselves
         low = high = delta
-        how = f"Δ {delta:+g} (no per-case values)"
+        how = f"Δ {format_value(rule.metric, delta, signed=True)} (no per-case values)"
     if rule.kind == "max_drop":
-        failed, verdict = high < -tol, f"drops by more than {tol:g}" if high < -tol else f"within −{tol:g}"
+        failed, verdict = high < -tol, f"drops by more than {shown_tol}" if high < -tol else f"within −{shown_tol}"
     else:
-        failed, verdict = low > tol, f"rises by more than {tol:g}" if low > tol else f"within +{tol:g}"
+        failed, verdict = low > tol, f"rises by more than {shown_tol}" if low > tol else f"within +{shown_tol}"
     return Check(**base, status="fail" if failed else "pass", delta=delta, ci_low=low, ci_high=high, n=n,
                  detail=f"{how}: {verdict}")
 
@@ -487,7 +491,6 @@ def summary_markdown(results: list[RuleResult], *, baseline: str, current: str, 
     out += [line for note in notes or [] for line in (note, "")]
     out += [f"{len(results)} rules: {len(results) - failed - skipped} passed, {failed} failed, {skipped} skipped. "
             f"Baseline `{baseline}`, current `{current}`. Each rule is checked pooled (`all`) and per dataset.", ""]
-    from evals.report.run_report import markdown_table
 
     rows = []
     for result in results:

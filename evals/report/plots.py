@@ -207,6 +207,7 @@ def fault_plot(run: Run, path: Path) -> Path | None:
 
 def _site_grid(faults: Any, provider: str) -> dict[str, list[str]]:
     """site → applicable kinds for the engine behind `provider`, plus any site its faults show."""
+    # lazy: only the coverage plot needs the arms' site table (it loads the providers, and dspy)
     from evals.arms.registry import site_kinds
 
     mine = faults[faults["provider"] == provider]

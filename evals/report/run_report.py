@@ -18,7 +18,6 @@ import pandas as pd
 
 from evals.arms.base import DEFAULT_SYSTEM
 from evals.arms.registry import SYSTEMS, site_kinds
-from evals.core.stats import bootstrap_ci
 from evals.faults.adversarial import ADVERSARIAL_KINDS
 from evals.faults.plan import SITES, kinds_for, wire_kinds_for
 from evals.record import (
@@ -39,8 +38,11 @@ from evals.record import (
     read_units,
     write_table,
 )
-from evals.record.catalogue import FAILURE_CAUSES, HEADLINE, REPEAT_METRICS, format_value, metric, note
-from evals.scoring.epochs import epoch_metrics, fact_flips, flaky_cases, pooled_by_case, stability_frame
+from evals.record.catalogue import FAILURE_CAUSES, HEADLINE, REPEAT_METRICS, format_value, metric
+from evals.record.tally import CaseTally
+from evals.scoring.aggregate import aggregate, rate
+from evals.scoring.agreement import card_line
+from evals.scoring.epochs import epoch_metrics, fact_flips, flaky_cases, stability_frame
 
 NOT_REACHED = AnomalyKind.FAULT_NOT_REACHED
 
@@ -252,33 +254,31 @@ COUNTS: list[tuple[str, Callable[[CaseRun], int]]] = [
 ]
 
 
-def _group_metrics(provider: str, dataset: str, runs: list[CaseRun], seed: int) -> list[MetricRow]:
-    """Rates resample cases with all their epochs (a cluster bootstrap); n and counts are per epoch, so
-    K epochs never pass for K times the data."""
-    rows = []
-    epochs = max(1, len({r.epoch for r in runs}))
-    for name, per_case in RATES:
-        pairs = [per_case(r) for r in runs]
-        num, den = pooled_by_case([p[0] for p in pairs], [p[1] for p in pairs], [r.case_id for r in runs])
-        value, low, high = bootstrap_ci(num, den, seed=seed)
-        rows.append(MetricRow(provider=provider, dataset=dataset, metric=name, value=value, ci_low=low,
-                              ci_high=high, n=round(sum(den) / epochs), note=note(name)))
-    for name, count in COUNTS:
-        value = float(sum(count(r) for r in runs)) / epochs
-        rows.append(MetricRow(provider=provider, dataset=dataset, metric=name, value=value, ci_low=value,
-                              ci_high=value, n=len({r.case_id for r in runs}), note=note(name)))
-    return rows
+def rate_tallies(runs: list[CaseRun]) -> list[CaseTally]:
+    """Each unit's numerator and denominator of every fault and write rate (denominator 0 included: the case was
+    looked at and had nothing to judge); also the case_metrics rows, so `compare` and `gate` can pair runs by case."""
+    return [CaseTally(provider=r.provider, dataset=r.dataset, case_id=r.case_id, metric=name, num=float(num),
+                      den=float(den), epoch=r.epoch)
+            for r in runs for name, per_case in RATES for num, den in [per_case(r)]]
+
+
+def count_tallies(runs: list[CaseRun]) -> list[CaseTally]:
+    """Each unit's fault counts (anomalies, faulted and indeterminate units)."""
+    return [CaseTally(provider=r.provider, dataset=r.dataset, case_id=r.case_id, metric=name, num=float(count(r)),
+                      epoch=r.epoch) for r in runs for name, count in COUNTS]
+
+
+# Fault and write rates: n counts units (per epoch), and a run whose faults did not fire still has the row (NaN).
+_REDUCERS = {name: rate(n="units") for name, _ in RATES}
 
 
 def metrics_frame(runs: list[CaseRun], seed: int,
                   extra_metrics: Iterable[MetricRow | dict[str, Any]] | None = None) -> pd.DataFrame:
-    """Long-form metrics per provider × dataset and per provider over all datasets ("all"), then `extra_metrics`."""
-    rows: list[MetricRow] = []
-    for provider in _ordered(r.provider for r in runs):
-        mine = [r for r in runs if r.provider == provider]
-        rows += _group_metrics(provider, "all", mine, seed)
-        for dataset in sorted({r.dataset for r in mine}):
-            rows += _group_metrics(provider, dataset, [r for r in mine if r.dataset == dataset], seed)
+    """Long-form metrics per provider × dataset and per provider over all datasets ("all"), then `extra_metrics`.
+
+    Rates resample cases with all their epochs (a cluster bootstrap); n and counts are per epoch, so K epochs
+    never pass for K times the data."""
+    rows = aggregate([*rate_tallies(runs), *count_tallies(runs)], seed=seed, reducers=_REDUCERS)
     rows += [MetricRow.model_validate(extra) for extra in extra_metrics or []]
     return frame("metrics", [row.model_dump() for row in rows])
 
@@ -286,12 +286,7 @@ def metrics_frame(runs: list[CaseRun], seed: int,
 def case_metrics_frame(runs: list[CaseRun],
                        extra_case_rows: Iterable[CaseMetricRow | dict[str, Any]] | None = None) -> pd.DataFrame:
     """Per-case numerator and denominator of every rate, so `compare` and `gate` can pair runs by case."""
-    rows = []
-    for run in runs:
-        for name, per_case in RATES:
-            num, den = per_case(run)
-            rows.append(CaseMetricRow(provider=run.provider, dataset=run.dataset, case_id=run.case_id,
-                                      metric=name, num=float(num), den=float(den), epoch=run.epoch))
+    rows = [t.case_row() for t in rate_tallies(runs)]
     rows += [CaseMetricRow.model_validate(extra) for extra in extra_case_rows or []]
     return frame("case_metrics", [row.model_dump() for row in rows])
 
@@ -469,7 +464,6 @@ def summary_markdown(manifest: Manifest, verdict: str, reasons: list[str], cases
     out += [f"faults `{manifest.faults}` · seed {manifest.seed} · {repeats if manifest.epochs > 1 else ''}providers {', '.join(manifest.providers)} · "
             f"{len(cases)} units of {manifest.n_cases} cases · engine {manifest.engine_version} · "
             f"embedder {manifest.embedder} · git {git}", ""]
-    from evals.scoring.agreement import card_line
 
     out += [card_line(manifest.matcher), ""]
     for provider in _ordered(metrics["provider"]):
@@ -599,7 +593,8 @@ def load_runs(run_dir: Path) -> list[CaseRun]:
     return read_units(run_dir)
 
 
-__all__ = ["COUNTS", "RATES", "UNITS_FILE", "anomalies_frame", "case_metrics_frame", "cases_frame", "coverage_frame",
+__all__ = ["COUNTS", "RATES", "UNITS_FILE", "anomalies_frame", "case_metrics_frame", "cases_frame", "count_tallies",
+           "coverage_frame", "rate_tallies",
            "faults_frame", "failure_cause", "infra_errors", "load_runs", "markdown_table", "write_failures",
            "write_failures_frame",
            "metrics_frame", "summary_markdown", "verdict_of", "write_report", "applicable_pairs", "run_verdict",

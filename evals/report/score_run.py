@@ -8,11 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from evals.cases.audit import flagged_label_metrics
+from evals.cases.audit import flagged_label_tallies
 from evals.cases.dataset import Case
 from evals.record import CaseRun, Manifest
 from evals.report.run_report import write_report
 from evals.scoring import DEFAULT_MATCHER, attribution_metrics, case_rows, facts_frame, ops_frame, score_pairs
+from evals.scoring.aggregate import aggregate
 from evals.scoring.usage import attempts_frame, usage_metrics
 
 
@@ -23,7 +24,7 @@ def report_run(run_dir: Path, manifest: Manifest, cases: list[Case], runs: list[
     pairs = [(by_id[r.case_id], r) for r in runs if r.case_id in by_id]
     once = score_pairs(pairs, matcher)
     scored = attribution_metrics(pairs, manifest.seed, matcher, once)
-    labels = flagged_label_metrics(cases, list(dict.fromkeys(r.provider for r in runs)))
+    labels = aggregate(flagged_label_tallies(cases, list(dict.fromkeys(r.provider for r in runs))), seed=manifest.seed)
     attempts = attempts_frame(runs)
     if (health := getattr(matcher, "health", None)) is not None:  # the judge's failed calls, said in the report
         manifest.matcher = {**(manifest.matcher or {"spec": matcher.spec}), **health()}
@@ -32,7 +33,7 @@ def report_run(run_dir: Path, manifest: Manifest, cases: list[Case], runs: list[
         import pandas as pd
 
         attempts = pd.concat([attempts, judge()], ignore_index=True) if len(attempts) else judge()
-    return write_report(run_dir, manifest, runs, extra_metrics=[*scored, *usage_metrics(runs, attempts), *labels],
+    return write_report(run_dir, manifest, runs, extra_metrics=[*scored, *usage_metrics(runs), *labels],
                         extra_case_rows=case_rows(pairs, matcher, once),
                         extra_tables={"facts": facts_frame(pairs, matcher, once), "ops": ops_frame(pairs),
                                       "attempts": attempts})

@@ -17,8 +17,12 @@ from typing import Any
 import pandas as pd
 
 from evals.record import UNITS_FILE, CaseRun, Manifest, read_units
-from evals.record.catalogue import HEADLINE, REPEAT_METRICS, find, format_value
+from evals.record.catalogue import HEADLINE, REPEAT_METRICS, find, format_ci, format_value
 from evals.report.compare import Run, RunInputError, compare_runs, load_run
+from evals.report.run_report import run_verdict
+from evals.scoring.agreement import card_line
+from evals.scoring.epochs import flaky_cases
+from evals.scoring.merges import op_rows
 
 PLOT_NAMES = ("providers", "subject_confusion", "fault_matrix", "stability")
 
@@ -179,8 +183,6 @@ def counted_anomalies(unit: CaseRun) -> list[dict[str, Any]]:
 
 
 def _ops_by_write(unit: CaseRun) -> dict[int, list[dict[str, Any]]]:
-    from evals.scoring.merges import op_rows  # the cross-subject judgement the merge metrics use
-
     out: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for row in op_rows(unit):
         out[row["write"]].append({k: row[k] for k in ("source", "op", "fact_text", "fact_subject", "target_id",
@@ -349,8 +351,6 @@ def headline(loaded: LoadedRun) -> dict[str, dict[str, Any]]:
 
 def verdict_and_reasons(loaded: LoadedRun) -> tuple[str, list[str]]:
     """The recorded verdict and the reasons for it, from the units (as `run` prints them)."""
-    from evals.report.run_report import run_verdict
-
     coverage = loaded.run.table("coverage")
     if loaded.units is None:
         verdict, reasons = loaded.manifest.verdict or "unknown", [
@@ -381,7 +381,6 @@ def _flaky(loaded: LoadedRun) -> dict[tuple[str, str, str], list[str]]:
     table = loaded.run.table("stability")
     if table is None or table.empty:
         return {}
-    from evals.scoring.epochs import flaky_cases
 
     return flaky_cases(table)
 
@@ -401,8 +400,6 @@ def _flips(runs: list[LoadedRun], arms: list[Arm]) -> tuple[list[dict[str, Any]]
         comparison = compare_runs([r.run for r in runs])
     except RunInputError as exc:
         return [], {}, [f"no comparison: {exc}"]
-    from evals.report.compare import fmt_ci, is_count
-
     labels = {a.label for a in arms}
     pairs = []
     for a_label, b_label in comparison.labels:
@@ -410,21 +407,19 @@ def _flips(runs: list[LoadedRun], arms: list[Arm]) -> tuple[list[dict[str, Any]]
         rows = d[(d["a"] == a_label) & (d["b"] == b_label) & (d["dataset"] == "all") & d["metric"].isin(HEADLINE)]
         table = []
         for row in rows.to_dict("records"):
-            count = is_count(row["metric"]) and not row["paired"]
-
-            def side(prefix: str, row: dict = row, count: bool = count) -> str:
+            def side(prefix: str, row: dict = row) -> str:
                 values = {k: row[f"{prefix}_{k}"] for k in ("value", "ci_low", "ci_high", "n")}
                 if values["n"] is None or (isinstance(values["n"], float) and math.isnan(values["n"])):
                     return "—"
-                return fmt_ci({**values, "n": int(values["n"]), "metric": row["metric"]}, count)
+                return format_ci(row["metric"], values["value"], values["ci_low"], values["ci_high"], int(values["n"]))
 
             if _unmeasured(row, "a") and _unmeasured(row, "b"):
                 continue  # measured in neither arm (e.g. the fault rates of a run without faults)
-            delta = row["delta"]
-            table.append({"metric": row["metric"], "a": side("a"), "b": side("b"),
-                          "delta": "n/a" if delta is None or math.isnan(delta) else
-                          (f"{delta:+.3f}" if not count else f"{delta:+g}"),
-                          "ci": (f"[{row['delta_ci_low']:+.3f}, {row['delta_ci_high']:+.3f}]"
+            name, delta = row["metric"], row["delta"]
+            table.append({"metric": name, "a": side("a"), "b": side("b"),
+                          "delta": format_value(name, delta, signed=True),
+                          "ci": (f"[{format_value(name, row['delta_ci_low'], signed=True)}, "
+                                 f"{format_value(name, row['delta_ci_high'], signed=True)}]"
                                  if row["paired"] and not math.isnan(row["delta_ci_low"]) else ""),
                           "n_paired": int(row["n_paired"]) if row["paired"] else ""})
         pairs.append({"a": a_label, "b": b_label, "rows": table})
@@ -439,8 +434,6 @@ def _flips(runs: list[LoadedRun], arms: list[Arm]) -> tuple[list[dict[str, Any]]
 
 def page_data(runs: list[LoadedRun]) -> PageData:
     """Project the runs into the page's data: one case row per (dataset, case_id), its units' details apart."""
-    from evals.scoring.agreement import card_line
-
     arms = arms_of(runs)
     arm_index = {(a.run, a.provider): i for i, a in enumerate(arms)}
     comparison, flips, notes = _flips(runs, arms)
@@ -491,7 +484,7 @@ def page_data(runs: list[LoadedRun]) -> PageData:
 def plot_images(loaded: LoadedRun) -> list[tuple[str, bytes]]:
     """The run's PNG plots as (name, bytes): the ones `run` wrote into RUN/plots/, else drawn now in a scratch
     directory (a view never writes into the run it reads)."""
-    from evals.report.plots import PLOTS_DIR
+    from evals.report.plots import PLOTS_DIR  # lazy: matplotlib loads only when the page embeds plots
 
     folder = loaded.path / PLOTS_DIR
     found = [(name, (folder / f"{name}.png").read_bytes()) for name in PLOT_NAMES if (folder / f"{name}.png").is_file()]
@@ -499,6 +492,7 @@ def plot_images(loaded: LoadedRun) -> list[tuple[str, bytes]]:
         return found
     import tempfile
 
+    # lazy: matplotlib loads only when the page embeds plots
     from evals.report.plots import confusion_plot, fault_plot, providers_plot, stability_plot
 
     with tempfile.TemporaryDirectory(prefix="hymem-view-") as tmp:

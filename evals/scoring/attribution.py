@@ -17,13 +17,12 @@ import pandas as pd
 from pydantic import BaseModel, Field
 
 from evals.cases.dataset import Case, ExpectedFact
-from evals.core.stats import bootstrap_ci
 from evals.core.subject_reading import person_class as subject_class
 from evals.core.subject_reading import read_subject as subject_of
 from evals.core.subject_reading import same_person as same_subject
 from evals.record import CaseMetricRow, CaseRun, FactRow, MetricRow, columns, pandas_dtypes
-from evals.record.catalogue import note as catalogue_note
-from evals.scoring.epochs import pooled_by_case
+from evals.record.tally import CaseTally
+from evals.scoring.aggregate import aggregate, rate
 from evals.scoring.matcher import DEFAULT_MATCHER, Matcher, subject_text_mismatch
 from evals.scoring.merges import Tally, merge_error_tallies, merge_tallies, turn_memories, turn_writes
 
@@ -283,59 +282,42 @@ def _is_confusion(metric: str) -> bool:
     return "subject_confusion_" in metric
 
 
-def _rows_for(provider: str, dataset: str, scores: list[CaseScores], seed: int) -> list[MetricRow]:
-    """The group's metric rows; infra errors are counted once, by the report (`infra_error_rate`)."""
-    rows = []
-    metrics = list(dict.fromkeys(m for s in scores for m in s.tallies))
-    for metric in metrics:
-        variants = [(metric, [s for s in scores if not s.infra_error])]
-        if not _is_confusion(metric):
-            variants.append((f"{metric}_with_errors", scores))
-        for name, group in variants:
-            scored = [s for s in group if metric in s.tallies and s.tallies[metric][1] > 0]
-            if not scored:
-                continue
-            # A case's epochs are one cluster: summed, then resampled together (n counts cases, not epochs).
-            counted = list(zip(*pooled_by_case([s.tallies[metric][0] for s in scored],
-                                               [s.tallies[metric][1] for s in scored],
-                                               [s.case_id for s in scored]), strict=True))
-            value, low, high = bootstrap_ci([c[0] for c in counted], [c[1] for c in counted], seed=seed)
-            skipped = sum(s.notes.get(metric, 0) for s in group)
-            note = f"{skipped} op(s) skipped: target subject unknown" if skipped else catalogue_note(name)
-            rows.append(MetricRow(provider=provider, dataset=dataset, metric=name, value=value, ci_low=low,
-                                  ci_high=high, n=len(counted), note=note))
-    return rows
+SKIPPED = "op(s) skipped: target subject unknown"  # what a CaseScores note counts, said in the metric's row
+
+
+def case_tallies(scored: list[ScoredCase]) -> list[CaseTally]:
+    """Every scored case's tallies: each metric, then its `_with_errors` twin (infra-error cases count only there,
+    as all wrong; the subject confusion has no twin). A denominator of 0 is kept: the case was scored for it."""
+    out = []
+    for one in scored:
+        s = one.scores
+        for metric, (num, den) in s.tallies.items():
+            names = [] if s.infra_error else [metric]
+            names += [] if _is_confusion(metric) else [f"{metric}_with_errors"]
+            out += [CaseTally(provider=s.provider, dataset=s.dataset, case_id=s.case_id, metric=name,
+                              num=float(num), den=float(den), epoch=s.epoch, skipped=s.notes.get(metric, 0),
+                              skip_reason=SKIPPED) for name in names]
+    return out
 
 
 def case_rows(pairs: list[tuple[Case, CaseRun]], matcher: Matcher = DEFAULT_MATCHER,
               scored: list[ScoredCase] | None = None) -> list[CaseMetricRow]:
     """Per-case numerator and denominator of every metric ({provider, dataset, case_id, metric, num, den}),
     for the report's case_metrics table; an infra-error case appears only under `*_with_errors`."""
-    rows = []
-    for one in scored if scored is not None else score_pairs(pairs, matcher):
-        scores = one.scores
-        for metric, (num, den) in scores.tallies.items():
-            names = [] if scores.infra_error else [metric]
-            names += [] if _is_confusion(metric) else [f"{metric}_with_errors"]
-            rows += [CaseMetricRow(provider=scores.provider, dataset=scores.dataset, case_id=scores.case_id,
-                                   metric=name, num=float(num), den=float(den), epoch=scores.epoch)
-                     for name in names if den > 0]
-    return rows
+    return [t.case_row() for t in case_tallies(scored if scored is not None else score_pairs(pairs, matcher))
+            if t.den > 0]
 
 
 def attribution_metrics(pairs: list[tuple[Case, CaseRun]], seed: int,
                         matcher: Matcher = DEFAULT_MATCHER, scored: list[ScoredCase] | None = None
                         ) -> list[MetricRow]:
     """Metric rows per provider x dataset and per provider over all datasets (dataset="all"); a
-    metric no case of a group contributes to has no row."""
-    scores = [one.scores for one in (scored if scored is not None else score_pairs(pairs, matcher))]
-    groups: dict[tuple[str, str], list[CaseScores]] = defaultdict(list)
-    for s in scores:
-        groups[(s.provider, s.dataset)].append(s)
-        groups[(s.provider, "all")].append(s)
-    return [row for (provider, dataset), group in sorted(groups.items())
-            for row in _rows_for(provider, dataset, group, seed)]
+    metric no case of a group contributes to has no row. Infra errors are counted once, by the report
+    (`infra_error_rate`). Groups come sorted by (provider, dataset)."""
+    rows = aggregate(case_tallies(scored if scored is not None else score_pairs(pairs, matcher)), seed=seed,
+                     reducers=rate(n="cases"))
+    return sorted(rows, key=lambda r: (r.provider, r.dataset))
 
 
 __all__ = ["CLASSES", "FACTS_COLUMNS", "FACTS_SCHEMA", "CaseScores", "ScoredCase", "attribution_metrics", "case_rows",
-           "facts_frame", "prepare_case", "score_case", "score_one", "score_pairs"]
+           "case_tallies", "facts_frame", "prepare_case", "score_case", "score_one", "score_pairs"]

@@ -2,7 +2,7 @@
 
 Why: a real provider does not answer twice alike. A case right in one epoch and wrong in another is
 flaky: a gate or a comparison must not read it as a regression or a fix. Every figure here resamples
-cases with all their epochs (a cluster bootstrap, `evals.core.stats.bootstrap_ci` over per-case sums), so
+cases with all their epochs (the cluster bootstrap of `evals.scoring.aggregate`), so
 K epochs never pass for K times the data: `n` counts cases.
 """
 
@@ -13,10 +13,10 @@ from collections import defaultdict
 
 import pandas as pd
 
-from evals.core.stats import bootstrap_ci
 from evals.record import MetricRow, frame
 from evals.record.catalogue import find
-from evals.record.catalogue import note as catalogue_note
+from evals.record.tally import CaseTally
+from evals.scoring.aggregate import aggregate, rate
 
 STABLE_PASS, STABLE_FAIL, FLAKY = "stable-pass", "stable-fail", "flaky"
 _KEY = ["provider", "dataset", "case_id"]
@@ -90,38 +90,25 @@ def fact_flips(facts: pd.DataFrame) -> dict[tuple[str, str, str], tuple[int, int
     return out
 
 
-def epoch_metrics(stability: pd.DataFrame, facts: pd.DataFrame | None, seed: int) -> list[MetricRow]:
-    """flaky_case_rate and decision_flip_rate per provider x dataset and per provider over all datasets."""
+def epoch_tallies(stability: pd.DataFrame, facts: pd.DataFrame | None) -> list[CaseTally]:
+    """Per repeated case: flaky (1 of 1) or not, and its gold-fact decisions that flip (of those decided twice)."""
     flaky = flaky_cases(stability)
     repeated = stability[stability["epochs"] >= 2]
-    cases: dict[tuple[str, str], dict[str, tuple[float, float]]] = defaultdict(dict)
-    for provider, dataset, case_id in dict.fromkeys(zip(repeated["provider"], repeated["dataset"],
-                                                         repeated["case_id"], strict=True)):
-        tally = (float((provider, dataset, case_id) in flaky), 1.0)
-        cases[(provider, dataset)][case_id] = cases[(provider, "all")][case_id] = tally
-    flips: dict[tuple[str, str], dict[str, tuple[float, float]]] = defaultdict(dict)
-    for (provider, dataset, case_id), (n_flip, n_fact) in fact_flips(facts if facts is not None
-                                                                        else pd.DataFrame()).items():
-        flips[(provider, dataset)][case_id] = flips[(provider, "all")][case_id] = (n_flip, n_fact)
-    rows = []
-    for name, groups in (("flaky_case_rate", cases), ("decision_flip_rate", flips)):
-        for (provider, dataset), per_case in sorted(groups.items()):
-            num, den = [t[0] for t in per_case.values()], [t[1] for t in per_case.values()]
-            value, low, high = bootstrap_ci(num, den, seed=seed)
-            rows.append(MetricRow(provider=provider, dataset=dataset, metric=name, value=value, ci_low=low,
-                                  ci_high=high, n=len(per_case), note=catalogue_note(name)))
-    return rows
+    out = [CaseTally(provider=p, dataset=d, case_id=c, metric="flaky_case_rate", num=float((p, d, c) in flaky))
+           for p, d, c in dict.fromkeys(zip(repeated["provider"], repeated["dataset"], repeated["case_id"],
+                                            strict=True))]
+    flips = fact_flips(facts if facts is not None else pd.DataFrame())
+    return out + [CaseTally(provider=p, dataset=d, case_id=c, metric="decision_flip_rate", num=n_flip, den=n_fact)
+                  for (p, d, c), (n_flip, n_fact) in flips.items()]
 
 
-def pooled_by_case(num: list[float], den: list[float], case_ids: list[str]) -> tuple[list[float], list[float]]:
-    """Per-epoch (num, den) summed per case: the cluster a bootstrap resamples whole."""
-    sums: dict[str, list[float]] = {}
-    for n, d, case in zip(num, den, case_ids, strict=True):
-        acc = sums.setdefault(case, [0.0, 0.0])
-        acc[0] += n
-        acc[1] += d
-    return [v[0] for v in sums.values()], [v[1] for v in sums.values()]
+def epoch_metrics(stability: pd.DataFrame, facts: pd.DataFrame | None, seed: int) -> list[MetricRow]:
+    """flaky_case_rate and decision_flip_rate per provider x dataset and per provider over all datasets: one
+    metric after the other, groups sorted by (provider, dataset)."""
+    rows = aggregate(epoch_tallies(stability, facts), seed=seed, reducers=rate(n="cases"))
+    order = {"flaky_case_rate": 0, "decision_flip_rate": 1}
+    return sorted(rows, key=lambda r: (order[r.metric], r.provider, r.dataset))
 
 
-__all__ = ["FLAKY", "STABLE_FAIL", "STABLE_PASS", "epoch_metrics", "fact_flips", "flaky_cases", "pooled_by_case",
+__all__ = ["FLAKY", "STABLE_FAIL", "STABLE_PASS", "epoch_metrics", "epoch_tallies", "fact_flips", "flaky_cases",
            "stability_frame"]

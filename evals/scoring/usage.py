@@ -7,11 +7,13 @@ traced to the calls that made it.
 
 from __future__ import annotations
 
-import numpy as np
+import math
+
 import pandas as pd
 
 from evals.record import CaseRun, MetricRow, columns
-from evals.record.catalogue import note
+from evals.record.tally import CaseTally
+from evals.scoring.aggregate import Reducer, aggregate, percentile, sample_sum, total
 
 COLUMNS = columns("attempts")
 
@@ -22,44 +24,44 @@ def attempts_frame(runs: list[CaseRun]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS).astype({"latency_s": "float64", "cache_hit": "bool"})
 
 
-def usage_metrics(runs: list[CaseRun], frame: pd.DataFrame | None = None) -> list[MetricRow]:
-    """latency_p50/p95, tokens_total, cost_total and call counts per provider × dataset and "all".
+# latency and sums over attempts: n counts attempts; call counts: n counts cases (not units: with K epochs a case
+# has K units, and a 1-epoch run gated against a K-epoch baseline must not look as if it lost cases).
+REDUCERS: dict[str, Reducer] = {
+    "latency_p50": percentile(50), "latency_p95": percentile(95), "tokens_total": sample_sum(),
+    "cost_total": sample_sum(empty=float("nan")), "lm_attempts": total(), "lm_retries": total(),
+    "lm_cache_hits": total(), "embed_attempts": total(),
+}
 
-    `frame`: `attempts_frame(runs)` when the caller already built it (it is also written as a table).
-    """
-    frame = attempts_frame(runs) if frame is None else frame
-    out: list[MetricRow] = []
-    for provider in dict.fromkeys(r.provider for r in runs):
-        mine = frame[frame["provider"] == provider]
-        cases = [r for r in runs if r.provider == provider]
-        out += _group(provider, "all", mine, _n_cases(cases))
-        for dataset in sorted({r.dataset for r in cases}):
-            out += _group(provider, dataset, mine[mine["dataset"] == dataset],
-                          _n_cases([r for r in cases if r.dataset == dataset]))
+
+def usage_tallies(runs: list[CaseRun]) -> list[CaseTally]:
+    """Per unit: its LM attempts' latencies, tokens and known costs (cache hits excluded) as samples, and its call
+    counts (the attempts it logged under its own arm)."""
+    out = []
+    for r in runs:
+        mine = [a for a in r.attempts if a.provider == r.provider]
+        lm = [a for a in mine if a.site != "embed"]
+        called = [a for a in lm if not a.cache_hit]
+        latency = tuple(float(a.latency_s) for a in called)
+        values: dict[str, tuple[float, tuple[float, ...]]] = {
+            "latency_p50": (0.0, latency),
+            "latency_p95": (0.0, latency),
+            "tokens_total": (0.0, tuple(float(a.prompt_tokens or 0) + float(a.completion_tokens or 0)
+                                        for a in called)),
+            "cost_total": (0.0, tuple(float(a.cost_usd) for a in called
+                                      if a.cost_usd is not None and not math.isnan(a.cost_usd))),
+            "lm_attempts": (float(len(called)), ()),
+            "lm_retries": (float(sum(a.attempt > 1 for a in called)), ()),
+            "lm_cache_hits": (float(sum(a.cache_hit for a in lm)), ()),
+            "embed_attempts": (float(sum(a.site == "embed" for a in mine)), ()),
+        }
+        out += [CaseTally(provider=r.provider, dataset=r.dataset, case_id=r.case_id, metric=name, num=num,
+                          epoch=r.epoch, samples=samples) for name, (num, samples) in values.items()]
     return out
 
 
-def _n_cases(runs: list[CaseRun]) -> int:
-    """The cases among `runs`: with K epochs a case has K units, and n counts it once, as every other metric does
-    (else a 1-epoch run gated against a K-epoch baseline would look like it lost cases)."""
-    return len({(r.dataset, r.case_id) for r in runs})
+def usage_metrics(runs: list[CaseRun]) -> list[MetricRow]:
+    """latency_p50/p95, tokens_total, cost_total and call counts per provider × dataset and "all"."""
+    return aggregate(usage_tallies(runs), seed=0, reducers=REDUCERS)
 
 
-def _group(provider: str, dataset: str, frame: pd.DataFrame, n_cases: int) -> list[MetricRow]:
-    lm = frame[frame["site"] != "embed"]
-    called = lm[~lm["cache_hit"]]
-    latency = called["latency_s"].to_numpy(dtype=float)
-    tokens = (called["prompt_tokens"].fillna(0).astype(float) + called["completion_tokens"].fillna(0).astype(float))
-    costs = called["cost_usd"].dropna().astype(float)
-    values = {
-        "latency_p50": (float(np.percentile(latency, 50)) if len(latency) else float("nan"), len(latency)),
-        "latency_p95": (float(np.percentile(latency, 95)) if len(latency) else float("nan"), len(latency)),
-        "tokens_total": (float(tokens.sum()), len(called)),
-        "cost_total": (float(costs.sum()) if len(costs) else float("nan"), len(costs)),
-        "lm_attempts": (float(len(called)), n_cases),
-        "lm_retries": (float((called["attempt"] > 1).sum()), n_cases),
-        "lm_cache_hits": (float(lm["cache_hit"].sum()), n_cases),
-        "embed_attempts": (float((frame["site"] == "embed").sum()), n_cases),
-    }
-    return [MetricRow(provider=provider, dataset=dataset, metric=name, value=value, ci_low=value, ci_high=value,
-                      n=int(n), note=note(name)) for name, (value, n) in values.items()]
+__all__ = ["COLUMNS", "REDUCERS", "attempts_frame", "usage_metrics", "usage_tallies"]
