@@ -37,7 +37,7 @@ ANN_MIN_ROWS = 4096  # a group gets a centre (and its sketch) once a write leave
 RETRAIN_GROWTH = 4  # ... and a new centre each time it grows this many times past the size it was computed at
 MIN_CANDIDATES = 256  # rows rescored in float32 per search, at least (see `candidates`)
 CANDIDATES_PER_HIT = 32
-MIN_DIM = 16  # below this a sign per dimension says too little to pick candidates by
+MIN_DIM = 128  # below this, one sign per dimension is too few bits to pick candidates by
 CENTRE_PREFIX = "ann:"  # meta key: "ann:" + json [user_id, kind]
 
 
