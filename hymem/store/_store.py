@@ -314,8 +314,11 @@ class Store:
             if not wants_centre(rows_after, None if current is None else current.rows, self.dim):
                 continue
             ids, vectors = self._index.group_members(key)
-            kept = vectors[~np.isin(ids, np.fromiter(gone, dtype=np.int64, count=len(gone)))]
-            due[key] = Centre.of(np.concatenate([kept, np.stack(added)]))
+            total = vectors.sum(axis=0, dtype=np.float64) + np.sum(added, axis=0, dtype=np.float64)
+            if gone:
+                total -= vectors[np.isin(ids, np.fromiter(gone, dtype=np.int64, count=len(gone)))].sum(
+                    axis=0, dtype=np.float64)
+            due[key] = Centre((total / rows_after).astype(np.float32), rows_after)
         return due
 
     # reads
