@@ -7,7 +7,11 @@ Real SQLite and FAISS files throughout; the data are seeded unit vectors shaped 
 from __future__ import annotations
 
 import os
+import signal
 import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -196,3 +200,32 @@ def test_the_centre_is_recomputed_as_the_group_grows_and_kept_when_it_empties(tm
     with Store(path, DIM) as store:
         assert answers(store, "u3", queries[:20]) == small
         assert {m.id for m in store.live_memories("u3")} == set(refill)
+
+
+CRASH_AFTER_WRITE = """
+import os, signal, sys
+import numpy as np
+from hymem.store import Store
+
+store = Store(sys.argv[1], {dim})  # the default durability
+with store.write() as tx:
+    tx.add_memory("u1", "The user lives in Paris.", "user", "user", "fact", np.ones({dim}, np.float32), "r1")
+print("written", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # no close, no checkpoint, no persist
+"""
+
+
+def test_by_default_a_write_that_returned_survives_a_crash_of_the_application(tmp_path):
+    """WAL with synchronous=NORMAL (the default): a killed process loses none of the writes that returned (only a
+    power loss or OS crash could lose the last ones, which no test here can cause)."""
+    script = tmp_path / "child.py"
+    script.write_text(CRASH_AFTER_WRITE.format(dim=DIM))
+    repo = Path(__file__).resolve().parents[1]
+    child = subprocess.run([sys.executable, str(script), str(tmp_path / "s")], capture_output=True, text=True,
+                           timeout=60, env={"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin"})
+    assert child.returncode == -signal.SIGKILL and "written" in child.stdout, child.stderr
+    with Store(tmp_path / "s", DIM) as store:
+        assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+        assert [m.text for m in store.live_memories("u1")] == ["The user lives in Paris."]
+        assert store.search("u1", np.ones(DIM, np.float32), k=1)[0].request_id == "r1"
+        assert store.check_consistency() == []

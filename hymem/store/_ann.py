@@ -19,7 +19,7 @@ The answer is a function of SQLite alone, so reopening, or rebuilding the index 
   candidate's distance (ties included), so the order of the rows never matters; their scores come from the exact
   scan's kernel, and ties still go to the lower id.
 
-There is nothing else to persist: the bits are recomputed from the vectors on open (about 0.1 s for 100,000
+There is nothing else to persist: the bits are recomputed from the vectors on open (about 0.2 s for 100,000
 rows), and the centre is in SQLite. A group gets a new centre each time it grows `RETRAIN_GROWTH` times past the
 size it was computed at. A search whose k is a large share of the group (a harness probe with k = every memory)
 still scans every row exactly.
@@ -70,10 +70,6 @@ class Centre:
     def __init__(self, vector: np.ndarray, rows: int):
         self.vector = np.ascontiguousarray(vector, dtype=np.float32)
         self.rows = rows
-
-    @classmethod
-    def of(cls, vectors: np.ndarray) -> Centre:
-        return cls(vectors.mean(axis=0, dtype=np.float64).astype(np.float32), len(vectors))
 
     def to_meta(self) -> str:
         return json.dumps({"rows": self.rows, "dim": len(self.vector),
