@@ -75,15 +75,17 @@ class HyMemoryClient:
     `max_message_chars` / `max_write_chars`: the most characters of text one message (or extracted memory,
     or search query) and one write may carry; larger input is refused before any model call (None: no limit).
     Every argument is checked before any model call; a bad one raises `InputValidationError`.
-    `synchronous="NORMAL"` drops the fsync per commit: still all-or-nothing across a process crash, but the last
-    commits can be lost on power loss (see `Store`); for scratch stores such as the harness's sweeps.
+    `synchronous`: SQLite's, in WAL mode (see `Store`). The default, NORMAL, makes a write that returned durable
+    against a crash of the application (an exception, kill -9, the OOM killer), not against power loss or an OS
+    crash, which can lose the last writes (never part of one). FULL adds an fsync per write, durable against power
+    loss too, and the writer then waits for the disk (and, on a busy machine, for the scheduler: issue 35).
     """
 
     def __init__(self, path: str | os.PathLike = "hymem-store", lm: Any = "offline", embedder: Any = "hash",
                  mode: str = "pro", reconcile_enabled: bool | None = None, program: MemoryProgram | None = None,
                  candidates_per_fact: int = 5, history_limit: int = 2000,
                  max_message_chars: int | None = DEFAULT_MAX_MESSAGE_CHARS,
-                 max_write_chars: int | None = DEFAULT_MAX_WRITE_CHARS, synchronous: str = "FULL"):
+                 max_write_chars: int | None = DEFAULT_MAX_WRITE_CHARS, synchronous: str = "NORMAL"):
         self.max_message_chars = check_positive_int("max_message_chars", max_message_chars, allow_none=True)
         self.max_write_chars = check_positive_int("max_write_chars", max_write_chars, allow_none=True)
         self.path = Path(path)

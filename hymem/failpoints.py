@@ -12,6 +12,8 @@ subprocess (kill) or per test (raise) without reloading anything.
 
 Points in the store (`hymem/store/`), in the order a write reaches them:
 
+- `store.sketch_centre`: inside the SQLite transaction, after a group's new sketch centre was written
+  (only in a write that makes a group large enough for one; see `hymem.store._ann`).
 - `store.before_commit`: inside the SQLite transaction, after all its statements.
 - `store.after_commit`: committed, FAISS not yet updated.
 - `store.faiss_update`: inside the FAISS update, after stale vectors were removed

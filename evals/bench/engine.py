@@ -209,23 +209,25 @@ def _seed_store(path: Path, memories: int, users: int, dim: int) -> None:
                                   vectors[i], f"seed{start}")
 
 
-def _write_seconds(store_dir: Path, writes: int) -> list[float]:
-    """Wall seconds of each of `writes` chat writes by user u0 (offline model, hash embedder)."""
+def _write_seconds(store_dir: Path, writes: int, synchronous: str = "NORMAL") -> tuple[list[float], list[float]]:
+    """(wall, thread CPU) seconds of each of `writes` chat writes by user u0 (offline model, hash embedder)."""
     from hymem.client import HyMemoryClient
 
     case = synthetic_case(writes)
-    with HyMemoryClient(path=store_dir, lm="offline", embedder="hash") as client:
+    with HyMemoryClient(path=store_dir, lm="offline", embedder="hash", synchronous=synchronous) as client:
         client.add(case.turns[0], user_id="warmup")
-        seconds = []
+        seconds, cpu = [], []
         for i, turn in enumerate(case.turns):
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.thread_time()
             assert client.add(turn, user_id="u0", request_id=f"g{i}").success
             seconds.append(time.perf_counter() - start)
-    return seconds
+            cpu.append(time.thread_time() - cpu_start)
+    return seconds, cpu
 
 
-def write_growth(sizes: list[int], writes: int, repeat: int) -> list[dict[str, Any]]:
-    """Median write time into a store of N memories over a fresh store's, measured alternately in one run.
+def write_growth(sizes: list[int], writes: int, repeat: int, synchronous: str = "NORMAL") -> list[dict[str, Any]]:
+    """Median write time (wall, and the writing thread's CPU) into a store of N memories over a fresh store's,
+    measured alternately in one run, with the load average.
 
     Two layouts per N: spread over 100 users (the writer holds N/100), and all N the writer's own (the
     worst case: its candidates are searched among all N). Each repeat writes into a fresh copy.
@@ -235,24 +237,33 @@ def write_growth(sizes: list[int], writes: int, repeat: int) -> list[dict[str, A
     dim = HashEmbedder().dim
     layouts = [(n, users) for n in sizes for users in (100, 1)]
     ratios: dict[tuple[int, int], list[float]] = {key: [] for key in layouts}
+    cpu_ratios: dict[tuple[int, int], list[float]] = {key: [] for key in layouts}
+    load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as tmp:
         seeded = {}
         for n, users in layouts:
             seeded[(n, users)] = Path(tmp) / f"seed-{n}-{users}"
             _seed_store(seeded[(n, users)], n, users, dim)
         for r in range(repeat):
-            fresh = statistics.median(_write_seconds(Path(tmp) / f"fresh-{r}", writes))
+            fresh, fresh_cpu = map(statistics.median, _write_seconds(Path(tmp) / f"fresh-{r}", writes, synchronous))
             for key in layouts:
                 copy = Path(tmp) / f"run-{key[0]}-{key[1]}-{r}"
                 shutil.copytree(seeded[key], copy)
-                ratios[key].append(statistics.median(_write_seconds(copy, writes)) / fresh)
+                wall, cpu = map(statistics.median, _write_seconds(copy, writes, synchronous))
+                ratios[key].append(wall / fresh)
+                cpu_ratios[key].append(cpu / fresh_cpu)
                 shutil.rmtree(copy)
-            fresh_again = statistics.median(_write_seconds(Path(tmp) / f"fresh-b{r}", writes))
+            again, again_cpu = map(statistics.median, _write_seconds(Path(tmp) / f"fresh-b{r}", writes, synchronous))
             for key in layouts:  # the fresh write of the pair is the mean of the two around the seeded ones
-                ratios[key][-1] *= fresh / ((fresh + fresh_again) / 2)
+                ratios[key][-1] *= fresh / ((fresh + again) / 2)
+                cpu_ratios[key][-1] *= fresh_cpu / ((fresh_cpu + again_cpu) / 2)
+            load.append(os.getloadavg()[0])
     return [{"memories": n, "users": users, "writer_memories": n // users, "writes": writes, "repeats": repeat,
+             "synchronous": synchronous,
              "write_over_fresh_min": min(ratios[(n, users)]), "write_over_fresh_max": max(ratios[(n, users)]),
-             "write_over_fresh_median": statistics.median(ratios[(n, users)]), "goal_at_10000": 1.2}
+             "write_over_fresh_median": statistics.median(ratios[(n, users)]),
+             "cpu_over_fresh": _spread(cpu_ratios[(n, users)]), "goal_at_10000": 1.2,
+             "load_average_1min": _spread(load)}
             for n, users in layouts]
 
 
@@ -353,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="C for runner_vs_ideal (repeatable; default 1, 4, 16)")
     parser.add_argument("--growth-sizes", type=int, nargs="*", default=[10_000, 100_000],
                         help="store sizes N for write_growth (memories already stored); none skips it")
+    parser.add_argument("--synchronous", choices=["NORMAL", "FULL"], default="NORMAL",
+                        help="write_growth: the stores' SQLite synchronous level (the engine's default: NORMAL)")
     parser.add_argument("--only", choices=["sweep", "overhead", "runner", "growth", "minilm"], action="append", default=None,
                         help="run only these benchmarks (repeatable)")
     parser.add_argument("--units-per-connection", type=float, default=None, metavar="X",
@@ -381,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         else:  # `nox -s bench` installs neither model: say so rather than fail the other benchmarks
             results["minilm_throughput"] = "skipped: needs the minilm and minilm-torch extras"
     if "growth" in only and args.growth_sizes:
-        results["write_growth"] = write_growth(args.growth_sizes, 4 * args.writes, args.repeat)
+        results["write_growth"] = write_growth(args.growth_sizes, 4 * args.writes, args.repeat, args.synchronous)
     print(json.dumps(results, indent=2))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

@@ -18,8 +18,17 @@ interleave and readers in other threads only ever see committed state. A reader
 in the thread that holds an open write sees that write's uncommitted rows.
 A lock file keeps a second Store (in any process) off the same directory.
 
+Search is exact, except in a group of one user's memories of one kind past `_ann.ANN_MIN_ROWS` (4,096) live
+rows: there a small-k search ranks candidates by a sign sketch and scores them exactly, and may miss a true
+neighbour (recall measured in BENCHMARKS.md, issue 35). The sketch's centre is written in the write's own
+transaction, so SQLite alone still determines every answer.
+
+Durability: WAL with `synchronous=NORMAL` by default, durable against application crashes, not power loss
+(`synchronous="FULL"` for that); see `Store`.
+
 Modules: `_schema` (named migrations), `_vectors` (checks and BLOBs), `_index` (FAISS build, load,
-persist), `_tx` (WriteTx), `_store` (Store). All log to the one logger `hymem.store`.
+persist), `_ann` (the sign sketch of large groups), `_tx` (WriteTx), `_store` (Store). All log to the one
+logger `hymem.store`.
 """
 
 from __future__ import annotations

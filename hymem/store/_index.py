@@ -4,7 +4,8 @@ In memory the live vectors are grouped by (user, kind), each group a dense float
 id → row map. A search scores only the searched user's rows, and a write touches only the rows it changes
 (a removal moves the group's last row into the hole), so neither depends on how many memories the store
 holds. A group of thousands of rows also keeps a float16 copy that a search reads first (`_Group`), with answers
-equal to the exact scan's. On disk the index is one FAISS `IndexIDMap2(IndexFlatIP)` of every live vector, keyed
+equal to the exact scan's; past `_ann.ANN_MIN_ROWS` rows it also keeps a sign sketch per row, and a small-k search
+there is approximate (`_ann`). On disk the index is one FAISS `IndexIDMap2(IndexFlatIP)` of every live vector, keyed
 by memory id.
 
 The index file is persisted together with a sidecar holding the SQLite `generation` it reflects and a
@@ -20,6 +21,7 @@ other vectors is rebuilt.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import zlib
@@ -31,8 +33,11 @@ import faiss
 import numpy as np
 
 from hymem.failpoints import failpoint
+from hymem.store._ann import CENTRE_PREFIX, Centre, candidates, code_bytes, key_of, nearest_rows, sketch
 from hymem.store._schema import DB_FILE, LIVE
 from hymem.store._vectors import checksum_of, from_blob
+
+_log = logging.getLogger("hymem.store")
 
 INDEX_FILE = "hymem.faiss"
 SIDECAR_FILE = "hymem.faiss.json"  # generation, dim, size and crc32 of INDEX_FILE
@@ -51,7 +56,7 @@ class _Group:
     no row left out can beat them (an error bound), else it scans every row. So the answer is the exact scan's,
     at about half the memory traffic: the one cost of a write that grows with the writer's memories."""
 
-    __slots__ = ("half", "half_codes", "ids", "n", "norms", "rows", "vectors")
+    __slots__ = ("centre", "codes", "half", "half_codes", "ids", "n", "norms", "rows", "vectors")
 
     def __init__(self, dim: int, capacity: int = 4):
         self.vectors = np.empty((capacity, dim), dtype=np.float32)
@@ -61,16 +66,22 @@ class _Group:
         self.n = 0
         self.half: faiss.IndexScalarQuantizer | None = None  # built on the first search above _SCAN_ROWS
         self.half_codes = np.empty((0, dim), dtype=np.float16)  # a view of `half`'s codes, row for row
+        self.centre: Centre | None = None  # set past ANN_MIN_ROWS: then `codes` holds each row's sign sketch
+        self.codes = np.empty((0, 0), dtype=np.uint8)
 
     def add(self, memory_id: int, vector: np.ndarray) -> None:
         if self.n == len(self.ids):
             self.vectors = np.concatenate([self.vectors, np.empty_like(self.vectors)])
             self.ids = np.concatenate([self.ids, np.empty_like(self.ids)])
             self.norms = np.concatenate([self.norms, np.empty_like(self.norms)])
+            if self.centre is not None:
+                self.codes = np.concatenate([self.codes, np.empty_like(self.codes)])
             if self.half is not None:
                 self._resize_half()
         row = self.n
         self.vectors[row], self.ids[row] = vector, memory_id
+        if self.centre is not None:
+            self.codes[row] = sketch(self.vectors[row], self.centre.vector)[0]
         self.norms[row] = _norms(self.vectors[row : row + 1])[0]
         if self.half is not None:
             if self.norms[row] < _HALF_RANGE:
@@ -86,6 +97,8 @@ class _Group:
         if row != last:
             moved = int(self.ids[last])
             self.vectors[row], self.ids[row], self.norms[row] = self.vectors[last], moved, self.norms[last]
+            if self.centre is not None:
+                self.codes[row] = self.codes[last]
             if self.half is not None:
                 self.half_codes[row] = self.half_codes[last]
             self.rows[moved] = row
@@ -93,10 +106,21 @@ class _Group:
         if self.half is not None:
             self.half.ntotal = last
 
+    def set_centre(self, centre: Centre | None) -> None:
+        """Start (or, with a new centre, redo; with None, stop) keeping every row's sign sketch."""
+        self.centre = centre
+        if centre is None:
+            self.codes = np.empty((0, 0), dtype=np.uint8)
+            return
+        self.codes = np.empty((len(self.ids), code_bytes(self.vectors.shape[1])), dtype=np.uint8)
+        self.codes[: self.n] = sketch(self.vectors[: self.n], centre.vector)
+
     def top(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(ids, scores) of the k best rows by inner product, and of every row tied with the k-th, unordered; the
-        scores are the exact scan's."""
+        scores are the exact scan's. A group with a sketch centre answers a small k approximately (`_ann`)."""
         query = np.ascontiguousarray(query, dtype=np.float32)
+        if self.centre is not None and 16 * k < self.n:
+            return self._top_through_sketch(query, k)
         if self.n > _SCAN_ROWS and self.n > 8 * k:
             found = self._top_through_half(query, k)
             if found is not None:
@@ -106,6 +130,16 @@ class _Group:
             best = _best(scores, k)
             return self.ids[best], scores[best]
         return self.ids[: self.n].copy(), scores
+
+    def _top_through_sketch(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The best k (and ties) of the rows nearest the query by sign sketch, scored exactly (approximate)."""
+        assert self.centre is not None
+        rows = nearest_rows(self.codes[: self.n], sketch(query, self.centre.vector)[0], candidates(k))
+        scores = _inner_products(np.ascontiguousarray(self.vectors[rows]), query, len(rows))
+        if len(rows) > k:
+            best = _best(scores, k)
+            return self.ids[rows[best]], scores[best]
+        return self.ids[rows], scores
 
     def _top_through_half(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray] | None:
         """The exact top k from the float16 copy's best 8k rescored, or None when a row outside them could win."""
@@ -186,6 +220,7 @@ class VectorIndex:
         self.d = dim
         self._groups: dict[tuple[str, str], _Group] = {}
         self._where: dict[int, tuple[str, str]] = {}  # memory id -> its group's key
+        self._centres: dict[tuple[str, str], Centre] = {}  # SQLite's sketch centres, kept while a group is empty
 
     @property
     def ntotal(self) -> int:
@@ -201,6 +236,7 @@ class VectorIndex:
         group = self._groups.get(key)
         if group is None:
             group = self._groups[key] = _Group(self.d)
+            group.set_centre(self._centres.get(key))
         group.add(memory_id, vector)
         self._where[memory_id] = key
 
@@ -220,6 +256,41 @@ class VectorIndex:
         scores = np.concatenate([f[1] for f in found])
         order = np.lexsort((ids, -scores))[:k]
         return [(int(ids[i]), float(scores[i])) for i in order]
+
+    def centre(self, key: tuple[str, str]) -> Centre | None:
+        """The (user_id, kind) group's sketch centre, or None (exact search only)."""
+        return self._centres.get(key)
+
+    def centres(self) -> dict[tuple[str, str], Centre]:
+        return dict(self._centres)
+
+    def set_centre(self, key: tuple[str, str], centre: Centre) -> None:
+        """Give the group a (new) sketch centre: every row's sketch is recomputed."""
+        self._centres[key] = centre
+        if key in self._groups:
+            self._groups[key].set_centre(centre)
+
+    def group_size(self, key: tuple[str, str]) -> int:
+        group = self._groups.get(key)
+        return 0 if group is None else group.n
+
+    def group_members(self, key: tuple[str, str]) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, vectors) of the group's live rows (views: copy before the index changes)."""
+        group = self._groups.get(key)
+        if group is None:
+            return np.empty(0, dtype=np.int64), np.empty((0, self.d), dtype=np.float32)
+        return group.ids[: group.n], group.vectors[: group.n]
+
+    def sketch_problems(self) -> list[str]:
+        """Groups whose rows' sketches differ from their vectors' under the group's centre."""
+        problems = []
+        for key, group in self._groups.items():
+            if group.centre is not self._centres.get(key):
+                problems.append(f"group {key} does not use the sketch centre recorded for it")
+            elif group.centre is not None and not np.array_equal(
+                    group.codes[: group.n], sketch(group.vectors[: group.n], group.centre.vector)):
+                problems.append(f"group {key}: a row's sketch differs from its vector's")
+        return problems
 
     def vector(self, memory_id: int) -> np.ndarray | None:
         key = self._where.get(memory_id)
@@ -246,12 +317,14 @@ class VectorIndex:
         return index
 
     @classmethod
-    def from_rows(cls, dim: int, rows: Iterable[tuple[int, str, str, np.ndarray]]) -> VectorIndex:
-        """An index of (id, user_id, kind, vector) rows, each group sized to fit."""
+    def from_rows(cls, dim: int, rows: Iterable[tuple[int, str, str, np.ndarray]],
+                  centres: dict[tuple[str, str], Centre] | None = None) -> VectorIndex:
+        """An index of (id, user_id, kind, vector) rows, each group sized to fit, with SQLite's sketch centres."""
         by_key: dict[tuple[str, str], list[tuple[int, np.ndarray]]] = {}
         for mid, user_id, kind, vector in rows:
             by_key.setdefault((user_id, kind), []).append((mid, vector))
         index = cls(dim)
+        index._centres = dict(centres or {})
         for key, members in by_key.items():
             group = _Group(dim, capacity=max(4, len(members)))
             group.vectors[: len(members)] = np.stack([v for _, v in members])
@@ -259,6 +332,7 @@ class VectorIndex:
             group.rows = {m: row for row, (m, _) in enumerate(members)}
             group.n = len(members)
             group.norms[: group.n] = _norms(group.vectors[: group.n])
+            group.set_centre(index._centres.get(key))
             index._groups[key] = group
             index._where.update(dict.fromkeys(group.rows, key))
         return index
@@ -271,9 +345,22 @@ def _live_rows(conn: sqlite3.Connection, dim: int) -> Iterator[tuple[int, str, s
             yield mid, user_id, kind, from_blob(blob, dim, mid)
 
 
+def read_centres(conn: sqlite3.Connection, dim: int) -> dict[tuple[str, str], Centre]:
+    """The sketch centres SQLite records (`meta` rows "ann:[user_id, kind]"); a row that does not decode to this
+    dim is skipped (its group is searched exactly), the same way on every open."""
+    centres = {}
+    for key, value in conn.execute("SELECT key, value FROM meta WHERE substr(key, 1, ?) = ?",
+                                   (len(CENTRE_PREFIX), CENTRE_PREFIX)):
+        try:
+            centres[key_of(key)] = Centre.from_meta(value, dim)
+        except (ValueError, KeyError, TypeError) as e:
+            _log.warning("ignoring sketch centre %s: %s", key, e)
+    return centres
+
+
 def build_index(conn: sqlite3.Connection, dim: int) -> VectorIndex:
     """A fresh index of every live memory's vector."""
-    return VectorIndex.from_rows(dim, _live_rows(conn, dim))
+    return VectorIndex.from_rows(dim, _live_rows(conn, dim), read_centres(conn, dim))
 
 
 def rebuilt_index(directory: Path, dim: int) -> VectorIndex:
@@ -323,7 +410,8 @@ def load_index(directory: Path, conn: sqlite3.Connection, dim: int,
     live = conn.execute(f"SELECT id, user_id, kind FROM memories WHERE {LIVE} ORDER BY id").fetchall()
     if len(live) != len(position) or any(mid not in position for mid, _, _ in live):
         return None, "index ids differ from live rows"
-    return VectorIndex.from_rows(dim, ((mid, user_id, kind, vectors[position[mid]]) for mid, user_id, kind in live)), None
+    return VectorIndex.from_rows(dim, ((mid, user_id, kind, vectors[position[mid]]) for mid, user_id, kind in live),
+                                 read_centres(conn, dim)), None
 
 
 def persist_index(directory: Path, index: VectorIndex, generation: int, dim: int, *, durable: bool = True) -> None:

@@ -19,7 +19,8 @@ import numpy as np
 
 from hymem.failpoints import failpoint
 from hymem.models import Memory
-from hymem.store._index import INDEX_FILE, apply_changes, build_index, load_index, persist_index
+from hymem.store._ann import Centre, centre_key, wants_centre
+from hymem.store._index import INDEX_FILE, apply_changes, build_index, load_index, persist_index, read_centres
 from hymem.store._schema import DB_FILE, KINDS, LIVE, MEMORY_COLUMNS, migrate
 from hymem.store._tx import WriteTx
 from hymem.store._vectors import add_to_checksum, checksum_of, query_vector
@@ -50,11 +51,17 @@ def _memory(row: tuple, score: float | None = None) -> Memory:
 class Store:
     """Memories, L1 history, episodes, profiles, traces and idempotency records of all users."""
 
-    def __init__(self, path: str | os.PathLike, dim: int, *, persist_every: int = 100, synchronous: str = "FULL"):
-        """`synchronous`: SQLite's, in WAL mode. FULL (default) makes every commit durable on power loss;
-        NORMAL skips the per-commit fsync and stays consistent and all-or-nothing across a process crash
-        (kill -9), losing only the last commits on a power loss or OS crash: for scratch stores (sweeps). Under
-        NORMAL the FAISS index file is persisted without fsync too: after a power loss it is checked and rebuilt."""
+    def __init__(self, path: str | os.PathLike, dim: int, *, persist_every: int = 100, synchronous: str = "NORMAL"):
+        """`synchronous`: SQLite's, in WAL mode; which failures a commit that returned survives.
+
+        NORMAL (default): a crash of the application (an exception, kill -9, the OOM killer). COMMIT appends the
+        transaction to the WAL file through the OS, which keeps it whatever happens to the process; the WAL is
+        fsynced only at checkpoints. A power loss or OS crash can lose the last commits (never part of one: the
+        store stays consistent and each write all-or-nothing). The FAISS index file is then persisted without
+        fsync too: after a power loss it is checked and rebuilt.
+        FULL: power loss and OS crashes as well, at one fsync (fdatasync of the WAL) per commit. The writer then
+        sleeps on the disk, and on a busy machine waits for the scheduler to run it again: issue 35 measured
+        writes of exactly one and two 4 ms scheduler ticks. Ask for it when the last writes must survive power loss."""
         if not isinstance(dim, int) or dim <= 0:
             raise ValueError(f"dim must be a positive int, got {dim!r}")
         if synchronous not in ("FULL", "NORMAL"):
@@ -239,6 +246,14 @@ class Store:
 
     def _commit(self, changes: dict[int, tuple[str, str, np.ndarray] | None], checksum_delta: int) -> None:
         try:
+            # a group this write makes large gets its sketch centre in the same transaction (`_ann`)
+            centres = {} if self._needs_rebuild else self._due_centres(changes)
+            for key, centre in centres.items():
+                self._conn.execute("INSERT INTO meta (key, value) VALUES (?, ?)"
+                                   " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                                   (centre_key(*key), centre.to_meta()))
+            if centres:
+                failpoint("store.sketch_centre")
             # the generation is counted in the transaction itself: no process can reuse a number
             if checksum_delta:  # and the live vectors' checksum moved by the same statement
                 (checksum,) = self._conn.execute("SELECT value FROM meta WHERE key = 'vectors_checksum'").fetchone()
@@ -265,6 +280,8 @@ class Store:
                 if pending:
                     raise RuntimeError("index awaits a rebuild")
                 apply_changes(self._index, changes)
+                for key, centre in centres.items():
+                    self._index.set_centre(key, centre)
                 failpoint("store.after_faiss")
                 self._needs_rebuild = False
             except Exception:
@@ -276,6 +293,33 @@ class Store:
                 self._persist_if_changed()
         finally:
             self._lock.release()
+
+    def _due_centres(self, changes: dict[int, tuple[str, str, np.ndarray] | None]) -> dict[tuple[str, str], Centre]:
+        """The sketch centres this write computes: for each group it adds to that it leaves at `ANN_MIN_ROWS` rows
+        or more, with no centre yet or one computed over a quarter of its rows or fewer; each the mean of the
+        group's live vectors as they will be after COMMIT."""
+        leaving: dict[tuple[str, str], set[int]] = {}
+        arriving: dict[tuple[str, str], list[np.ndarray]] = {}
+        for memory_id, live in changes.items():
+            placed = self._index.placement(memory_id)
+            if placed is not None:
+                leaving.setdefault(placed, set()).add(memory_id)
+            if live is not None:
+                arriving.setdefault((live[0], live[1]), []).append(live[2])
+        due = {}
+        for key, added in arriving.items():
+            gone = leaving.get(key, set())
+            rows_after = self._index.group_size(key) - len(gone) + len(added)
+            current = self._index.centre(key)
+            if not wants_centre(rows_after, None if current is None else current.rows, self.dim):
+                continue
+            ids, vectors = self._index.group_members(key)
+            total = vectors.sum(axis=0, dtype=np.float64) + np.sum(added, axis=0, dtype=np.float64)
+            if gone:
+                total -= vectors[np.isin(ids, np.fromiter(gone, dtype=np.int64, count=len(gone)))].sum(
+                    axis=0, dtype=np.float64)
+            due[key] = Centre((total / rows_after).astype(np.float32), rows_after)
+        return due
 
     # reads
 
@@ -405,4 +449,7 @@ class Store:
                 elif not np.array_equal(indexed, np.frombuffer(blob, dtype=np.float32)):
                     problems.append(f"live memory {mid}: indexed vector differs from its SQLite BLOB")
             problems += [f"index id {mid} has no live row" for mid in sorted(set(index.ids()) - live)]
+            if index.centres() != read_centres(self._conn, self.dim):
+                problems.append("the index's sketch centres differ from those SQLite records")
+            problems += index.sketch_problems()
         return problems
