@@ -214,7 +214,7 @@ def test_a_bad_units_record_stops_resume_and_keeps_the_manifest(finished_run, tm
 
 
 def test_a_resume_that_crashes_leaves_a_finished_manifest_as_it_was(finished_run, tmp_path, monkeypatch):
-    import evals.run.runner
+    import evals.pipeline
 
     run = tmp_path / "run"
     shutil.copytree(finished_run, run)
@@ -223,7 +223,7 @@ def test_a_resume_that_crashes_leaves_a_finished_manifest_as_it_was(finished_run
     def crash(*args, **kwargs):
         raise RuntimeError("the report crashed")
 
-    monkeypatch.setattr(evals.run.runner, "report_run", crash)
+    monkeypatch.setattr(evals.pipeline, "report_run", crash)
     with pytest.raises(RuntimeError, match="the report crashed"):
         main(_run("--dataset", str(finished_run.parent / "d.jsonl"), "--out", str(run), "--resume"))
     assert (run / "manifest.json").read_bytes() == manifest

@@ -7,8 +7,9 @@ import sys
 import threading
 from typing import Any
 
+import hymem.embedder as hymem_embedder  # called through the module: a test replaces make_embedder to prove no model loads early
 from evals.core.errors import UsageError
-from hymem.embedder import MINILM_INSTALL, make_embedder, minilm_available
+from hymem.embedder import MINILM_INSTALL, minilm_available
 
 
 class _SharedEmbedder:
@@ -59,7 +60,7 @@ def resolve_embedder(spec: str | None) -> tuple[str, Any]:
 
     spec = embedder_spec(spec)
     try:
-        return spec, _SharedEmbedder(make_embedder(spec))
+        return spec, _SharedEmbedder(hymem_embedder.make_embedder(spec))
     except (ValueError, TypeError, RuntimeError) as exc:
         raise UsageError(f"--embedder: {exc}") from exc
     except OpenAIError as exc:  # an endpoint's dimension probe failed (unreachable, refused, no such model)

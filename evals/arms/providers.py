@@ -20,7 +20,8 @@ from urllib.parse import urlparse
 import dspy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from evals.arms.local_server import LocalServerError, LocalSettings, endpoint_for, model_file, served_name
+from evals.arms import local_server  # called through the module: tests stand a fake server in for llama.cpp
+from evals.arms.local_server import LocalServerError, LocalSettings
 from evals.arms.oracle import oracle_factory
 from evals.arms.slots import ConnectionSlots, Slots
 from evals.cases.dataset import Case
@@ -62,7 +63,7 @@ class ProviderConfig(BaseModel):
     def _local_defaults(self) -> ProviderConfig:
         """A local model is served under its own name; without a model the provider has nothing to call."""
         if self.local is not None:
-            self.model = self.model or f"openai/{served_name(self.local)}"
+            self.model = self.model or f"openai/{local_server.served_name(self.local)}"
             if self.structured is None:
                 self.structured = "json_schema"  # llama.cpp constrains decoding to the schema
             if self.max_tokens is None:
@@ -131,7 +132,7 @@ class ProviderConfig(BaseModel):
             spec.pop("api_base")
             spec["local"] = self.local
             with contextlib.suppress(Exception):
-                spec["local_file"] = model_file(self.local).name
+                spec["local_file"] = local_server.model_file(self.local).name
         return {k: v for k, v in spec.items() if v is not None}
 
 
@@ -268,7 +269,7 @@ class Provider:
 
             try:
                 settings = LocalSettings(max_tokens=max(config.max_tokens or 0, LOCAL_MAX_TOKENS))  # a safety net
-                config = self.config = config.model_copy(update={"api_base": endpoint_for(config.local, settings)})
+                config = self.config = config.model_copy(update={"api_base": local_server.endpoint_for(config.local, settings)})
             except LocalServerError as exc:
                 raise ValueError(f"--lm {config.name}: {exc}") from None
         if (local := config.local) is not None:

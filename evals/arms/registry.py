@@ -9,10 +9,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import hymem.embedder as hymem_embedder  # called through the module, as evals.arms.embedders does
 from evals.arms.base import DEFAULT_SYSTEM, Arm, arm_label
 from evals.arms.providers import api_key
 from evals.faults.plan import SITES, kinds_for
-from hymem.embedder import embedder_dim, make_embedder
+from hymem.embedder import embedder_dim
 from hymem.offline import MODEL as OFFLINE_MODEL
 
 SYSTEMS = ("hymem", "mem0")
@@ -76,7 +77,7 @@ def _embed_endpoint(spec: str) -> tuple[Any, int]:
         if not key:
             raise ValueError("--embedder openai: set OPENAI_API_KEY in the environment")
         endpoint = Endpoint(url or _DEFAULT_URLS["openai"], model or "text-embedding-3-small", key)
-        return endpoint, embedder_dim(make_embedder(spec))
+        return endpoint, embedder_dim(hymem_embedder.make_embedder(spec))
     raise ValueError(f"--system mem0 --embedder {spec}: use hash, minilm or openai[/MODEL][@URL]")
 
 
