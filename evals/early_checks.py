@@ -47,13 +47,15 @@ def embedder_problem(spec: str | None) -> str | None:
 
 
 def matcher_problem(spec: str | None, providers_file: Path | None = None) -> str | None:
-    """`--matcher` as `evals.scoring.matchers.make_matcher` takes it: semantic, text or llm:MODEL_SPEC."""
+    """`--matcher` as `evals.scoring.matchers.make_matcher` takes it: semantic, semantic-<frozen>, text or llm:MODEL_SPEC."""
     if spec is None:
         return None
     from evals.cli import MATCHER_SPECS_HELP as SPECS_HELP  # the matchers' own (a test checks), without their imports
 
     spec = spec.strip()
-    if spec in ("semantic", "text"):
+    frozen = Path(__file__).with_name("scoring") / "rules" / "frozen"  # evals.scoring.rulebook's, without its imports
+    if spec in ("semantic", "text") or (spec.startswith("semantic-") and frozen.is_dir()
+                                        and spec[9:] in {p.name for p in frozen.iterdir() if (p / "params.json").is_file()}):
         return None
     if spec.startswith("llm:") and spec[4:].strip():
         return None  # the judge's model spec is checked as --lm is, when the judge is made

@@ -369,10 +369,10 @@ def _systems(config: RunConfig) -> list[str]:
 
 def make_matcher_spec(spec: str | None) -> str:
     """The --matcher spec the run will score with, checked before any work (a bad spec is exit 2)."""
-    from evals.scoring.matchers import MatcherSpecError, default_spec
+    from evals.scoring.matchers import MatcherSpecError, default_spec, local_spec
 
     spec = (spec or default_spec()).strip()
-    if spec not in ("text", "semantic") and not (spec.startswith("llm:") and spec[4:].strip()):
+    if not local_spec(spec) and not (spec.startswith("llm:") and spec[4:].strip()):
         raise MatcherSpecError(f"--matcher: unknown spec {spec!r}")
     return spec
 

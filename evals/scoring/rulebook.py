@@ -129,7 +129,7 @@ class RuleSet:
         return dict(entry)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def rule_set(directory: Path, name: str) -> RuleSet:
     return RuleSet(directory, name)
 
