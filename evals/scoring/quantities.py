@@ -14,6 +14,8 @@ import re
 import unicodedata
 from types import SimpleNamespace
 
+import cn2an
+
 from evals.scoring.rulebook import RuleSet, compiled
 
 _YEAR = 365.25 * 86400
@@ -44,6 +46,7 @@ _ZH_CLOCK = re.compile(r"(早上|上午|早晨|凌晨|中午|下午|晚上|傍�
 
 
 _EN_TENS = "twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety"
+_CN2AN_UNREAD = {"俩": 2.0, "百": 100.0, "千": 1000.0}  # numerals that cn2an does not read on their own
 
 def _build(r: RuleSet) -> SimpleNamespace:
     """This module's words, tables and the patterns made of them, from the rule files (`evals.scoring.rulebook`)."""
@@ -74,7 +77,7 @@ def _build(r: RuleSet) -> SimpleNamespace:
         EN_UNITS=en_units, ZH_UNITS=zh_units, EN_NUMBER_WORDS=number_words, EN_ORDINALS=ordinals,
         EN_SCALE=r.table("en", "quantities.scale"), FRACTIONS=r.table("en", "quantities.fractions"),
         FREQUENCY=frozenset(r.words("en", "quantities.frequency_units")),
-        ZH_DIGIT=r.table("zh", "quantities.digits"), EN_PERIODS=en_periods, EN_PERIOD_ADVERBS=en_period_adverbs,
+        EN_PERIODS=en_periods, EN_PERIOD_ADVERBS=en_period_adverbs,
         ZH_PERIODS=r.table("zh", "quantities.periods"),
         POUND=en_units["lb"][1],  # kilograms per pound
         ZH_UNIT_RE="|".join(sorted(map(re.escape, zh_units), key=len, reverse=True)),
@@ -136,22 +139,13 @@ def _ordinal(m: re.Match[str]) -> str:
 
 
 def _zh_value(chunk: str) -> float:
+    """A Chinese numeral's value, read by cn2an ("两千五" 2500, "一百五" 150); 半 is a half."""
     if chunk == "半":
         return 0.5
-    total, section, current, unit = 0.0, 0.0, 0.0, 0.0
-    for ch in chunk:
-        if ch in _k().ZH_DIGIT:
-            current = _k().ZH_DIGIT[ch]
-        elif ch in "万亿":
-            total += (section + current) * (10000 if ch == "万" else 1e8)
-            section, current, unit = 0, 0, (10000 if ch == "万" else 1e8)
-        else:
-            unit = {"十": 10, "百": 100, "千": 1000}[ch]
-            section += (current or 1) * unit
-            current = 0
-    if current and chunk[-2:-1] in ("百", "千", "万", "亿"):
-        current *= unit / 10  # "两千五" is 2500, "三万五" 35000, "一百五" 150
-    return total + section + current
+    try:
+        return float(cn2an.cn2an(chunk, "smart"))
+    except ValueError:
+        return _CN2AN_UNREAD.get(chunk, 0.0)
 
 
 def _number(chunk: str) -> float:
