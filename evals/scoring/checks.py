@@ -61,6 +61,13 @@ def _build(r: RuleSet) -> SimpleNamespace:
         ZH_NAME_TAGS=frozenset(r.words("zh", "checks.name_tags")),
         ZH_NOT_NAME=frozenset(r.words("zh", "checks.not_name")),
         SKIPPABLE=skippable_words(),
+        ORDINAL_NOUNS=r.alternatives("en", "checks.ordinal_nouns"),
+        EN_RELATION_RE=re.compile(
+            rf"(?i)(?:(?:'s|s'|\b(?:{r.alternatives('en', 'checks.possessives')})|\b(?:has|have|had)\s+(?:a|an|one|two|three|"
+            rf"four|\d+))\s+(?:(?!ex-|former\b)[\w-]+\s+){{0,2}}?|^\W*)(?P<ex>ex-|former\s+)?(?P<rel>{_EN_RELATIONS})\b|"
+            rf"\b(?P<ex2>ex-|former\s+)?(?P<rel2>{_EN_RELATIONS})\s+of\s+(?:the\s+)?(?:user|assistant|(?-i:[A-Z]\w+))\b"),
+        ZH_RELATION_RE=re.compile(rf"(?:(?:{r.alternatives('zh', 'checks.possessors')}|{_ZH_RELATIONS})的?|有(?:[一两二三四五六七八九]|\d+)?[个位名]?|^\W*)"
+                                  rf"(?:大|小|亲|好|老)?(前)?({_ZH_RELATIONS})"),
     )
 
 
@@ -155,7 +162,7 @@ def numbers(text: str) -> tuple[float, ...]:
     prev_end = None
     for m in k.EN_NUMBER_RE.finditer(t):
         word = m.group(1).casefold()
-        if word in ("second", "first") and not re.search(rf"(?i)\b{word}\s+(?:time|child|son|daughter|floor|year)", t):
+        if word in ("second", "first") and not re.search(rf"(?i)\b{word}\s+(?:{k.ORDINAL_NOUNS})", t):
             continue
         value = k.EN_NUMBERS[word] + (k.EN_NUMBERS[m.group(2).casefold()] if m.group(2) else 0)
         if word in ("hundred", "thousand") and found and prev_end is not None and t[prev_end:m.start()].strip() == "":
@@ -294,11 +301,6 @@ def name_substitution(a: str, b: str) -> bool:
 # A relation word counts where it names someone's relative or acquaintance: after a possessive ("the user's
 # mother", "their boss", 用户的妈妈, 朋友的妈妈), after "has a" (用户有个哥哥), or opening the sentence ("Mother is a
 # nurse", 母亲是护士); not "the manager of a hotel", "works as a manager" or 面包店的老板.
-_EN_RELATION_RE = re.compile(rf"(?i)(?:(?:'s|s'|\b(?:my|his|her|their|your|our|its|whose)|\b(?:has|have|had)\s+(?:a|an|one|two|three|"
-                             rf"four|\d+))\s+(?:(?!ex-|former\b)[\w-]+\s+){{0,2}}?|^\W*)(?P<ex>ex-|former\s+)?(?P<rel>{_EN_RELATIONS})\b|"
-                             rf"\b(?P<ex2>ex-|former\s+)?(?P<rel2>{_EN_RELATIONS})\s+of\s+(?:the\s+)?(?:user|assistant|(?-i:[A-Z]\w+))\b")
-_ZH_RELATION_RE = re.compile(rf"(?:(?:用户|我|他|她|自己|其|{_ZH_RELATIONS})的?|有(?:[一两二三四五六七八九]|\d+)?[个位名]?|^\W*)"
-                             rf"(?:大|小|亲|好|老)?(前)?({_ZH_RELATIONS})")
 _EN_KIN_PAIR = re.compile(rf"(?i)\b({_EN_RELATIONS})'s\s+({_EN_RELATIONS})\b")
 _ZH_KIN_PAIR = re.compile(rf"({_ZH_RELATIONS})的?({_ZH_RELATIONS})")
 
@@ -317,8 +319,8 @@ def relations(text: str) -> frozenset[str]:
     """The relations a sentence names someone by (folded, kin composed)."""
     t = _kin_composed(text)
     found = [("ex-" if m.group("ex") or m.group("ex2") else "") + RELATION_FOLD.get(r := (m.group("rel") or m.group("rel2")).casefold(), r)
-             for m in _EN_RELATION_RE.finditer(t)]
-    return frozenset(found + [former + RELATION_FOLD.get(r, r) for former, r in _ZH_RELATION_RE.findall(t)])
+             for m in _k().EN_RELATION_RE.finditer(t)]
+    return frozenset(found + [former + RELATION_FOLD.get(r, r) for former, r in _k().ZH_RELATION_RE.findall(t)])
 
 
 def mentioned_relations(text: str) -> frozenset[str]:

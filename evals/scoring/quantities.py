@@ -72,6 +72,7 @@ def _build(r: RuleSet) -> SimpleNamespace:
     # "every other", "every six", "every second"
     en_every = rf"(?:every|each)\s+(?:(?P<k>other|second|third|{en_count_number})\s+)?"
     zh_count_number = r"\d+(?:\.\d+)?|[一二两三四五六七八九十百半]+"
+    not_after = "".join(rf"(?<!\b{w}\s)" for w in r.words("en", "quantities.not_a_rate_before"))  # "for a day", "only a week"
     measure = "".join(r.words("zh", "quantities.measure_words"))
     return SimpleNamespace(
         EN_UNITS=en_units, ZH_UNITS=zh_units, EN_NUMBER_WORDS=number_words, EN_ORDINALS=ordinals,
@@ -112,10 +113,10 @@ def _build(r: RuleSet) -> SimpleNamespace:
         EN_FREQUENCY=re.compile(
             rf"(?<![\w.])(?:{en_count}(?:\s+(?:(?:a|an|per|a\s+single)\s+|{en_every})(?P<p1>{en_period})|[\s-]*(?P<a1>{en_adverb}))"
             rf"|(?:{en_every.replace('?P<k>', '?P<k2>')}|per\s+)(?P<p2>{en_period})"
-            rf"|(?<!\bfor\s)(?<!\bin\s)(?<!\bwithin\s)(?<!\bafter\s)(?<!\bhalf\s)(?<!\bonly\s)(?<!\bjust\s)\ban?\s+(?P<p3>day|night|week|month|year)"
+            rf"|{not_after}\ban?\s+(?P<p3>day|night|week|month|year)"
             # "a day" ends its phrase ("two cups a day", "8 hours a day on weekdays"): not "a night owl", "a day trip"
-            rf"(?!\s+(?:and\s+a\s+half|old|ago|later|earlier|before|after)\b)"
-            rf"(?=\s*(?:[.,;:!?)]|$|(?:on|at|for|and|but|to|with|during|since|as|so|while|when|because|until)\b))"
+            rf"(?!\s+(?:{r.alternatives('en', 'quantities.not_a_rate_after')})\b)"
+            rf"(?=\s*(?:[.,;:!?)]|$|(?:{r.alternatives('en', 'quantities.phrase_end')})\b))"
             rf"|(?P<a2>{en_adverb}))\b", re.IGNORECASE),
         ZH_FREQUENCY=re.compile(
             # 每周两次, 每周去两次, 一周游两次泳, 每两周一次, 每隔一天一次, 两周一次, 三天一次

@@ -147,6 +147,8 @@ def _build(r: RuleSet) -> SimpleNamespace:
         EN_HEAD_END=frozenset(r.words("en", "semantic.head_end")),
         EN_PREPOSITION=frozenset(r.words("en", "semantic.preposition")),
         ZH_IDENTITY=re.compile(rf"(?:{r.alternatives('zh', 'semantic.identity')})$"),
+        BY_AGENT=re.compile(rf"\bby\s+(?:(?:{r.alternatives('en', 'semantic.agent_determiners')})\s+)?(?:\w+\s+){{0,2}}?([A-Za-z][\w'-]*)\b"
+                            rf"(?=\s*(?:[,.;]|$|\s+(?:{r.alternatives('en', 'semantic.agent_followers')})\b))"),
     )
 
 
@@ -427,8 +429,6 @@ def _displaced(a: _Prepared, b: _Prepared) -> bool:
             and not re.match(r"\s*(?:'s?\b|的)", a.predicate))  # "The user's luggage was lost": the user owns, not acts
 
 
-_BY_AGENT = re.compile(r"\bby\s+(?:(?:the|a|an|his|her|their|its|my|our)\s+)?(?:\w+\s+){0,2}?([A-Za-z][\w'-]*)\b"
-                       r"(?=\s*(?:[,.;]|$|\s+(?:at|in|on|for|to|with|from|of|about|after|before|last|every|this|next)\b))")
 _ZH_FILLER = re.compile(r"[了过着\W]")
 
 
@@ -446,7 +446,7 @@ def _voice_swapped(a: _Prepared, b: _Prepared) -> bool:
         return Counter(_ZH_FILLER.sub("", a.predicate.replace("被", "", 1))) == Counter(_ZH_FILLER.sub("", b.predicate))
     if a.words_in_order.passive is None or b.words_in_order.passive is not None:
         return False
-    if (agent := _BY_AGENT.search(a.predicate)) is None:
+    if (agent := _k().BY_AGENT.search(a.predicate)) is None:
         return False
     head = agent.group(1).casefold()
     words = [w.casefold().removesuffix("'s") for w in re.findall(r"[A-Za-z][\w'-]*", b.predicate)]
