@@ -41,7 +41,6 @@ _ZH_AGE_YEARS_MONTHS = re.compile(r"(\d+|[一二两三四五六七八九十]+)�
 _ZH_AND_A_HALF = re.compile(r"(\d+|[一二两三四五六七八九十]+)个半(小时|钟头|月)")
 # "一米八" is 1.8 m, "一米五二" 1.52 m, "一米零五" 1.05 m: the digits after 米 are its decimals
 _ZH_METRES = re.compile(r"(\d|[一二两])米([零〇一二三四五六七八九]|\d)([零〇一二三四五六七八九]|\d)?(?![\d零一二三四五六七八九十百千万米])")
-_ZH_CLOCK = re.compile(r"(早上|上午|早晨|凌晨|中午|下午|晚上|傍晚|夜里)?(\d{1,2}|[一二两三四五六七八九十]{1,3})点(半|(\d{1,2})分)?")
 
 
 
@@ -74,6 +73,7 @@ def _build(r: RuleSet) -> SimpleNamespace:
     zh_count_number = r"\d+(?:\.\d+)?|[一二两三四五六七八九十百半]+"
     not_after = "".join(rf"(?<!\b{w}\s)" for w in r.words("en", "quantities.not_a_rate_before"))  # "for a day", "only a week"
     measure = "".join(r.words("zh", "quantities.measure_words"))
+    clock_am, clock_pm = r.words("en", "quantities.clock_parts_am"), r.words("en", "quantities.clock_parts_pm")
     return SimpleNamespace(
         EN_UNITS=en_units, ZH_UNITS=zh_units, EN_NUMBER_WORDS=number_words, EN_ORDINALS=ordinals,
         EN_SCALE=r.table("en", "quantities.scale"), FRACTIONS=r.table("en", "quantities.fractions"),
@@ -102,7 +102,10 @@ def _build(r: RuleSet) -> SimpleNamespace:
         WORD_CLOCK=re.compile(
             rf"\b(?:(?P<minutes>half|(?:a\s+)?quarter|five|ten|twenty|twenty[\s-]five|\d{{1,2}})(?:\s+minutes)?\s+(?P<rel>past|to)\s+)?"
             rf"(?P<hour>{r.alternatives('en', 'quantities.hours')}|\d{{1,2}})(?P<oclock>\s+o'clock)?"
-            rf"(?:\s+(?P<part>in the morning|in the afternoon|in the evening|at night|tonight))?\b", re.IGNORECASE),
+            rf"(?:\s+(?P<part>{'|'.join(clock_am + clock_pm)}))?\b", re.IGNORECASE),
+        CLOCK_PM=frozenset(clock_pm),
+        AFTER_NOON=frozenset(r.words("en", "quantities.after_noon") + r.words("zh", "quantities.after_noon")),
+        ZH_CLOCK=re.compile(rf"({r.alternatives('zh', 'quantities.clock_parts')})?(\d{{1,2}}|[一二两三四五六七八九十]{{1,3}})点(半|(\d{{1,2}})分)?"),
         # a height in feet and inches, one length: "six foot two", "5 ft 10 in", "5'10\"", "6 feet 2 inches"
         EN_FEET_INCHES=re.compile(rf"(?i)(?<![\w.])(?P<ft>\d+|{en_small_number})\s*(?:foot|feet|ft\.?|'|′)\s*(?:and\s+)?"
                                   rf"(?P<in>\d+(?:\.\d+)?|{en_small_number})\s*(?:inches\b|inch\b|in\b|\"|″)?(?![\w'])"),
@@ -171,7 +174,7 @@ def _en_words_value(words: str) -> float:
 
 def _hour(h: float, minutes: float, meridiem: str) -> float:
     m = meridiem.casefold().replace(".", "")
-    if m in ("pm", "下午", "晚上", "傍晚", "夜里") and h < 12:
+    if m in _k().AFTER_NOON and h < 12:
         h += 12
     if m in ("am",) and h == 12:
         h = 0
@@ -270,7 +273,7 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
             if m.group("rel").casefold() == "to":
                 hour, minutes = hour - 1, 60 - minutes
         part = (m.group("part") or "").casefold()
-        meridiem = "pm" if part in ("in the afternoon", "in the evening", "at night", "tonight") and hour != 12 else ""
+        meridiem = "pm" if part in _k().CLOCK_PM and hour != 12 else ""
         if part == "at night" and hour < 5:
             meridiem = ""
         found.append(("clock", _hour(hour % 24, minutes, meridiem)))
@@ -284,7 +287,7 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
         found.append(("clock", _hour(hour, minutes, m.group(1) or "")))
         return " "
 
-    t = _ZH_CLOCK.sub(zh_clock, t)
+    t = _k().ZH_CLOCK.sub(zh_clock, t)
     t, rates = _strip_frequencies(t)
     found += [("rate", r) for r in rates]
     # "一个半小时" (1.5 hours) and "一米八" (1.8 m), then Chinese numerals (with an optional 个 and a
