@@ -14,8 +14,8 @@ from evals.core.urls import url_problem
 
 # evals.scoring.matchers.SPECS_HELP, repeated so that building the parser imports no scorer (scipy, pandas): a bad
 # flag answers at once. tests/test_cli_latency.py checks the two agree.
-MATCHER_SPECS_HELP = ("semantic (default: e5 and MiniLM, thesauri, explicit near-miss checks) | text (fast, no model) | "
-                      "llm:MODEL_SPEC (an LLM judge)")
+MATCHER_SPECS_HELP = ("semantic (default: e5 and MiniLM, thesauri, explicit near-miss checks) | semantic-v1 (semantic frozen "
+                      "as of issue 33: its own rule files and weights) | text (fast, no model) | llm:MODEL_SPEC (an LLM judge)")
 
 EMBEDDER_NAMES = ("hash", "minilm", "minilm-torch", "e5")
 
@@ -35,11 +35,13 @@ def embedder_problem(spec: str | None) -> str | None:
 
 
 def matcher_problem(spec: str | None, providers_file: Path | None = None) -> str | None:
-    """`--matcher` as `evals.scoring.matchers.make_matcher` takes it: semantic, text or llm:MODEL_SPEC."""
+    """`--matcher` as `evals.scoring.matchers.make_matcher` takes it: semantic, semantic-<frozen>, text or llm:MODEL_SPEC."""
     if spec is None:
         return None
     spec = spec.strip()
-    if spec in ("semantic", "text"):
+    frozen = Path(__file__).with_name("scoring") / "rules" / "frozen"  # evals.scoring.rulebook's, without its imports
+    if spec in ("semantic", "text") or (spec.startswith("semantic-") and frozen.is_dir()
+                                        and spec[9:] in {p.name for p in frozen.iterdir() if (p / "params.json").is_file()}):
         return None
     if spec.startswith("llm:") and spec[4:].strip():
         return None  # the judge's model spec is checked as --lm is, when the judge is made

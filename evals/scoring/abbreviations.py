@@ -13,8 +13,15 @@ from __future__ import annotations
 import functools
 import re
 
-# Words an abbreviation may skip (the "of" of "Master of Science", the "the" of "the Congo").
-SKIPPABLE = frozenset("of and for the de a an in on at to & und du la le des".split())
+from evals.scoring.rulebook import RuleSet, active, compiled
+
+
+def _build(r: RuleSet) -> frozenset[str]:
+    """Words an abbreviation may skip (the "of" of "Master of Science", the "the" of "the Congo")."""
+    return frozenset(r.words("shared", "abbreviations.skippable"))
+
+
+skippable_words = compiled(_build)
 _MAX_PIECE = 3  # letters one word may give (MSc: M + Sc; FedEx: Fed + Ex)
 
 
@@ -29,16 +36,20 @@ def _parts(words: list[str]) -> list[str]:
     return words
 
 
-@functools.lru_cache(maxsize=65536)
 def _spelt(short: str, words: tuple[str, ...]) -> bool:
     """`short` is spelt by the beginnings of `words` in order: every word that is not skippable gives
     1-3 of its first letters, a skippable word gives them or nothing."""
+    return _spelt_with(skippable_words(), short, words)
+
+
+@functools.lru_cache(maxsize=65536)
+def _spelt_with(skippable: frozenset[str], short: str, words: tuple[str, ...]) -> bool:
     @functools.cache
     def go(i: int, j: int) -> bool:
         if j == len(words):
             return i == len(short)
         word = words[j]
-        if word in SKIPPABLE and go(i, j + 1):
+        if word in skippable and go(i, j + 1):
             return True
         return any(short[i:i + n] == word[:n] and go(i + n, j + 1)
                    for n in range(1, min(_MAX_PIECE, len(word), len(short) - i) + 1))
@@ -54,7 +65,7 @@ def abbreviates(short: str, long_words: list[str]) -> bool:
     if len(s) < 2 or not s.isalnum():
         return False
     parts = [p.casefold() for p in _parts([w for w in long_words if w])]
-    if len(parts) >= 2 and sum(p not in SKIPPABLE for p in parts) >= 2 and _spelt(s, tuple(parts)):
+    if len(parts) >= 2 and sum(p not in skippable_words() for p in parts) >= 2 and _spelt(s, tuple(parts)):
         return True
     if len(long_words) == 1:
         w = long_words[0].casefold()
@@ -69,12 +80,18 @@ _LATIN = re.compile(r"[A-Za-z]")
 _CAMEL = re.compile(r"[A-Z][a-z]*|[a-z]+|\d+")
 
 
-@functools.lru_cache(maxsize=65536)
 def abbreviated_runs(short: str, words: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
     """Every run `words[start:end]` of at most 12 Latin words (each opening with a letter) that `short`
     abbreviates, ordered by start, then end: what testing `abbreviates` on each such run would find, with
     the runs that cannot qualify skipped unasked. A run's first word must give `short` its first letter
     unless that word can be skipped, and each word that cannot be skipped gives it at least one letter."""
+    return _abbreviated_runs(active().digest, short, words)
+
+
+@functools.lru_cache(maxsize=65536)
+def _abbreviated_runs(rules: str, short: str, words: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
+    """`abbreviated_runs` under the rule set whose digest is `rules` (a cache key only)."""
+    skippable = skippable_words()
     s = re.sub(r"[.\-\s]", "", short.casefold())
     if len(s) < 2 or not s.isalnum():
         return ()
@@ -86,14 +103,14 @@ def abbreviated_runs(short: str, words: tuple[str, ...]) -> tuple[tuple[int, int
             continue
         head = word.split("-")[0]
         camel = _CAMEL.findall(head)
-        if (not any_start and word[0].casefold() != s[0] and head.casefold() not in SKIPPABLE
-                and not (camel and camel[0].casefold() in SKIPPABLE)):
+        if (not any_start and word[0].casefold() != s[0] and head.casefold() not in skippable
+                and not (camel and camel[0].casefold() in skippable)):
             continue
         unskippable = 0
         for end in range(start + 1, min(start + 12, len(words)) + 1):
             if not latin[end - 1]:
                 break
-            unskippable += sum(p.casefold() not in SKIPPABLE for p in words[end - 1].split("-") if p)
+            unskippable += sum(p.casefold() not in skippable for p in words[end - 1].split("-") if p)
             if end - start >= 2 and unskippable > len(s):
                 break  # more words to spell than letters to spell them with, however long the run
             if abbreviates(short, list(words[start:end])):
@@ -113,4 +130,4 @@ def zh_abbreviates(short: str, long: str) -> bool:
     return len(short) < len(long) and all(c in it for c in short)
 
 
-__all__ = ["SKIPPABLE", "abbreviated_runs", "abbreviates", "name_abbreviates", "zh_abbreviates"]
+__all__ = ["abbreviated_runs", "abbreviates", "name_abbreviates", "skippable_words", "zh_abbreviates"]

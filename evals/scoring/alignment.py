@@ -26,29 +26,37 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from evals.scoring.abbreviations import abbreviated_runs, zh_abbreviates
-from evals.scoring.matcher import _EN_LIGHT, _stem
+from evals.scoring.matcher import _stem, light_words
+from evals.scoring.rulebook import RuleSet, compiled
 from hymem.subjects import _EN_RELATION_WORDS, _ZH_PERSON, _ZH_RELATIONS
 
 _CJK = "\u3400-\u9fff\uf900-\ufaff"
 _TOKEN = re.compile(rf"[{_CJK}]|[A-Za-z0-9][A-Za-z0-9+#'-]*")
-_EN_FUNCTION = _EN_LIGHT | frozenset("""me my mine our ours your yours i we you one ones more most less least much many
-other another each every all both either neither own same up down out over under again further once
-s re ve d ll m get gets got getting make makes made go goes went gone going
-""".split())
-_ZH_FUNCTION = frozenset("的了是在个着过和与及也都很呢吗吧啊这那还已经会将对于为从到有用户助手一名位只条家")
-_PASSIVE = re.compile(r"^(?:is|are|was|were|be|been|being|has been|have been|had been|got|gets|get|will be|"
-                      r"is being|was being)\s+(?:\w+ly\s+)?([a-z]+(?:ed|en|wn|ght|ung|id|t))\b", re.IGNORECASE)
-# Numbers and units are compared by `evals.scoring.quantities`, not as words: "28" / "二十八", "kg" / "公斤".
-_NUMBERISH = re.compile(r"^(?:\d[\d.,:]*[a-z]*|[零〇一二两三四五六七八九十百千万亿半]|zero|one|two|three|four|five|six|seven|"
-                        r"eight|nine|ten|eleven|twelve|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|"
-                        r"thousand|million|dozen|decade|century|half|quarter|"
-                        r"m|cm|mm|km|kg|g|l|ml|lb|ft|min|h|hr|metre|meter|centimetre|centimeter|kilometre|kilometer|"
-                        r"kilogram|gram|litre|liter|minute|hour|kilo|day|week|month|year|decade|century|old|aged|[a-z]+-(?:one|two|three|four|five|six|seven|eight|nine))s?$")
-_SOURCE = frozenset(("from", "从", "向"))
-_GOAL = frozenset(("to", "给"))
-_ZH_PASSIVE = re.compile(r"^(?:[^被让]{0,3})(?:被|让|叫|受到)")
+
+
+def _build(r: RuleSet) -> SimpleNamespace:
+    """This module's words and patterns, from the rule files (`evals.scoring.rulebook`)."""
+    en_light, _ = light_words()
+    return SimpleNamespace(
+        EN_FUNCTION=en_light | frozenset(r.words("en", "alignment.function")),
+        ZH_FUNCTION=frozenset(r.words("zh", "alignment.function")),
+        PASSIVE=re.compile(rf"^(?:{r.alternatives('en', 'alignment.passive_auxiliaries')})\s+(?:\w+ly\s+)?"
+                           r"([a-z]+(?:ed|en|wn|ght|ung|id|t))\b", re.IGNORECASE),
+        # Numbers and units are compared by `evals.scoring.quantities`, not as words: "28" / "二十八", "kg" / "公斤".
+        NUMBERISH=re.compile(rf"^(?:{r.alternatives('shared', 'alignment.numberish')})s?$"),
+        SOURCE=frozenset(r.words("shared", "alignment.source")),
+        GOAL=frozenset(r.words("shared", "alignment.goal")),
+        ZH_PASSIVE=re.compile(rf"^(?:[^被让]{{0,3}})(?:{r.alternatives('zh', 'alignment.passive_markers')})"),
+        DETERMINERS=frozenset(r.words("en", "alignment.determiners")),
+        PRESENT=frozenset(r.words("en", "alignment.present")),
+        PAST=frozenset(r.words("en", "alignment.past")),
+    )
+
+
+_k = compiled(_build)
 
 
 def _fold(text: str) -> str:
@@ -74,18 +82,18 @@ class Words:
 
 
 def words_of(predicate: str) -> Words:
-    text = _fold(predicate)
+    text, k = _fold(predicate), _k()
     zh = bool(re.search(f"[{_CJK}]", text))
     raw = tuple(m.group() for m in _TOKEN.finditer(text))
     tokens = tuple(t if re.match(f"[{_CJK}]", t) else _key(t) for t in raw)
     content = tuple(i for i, (r, t) in enumerate(zip(raw, tokens, strict=True))
-                    if not _NUMBERISH.match(r.casefold())
-                    and (t not in _ZH_FUNCTION if re.match(f"[{_CJK}]", r) else t not in _EN_FUNCTION and
-                         r.casefold() not in _EN_FUNCTION))
+                    if not k.NUMBERISH.match(r.casefold())
+                    and (t not in k.ZH_FUNCTION if re.match(f"[{_CJK}]", r) else t not in k.EN_FUNCTION and
+                         r.casefold() not in k.EN_FUNCTION))
     passive = None
-    if m := _PASSIVE.match(text.strip()):
+    if m := k.PASSIVE.match(text.strip()):
         passive = _key(m.group(1))
-    elif _ZH_PASSIVE.match(text.strip()):
+    elif k.ZH_PASSIVE.match(text.strip()):
         passive = "被"
     return Words(zh, tokens, raw, content, passive)
 
@@ -97,8 +105,9 @@ def chinese_words(predicate: str) -> tuple[str, ...]:
     import jieba
 
     jieba.setLogLevel(logging.WARNING)
+    function = _k().ZH_FUNCTION
     return tuple(w for w in jieba.cut(_fold(predicate)) if re.search(f"[{_CJK}]", w)
-                 and not all(c in _ZH_FUNCTION for c in w))
+                 and not all(c in function for c in w))
 
 
 # ------------------------------------------------------------------ abbreviations
@@ -148,7 +157,6 @@ class Difference:
     direction: float  # 1.0: a shared argument is a source ("from") on one side and not on the other
 
 
-_DETERMINERS = frozenset("a an the my his her their our your its one".split())
 _EN_PARTICIPANTS = frozenset(_EN_RELATION_WORDS) | {"user", "assistant", "users"}
 _ZH_PARTICIPANT = re.compile(rf"(?:{_ZH_RELATIONS}|{_ZH_PERSON}|用户|助手)")
 
@@ -166,14 +174,15 @@ def _marks(w: Words) -> dict[str, str]:
     """Participant token -> the directional word right before it ("to", "from", 给, 从, 向), if any:
     "lent money to John" / "borrowed money from John", not "suffers from migraines" / "a migraine sufferer"."""
     out: dict[str, str] = {}
+    k = _k()
     for i in w.content:
         if not _participant(w, i):
             continue
         j = i - 1
-        while j >= 0 and w.raw[j].casefold() in _DETERMINERS:  # "to a colleague", "from their neighbour"
+        while j >= 0 and w.raw[j].casefold() in k.DETERMINERS:  # "to a colleague", "from their neighbour"
             j -= 1
         before = w.tokens[j] if j >= 0 else ""
-        mark = "source" if before in _SOURCE else "goal" if before in _GOAL else ""
+        mark = "source" if before in k.SOURCE else "goal" if before in k.GOAL else ""
         out[w.tokens[i]] = out.get(w.tokens[i]) or mark
     return out
 
@@ -212,19 +221,18 @@ def difference(a: Words, b: Words) -> Difference:
                       shared / longest, substitution, slot_abbrev, voice, _tense(a, b), _direction(a, b))
 
 
-_PRESENT, _PAST = frozenset(("is", "are", "am", "has", "have")), frozenset(("was", "were", "had"))
-
-
 def _tense(a: Words, b: Words) -> float:
     """The first auxiliary of each side, one present and one past ("is in July" / "was in July").
     "was born" is no tense: a birth is only ever told in the past ("was born in Lagos" / "birthplace is")."""
+    k = _k()
+
     def auxiliary(w: Words) -> str:
         raw = [t.casefold() for t in w.raw]
-        return next((t for i, t in enumerate(raw) if t in _PRESENT | _PAST
-                     and not (t in _PAST and raw[i + 1:i + 2] == ["born"])), "")
+        return next((t for i, t in enumerate(raw) if t in k.PRESENT | k.PAST
+                     and not (t in k.PAST and raw[i + 1:i + 2] == ["born"])), "")
 
     first = {auxiliary(w) for w in (a, b)}
-    return float(len(first) == 2 and bool(first & _PRESENT) and bool(first & _PAST))
+    return float(len(first) == 2 and bool(first & k.PRESENT) and bool(first & k.PAST))
 
 
 __all__ = ["Difference", "Words", "chinese_words", "difference", "words_of"]

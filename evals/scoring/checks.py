@@ -16,9 +16,11 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
+from types import SimpleNamespace
 
-from evals.scoring.abbreviations import SKIPPABLE, abbreviates, name_abbreviates, zh_abbreviates
+from evals.scoring.abbreviations import abbreviates, name_abbreviates, skippable_words, zh_abbreviates
 from evals.scoring.quantities import _zh_value, frequencies  # one reading of Chinese numerals for both
+from evals.scoring.rulebook import RuleSet, compiled
 from hymem.subjects import _EN_RELATIONS, _KIN, _ZH_RELATIONS, RELATION_FOLD
 
 _CJK = "\u3400-\u9fff\uf900-\ufaff"
@@ -34,32 +36,61 @@ def is_chinese(text: str) -> bool:
     return bool(_IS_CJK.search(text))
 
 
+def _build(r: RuleSet) -> SimpleNamespace:
+    """This module's words and patterns, from the rule files (`evals.scoring.rulebook`)."""
+    en_numbers = r.table("en", "checks.numbers")
+    modality = {k: (re.compile(rf"(?i)\b(?:{r.alternatives('en', f'checks.modality_{k}')})\b"),
+                    re.compile(r.alternatives("zh", f"checks.modality_{k}"))) for k in ("desire", "plan", "past")}
+    return SimpleNamespace(
+        EN_CEASED=re.compile(rf"(?i)\b(?:{r.alternatives('en', 'checks.ceased')})\b"),
+        EN_NEG=re.compile(rf"(?i)\b(?:{r.alternatives('en', 'checks.negation')})\b"),
+        EN_NEG_VERB=re.compile(rf"(?i)\b(?:{r.alternatives('en', 'checks.negative_verbs')})\b"),
+        ZH_CEASED=re.compile(r.alternatives("zh", "checks.ceased")),
+        ZH_NEG=re.compile(f"[{''.join(r.words('zh', 'checks.negation'))}]"),
+        ZH_NOT_NEG=re.compile(r.alternatives("zh", "checks.not_negation")),
+        ZH_NEG_VERB=re.compile(r.alternatives("zh", "checks.negative_verbs")),
+        PREFIXES=r.words("en", "checks.negating_prefixes"),
+        MODALITY_RE=modality,
+        TIME_EN_RE={k: re.compile(rf"(?i)\b(?:{v})\b") for k, v in r.table("en", "checks.time").items()},
+        TIME_ZH_RE={k: re.compile(v) for k, v in r.table("zh", "checks.time").items()},
+        EN_NUMBERS=en_numbers,
+        EN_NUMBER_RE=re.compile(r"(?i)\b(" + "|".join(sorted(en_numbers, key=len, reverse=True)) +
+                                rf")(?:[\s-]+({r.alternatives('en', 'checks.number_ones')}))?\b"),
+        ZH_NOT_NUMBER=re.compile(r.alternatives("zh", "checks.not_number")),
+        NOT_ENTITY=frozenset(r.words("en", "checks.not_entity")),
+        ZH_NAME_TAGS=frozenset(r.words("zh", "checks.name_tags")),
+        ZH_NOT_NAME=frozenset(r.words("zh", "checks.not_name")),
+        SKIPPABLE=skippable_words(),
+        ORDINAL_NOUNS=r.alternatives("en", "checks.ordinal_nouns"),
+        EN_RELATION_RE=re.compile(
+            rf"(?i)(?:(?:'s|s'|\b(?:{r.alternatives('en', 'checks.possessives')})|\b(?:has|have|had)\s+(?:a|an|one|two|three|"
+            rf"four|\d+))\s+(?:(?!ex-|former\b)[\w-]+\s+){{0,2}}?|^\W*)(?P<ex>ex-|former\s+)?(?P<rel>{_EN_RELATIONS})\b|"
+            rf"\b(?P<ex2>ex-|former\s+)?(?P<rel2>{_EN_RELATIONS})\s+of\s+(?:the\s+)?(?:user|assistant|(?-i:[A-Z]\w+))\b"),
+        ZH_RELATION_RE=re.compile(rf"(?:(?:{r.alternatives('zh', 'checks.possessors')}|{_ZH_RELATIONS})的?|有(?:[一两二三四五六七八九]|\d+)?[个位名]?|^\W*)"
+                                  rf"(?:大|小|亲|好|老)?(前)?({_ZH_RELATIONS})"),
+    )
+
+
+_k = compiled(_build)
+
+
 # ---------------------------------------------------------------- polarity
-_EN_CEASED = r"no longer|not\s+\w+\s+anymore|not anymore|any ?more|quit|quits|stopped|stop(?:s)? \w+ing|gave up|has given up"
-# "non-" is a negation of its own ("a non-smoker" is "not a smoker")
-_EN_NEG = re.compile(r"(?i)\b(?:not|no|never|none|nor|neither|without|nobody|nothing|cannot|non-)\b")
-_EN_NEG_VERB = re.compile(r"(?i)\b(?:dislike[sd]?|hate[sd]?|hating|detest[sd]?|can ?not stand|avoid[sed]*|refuse[sd]?|"
-                          r"fail(?:ed|s)?|lost|loses|against|oppose[sd]?|reject(?:ed|s)?|unable|broken)\b")
-_ZH_CEASED = re.compile(r"不再|已经不|戒了|戒掉|不.{0,4}了$|再也不|不.{1,3}了[。.]?$")
-_ZH_NEG = re.compile(r"[不没未别无勿非否]")
-# "要不要", "是不是", "有没有": a V不V question ("whether"), not a negation
-_ZH_NOT_NEG = re.compile(r"([\u4e00-\u9fff])[不没]\1|不错|不过(?!敏)|不少|不断|不同|不久|别人|别的|无论|非常|并非|不仅|毫不犹豫|不但|差不多")
-_ZH_NEG_VERB = re.compile(r"讨厌|厌恶|反对|拒|失败|落榜|挂科|输了|受不了|恨|忌")
-_PREFIXES = ("un", "dis", "in", "im", "ir", "il", "non")  # "non-" is counted as a negation
 _WORD = re.compile(r"[a-z]+(?:-[a-z]+)?")
 
 
 def antonym_prefix(a: str, b: str) -> bool:
     """A word on one side is the other's with a negating prefix (agrees / disagrees, comfortable /
     uncomfortable, 满意 / 不满意 is caught by the negation count)."""
-    wa, wb = ({w for w in _WORD.findall(t.casefold()) if not _EN_NEG_VERB.fullmatch(w)} for t in (a, b))
+    k = _k()
+    wa, wb = ({w for w in _WORD.findall(t.casefold()) if not k.EN_NEG_VERB.fullmatch(w)} for t in (a, b))
     return any(p + w in other for mine, other in ((wa - wb, wb - wa), (wb - wa, wa - wb)) for w in mine
-               for p in _PREFIXES if len(w) >= 4)
+               for p in k.PREFIXES if len(w) >= 4)
 
 
 def negative_verb(word: str) -> bool:
     """Whether a word is one of the negative verbs `polarity` counts ("dislikes", "broken", 讨厌)."""
-    return bool(_EN_NEG_VERB.fullmatch(word) or _ZH_NEG_VERB.search(word))
+    k = _k()
+    return bool(k.EN_NEG_VERB.fullmatch(word) or k.ZH_NEG_VERB.search(word))
 
 
 def _zh_words(text: str) -> list[str]:
@@ -73,115 +104,49 @@ def _zh_words(text: str) -> list[str]:
 
 def polarity(text: str) -> tuple[int, int]:
     """(negations outside "no longer"-style cessation, negative verbs), each counted mod 2."""
-    t = _norm(text)
+    t, k = _norm(text), _k()
     if is_chinese(t):
         # a negative verb that holds a negator ("受不了") counts once, as the negative verb
-        stripped = _ZH_CEASED.sub("", _ZH_NOT_NEG.sub("", _ZH_NEG_VERB.sub("", t)))
+        stripped = k.ZH_CEASED.sub("", k.ZH_NOT_NEG.sub("", k.ZH_NEG_VERB.sub("", t)))
         if "别" in stripped:  # 别 is "don't" only as a word of its own, not inside 特别, 区别, 分别
             stripped = "".join(w if w == "别" else w.replace("别", "") for w in _zh_words(stripped))
-        return len(_ZH_NEG.findall(stripped)) % 2, len(_ZH_NEG_VERB.findall(t)) % 2
-    stripped = re.sub(rf"(?i)\b(?:{_EN_CEASED})\b", " ", t)
-    return len(_EN_NEG.findall(stripped)) % 2, len(_EN_NEG_VERB.findall(t)) % 2
+        return len(k.ZH_NEG.findall(stripped)) % 2, len(k.ZH_NEG_VERB.findall(t)) % 2
+    stripped = k.EN_CEASED.sub(" ", t)
+    return len(k.EN_NEG.findall(stripped)) % 2, len(k.EN_NEG_VERB.findall(t)) % 2
 
 
 # ---------------------------------------------------------------- modality
-_MODALITY = {
-    "desire": (r"(?i)\b(?:wants?|wanted|wanting|would like|'d like|hopes?|hoping|wish(?:es)?|dreams? (?:of|about)|"
-               r"eager|keen|interested in|would love|longs? to)\b",
-               r"想要|想|希望|渴望|梦想|愿望|向往|盼望|有意"),
-    "plan": (r"(?i)\b(?:plans?|planning|planned|intends?|intending|going to(?!\s+(?:the|a|an|my|his|her|their|our|your|its|this|that|(?-i:[A-Z0-9])))|gonna|considering|considers|"
-             r"thinking (?:about|of)|about to|aims?|aiming|prepar(?:ing|es|ed) to|scheduled|"
-             r"hoping to|trying to|tries to|attempt(?:s|ing)? to|applying|applies|applied (?:for|to)|interviewing|"
-             r"saving (?:up )?(?:to|for))\b",
-             r"要不要|该不该|打算|计划|(?<!在)准备|将要|即将|考虑|筹备|要去|可能|也许|或许|争取|申请|报考|应聘|投.{0,8}简历|攒钱"),
-    "past": (r"(?i)\b(?:used to|formerly|former|previously|in the past|ex-|no longer|any ?more|quit|quits|quitting|"
-             r"stopped|gave up|given up|gives up|giving up|retired|resign(?:s|ed)?)\b",
-             r"以前|曾经|过去|原来|从前|不再|戒了|戒掉|戒烟|戒酒|改掉|辞掉|放弃|退休|前任|已经不|曾|离职|辞职|搬离|搬出|"
-             r"不[\u4e00-\u9fff]{1,4}了"),
-}
-_MODALITY_RE = {k: (re.compile(en), re.compile(zh)) for k, (en, zh) in _MODALITY.items()}
-
-
 def modality(text: str) -> frozenset[str]:
     t = _norm(text)
     zh = is_chinese(t)
-    return frozenset(k for k, (en, zh_re) in _MODALITY_RE.items() if (zh_re if zh else en).search(t))
+    return frozenset(k for k, (en, zh_re) in _k().MODALITY_RE.items() if (zh_re if zh else en).search(t))
 
 
 # ---------------------------------------------------------------- time
-_TIME_EN = {
-    "morning": r"mornings?|breakfast|dawn|sunrise", "noon": r"noon|midday|lunch(?:time)?",
-    "afternoon": r"afternoons?", "evening": r"evenings?|dinner|after work|sunset|dusk",
-    "night": r"nights?|tonight|midnight|bedtime|before bed|late at night",
-    "monday": r"mondays?", "tuesday": r"tuesdays?", "wednesday": r"wednesdays?", "thursday": r"thursdays?",
-    "friday": r"fridays?", "saturday": r"saturdays?", "sunday": r"sundays?", "weekend": r"weekends?",
-    "weekday": r"weekdays?|workdays?", "spring": r"spring", "summer": r"summer", "autumn": r"autumn|fall",
-    "winter": r"winter", "past_year": r"last year",
-    "next_year": r"next year", "last_week": r"last week", "next_week": r"next week", "this_week": r"this week",
-    "last_month": r"last month", "next_month": r"next month", "this_month": r"this month",
-    "this_year": r"this year", "yesterday": r"yesterday", "tomorrow": r"tomorrow", "today": r"today",
-    **{m: m + r"|" + m[:3] + r"\.?" for m in ("january", "february", "march", "april", "june", "july", "august",
-                                              "september", "october", "november", "december")},
-    "may_month": r"in may", "month_end": r"end of (?:the|this|next|last) month", "year_end": r"end of (?:the|this|next|last) year",
-    "month_start": r"(?:start|beginning) of (?:the|this|next|last) month",
-    "year_start": r"(?:start|beginning) of (?:the|this|next|last) year",
-}
-_TIME_ZH = {
-    "morning": r"早上|早晨|上午|清晨|早餐|一早|晨", "noon": r"中午|午饭|午餐|正午", "afternoon": r"下午|午后",
-    "evening": r"晚上|傍晚|晚饭|晚餐|下班后|黄昏|每晚", "night": r"夜里|夜晚|深夜|半夜|凌晨|睡前|熬夜|夜",
-    "monday": r"(?:周|星期|礼拜)一(?![次回遍趟])", "tuesday": r"(?:周|星期|礼拜)二(?![次回遍趟])", "wednesday": r"(?:周|星期|礼拜)三(?![次回遍趟])",
-    "thursday": r"(?:周|星期|礼拜)四(?![次回遍趟])", "friday": r"(?:周|星期|礼拜)五(?![次回遍趟])", "saturday": r"(?:周|星期|礼拜)六(?![次回遍趟])",
-    "sunday": r"(?:周|星期|礼拜)[日天](?![次回遍趟])", "weekend": r"周末", "weekday": r"工作日",
-    "spring": r"春天|春季", "summer": r"夏天|夏季|暑假", "autumn": r"秋天|秋季", "winter": r"冬天|冬季|寒假",
-    "past_year": r"去年", "last_week": r"上周|上个星期|上礼拜", "next_week": r"下周|下个星期|下礼拜",
-    "this_week": r"这周|本周", "last_month": r"上个月|上月", "next_month": r"下个月|下月", "this_month": r"这个月|本月", "next_year": r"明年", "this_year": r"今年", "yesterday": r"昨天",
-    "tomorrow": r"明天", "today": r"今天", "month_end": r"月底|月末", "month_start": r"月初", "year_end": r"年底|年末",
-    "year_start": r"年初", "spring_festival": r"春节|过年", "national_day": r"国庆",
-    "mid_autumn": r"中秋", **{f"month{n}": rf"(?<![0-9一二三四五六七八九十]){c}月" for n, c in enumerate(
-        "一二三四五六七八九", 1)}, "month10": r"(?<![0-9一二三四五六七八九十])十月",
-    "month11": r"十一月", "month12": r"十二月",
-}
-_TIME_EN_RE = {k: re.compile(rf"(?i)\b(?:{v})\b") for k, v in _TIME_EN.items()}
-_TIME_ZH_RE = {k: re.compile(v) for k, v in _TIME_ZH.items()}
-
-
 def time_words(text: str) -> frozenset[str]:
-    t = _norm(text)
-    table = _TIME_ZH_RE if is_chinese(t) else _TIME_EN_RE
+    t, k = _norm(text), _k()
+    table = k.TIME_ZH_RE if is_chinese(t) else k.TIME_EN_RE
     found = {k for k, pattern in table.items() if pattern.search(t)}
     if is_chinese(t):  # "10月" is 十月
         found |= {f"month{int(m)}" for m in re.findall(r"(?<![\d.])(\d{1,2})月", t) if 1 <= int(m) <= 12}
     if is_chinese(t):  # English words inside Chinese text too
-        found |= {k for k, pattern in _TIME_EN_RE.items() if pattern.search(t) and k != "may_month"}
+        found |= {name for name, pattern in k.TIME_EN_RE.items() if pattern.search(t) and name != "may_month"}
     # "last summer" / "next spring": a season, weekday or month with its deictic modifier
     for m in re.finditer(r"(?i)\b(last|next)\s+([a-z]+)", t):
         rel = m.group(1).casefold()
-        found |= {f"{rel}:{k}" for k, pattern in _TIME_EN_RE.items() if pattern.fullmatch(m.group(2))}
+        found |= {f"{rel}:{name}" for name, pattern in k.TIME_EN_RE.items() if pattern.fullmatch(m.group(2))}
     # how often, as a rate: "twice a week" / "2x weekly" / 每周两次 / 一周2次 are one frequency
     found |= {f"every:{rate:g}" for rate in frequencies(t)}
     return frozenset(found)
 
 
 # ---------------------------------------------------------------- numbers
-_EN_NUMBERS: dict[str, float] = {w: i for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty".split())}
-_EN_NUMBERS.update({"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90,
-                    "hundred": 100, "thousand": 1000, "dozen": 12, "once": 1, "twice": 2, "thrice": 3,
-                    "single": 1, "pair": 2, "couple": 2, "half": 0.5, "decade": 10, "first": 1, "second": 2,
-                    "third": 3, "fourth": 4, "fifth": 5})
-_EN_NUMBER_RE = re.compile(r"(?i)\b(" + "|".join(sorted(_EN_NUMBERS, key=len, reverse=True)) +
-                           r")(?:[\s-]+(one|two|three|four|five|six|seven|eight|nine))?\b")
 _DIGITS = re.compile(r"\d+(?:[.,]\d+)?")
 _CLOCK = re.compile(r"\b(\d{1,2})[:：](\d{2})\b")
 _ZH_NUMBER_RE = re.compile(r"[零〇一二两俩三四五六七八九十百千万]+|半")
-_ZH_NOT_NUMBER = re.compile(r"一(?=[名个位只条家台辆本件张把双次档门套所间种份座棵匹头口])|一起|一直|一下|一些|一点|一般|一定|一样|唯一|统一|第一次|万一|一向|一边|一切|"
-                            r"星期[一二三四五六日天]|周[一二三四五六日]|礼拜[一二三四五六日天]|[一二三四五六七八九十]+月")
-
-
 def numbers(text: str) -> tuple[float, ...]:
     """Every number the sentence states, sorted: digits, English number words, Chinese numerals."""
-    t = _norm(text)
+    t, k = _norm(text), _k()
     found: list[float] = []
     for m in _CLOCK.finditer(t):
         found.append(int(m.group(1)) + int(m.group(2)) / 60)
@@ -192,14 +157,14 @@ def numbers(text: str) -> tuple[float, ...]:
         except ValueError:
             continue
     if is_chinese(t):
-        cleaned = _ZH_NOT_NUMBER.sub(" ", t)
+        cleaned = k.ZH_NOT_NUMBER.sub(" ", t)
         found += [_zh_value(m.group()) for m in _ZH_NUMBER_RE.finditer(cleaned)]
     prev_end = None
-    for m in _EN_NUMBER_RE.finditer(t):
+    for m in k.EN_NUMBER_RE.finditer(t):
         word = m.group(1).casefold()
-        if word in ("second", "first") and not re.search(rf"(?i)\b{word}\s+(?:time|child|son|daughter|floor|year)", t):
+        if word in ("second", "first") and not re.search(rf"(?i)\b{word}\s+(?:{k.ORDINAL_NOUNS})", t):
             continue
-        value = _EN_NUMBERS[word] + (_EN_NUMBERS[m.group(2).casefold()] if m.group(2) else 0)
+        value = k.EN_NUMBERS[word] + (k.EN_NUMBERS[m.group(2).casefold()] if m.group(2) else 0)
         if word in ("hundred", "thousand") and found and prev_end is not None and t[prev_end:m.start()].strip() == "":
             found[-1] *= value  # "ten thousand", "two hundred"
         else:
@@ -212,21 +177,16 @@ def numbers(text: str) -> tuple[float, ...]:
 _NAME = re.compile(r"[A-Z][A-Za-z0-9+#.&'-]*(?:\s+(?:(?:of|and|for|de|the)\s+){0,2}[A-Z][A-Za-z0-9+#.&'-]*)*|"
                    r"[A-Za-z]+[0-9][A-Za-z0-9.]*")
 _LATIN_IN_ZH = re.compile(r"[A-Za-z][A-Za-z0-9+#.&'-]*(?:\s+[A-Za-z][A-Za-z0-9+#.&'-]*)*")
-_NOT_ENTITY = frozenset("""i the a an he she they it user users assistant ai monday mondays tuesday tuesdays wednesday
-wednesdays thursday thursdays friday fridays saturday saturdays sunday sundays january february march april may june
-july august september october november december""".split())
-
-
 def names(text: str) -> dict[str, str]:
     """Capitalised words past the sentence's first (and Latin tokens in Chinese): folded → as written."""
-    t = _norm(text)
+    t, not_entity = _norm(text), _k().NOT_ENTITY
     pattern = _LATIN_IN_ZH if is_chinese(t) else _NAME
     out: dict[str, str] = {}
     for m in pattern.finditer(t):
         if m.start() == 0 and not is_chinese(t):
             continue
         words = [w.strip(".'-") for w in m.group().split()]
-        words = [w for w in words if w and w.casefold() not in _NOT_ENTITY]
+        words = [w for w in words if w and w.casefold() not in not_entity]
         if words:
             out[" ".join(words).casefold()] = " ".join(words)
     return out
@@ -254,8 +214,6 @@ def _covered(name: str, raw_name: str, other_names: dict[str, str], other_text: 
     return False
 
 
-_ZH_NAME_TAGS = frozenset(("nr", "nrt", "nrfg", "ns", "nt", "nz"))  # jieba: people, places, organisations, other names
-_ZH_NOT_NAME = frozenset(("用户", "助手", "当前用户"))
 
 
 def zh_names(text: str) -> dict[str, str]:
@@ -267,9 +225,9 @@ def zh_names(text: str) -> dict[str, str]:
     import jieba.posseg
 
     jieba.setLogLevel(logging.WARNING)
-    out = names(text)
+    out, k = names(text), _k()
     for token in jieba.posseg.cut(_norm(text)):
-        if token.flag in _ZH_NAME_TAGS and is_chinese(token.word) and token.word not in _ZH_NOT_NAME:
+        if token.flag in k.ZH_NAME_TAGS and is_chinese(token.word) and token.word not in k.ZH_NOT_NAME:
             out[token.word] = token.word
     return out
 
@@ -295,13 +253,13 @@ def _spelt_out(text: str, other_names: dict[str, str]) -> tuple[set[str], set[st
     Propulsion Laboratory" / "NASA JPL". A name with one unexplained word explains nothing ("VS Code" /
     "Visual Studio")."""
     words = [w.removesuffix("'s") for w in _LATIN_WORD.findall(text)]
-    folded = text.casefold()
+    folded, skippable = text.casefold(), _k().SKIPPABLE
     explained: set[str] = set()
     spelt: set[str] = set()
     for key, raw in other_names.items():
         marks: set[str] = set()
         for token in (t.removesuffix("'s") for t in raw.split()):
-            if token.casefold() in SKIPPABLE or _written(token.casefold(), folded):
+            if token.casefold() in skippable or _written(token.casefold(), folded):
                 continue
             runs = [words[i:j] for i in range(len(words)) for j in range(i + 2, min(i + 12, len(words)) + 1)
                     if abbreviates(token, words[i:j])] if _SHORT_FORM.match(token) else []
@@ -315,8 +273,8 @@ def _spelt_out(text: str, other_names: dict[str, str]) -> tuple[set[str], set[st
 
 
 def _all_spelt(raw_name: str, spelt: set[str], other: str) -> bool:
-    folded = other.casefold()
-    return all(w in spelt or w in SKIPPABLE or _written(w, folded)
+    folded, skippable = other.casefold(), _k().SKIPPABLE
+    return all(w in spelt or w in skippable or _written(w, folded)
                for w in (t.removesuffix("'s").casefold() for t in raw_name.split()))
 
 
@@ -343,11 +301,6 @@ def name_substitution(a: str, b: str) -> bool:
 # A relation word counts where it names someone's relative or acquaintance: after a possessive ("the user's
 # mother", "their boss", 用户的妈妈, 朋友的妈妈), after "has a" (用户有个哥哥), or opening the sentence ("Mother is a
 # nurse", 母亲是护士); not "the manager of a hotel", "works as a manager" or 面包店的老板.
-_EN_RELATION_RE = re.compile(rf"(?i)(?:(?:'s|s'|\b(?:my|his|her|their|your|our|its|whose)|\b(?:has|have|had)\s+(?:a|an|one|two|three|"
-                             rf"four|\d+))\s+(?:(?!ex-|former\b)[\w-]+\s+){{0,2}}?|^\W*)(?P<ex>ex-|former\s+)?(?P<rel>{_EN_RELATIONS})\b|"
-                             rf"\b(?P<ex2>ex-|former\s+)?(?P<rel2>{_EN_RELATIONS})\s+of\s+(?:the\s+)?(?:user|assistant|(?-i:[A-Z]\w+))\b")
-_ZH_RELATION_RE = re.compile(rf"(?:(?:用户|我|他|她|自己|其|{_ZH_RELATIONS})的?|有(?:[一两二三四五六七八九]|\d+)?[个位名]?|^\W*)"
-                             rf"(?:大|小|亲|好|老)?(前)?({_ZH_RELATIONS})")
 _EN_KIN_PAIR = re.compile(rf"(?i)\b({_EN_RELATIONS})'s\s+({_EN_RELATIONS})\b")
 _ZH_KIN_PAIR = re.compile(rf"({_ZH_RELATIONS})的?({_ZH_RELATIONS})")
 
@@ -366,8 +319,8 @@ def relations(text: str) -> frozenset[str]:
     """The relations a sentence names someone by (folded, kin composed)."""
     t = _kin_composed(text)
     found = [("ex-" if m.group("ex") or m.group("ex2") else "") + RELATION_FOLD.get(r := (m.group("rel") or m.group("rel2")).casefold(), r)
-             for m in _EN_RELATION_RE.finditer(t)]
-    return frozenset(found + [former + RELATION_FOLD.get(r, r) for former, r in _ZH_RELATION_RE.findall(t)])
+             for m in _k().EN_RELATION_RE.finditer(t)]
+    return frozenset(found + [former + RELATION_FOLD.get(r, r) for former, r in _k().ZH_RELATION_RE.findall(t)])
 
 
 def mentioned_relations(text: str) -> frozenset[str]:

@@ -28,6 +28,8 @@ import re
 import threading
 from pathlib import Path
 
+from evals.scoring.rulebook import RuleSet, compiled
+
 TOP_SENSES = 3  # senses of a lemma that count, most frequent first
 _POS = (("n", "noun"), ("v", "verb"), ("a", "adj"), ("r", "adv"))
 # WordNet's detachment rules (morphy): inflected form -> base form, per part of speech.
@@ -287,16 +289,24 @@ def person(word: str) -> bool:
 _INFLECTED = re.compile(r"(?i)(?:es|[^s]s|ed|ing)$")
 
 
-_GENERIC_GLOSS_WORDS = frozenset(("person", "people", "worker", "work", "staff", "member", "man", "woman", "sb"))
+def _generic_gloss_words(r: RuleSet) -> frozenset[str]:
+    return frozenset(r.words("en", "lexicon.generic_gloss_words"))
 
 
-@functools.lru_cache(maxsize=65_536)
+_generic = compiled(_generic_gloss_words)
+
+
 def gloss_overlap(a: str, b: str) -> bool:
     """Two Chinese words whose CC-CEDICT glosses share a word that is not a generic head (义工 "volunteer
     worker" / 志愿者 "volunteer"): a looser tie than `same_sense`, for nouns Cilin files apart."""
+    return _gloss_overlap(_generic(), a, b)
+
+
+@functools.lru_cache(maxsize=65_536)
+def _gloss_overlap(generic: frozenset[str], a: str, b: str) -> bool:
     if _LATIN.match(a) or _LATIN.match(b):
         return False
-    wa, wb = ({w for g in _cedict().glosses(x) for w in g.split("_")} - _GENERIC_GLOSS_WORDS for x in (a, b))
+    wa, wb = ({w for g in _cedict().glosses(x) for w in g.split("_")} - generic for x in (a, b))
     return bool(wa & wb)
 
 

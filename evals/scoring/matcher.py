@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Sequence
+from types import SimpleNamespace
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -28,33 +29,39 @@ from evals.core.subject_reading import names_person as names_subject
 from evals.core.subject_reading import person_class as subject_class
 from evals.core.subject_reading import read_subject as subject_of
 from evals.core.subject_reading import same_person as same_subject
+from evals.scoring.rulebook import RuleSet, compiled
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _UNIT = re.compile(rf"\d+(?:[.:]\d+)*|[{_CJK}]|(?:(?![{_CJK}])[^\W\d_])+")
 _CONTRACTIONS = ((re.compile(r"(?i)\bcan't\b"), "can not"), (re.compile(r"(?i)\bwon't\b"), "will not"),
                  (re.compile(r"(?i)n't\b"), " not"), (re.compile(r"(?i)'(s|re|ve|d|ll|m)\b"), ""))
 
-# Frame words: they recur in every memory sentence, so sharing them says little.
-_EN_LIGHT = frozenset("""
-a an the is are was were be been being am of in on at to for from with by as and or but that this these those
-it its their theirs his her hers them they he she user users assistant has have had do does did will would can
-could should may might must there here than then so such into onto about also very really just still currently
-now which who whom whose when where while any some longer anymore named called not no never nor without
-""".split())
-_ZH_LIGHT = frozenset("的了是在一个名位只条着过和与及也都很呢吗吧啊这那目前现正还已经会将被把对于为从到叫称有用户助手不没未别无")
-_EN_NEGATION = frozenset({"not", "no", "never", "nor", "without", "neither", "cannot"})
-_ZH_NEGATION = re.compile(r"[不没未别无勿]")
-_ZH_NOT_NEGATION = re.compile(r"不错|不过|不少|不断|不同|别人|无论|非常")
-# Predicates that memory sentences say in several ways; folded so a paraphrase is not a substitution.
-_SYNONYMS = tuple((re.compile(pattern, re.IGNORECASE), repl) for pattern, repl in (
-    (r"\b(?:has moved|moved|relocated|is based|resides|lived)\b", "lives"),
-    (r"\b(?:is employed|is working)\b", "works"),
-    (r"\b(?:enjoys|loves)\b", "likes"),
-    (r"\bowns\b", "has"),
-    (r"上班|任职", "工作"),
-    (r"搬到了|搬到|搬去|定居在|居住在|住到", "住在"),
-    (r"喜爱|热爱", "喜欢"),
-))
+
+
+def _build(r: RuleSet) -> SimpleNamespace:
+    """The text matcher's words, from the rule files (`evals.scoring.rulebook`): frame words (they recur in every
+    memory sentence, so sharing them says little), negations, and predicates memory sentences say in several ways
+    (folded, so a paraphrase is not a substitution)."""
+    synonyms = [*r.table("en", "matcher.synonyms").items(), *r.table("zh", "matcher.synonyms").items()]
+    return SimpleNamespace(
+        EN_LIGHT=frozenset(r.words("en", "matcher.light")),
+        ZH_LIGHT=frozenset(r.words("zh", "matcher.light")),
+        EN_NEGATION=frozenset(r.words("en", "matcher.negation")),
+        ZH_NEGATION=re.compile(f"[{''.join(r.words('zh', 'matcher.negation'))}]"),
+        ZH_NOT_NEGATION=re.compile(r.alternatives("zh", "matcher.not_negation")),
+        SYNONYMS=tuple((re.compile(pattern, re.IGNORECASE), repl) for repl, pattern in synonyms),
+    )
+
+
+_k = compiled(_build)
+
+
+def light_words() -> tuple[frozenset[str], frozenset[str]]:
+    """The frame words: English words, Chinese characters."""
+    k = _k()
+    return k.EN_LIGHT, k.ZH_LIGHT
+
+
 _LIGHT, _NORMAL, _HEAVY = 0.2, 1.0, 1.5  # heavy > normal, but a shared city must not carry a pair
 _PENALTY = 0.5
 
@@ -72,7 +79,7 @@ def _stem(word: str) -> str:
 
 def _prepare(text: str) -> str:
     text = unicodedata.normalize("NFKC", text).replace("’", "'").replace("‘", "'")
-    for pattern, repl in (*_CONTRACTIONS, *_SYNONYMS):
+    for pattern, repl in (*_CONTRACTIONS, *_k().SYNONYMS):
         text = pattern.sub(repl, text)
     return text
 
@@ -80,15 +87,16 @@ def _prepare(text: str) -> str:
 def units(text: str) -> dict[str, float]:
     """Unit -> weight: frame words light, names (capitalised past the first word) and numbers heavy."""
     out: dict[str, float] = {}
+    en_light, zh_light = light_words()
     for position, match in enumerate(_UNIT.finditer(_prepare(text))):
         raw = match.group()
         if raw[0].isdigit():
             unit, weight = raw, _HEAVY
         elif re.match(rf"[{_CJK}]", raw):
-            unit, weight = raw, (_LIGHT if raw in _ZH_LIGHT else _NORMAL)
+            unit, weight = raw, (_LIGHT if raw in zh_light else _NORMAL)
         else:
             lower = raw.casefold()
-            if lower in _EN_LIGHT:
+            if lower in en_light:
                 unit, weight = lower, _LIGHT
             else:
                 unit, weight = _stem(lower), (_HEAVY if raw[0].isupper() and position else _NORMAL)
@@ -98,10 +106,10 @@ def units(text: str) -> dict[str, float]:
 
 def negated(text: str) -> bool:
     """Whether the sentence is negated ("does not", "no longer", "不", "没有")."""
-    prepared = _prepare(text)
-    if any(m.group().casefold() in _EN_NEGATION for m in _UNIT.finditer(prepared)):
+    prepared, k = _prepare(text), _k()
+    if any(m.group().casefold() in k.EN_NEGATION for m in _UNIT.finditer(prepared)):
         return True
-    return bool(_ZH_NEGATION.search(_ZH_NOT_NEGATION.sub("", prepared)))
+    return bool(k.ZH_NEGATION.search(k.ZH_NOT_NEGATION.sub("", prepared)))
 
 
 def _dice(ua: dict[str, float], ub: dict[str, float], neg_a: bool, neg_b: bool) -> float:

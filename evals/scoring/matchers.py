@@ -1,4 +1,5 @@
-"""`--matcher SPEC` → a Matcher: `semantic` (the default), `text`, or `llm:MODEL_SPEC`."""
+"""`--matcher SPEC` → a Matcher: `semantic` (the default), a frozen baseline `semantic-<name>` (`semantic-v1`),
+`text`, or `llm:MODEL_SPEC`."""
 
 from __future__ import annotations
 
@@ -12,8 +13,18 @@ from evals.record import Manifest
 from evals.scoring.matcher import Matcher, TextMatcher
 
 DEFAULT_SPEC = "semantic"
-SPECS_HELP = ("semantic (default: e5 and MiniLM, thesauri, explicit near-miss checks) | text (fast, no model) | "
-              "llm:MODEL_SPEC (an LLM judge)")
+SPECS_HELP = ("semantic (default: e5 and MiniLM, thesauri, explicit near-miss checks) | semantic-v1 (semantic frozen as "
+              "of issue 33: its own rule files and weights) | text (fast, no model) | llm:MODEL_SPEC (an LLM judge)")
+FROZEN_PREFIX = "semantic-"
+
+
+def local_spec(spec: str) -> bool:
+    """A matcher that runs here, without a model call: `semantic`, a shipped frozen baseline, or `text`."""
+    from evals.scoring.rulebook import frozen_names
+
+    spec = spec.strip()
+    return spec in ("semantic", "text") or (spec.startswith(FROZEN_PREFIX)
+                                            and spec[len(FROZEN_PREFIX):] in frozen_names())
 
 
 class MatcherSpecError(ValueError):
@@ -52,6 +63,16 @@ def make_matcher(spec: str | None = None, *, embedder: Any = None, **judge_optio
         cache_file = judge_options.get("cache_file")  # the vectors are kept beside the response cache
         matcher.persist_vectors(Path(cache_file).with_name("vectors.sqlite") if cache_file is not None else None)
         return matcher
+    if spec.startswith(FROZEN_PREFIX) and local_spec(spec):
+        from evals.scoring.semantic import SemanticMatcher
+
+        try:
+            matcher = SemanticMatcher.frozen(spec[len(FROZEN_PREFIX):], embedder=embedder)
+        except (ImportError, RuntimeError, OSError, ValueError) as exc:
+            raise MatcherSpecError(f"--matcher {spec}: {exc}") from exc
+        cache_file = judge_options.get("cache_file")
+        matcher.persist_vectors(Path(cache_file).with_name("vectors.sqlite") if cache_file is not None else None)
+        return matcher
     if spec.startswith("llm:") and spec[4:].strip():
         from evals.scoring.judge import JudgeMatcher
 
@@ -65,7 +86,7 @@ def make_matcher(spec: str | None = None, *, embedder: Any = None, **judge_optio
 def make_matcher_spec(spec: str | None) -> str:
     """The --matcher spec the run will score with, checked before any work (a bad spec is exit 2)."""
     spec = (spec or default_spec()).strip()
-    if spec not in ("text", "semantic") and not (spec.startswith("llm:") and spec[4:].strip()):
+    if not local_spec(spec) and not (spec.startswith("llm:") and spec[4:].strip()):
         raise MatcherSpecError(f"--matcher: unknown spec {spec!r}")
     return spec
 
@@ -88,5 +109,5 @@ def open_matcher(manifest: Manifest, run_dir: Path, cache_dir: Path | None = Non
     return matcher
 
 
-__all__ = ["DEFAULT_SPEC", "SPECS_HELP", "MatcherSpecError", "default_spec", "make_matcher", "make_matcher_spec",
-           "open_matcher"]
+__all__ = ["DEFAULT_SPEC", "FROZEN_PREFIX", "SPECS_HELP", "MatcherSpecError", "default_spec", "local_spec", "make_matcher",
+           "make_matcher_spec", "open_matcher"]

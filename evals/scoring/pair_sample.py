@@ -164,8 +164,10 @@ def _stratified(pool: list[Candidate], n: int, seed: int) -> list[int]:
 
 def _run_matcher(facts) -> str | None:
     """The run's own matcher when it is a local one; an LLM judge is not called again to pick candidates."""
+    from evals.scoring.matchers import local_spec
+
     specs = sorted(facts["matcher"].dropna().unique())
-    return specs[0] if len(specs) == 1 and specs[0] in ("semantic", "text") else None
+    return specs[0] if len(specs) == 1 and local_spec(specs[0]) else None
 
 
 __all__ = ["Candidate", "SampleError", "candidates", "read_facts", "sample_pairs"]

@@ -12,113 +12,18 @@ from __future__ import annotations
 import itertools
 import re
 import unicodedata
+from types import SimpleNamespace
+
+import cn2an
+
+from evals.scoring.rulebook import RuleSet, compiled
 
 _YEAR = 365.25 * 86400
-# unit spelling -> (dimension, factor to the base unit); English matched as whole words, casefolded
-_EN_UNITS: dict[str, tuple[str, float]] = {
-    **dict.fromkeys(("m", "metre", "metres", "meter", "meters"), ("length", 1.0)),
-    **dict.fromkeys(("cm", "centimetre", "centimetres", "centimeter", "centimeters"), ("length", 0.01)),
-    **dict.fromkeys(("mm", "millimetre", "millimetres", "millimeter", "millimeters"), ("length", 0.001)),
-    **dict.fromkeys(("km", "kilometre", "kilometres", "kilometer", "kilometers"), ("length", 1000.0)),
-    **dict.fromkeys(("ft", "foot", "feet"), ("length", 0.3048)),
-    **dict.fromkeys(("in", "inch", "inches"), ("length", 0.0254)),
-    **dict.fromkeys(("mi", "mile", "miles"), ("length", 1609.344)),
-    **dict.fromkeys(("kg", "kgs", "kilo", "kilos", "kilogram", "kilograms", "kilogramme", "kilogrammes"),
-                    ("mass", 1.0)),
-    **dict.fromkeys(("g", "gram", "grams", "gramme", "grammes"), ("mass", 0.001)),
-    **dict.fromkeys(("lb", "lbs"), ("mass", 0.45359237)),
-    **dict.fromkeys(("pound", "pounds"), ("pound", 1.0)),  # money or weight: `same_quantities` tries both
-    **dict.fromkeys(("l", "litre", "litres", "liter", "liters"), ("volume", 1.0)),
-    **dict.fromkeys(("ml", "millilitre", "millilitres", "milliliter", "milliliters"), ("volume", 0.001)),
-    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), ("duration", 1.0)),
-    **dict.fromkeys(("min", "mins", "minute", "minutes"), ("duration", 60.0)),
-    **dict.fromkeys(("h", "hr", "hrs", "hour", "hours"), ("duration", 3600.0)),
-    **dict.fromkeys(("day", "days"), ("duration", 86400.0)),
-    **dict.fromkeys(("week", "weeks"), ("duration", 7 * 86400.0)),
-    **dict.fromkeys(("month", "months"), ("duration", _YEAR / 12)),
-    **dict.fromkeys(("year", "years", "yr", "yrs"), ("duration", _YEAR)),
-    **dict.fromkeys(("decade", "decades"), ("duration", 10 * _YEAR)),
-    **dict.fromkeys(("century", "centuries"), ("duration", 100 * _YEAR)),
-}
-_ZH_UNITS: dict[str, tuple[str, float]] = {
-    "平方米": ("area", 1.0), "平米": ("area", 1.0), "平方": ("area", 1.0), "米": ("length", 1.0), "厘米": ("length", 0.01), "公分": ("length", 0.01), "毫米": ("length", 0.001),
-    "公里": ("length", 1000.0), "千米": ("length", 1000.0), "里": ("length", 500.0),
-    "公斤": ("mass", 1.0), "千克": ("mass", 1.0), "克": ("mass", 0.001), "斤": ("mass", 0.5),
-    "升": ("volume", 1.0), "毫升": ("volume", 0.001),
-    "秒": ("duration", 1.0), "秒钟": ("duration", 1.0), "分钟": ("duration", 60.0), "分": ("duration", 60.0),
-    "小时": ("duration", 3600.0), "钟头": ("duration", 3600.0), "刻钟": ("duration", 900.0), "天": ("duration", 86400.0),
-    "周": ("duration", 7 * 86400.0), "星期": ("duration", 7 * 86400.0), "个月": ("duration", _YEAR / 12),
-    "年": ("duration", _YEAR),
-}
-_ZH_UNIT_RE = "|".join(sorted(map(re.escape, _ZH_UNITS), key=len, reverse=True))
-_EN_NUMBER_WORDS = {w: float(i) for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen".split())}
-_EN_NUMBER_WORDS.update({"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70,
-                         "eighty": 80, "ninety": 90, "dozen": 12, "half": 0.5, "quarter": 0.25, "quarters": 0.25, "halves": 0.5, "a": 1, "an": 1,
-                         "once": 1, "twice": 2, "thrice": 3})
-_EN_SCALE = {"hundred": 100, "thousand": 1000, "million": 1e6, "billion": 1e9, "k": 1000}
-_EN_WORD = "|".join(sorted((w for w in _EN_NUMBER_WORDS if w not in ("a", "an")), key=len, reverse=True))
-# a number word that may follow another in one number ("thirty-four", "two hundred", "three quarters"):
-# not a single "half" or "quarter", so "fifteen half-marathons" is fifteen
-_EN_NEXT_WORD = "|".join(sorted((w for w in _EN_NUMBER_WORDS if w not in ("a", "an", "half", "quarter")),
-                                key=len, reverse=True))
-_EN_UNIT_WORDS = "|".join(sorted((u for u in _EN_UNITS if len(u) > 2), key=len, reverse=True))
-# "a year and a half", "two and a half hours", "half an hour": a half added to or taken of a unit
-_EN_AND_A_HALF = re.compile(rf"\b(?P<n>an?|\d+(?:\.\d+)?|{_EN_WORD})\s+(?:(?P<u1>{_EN_UNIT_WORDS})\s+and\s+a\s+half|"
-                            rf"and\s+a\s+half\s+(?P<u2>{_EN_UNIT_WORDS}))\b", re.IGNORECASE)
-_EN_HALF_A = re.compile(rf"\bhalf\s+an?\s+(?P<u>{_EN_UNIT_WORDS})\b", re.IGNORECASE)
-# A number: digits (with thousands commas / a decimal point), or number words ("thirty-four", "ten
-# thousand", "a hundred and twenty"); "a"/"an" count as one only before a scale word or a unit of the table
-# ("a decade", "an hour").
-_EN_NUMBER = re.compile(
-    rf"(?<![A-Za-z0-9_.])(?:(?P<digits>\d{{1,3}}(?:,\d{{3}})+(?:\.\d+)?|\d+(?:\.\d+)?)(?P<k>k\b)?|"
-    rf"(?P<words>(?:(?:an?(?=[\s-]+(?:hundred|thousand|million|billion))|{_EN_WORD})(?:[\s-]+(?:{_EN_NEXT_WORD}|hundred|thousand|million|and))*)(?:[\s-]+(?:hundred|thousand|million))?)\b"
-    rf"|(?P<article>\ban?\b))", re.IGNORECASE)
-# Ordinal words from "fourth" on, and compounds after a tens word ("twenty-first"), read as "4th", "21st":
-# a bare "first", "second" or "third" is also "native", a unit of time or a fraction, so only digits count there
-_EN_ORDINALS = {w: i + 4 for i, w in enumerate(
-    "fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth fourteenth fifteenth sixteenth "
-    "seventeenth eighteenth nineteenth".split())}
-_EN_ORDINALS.update({"twentieth": 20, "thirtieth": 30, "fortieth": 40, "fiftieth": 50, "sixtieth": 60,
-                     "seventieth": 70, "eightieth": 80, "ninetieth": 90, "hundredth": 100})
-_EN_TENS = "twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety"
-_EN_ORDINAL = re.compile(rf"(?i)\b(?:(?P<tens>{_EN_TENS})[\s-]+(?P<unit>first|second|third|{'|'.join(_EN_ORDINALS)})|"
-                         rf"(?P<alone>{'|'.join(sorted(_EN_ORDINALS, key=len, reverse=True))}))\b")
-
-
-def _ordinal(m: re.Match[str]) -> str:
-    if m.group("alone"):
-        return f"{_EN_ORDINALS[m.group('alone').casefold()]}th"
-    unit = m.group("unit").casefold()
-    return f"{int(_EN_NUMBER_WORDS[m.group('tens').casefold()]) + {'first': 1, 'second': 2, 'third': 3}.get(unit, _EN_ORDINALS.get(unit, 0))}th"
-
-
-_FRACTIONS = {"half": 0.5, "halves": 0.5, "quarter": 0.25, "quarters": 0.25}
-_HOURS = "one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|noon|midnight"
-# Clock times in words: "half past six in the morning", "a quarter to eight", "seven o'clock", "six
-# in the evening"; a bare "six" is a count, so a clock time needs past/to, o'clock or a part of day.
-_WORD_CLOCK = re.compile(
-    rf"\b(?:(?P<minutes>half|(?:a\s+)?quarter|five|ten|twenty|twenty[\s-]five|\d{{1,2}})(?:\s+minutes)?\s+(?P<rel>past|to)\s+)?"
-    rf"(?P<hour>{_HOURS}|\d{{1,2}})(?P<oclock>\s+o'clock)?"
-    rf"(?:\s+(?P<part>in the morning|in the afternoon|in the evening|at night|tonight))?\b", re.IGNORECASE)
-_FREQUENCY = frozenset(("day", "week", "month", "year", "night", "hour", "minute"))
+_DAYS = 86400.0
 _EN_UNIT_AFTER = re.compile(r"\s*(?:-\s*)?(?:of\s+)?(?:an?\s+)?(?P<unit>[a-z]+)(?![a-z0-9_])", re.IGNORECASE)
-# a height in feet and inches, one length: "six foot two", "5 ft 10 in", "5'10\"", "6 feet 2 inches"
-_EN_SMALL_NUMBER = "|".join(sorted((w for w, v in _EN_NUMBER_WORDS.items() if 1 <= v < 20 and v == int(v) and w not in ("a", "an", "once", "twice", "thrice", "dozen")), key=len, reverse=True))
-_EN_FEET_INCHES = re.compile(rf"(?i)(?<![\w.])(?P<ft>\d+|{_EN_SMALL_NUMBER})\s*(?:foot|feet|ft\.?|'|′)\s*(?:and\s+)?"
-                             rf"(?P<in>\d+(?:\.\d+)?|{_EN_SMALL_NUMBER})\s*(?:inches\b|inch\b|in\b|\"|″)?(?![\w'])")
 _CLOCK = re.compile(r"(?<!\d)(\d{1,2})(?:[:：](\d{2}))?\s*(?:(a\.?m\.?|p\.?m\.?)(?![a-z])|o'clock)|(?<!\d)(\d{1,2})[:：](\d{2})(?!\d)",
                     re.IGNORECASE)
-_ZH_DIGIT = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "俩": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7,
-             "八": 8, "九": 9}
 _ZH_NUMERAL = re.compile(r"[零〇一二两俩三四五六七八九十百千万亿]+|半")
-_ZH_NOT_NUMBER = re.compile(r"一(?=[次个口下步眼分毛][^，。,；;]{0,6}?[都也][没不])|十分(?!钟)|千万(?=[别不要])|(?<![\d.])\d{1,2}(?=月)|(?<![0-9零〇一二两三四五六七八九十百千万])一(?=个(?!月|钟头|小时|星期|礼拜|半)|[名位只条家台辆本件张把双档门套所间种份座棵匹头口])|一起|一直|一下|一些|一点|一般|一定|一样|唯一|统一|万一|一向|一边|一切|一旦|"
-                            r"星期[一二三四五六日天]|周[一二三四五六日]|礼拜[一二三四五六日天]|(?<![0-9])[一二三四五六七八九十]+月")
-# A Chinese numeral counts only before a measure word, a unit or a non-Chinese character: 四川 and 三亚
-# are names, and 一 before a measure word is an article ("一家银行", "一名护士"), not a count.
-_ZH_MEASURE = "个名位只条家台辆本件张把双档门套所间种份座棵匹头口岁楼层号元块毛角倍成折次遍趟顿杯瓶碗级室厅卫"
-_ZH_COUNTED = rf"(?:[{_ZH_MEASURE}]|[^\u4e00-\u9fff]|$|平|米|厘|公|千|毫|克|斤|升|秒|分|小时|钟|刻钟|天|周|星期|年|月|日)"
 # a numeral with a place value ("五百", "二十三") is a number whatever follows it ("世界五百强"); "十分"
 # (very) and "千万" (by all means) are adverbs
 _ZH_PLACE_VALUE = (r"(?:[零〇一二两三四五六七八九]+[十百千万亿]|[十百千万亿][零〇一二两三四五六七八九十百千万亿])"
@@ -136,26 +41,115 @@ _ZH_AGE_YEARS_MONTHS = re.compile(r"(\d+|[一二两三四五六七八九十]+)�
 _ZH_AND_A_HALF = re.compile(r"(\d+|[一二两三四五六七八九十]+)个半(小时|钟头|月)")
 # "一米八" is 1.8 m, "一米五二" 1.52 m, "一米零五" 1.05 m: the digits after 米 are its decimals
 _ZH_METRES = re.compile(r"(\d|[一二两])米([零〇一二三四五六七八九]|\d)([零〇一二三四五六七八九]|\d)?(?![\d零一二三四五六七八九十百千万米])")
-_ZH_CLOCK = re.compile(r"(早上|上午|早晨|凌晨|中午|下午|晚上|傍晚|夜里)?(\d{1,2}|[一二两三四五六七八九十]{1,3})点(半|(\d{1,2})分)?")
+
+
+
+_EN_TENS = "twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety"
+_CN2AN_UNREAD = {"俩": 2.0, "百": 100.0, "千": 1000.0}  # numerals that cn2an does not read on their own
+
+def _build(r: RuleSet) -> SimpleNamespace:
+    """This module's words, tables and the patterns made of them, from the rule files (`evals.scoring.rulebook`)."""
+    en_units: dict[str, tuple[str, float]] = r.table("en", "quantities.units")
+    zh_units: dict[str, tuple[str, float]] = r.table("zh", "quantities.units")
+    number_words: dict[str, float] = r.table("en", "quantities.number_words")
+    ordinals = {w: int(v) for w, v in r.table("en", "quantities.ordinals").items()}
+    en_word = "|".join(sorted((w for w in number_words if w not in ("a", "an")), key=len, reverse=True))
+    # a number word that may follow another in one number ("thirty-four", "two hundred", "three quarters"):
+    # not a single "half" or "quarter", so "fifteen half-marathons" is fifteen
+    en_next_word = "|".join(sorted((w for w in number_words if w not in ("a", "an", "half", "quarter")),
+                                   key=len, reverse=True))
+    en_unit_words = "|".join(sorted((u for u in en_units if len(u) > 2), key=len, reverse=True))
+    en_small_number = "|".join(sorted((w for w, v in number_words.items() if 1 <= v < 20 and v == int(v) and w not in (
+        "a", "an", "once", "twice", "thrice", "dozen")), key=len, reverse=True))
+    en_periods: dict[str, float] = r.table("en", "quantities.periods")
+    en_period_adverbs: dict[str, float] = r.table("en", "quantities.period_adverbs")
+    en_period = "|".join(sorted(en_periods, key=len, reverse=True))
+    en_adverb = "|".join(en_period_adverbs)
+    en_count_number = rf"\d+(?:\.\d+)?|(?:{en_word})(?:[\s-]+(?:{en_next_word}))?"
+    # "twice", "3 times", "2x", "three days" (a week)
+    en_count = rf"(?:(?P<once>once|twice|thrice)|(?P<n>{en_count_number})(?:\s*(?:x|×)|\s+(?:times|days|nights)))"
+    # "every other", "every six", "every second"
+    en_every = rf"(?:every|each)\s+(?:(?P<k>other|second|third|{en_count_number})\s+)?"
+    zh_count_number = r"\d+(?:\.\d+)?|[一二两三四五六七八九十百半]+"
+    not_after = "".join(rf"(?<!\b{w}\s)" for w in r.words("en", "quantities.not_a_rate_before"))  # "for a day", "only a week"
+    measure = "".join(r.words("zh", "quantities.measure_words"))
+    clock_am, clock_pm = r.words("en", "quantities.clock_parts_am"), r.words("en", "quantities.clock_parts_pm")
+    return SimpleNamespace(
+        EN_UNITS=en_units, ZH_UNITS=zh_units, EN_NUMBER_WORDS=number_words, EN_ORDINALS=ordinals,
+        EN_SCALE=r.table("en", "quantities.scale"), FRACTIONS=r.table("en", "quantities.fractions"),
+        FREQUENCY=frozenset(r.words("en", "quantities.frequency_units")),
+        EN_PERIODS=en_periods, EN_PERIOD_ADVERBS=en_period_adverbs,
+        ZH_PERIODS=r.table("zh", "quantities.periods"),
+        POUND=en_units["lb"][1],  # kilograms per pound
+        ZH_UNIT_RE="|".join(sorted(map(re.escape, zh_units), key=len, reverse=True)),
+        # "a year and a half", "two and a half hours", "half an hour": a half added to or taken of a unit
+        EN_AND_A_HALF=re.compile(rf"\b(?P<n>an?|\d+(?:\.\d+)?|{en_word})\s+(?:(?P<u1>{en_unit_words})\s+and\s+a\s+half|"
+                                 rf"and\s+a\s+half\s+(?P<u2>{en_unit_words}))\b", re.IGNORECASE),
+        EN_HALF_A=re.compile(rf"\bhalf\s+an?\s+(?P<u>{en_unit_words})\b", re.IGNORECASE),
+        # A number: digits (with thousands commas / a decimal point), or number words ("thirty-four", "ten
+        # thousand", "a hundred and twenty"); "a"/"an" count as one only before a scale word or a unit of the table
+        # ("a decade", "an hour").
+        EN_NUMBER=re.compile(
+            rf"(?<![A-Za-z0-9_.])(?:(?P<digits>\d{{1,3}}(?:,\d{{3}})+(?:\.\d+)?|\d+(?:\.\d+)?)(?P<k>k\b)?|"
+            rf"(?P<words>(?:(?:an?(?=[\s-]+(?:hundred|thousand|million|billion))|{en_word})(?:[\s-]+(?:{en_next_word}|hundred|thousand|million|and))*)(?:[\s-]+(?:hundred|thousand|million))?)\b"
+            rf"|(?P<article>\ban?\b))", re.IGNORECASE),
+        # Ordinal words from "fourth" on, and compounds after a tens word ("twenty-first"), read as "4th", "21st":
+        # a bare "first", "second" or "third" is also "native", a unit of time or a fraction, so only digits count there
+        EN_ORDINAL=re.compile(rf"(?i)\b(?:(?P<tens>{_EN_TENS})[\s-]+(?P<unit>first|second|third|{'|'.join(ordinals)})|"
+                              rf"(?P<alone>{'|'.join(sorted(ordinals, key=len, reverse=True))}))\b"),
+        # Clock times in words: "half past six in the morning", "a quarter to eight", "seven o'clock", "six
+        # in the evening"; a bare "six" is a count, so a clock time needs past/to, o'clock or a part of day.
+        WORD_CLOCK=re.compile(
+            rf"\b(?:(?P<minutes>half|(?:a\s+)?quarter|five|ten|twenty|twenty[\s-]five|\d{{1,2}})(?:\s+minutes)?\s+(?P<rel>past|to)\s+)?"
+            rf"(?P<hour>{r.alternatives('en', 'quantities.hours')}|\d{{1,2}})(?P<oclock>\s+o'clock)?"
+            rf"(?:\s+(?P<part>{'|'.join(clock_am + clock_pm)}))?\b", re.IGNORECASE),
+        CLOCK_PM=frozenset(clock_pm),
+        AFTER_NOON=frozenset(r.words("en", "quantities.after_noon") + r.words("zh", "quantities.after_noon")),
+        ZH_CLOCK=re.compile(rf"({r.alternatives('zh', 'quantities.clock_parts')})?(\d{{1,2}}|[一二两三四五六七八九十]{{1,3}})点(半|(\d{{1,2}})分)?"),
+        # a height in feet and inches, one length: "six foot two", "5 ft 10 in", "5'10\"", "6 feet 2 inches"
+        EN_FEET_INCHES=re.compile(rf"(?i)(?<![\w.])(?P<ft>\d+|{en_small_number})\s*(?:foot|feet|ft\.?|'|′)\s*(?:and\s+)?"
+                                  rf"(?P<in>\d+(?:\.\d+)?|{en_small_number})\s*(?:inches\b|inch\b|in\b|\"|″)?(?![\w'])"),
+        ZH_NOT_NUMBER=re.compile(r.alternatives("zh", "quantities.not_number")),
+        # A Chinese numeral counts only before a measure word, a unit or a non-Chinese character: 四川 and 三亚
+        # are names, and 一 before a measure word is an article ("一家银行", "一名护士"), not a count.
+        ZH_COUNTED=rf"(?:[{measure}]|{r.alternatives('zh', 'quantities.counted')})",
+        EN_FREQUENCY=re.compile(
+            rf"(?<![\w.])(?:{en_count}(?:\s+(?:(?:a|an|per|a\s+single)\s+|{en_every})(?P<p1>{en_period})|[\s-]*(?P<a1>{en_adverb}))"
+            rf"|(?:{en_every.replace('?P<k>', '?P<k2>')}|per\s+)(?P<p2>{en_period})"
+            rf"|{not_after}\ban?\s+(?P<p3>day|night|week|month|year)"
+            # "a day" ends its phrase ("two cups a day", "8 hours a day on weekdays"): not "a night owl", "a day trip"
+            rf"(?!\s+(?:{r.alternatives('en', 'quantities.not_a_rate_after')})\b)"
+            rf"(?=\s*(?:[.,;:!?)]|$|(?:{r.alternatives('en', 'quantities.phrase_end')})\b))"
+            rf"|(?P<a2>{en_adverb}))\b", re.IGNORECASE),
+        ZH_FREQUENCY=re.compile(
+            # 每周两次, 每周去两次, 一周游两次泳, 每两周一次, 每隔一天一次, 两周一次, 三天一次
+            rf"(?:(?P<every>每)(?P<skip>隔)?(?P<k>{zh_count_number})?|(?P<k2>{zh_count_number}))个?(?P<p>{r.alternatives('zh', 'quantities.period_order')})(?!末)"
+            rf"(?:(?P<gap>[^，。,.;；、！!？?\d一二两三四五六七八九十]{{0,6}}?)(?P<n>{zh_count_number})(?P<times>{r.alternatives('zh', 'quantities.times')}))?"
+            rf"|(?P<daily>天天|隔天|隔日)"),
+    )
+
+
+_k = compiled(_build)
+
+
+
+def _ordinal(m: re.Match[str]) -> str:
+    k = _k()
+    if m.group("alone"):
+        return f"{k.EN_ORDINALS[m.group('alone').casefold()]}th"
+    unit = m.group("unit").casefold()
+    return f"{int(k.EN_NUMBER_WORDS[m.group('tens').casefold()]) + {'first': 1, 'second': 2, 'third': 3}.get(unit, k.EN_ORDINALS.get(unit, 0))}th"
+
 
 
 def _zh_value(chunk: str) -> float:
+    """A Chinese numeral's value, read by cn2an ("两千五" 2500, "一百五" 150); 半 is a half."""
     if chunk == "半":
         return 0.5
-    total, section, current, unit = 0.0, 0.0, 0.0, 0.0
-    for ch in chunk:
-        if ch in _ZH_DIGIT:
-            current = _ZH_DIGIT[ch]
-        elif ch in "万亿":
-            total += (section + current) * (10000 if ch == "万" else 1e8)
-            section, current, unit = 0, 0, (10000 if ch == "万" else 1e8)
-        else:
-            unit = {"十": 10, "百": 100, "千": 1000}[ch]
-            section += (current or 1) * unit
-            current = 0
-    if current and chunk[-2:-1] in ("百", "千", "万", "亿"):
-        current *= unit / 10  # "两千五" is 2500, "三万五" 35000, "一百五" 150
-    return total + section + current
+    try:
+        return float(cn2an.cn2an(chunk, "smart"))
+    except ValueError:
+        return _CN2AN_UNREAD.get(chunk, 0.0)
 
 
 def _number(chunk: str) -> float:
@@ -167,20 +161,20 @@ def _en_words_value(words: str) -> float:
     for w in re.split(r"[\s-]+", words.casefold()):
         if w == "and" or not w:
             continue
-        if w in _EN_SCALE:
-            current = (current or 1) * _EN_SCALE[w]
-            if _EN_SCALE[w] >= 1000:
+        if w in _k().EN_SCALE:
+            current = (current or 1) * _k().EN_SCALE[w]
+            if _k().EN_SCALE[w] >= 1000:
                 total, current = total + current, 0.0
-        elif w in _FRACTIONS and current:
-            current *= _FRACTIONS[w]  # "three quarters"
+        elif w in _k().FRACTIONS and current:
+            current *= _k().FRACTIONS[w]  # "three quarters"
         else:
-            current += _EN_NUMBER_WORDS[w]
+            current += _k().EN_NUMBER_WORDS[w]
     return total + current
 
 
 def _hour(h: float, minutes: float, meridiem: str) -> float:
     m = meridiem.casefold().replace(".", "")
-    if m in ("pm", "下午", "晚上", "傍晚", "夜里") and h < 12:
+    if m in _k().AFTER_NOON and h < 12:
         h += 12
     if m in ("am",) and h == 12:
         h = 0
@@ -195,38 +189,6 @@ def _norm(text: str) -> str:
 # A frequency is a count per period ("twice a week", "2x weekly", "every other day", "every six
 # months", 每周两次, 一周2次, 每两周一次, 隔天), compared as a rate (times per day): "every six months"
 # and "twice a year" are one rate. A period without a count ("every week", 每周) is once per period.
-_DAYS = 86400.0
-_EN_PERIODS = {**dict.fromkeys(("day", "days", "night", "nights"), 1.0), **dict.fromkeys(("week", "weeks"), 7.0),
-               **dict.fromkeys(("fortnight", "fortnights"), 14.0), **dict.fromkeys(("month", "months"), _YEAR / 12 / _DAYS),
-               **dict.fromkeys(("year", "years"), _YEAR / _DAYS)}
-_EN_PERIOD_ADVERBS = {"daily": 1.0, "nightly": 1.0, "weekly": 7.0, "fortnightly": 14.0, "monthly": _YEAR / 12 / _DAYS,
-                      "yearly": _YEAR / _DAYS, "annually": _YEAR / _DAYS}
-_EN_PERIOD = "|".join(sorted(_EN_PERIODS, key=len, reverse=True))
-_EN_ADVERB = "|".join(_EN_PERIOD_ADVERBS)
-_EN_COUNT_NUMBER = rf"\d+(?:\.\d+)?|(?:{_EN_WORD})(?:[\s-]+(?:{_EN_NEXT_WORD}))?"
-# "twice", "3 times", "2x", "three days" (a week)
-_EN_COUNT = rf"(?:(?P<once>once|twice|thrice)|(?P<n>{_EN_COUNT_NUMBER})(?:\s*(?:x|×)|\s+(?:times|days|nights)))"
-# "every other", "every six", "every second"
-_EN_EVERY = rf"(?:every|each)\s+(?:(?P<k>other|second|third|{_EN_COUNT_NUMBER})\s+)?"
-_EN_FREQUENCY = re.compile(
-    rf"(?<![\w.])(?:{_EN_COUNT}(?:\s+(?:(?:a|an|per|a\s+single)\s+|{_EN_EVERY})(?P<p1>{_EN_PERIOD})|[\s-]*(?P<a1>{_EN_ADVERB}))"
-    rf"|(?:{_EN_EVERY.replace('?P<k>', '?P<k2>')}|per\s+)(?P<p2>{_EN_PERIOD})"
-    rf"|(?<!\bfor\s)(?<!\bin\s)(?<!\bwithin\s)(?<!\bafter\s)(?<!\bhalf\s)(?<!\bonly\s)(?<!\bjust\s)\ban?\s+(?P<p3>day|night|week|month|year)"
-    # "a day" ends its phrase ("two cups a day", "8 hours a day on weekdays"): not "a night owl", "a day trip"
-    rf"(?!\s+(?:and\s+a\s+half|old|ago|later|earlier|before|after)\b)"
-    rf"(?=\s*(?:[.,;:!?)]|$|(?:on|at|for|and|but|to|with|during|since|as|so|while|when|because|until)\b))"
-    rf"|(?P<a2>{_EN_ADVERB}))\b", re.IGNORECASE)
-_ZH_PERIODS = {"天": 1.0, "日": 1.0, "晚": 1.0, "晚上": 1.0, "夜": 1.0, "周": 7.0, "星期": 7.0, "礼拜": 7.0,
-               "月": _YEAR / 12 / _DAYS, "年": _YEAR / _DAYS}
-_ZH_PERIOD = "晚上|天|日|晚|夜|周|星期|礼拜|月|年"
-_ZH_COUNT_NUMBER = r"\d+(?:\.\d+)?|[一二两三四五六七八九十百半]+"
-_ZH_TIMES = "次|回|遍|趟|天"  # 天 as in 每周上四天班, four days a week
-_ZH_FREQUENCY = re.compile(
-    # 每周两次, 每周去两次, 一周游两次泳, 每两周一次, 每隔一天一次, 两周一次, 三天一次
-    rf"(?:(?P<every>每)(?P<skip>隔)?(?P<k>{_ZH_COUNT_NUMBER})?|(?P<k2>{_ZH_COUNT_NUMBER}))个?(?P<p>{_ZH_PERIOD})(?!末)"
-    rf"(?:(?P<gap>[^，。,.;；、！!？?\d一二两三四五六七八九十]{{0,6}}?)(?P<n>{_ZH_COUNT_NUMBER})(?P<times>{_ZH_TIMES}))?"
-    rf"|(?P<daily>天天|隔天|隔日)")
-
 
 def _en_count(words: str) -> float:
     w = words.casefold()
@@ -243,8 +205,8 @@ def _strip_frequencies(text: str) -> tuple[str, list[float]]:
             {"twice": 2.0, "thrice": 3.0}.get((m.group("once") or "").casefold()) or \
             (_en_count(m.group("n")) if m.group("n") else 1.0)
         k = m.group("k") or m.group("k2")
-        period = (_EN_PERIODS.get((m.group("p1") or m.group("p2") or m.group("p3") or "").casefold())
-                  or _EN_PERIOD_ADVERBS[(m.group("a1") or m.group("a2")).casefold()])
+        period = (_k().EN_PERIODS.get((m.group("p1") or m.group("p2") or m.group("p3") or "").casefold())
+                  or _k().EN_PERIOD_ADVERBS[(m.group("a1") or m.group("a2")).casefold()])
         rates.append(round(count / (period * (_en_count(k) if k else 1.0)), 6))
         return " "
 
@@ -255,7 +217,7 @@ def _strip_frequencies(text: str) -> tuple[str, list[float]]:
         after = m.string[m.end():m.end() + 2]
         if m.group("p") in ("周", "星期", "礼拜") and not m.group("n") and re.match(r"[一二三四五六日天](?![次回遍趟])", after):
             return m.group()  # 每周一, 每个星期六: a weekday ("on Mondays"), read by the time words
-        if m.group("times") == "天" and _ZH_PERIODS[m.group("p")] <= 1:
+        if m.group("times") == "天" and _k().ZH_PERIODS[m.group("p")] <= 1:
             return m.group()  # "每天…三天" is no rate
         if m.group("k2") and not m.group("n"):
             return m.group()  # "三天" alone is a duration
@@ -267,12 +229,12 @@ def _strip_frequencies(text: str) -> tuple[str, list[float]]:
         count = _number(m.group("n")) if m.group("n") else 1.0
         if m.group("p") == "日" and not m.group("every"):
             return m.group()
-        rates.append(round(count / (_ZH_PERIODS[m.group("p")] * k), 6))
+        rates.append(round(count / (_k().ZH_PERIODS[m.group("p")] * k), 6))
         return f" {m.group('gap') or ''} "
 
-    t = _EN_FREQUENCY.sub(en, text)
+    t = _k().EN_FREQUENCY.sub(en, text)
     if re.search(r"[\u4e00-\u9fff]", t):
-        t = _ZH_FREQUENCY.sub(zh, t)
+        t = _k().ZH_FREQUENCY.sub(zh, t)
     return t, rates
 
 
@@ -302,7 +264,7 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
         hour_word = m.group("hour").casefold()
         hour = {"noon": 12.0, "midnight": 0.0}.get(hour_word)
         if hour is None:
-            hour = float(hour_word) if hour_word.isdigit() else _EN_NUMBER_WORDS[hour_word]
+            hour = float(hour_word) if hour_word.isdigit() else _k().EN_NUMBER_WORDS[hour_word]
         minutes = 0.0
         if m.group("minutes"):
             word = m.group("minutes").casefold().replace("a ", "").strip()
@@ -311,13 +273,13 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
             if m.group("rel").casefold() == "to":
                 hour, minutes = hour - 1, 60 - minutes
         part = (m.group("part") or "").casefold()
-        meridiem = "pm" if part in ("in the afternoon", "in the evening", "at night", "tonight") and hour != 12 else ""
+        meridiem = "pm" if part in _k().CLOCK_PM and hour != 12 else ""
         if part == "at night" and hour < 5:
             meridiem = ""
         found.append(("clock", _hour(hour % 24, minutes, meridiem)))
         return " "
 
-    t = _WORD_CLOCK.sub(word_clock, t)
+    t = _k().WORD_CLOCK.sub(word_clock, t)
 
     def zh_clock(m: re.Match[str]) -> str:
         hour = float(m.group(2)) if m.group(2).isdigit() else _zh_value(m.group(2))
@@ -325,7 +287,7 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
         found.append(("clock", _hour(hour, minutes, m.group(1) or "")))
         return " "
 
-    t = _ZH_CLOCK.sub(zh_clock, t)
+    t = _k().ZH_CLOCK.sub(zh_clock, t)
     t, rates = _strip_frequencies(t)
     found += [("rate", r) for r in rates]
     # "一个半小时" (1.5 hours) and "一米八" (1.8 m), then Chinese numerals (with an optional 个 and a
@@ -346,7 +308,7 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
     t = _ZH_AGE_MONTHS.sub(lambda m: f"{_number(m.group(1)) / 12:.4g}岁", t)
     t = _ZH_AND_A_HALF.sub(lambda m: f"{_number(m.group(1)) + 0.5:g}{'个月' if m.group(2) == '月' else m.group(2)}", t)
     t = _ZH_METRES.sub(lambda m: f"{_number(m.group(1)) + _number(m.group(2)) / 10 + _number(m.group(3) or '0') / 100:g}米", t)
-    t = _ZH_NOT_NUMBER.sub(" ", t)
+    t = _k().ZH_NOT_NUMBER.sub(" ", t)
     # digits with a Chinese multiplier: "1.2万" is 12000, "3亿" 300000000
     t = re.sub(r"(?<![\d.])(\d+(?:\.\d+)?)\s*([万亿])", lambda m: f"{float(m.group(1)) * (1e4 if m.group(2) == '万' else 1e8):.6g}", t)
 
@@ -355,31 +317,31 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
         unit = m.group(2)
         if value == 1 and unit in ("天", "周", "星期", "个月", "年"):
             return " "  # "一周游两次": a frequency's period, like "a week"
-        if unit in _ZH_UNITS:
-            dim, factor = _ZH_UNITS[unit]
+        if unit in _k().ZH_UNITS:
+            dim, factor = _k().ZH_UNITS[unit]
             found.append((dim, round(value * factor, 6)))
         else:
             found.append(("", value))
         return " "
 
-    t = re.sub(rf"(?<![\d.,])(\d+(?:[.,]\d+)*(?![\d.,a-zA-Z])|[零〇一二两俩三四五六七八九十百千万亿]+(?={_ZH_COUNTED})|{_ZH_PLACE_VALUE}|半)"
-               rf"\s*(?:个(?!月))?\s*({_ZH_UNIT_RE})?(?![a-zA-Z])"
+    t = re.sub(rf"(?<![\d.,])(\d+(?:[.,]\d+)*(?![\d.,a-zA-Z])|[零〇一二两俩三四五六七八九十百千万亿]+(?={_k().ZH_COUNTED})|{_ZH_PLACE_VALUE}|半)"
+               rf"\s*(?:个(?!月))?\s*({_k().ZH_UNIT_RE})?(?![a-zA-Z])"
                if re.search(r"[\u4e00-\u9fff]", t) else r"(?!x)x", zh, t)
     def and_a_half(m: re.Match[str]) -> str:
         n = m.group("n").casefold()
-        value = 1.0 if n in ("a", "an") else float(n) if n[0].isdigit() else _EN_NUMBER_WORDS[n]
+        value = 1.0 if n in ("a", "an") else float(n) if n[0].isdigit() else _k().EN_NUMBER_WORDS[n]
         return f"{value + 0.5:g} {m.group('u1') or m.group('u2')}"
 
     def feet_inches(m: re.Match[str]) -> str:
-        ft, inches = ((float(x) if x[0].isdigit() else _EN_NUMBER_WORDS[x.casefold()]) for x in (m.group("ft"), m.group("in")))
+        ft, inches = ((float(x) if x[0].isdigit() else _k().EN_NUMBER_WORDS[x.casefold()]) for x in (m.group("ft"), m.group("in")))
         return f" {(ft * 12 + inches) * 0.0254:.6g} metres "
 
-    t = _EN_FEET_INCHES.sub(feet_inches, t)
-    t = _EN_ORDINAL.sub(_ordinal, t)
-    t = _EN_AND_A_HALF.sub(and_a_half, t)
-    t = _EN_HALF_A.sub(lambda m: f"0.5 {m.group('u')}", t)
+    t = _k().EN_FEET_INCHES.sub(feet_inches, t)
+    t = _k().EN_ORDINAL.sub(_ordinal, t)
+    t = _k().EN_AND_A_HALF.sub(and_a_half, t)
+    t = _k().EN_HALF_A.sub(lambda m: f"0.5 {m.group('u')}", t)
     consumed = 0
-    for m in _EN_NUMBER.finditer(t):
+    for m in _k().EN_NUMBER.finditer(t):
         if m.start() < consumed:
             continue
         if m.group("digits"):
@@ -394,7 +356,7 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
             value = 1.0
         after = _EN_UNIT_AFTER.match(t, m.end())
         unit = after.group("unit").casefold() if after else ""
-        dim, factor = _EN_UNITS.get(unit, ("", 1.0))
+        dim, factor = _k().EN_UNITS.get(unit, ("", 1.0))
         if unit in ("in", "s", "m", "g", "l", "h", "k") and not (after and after.group(0).strip().casefold() == unit
                                                                  and m.group("digits")):
             dim, factor = "", 1.0  # one-letter units only straight after digits ("2 L", "5k")
@@ -402,7 +364,7 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
             dim, factor = "", factor / _YEAR  # an age in years: "34 years old" is "thirty-four", "18 months old" 1.5
         if m.group("article") and after and t[after.end():after.end() + 1] == "-":
             continue  # "a second-hand car"
-        if m.group("article") and (not dim or unit in _FREQUENCY):
+        if m.group("article") and (not dim or unit in _k().FREQUENCY):
             continue  # "a cat", and "a day" / "a week": a frequency, not an amount
         consumed = after.end() if after and dim else m.end()
         if m.group("words") and m.group("words").casefold() in ("half", "quarter") and not dim:
@@ -411,7 +373,6 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
     return tuple(sorted(found))
 
 
-_POUND = _EN_UNITS["lb"][1]  # kilograms per pound
 
 
 # Measures stated in either unit system are compared to three significant figures: "six foot two" is 1.8796 m and
@@ -423,7 +384,7 @@ def _readings(q: tuple[tuple[str, float], ...]) -> list[set[tuple[str, float]]]:
     """Each way to read the quantities (a repeated one counts once): "pounds" is an amount of money
     ("18,000 pounds" / "£18k") or a weight ("150 pounds" / "68 kg"), and "10K" ten thousand or 10 km; a
     measure to three significant figures (`_CONVERTED`)."""
-    options = [[("", v), ("mass", v * _POUND)] if d == "pound" else [("", v), ("length", v)] if d == "k" else [(d, v)]
+    options = [[("", v), ("mass", v * _k().POUND)] if d == "pound" else [("", v), ("length", v)] if d == "k" else [(d, v)]
                for d, v in q]
     return [{(d, float(f"{v:.3g}" if d in _CONVERTED else f"{v:.6g}")) for d, v in choice}
             for choice in itertools.islice(itertools.product(*options), 16)]

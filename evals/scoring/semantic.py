@@ -39,6 +39,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -57,6 +58,7 @@ from evals.scoring.checks import (
 from evals.scoring.lexicon import gloss_overlap, knows, opposite, person, same_sense, verb_form
 from evals.scoring.matcher import Matcher, _dice, negated, units
 from evals.scoring.quantities import quantities, same_quantities
+from evals.scoring.rulebook import FROZEN_DIR, RuleSet, compiled, frozen, live, use
 from evals.scoring.vectors import VectorStore, embed_through
 from hymem.subjects import _EN_RELATIONS, _ZH_RELATIONS, EN_REPORTING, ZH_REPORTING, canonical_subject, split_subject
 
@@ -131,10 +133,26 @@ def _predicate(text: str) -> tuple[str, str | None]:
     return (rest, canonical_subject(subject)) if subject is not None and rest else (text.strip(), None)
 
 
-_EN_PREPOSITIONS = frozenset("to for from with at about of".split())
-_NOT_WORDS = frozenset("the a an this that it its his her their on in at every each last next".split())
 _EN_PARTICIPANT = re.compile(r"\b([A-Za-z]+)\s+(the\s+(?:ai\s+)?assistant|the\s+user|user|[A-Z][a-z]+)\b")
-_ZH_PASSIVE_MARK = re.compile(r"被|把|由|让")
+
+
+def _build(r: RuleSet) -> SimpleNamespace:
+    """This module's words and patterns, from the rule files (`evals.scoring.rulebook`)."""
+    return SimpleNamespace(
+        EN_PREPOSITIONS=frozenset(r.words("en", "semantic.prepositions")),
+        NOT_WORDS=frozenset(r.words("en", "semantic.not_words")),
+        ZH_PASSIVE_MARK=re.compile(r.alternatives("zh", "semantic.passive_marks")),
+        EN_DETERMINERS=frozenset(r.words("en", "semantic.determiners")),
+        EN_COPULAS=frozenset(r.words("en", "semantic.copulas")),
+        EN_HEAD_END=frozenset(r.words("en", "semantic.head_end")),
+        EN_PREPOSITION=frozenset(r.words("en", "semantic.preposition")),
+        ZH_IDENTITY=re.compile(rf"(?:{r.alternatives('zh', 'semantic.identity')})$"),
+        BY_AGENT=re.compile(rf"\bby\s+(?:(?:{r.alternatives('en', 'semantic.agent_determiners')})\s+)?(?:\w+\s+){{0,2}}?([A-Za-z][\w'-]*)\b"
+                            rf"(?=\s*(?:[,.;]|$|\s+(?:{r.alternatives('en', 'semantic.agent_followers')})\b))"),
+    )
+
+
+_k = compiled(_build)
 
 
 @functools.lru_cache(maxsize=65_536)
@@ -148,9 +166,9 @@ def _zh_tagged(text: str) -> tuple[tuple[str, str], ...]:
 def _objects(text: str, zh: bool) -> frozenset[str]:
     """Who a sentence with no subject names after a verb or a preposition, as the one acted on or for
     ("朋友欠了用户一笔钱", "小陈给用户当家教", "Ben lent money to the user"): the user, the assistant or a name."""
-    found = set()
+    found, k = set(), _k()
     if zh:
-        if _ZH_PASSIVE_MARK.search(text):
+        if k.ZH_PASSIVE_MARK.search(text):
             return frozenset()
         # aspect particles (了, 着, 过) do not separate a verb from its object
         tokens = [(word, flag) for word, flag in _zh_tagged(text) if flag not in ("ul", "uz", "ug")]
@@ -162,18 +180,13 @@ def _objects(text: str, zh: bool) -> frozenset[str]:
         return frozenset()
     for m in _EN_PARTICIPANT.finditer(text):
         before, who = m.group(1).casefold(), m.group(2)
-        if who.split()[-1].casefold() not in ("user", "assistant") and who.casefold() in _NOT_WORDS:
+        if who.split()[-1].casefold() not in ("user", "assistant") and who.casefold() in k.NOT_WORDS:
             continue
-        if before in _EN_PREPOSITIONS or verb_form(before):
+        if before in k.EN_PREPOSITIONS or verb_form(before):
             found.add(canonical_subject(who))
     return frozenset(found)
 
 
-_EN_DETERMINERS = frozenset("a an the one another some his her their my our your its".split())
-_EN_COPULAS = frozenset("is am are was were be been being become becomes became remain remains remained 's".split())
-_EN_HEAD_END = frozenset("at in for from with who whom that and or on since named called of to by".split())
-_EN_PREPOSITION = frozenset("to for from with at about of in on by under near".split())
-_ZH_IDENTITY = re.compile(r"(?:是|当|做|担任|作为|成为|干|兼职|全职)$")
 _NON_WORD = re.compile(r"[\W_]+")
 
 
@@ -183,6 +196,7 @@ def _persons_held(predicate: str, zh: bool) -> dict[str, frozenset[str]]:
     when a verb acts on one ("hired a plumber", "trains teachers", 雇了一个保姆), "prep" after a preposition.
     A modifier ("a vegetarian diet", 教师资格证), a possessor (邻居的自行车) and a name are not held."""
     held: dict[str, set[str]] = {}
+    k = _k()
     if zh:
         tokens = _zh_tagged(predicate)
         for i, (word, _) in enumerate(tokens):
@@ -190,7 +204,7 @@ def _persons_held(predicate: str, zh: bool) -> dict[str, frozenset[str]]:
                 continue
             kind = "identity"
             for before, flag in reversed(tokens[:i]):
-                if _NON_WORD.fullmatch(before) or _ZH_IDENTITY.search(before):
+                if _NON_WORD.fullmatch(before) or k.ZH_IDENTITY.search(before):
                     break
                 if flag.startswith(("v", "p")):
                     kind = "object" if flag.startswith("v") else "prep"
@@ -203,17 +217,17 @@ def _persons_held(predicate: str, zh: bool) -> dict[str, frozenset[str]]:
         if not token[0].islower() or not person(word):  # a capitalised word is a name ("a dog named Rex")
             continue
         after = latin[i + 1].casefold() if i + 1 < len(latin) else ""
-        if after[:1].isalpha() and after not in _EN_HEAD_END:
+        if after[:1].isalpha() and after not in k.EN_HEAD_END:
             continue  # a modifier, not the head: "a vegetarian diet"
         kind, determined = "identity", False
         for j in range(i - 1, max(i - 5, -1), -1):
             w = latin[j].casefold()
-            if w in _EN_COPULAS or w in ("as", ":", "-"):
+            if w in k.EN_COPULAS or w in ("as", ":", "-"):
                 break
-            if w in _EN_DETERMINERS or w[:1].isdigit():
+            if w in k.EN_DETERMINERS or w[:1].isdigit():
                 determined = True
                 continue
-            if w in _EN_PREPOSITION:
+            if w in k.EN_PREPOSITION:
                 kind = "prep"
                 break
             if not w[:1].isalpha():
@@ -221,7 +235,7 @@ def _persons_held(predicate: str, zh: bool) -> dict[str, frozenset[str]]:
             # a verb governs the noun across a determiner ("hired a plumber"), or inflected right before it
             # ("trains teachers"); an -ing modifier does not ("lighting technician")
             if verb_form(w) and (determined or re.search(r"(?:[^s]s|ed)$", w)):
-                passive = w.endswith("ed") and j > 0 and latin[j - 1].casefold() in _EN_COPULAS
+                passive = w.endswith("ed") and j > 0 and latin[j - 1].casefold() in k.EN_COPULAS
                 kind = "identity" if passive else "object"  # "was elected treasurer" is what the user is
                 break
         lemma = word[:-1] if word.endswith("s") and person(word[:-1]) else word
@@ -415,8 +429,6 @@ def _displaced(a: _Prepared, b: _Prepared) -> bool:
             and not re.match(r"\s*(?:'s?\b|的)", a.predicate))  # "The user's luggage was lost": the user owns, not acts
 
 
-_BY_AGENT = re.compile(r"\bby\s+(?:(?:the|a|an|his|her|their|its|my|our)\s+)?(?:\w+\s+){0,2}?([A-Za-z][\w'-]*)\b"
-                       r"(?=\s*(?:[,.;]|$|\s+(?:at|in|on|for|to|with|from|of|about|after|before|last|every|this|next)\b))")
 _ZH_FILLER = re.compile(r"[了过着\W]")
 
 
@@ -434,7 +446,7 @@ def _voice_swapped(a: _Prepared, b: _Prepared) -> bool:
         return Counter(_ZH_FILLER.sub("", a.predicate.replace("被", "", 1))) == Counter(_ZH_FILLER.sub("", b.predicate))
     if a.words_in_order.passive is None or b.words_in_order.passive is not None:
         return False
-    if (agent := _BY_AGENT.search(a.predicate)) is None:
+    if (agent := _k().BY_AGENT.search(a.predicate)) is None:
         return False
     head = agent.group(1).casefold()
     words = [w.casefold().removesuffix("'s") for w in re.findall(r"[A-Za-z][\w'-]*", b.predicate)]
@@ -525,16 +537,20 @@ def _bound_without_cosine(a: _Prepared, b: _Prepared, weights: np.ndarray, inter
 
 
 class SemanticMatcher(Matcher):
-    """MiniLM paraphrase similarity + explicit near-miss checks; parameters from `semantic_params.json`."""
+    """MiniLM paraphrase similarity + explicit near-miss checks; parameters from `semantic_params.json`, words and
+    patterns from the live rule files (`evals.scoring.rulebook`); `semantic-<name>` reads a frozen baseline's
+    parameters and rule files through the same code (`SemanticMatcher.frozen`)."""
 
     spec = "semantic"
 
     def __init__(self, params: SemanticParams, embedder: Any, cache_size: int = 50_000,
-                 sentence_embedder: Any = None):
+                 sentence_embedder: Any = None, rules: RuleSet | None = None, spec: str = "semantic"):
         if params.features != list(FEATURES) or len(params.weights) != len(FEATURES):
             raise ValueError(f"the semantic parameters weigh {params.features}, but this matcher computes {list(FEATURES)}: "
                              "refit them with `hymem-eval matcher fit`")
         self.params = params
+        self.rules = rules if rules is not None else live()
+        self.spec = spec
         self.threshold = params.threshold
         self._weights = np.asarray(params.weights, dtype=float)
         self._embedder = embedder
@@ -560,7 +576,16 @@ class SemanticMatcher(Matcher):
         return cls._load(params_file, embedder)
 
     @classmethod
-    def _load(cls, params_file: Path, embedder: Any) -> SemanticMatcher:
+    def frozen(cls, name: str, embedder: Any = None) -> SemanticMatcher:
+        """The frozen baseline `semantic-<name>`: the parameters and rule files of `rules/frozen/<name>/`, read
+        through today's code; one instance per process and name unless an embedder is given."""
+        if embedder is None:
+            return _shared_frozen(name)
+        return cls._load(FROZEN_DIR / name / "params.json", embedder, frozen(name), f"semantic-{name}")
+
+    @classmethod
+    def _load(cls, params_file: Path, embedder: Any, rules: RuleSet | None = None,
+              spec: str = "semantic") -> SemanticMatcher:
         if not params_file.is_file():
             raise RuntimeError(f"{params_file} is missing; fit it with `hymem-eval matcher fit`")
         params = SemanticParams.model_validate_json(params_file.read_text(encoding="utf-8"))
@@ -568,15 +593,18 @@ class SemanticMatcher(Matcher):
             from evals.scoring.lexicon import require
 
             require()  # the thesauri: fail at load with the install line, not at the first pair
-        return cls(params, embedder if embedder is not None else _make(params.embedder))
+        return cls(params, embedder if embedder is not None else _make(params.embedder), rules=rules, spec=spec)
 
     @property
     def embedder(self) -> Any:
         return self._embedder
 
     def fingerprint(self) -> str:
-        digest = hashlib.sha256(self.params.model_dump_json(exclude={"heldout"}).encode()).hexdigest()[:12]
-        return f"semantic:{digest}"
+        """The spec, and a digest of the parameters and the rule files: a card measured with other words is not
+        this matcher's."""
+        digest = hashlib.sha256(self.params.model_dump_json(exclude={"heldout"}).encode()
+                                + self.rules.digest.encode()).hexdigest()[:12]
+        return f"{self.spec}:{digest}"
 
     def stored_card(self) -> dict | None:
         """The held-out agreement `matcher fit` measured with these parameters (keyed by pairs hash)."""
@@ -594,7 +622,7 @@ class SemanticMatcher(Matcher):
 
     def prepare(self, gold: Sequence[str], pred: Sequence[str]) -> None:
         """Prepare every new text of a case, and embed all their predicates in one batch."""
-        with self._lock:
+        with self._lock, use(self.rules):
             self._prepare([t for t in dict.fromkeys([*gold, *pred]) if t not in self._texts])
 
     def _prepare(self, new: list[str]) -> None:
@@ -628,7 +656,8 @@ class SemanticMatcher(Matcher):
         """The features [len(gold), len(pred), len(FEATURES)] and the role checks [len(gold), len(pred)]; each
         (gold, pred) pair of texts is computed once and kept (a run meets the same pairs in every provider,
         epoch and faulted unit of a case)."""
-        out, ruled_out, _ = self._evaluate(gold, pred, bound=False)
+        with use(self.rules):
+            out, ruled_out, _ = self._evaluate(gold, pred, bound=False)
         return out, ruled_out
 
     def _evaluate(self, gold: Sequence[str], pred: Sequence[str], bound: bool
@@ -672,7 +701,8 @@ class SemanticMatcher(Matcher):
         (`_bound_logit`) gets the bound's probability, below the threshold too: every decision is the same."""
         if not gold or not pred:
             return np.zeros((len(gold), len(pred)))
-        x, ruled_out, bounded = self._evaluate(gold, pred, bound=True)
+        with use(self.rules):
+            x, ruled_out, bounded = self._evaluate(gold, pred, bound=True)
         p = 1.0 / (1.0 + np.exp(-(x @ self._weights + self.params.intercept)))
         p = np.where(ruled_out, 0.0, p) if self.params.role_checks else p
         decided = ~np.isnan(bounded)
@@ -699,6 +729,11 @@ def _unit(embedder: Any, texts: list[str], store: VectorStore | None = None) -> 
 @functools.lru_cache(maxsize=1)
 def _shared() -> SemanticMatcher:
     return SemanticMatcher._load(PARAMS_FILE, None)
+
+
+@functools.cache
+def _shared_frozen(name: str) -> SemanticMatcher:
+    return SemanticMatcher._load(FROZEN_DIR / name / "params.json", None, frozen(name), f"semantic-{name}")
 
 
 def unrelated_pairs(pairs: Sequence[Any], seed: int = 0, per_pair: int = 1) -> list[tuple[str, str]]:
