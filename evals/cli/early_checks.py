@@ -39,7 +39,7 @@ def matcher_problem(spec: str | None, providers_file: Path | None = None) -> str
     if spec is None:
         return None
     spec = spec.strip()
-    frozen = Path(__file__).with_name("scoring") / "rules" / "frozen"  # evals.scoring.rulebook's, without its imports
+    frozen = Path(__file__).parents[1] / "scoring" / "rules" / "frozen"  # evals.scoring.rulebook's, without its imports
     if spec in ("semantic", "text") or (spec.startswith("semantic-") and frozen.is_dir()
                                         and spec[9:] in {p.name for p in frozen.iterdir() if (p / "params.json").is_file()}):
         return None
