@@ -160,7 +160,7 @@ class RuleResult(BaseModel):
     rule: Rule | None = None  # None for a built-in check
 
 
-class Pair(BaseModel):
+class ProviderPair(BaseModel):
     """A baseline provider gated against a current provider."""
 
     baseline: str
@@ -244,7 +244,7 @@ def _bound(rule: Rule, base: _Measured, value: float, n: int) -> Check:
                  detail=f"{shown} {_SYMBOL[kind]} {bound}" if ok else f"{shown} violates {_SYMBOL[kind]} {bound}")
 
 
-def _shift(rule: Rule, pair: Pair, dataset: str, baseline: Run, current: Run, base: _Measured,
+def _shift(rule: Rule, pair: ProviderPair, dataset: str, baseline: Run, current: Run, base: _Measured,
            values: tuple[float, float], seed: int, confidence: float) -> Check:
     tol = rule.threshold
     shown_tol = format_value(rule.metric, tol)  # in the unit the values print in (a duration in ms)
@@ -275,7 +275,7 @@ def _shift(rule: Rule, pair: Pair, dataset: str, baseline: Run, current: Run, ba
                  detail=f"{how}: {verdict}")
 
 
-def _check(rule: Rule, pair: Pair, dataset: str, baseline: Run, current: Run, seed: int, confidence: float) -> Check:
+def _check(rule: Rule, pair: ProviderPair, dataset: str, baseline: Run, current: Run, seed: int, confidence: float) -> Check:
     b_row = metric_row(baseline, pair.baseline, dataset, rule.metric)
     c_row = metric_row(current, pair.current, dataset, rule.metric)
     b_value, c_value = _measured(b_row), _measured(c_row)
@@ -291,7 +291,7 @@ def _check(rule: Rule, pair: Pair, dataset: str, baseline: Run, current: Run, se
     return _bound(rule, base, c_value, int(c_row["n"]))
 
 
-def datasets_of(baseline: Run, current: Run, pair: Pair) -> list[str]:
+def datasets_of(baseline: Run, current: Run, pair: ProviderPair) -> list[str]:
     """The dataset scopes of a pair: pooled first, then every dataset either run reports on its own."""
     names = set()
     for run, provider in ((baseline, pair.baseline), (current, pair.current)):
@@ -299,11 +299,11 @@ def datasets_of(baseline: Run, current: Run, pair: Pair) -> list[str]:
     return [ALL, *sorted(names - {ALL})]
 
 
-def _applies(rule: Rule, pair: Pair) -> bool:
+def _applies(rule: Rule, pair: ProviderPair) -> bool:
     return rule.provider is None or rule.provider in (pair.baseline, pair.current)
 
 
-def _baseline_metrics(baseline: Run, current: Run, pair: Pair) -> tuple[Check, list[Check], list[Check]]:
+def _baseline_metrics(baseline: Run, current: Run, pair: ProviderPair) -> tuple[Check, list[Check], list[Check]]:
     """Every (dataset, metric) the baseline measured, against the current run: the ones that vanished and the
     ones whose n fell. n is compared for rates and counts (the catalogue's kinds; their n are cases or
     units), not for durations, tokens or costs, whose n are LM attempts that retries and the cache move.
@@ -366,7 +366,7 @@ def shared_providers(baseline: Run, current: Run) -> list[str]:
     return [p for p in current.providers if p in baseline.providers]
 
 
-def _reference_result(baseline: Run, current: Run, pairs: list[Pair], plans_differ: bool) -> RuleResult:
+def _reference_result(baseline: Run, current: Run, pairs: list[ProviderPair], plans_differ: bool) -> RuleResult:
     """The built-in case-by-case check of deterministic arm pairs (evals.report.gate_reference)."""
     checks: list[Check] = []
     for pair in pairs:
@@ -385,12 +385,12 @@ def _reference_result(baseline: Run, current: Run, pairs: list[Pair], plans_diff
 
 
 def evaluate_rules(rules: RuleSet, baseline: Run, current: Run, *, seed: int = 0,
-                   pairs: list[Pair] | None = None, plans_differ: bool = False) -> list[RuleResult]:
+                   pairs: list[ProviderPair] | None = None, plans_differ: bool = False) -> list[RuleResult]:
     """Pure: every rule against every provider pair it covers, pooled and per dataset, then the built-in
     checks that no metric of the baseline vanished or lost cases, and that no case got worse where the model is
     deterministic. `pairs` default to the shared providers."""
     if pairs is None:
-        pairs = [Pair(baseline=p, current=p) for p in shared_providers(baseline, current)]
+        pairs = [ProviderPair(baseline=p, current=p) for p in shared_providers(baseline, current)]
     scopes = {pair.label: datasets_of(baseline, current, pair) for pair in pairs}
     results = []
     for rule in rules.rule:
@@ -413,7 +413,7 @@ def evaluate_rules(rules: RuleSet, baseline: Run, current: Run, *, seed: int = 0
     return results
 
 
-def _arms_kept(baseline: Run, chosen: list[Pair]) -> list[RuleResult]:
+def _arms_kept(baseline: Run, chosen: list[ProviderPair]) -> list[RuleResult]:
     """Paired by name, every provider (engine arm) of the baseline is in the current run: one that is gone
     took all its metrics with it (a run without `--system mem0`, a provider left out), which no rule would see.
     Explicit `--pair`s say which are gated, so this check is for name pairing only."""
@@ -425,7 +425,7 @@ def _arms_kept(baseline: Run, chosen: list[Pair]) -> list[RuleResult]:
     return [_result("every provider of the baseline is in the current run", "*", checks)]
 
 
-def _measured_something(baseline: Run, current: Run, chosen: list[Pair]) -> list[RuleResult]:
+def _measured_something(baseline: Run, current: Run, chosen: list[ProviderPair]) -> list[RuleResult]:
     """Each gated provider measured something in both runs: one whose every unit was an infra error has no value
     a rule could fail on (its rates are n/a, skipped), so two dead runs would pass every rule."""
     checks = []
@@ -510,7 +510,7 @@ class GateOutcome(BaseModel):
     summary_path: Path
 
 
-def resolve_pairs(baseline: Run, current: Run, pairs: list[str] | None = None) -> tuple[list[Pair], list[str]]:
+def resolve_pairs(baseline: Run, current: Run, pairs: list[str] | None = None) -> tuple[list[ProviderPair], list[str]]:
     """Which baseline provider is gated against which current provider, and what the report says about it.
 
     `--pair B=C` (repeatable) decides; without it, providers pair by name, and when no name is shared
@@ -527,14 +527,14 @@ def resolve_pairs(baseline: Run, current: Run, pairs: list[str] | None = None) -
                 if name not in run.providers:
                     raise GateInputError(f"--pair {text!r}: the {side} has no provider {name!r} (it has "
                                          f"{', '.join(run.providers)})")
-            chosen.append(Pair(baseline=b, current=c))
+            chosen.append(ProviderPair(baseline=b, current=c))
         notes.append("Paired as asked: " + ", ".join(f"`{p.baseline}` (baseline) with `{p.current}` (current)"
                                                      for p in chosen) + ".")
     else:
-        chosen = [Pair(baseline=p, current=p) for p in shared_providers(baseline, current)]
+        chosen = [ProviderPair(baseline=p, current=p) for p in shared_providers(baseline, current)]
         if not chosen:
             if len(baseline.providers) == 1 and len(current.providers) == 1:
-                chosen = [Pair(baseline=baseline.providers[0], current=current.providers[0])]
+                chosen = [ProviderPair(baseline=baseline.providers[0], current=current.providers[0])]
                 notes.append(f"Paired automatically (each run has one provider): `{chosen[0].baseline}` (baseline) "
                              f"with `{chosen[0].current}` (current).")
             else:
@@ -625,6 +625,6 @@ def run_gate(baseline: Path, current: Path, *, rules: Path | None = None, junit:
                        summary_path=summary_path)
 
 
-__all__ = ["Check", "GateInputError", "GateOutcome", "Pair", "Rule", "RuleResult", "RuleSet", "check_scopes",
+__all__ = ["Check", "GateInputError", "GateOutcome", "ProviderPair", "Rule", "RuleResult", "RuleSet", "check_scopes",
            "evaluate_rules",
            "junit_xml", "load_rules", "passed", "resolve_pairs", "run_gate", "summary_markdown"]

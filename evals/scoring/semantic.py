@@ -457,10 +457,6 @@ def _voice_swapped(a: _Prepared, b: _Prepared) -> bool:
     return any(w[:n] == verb[:n] for w in words[:words.index(head)])
 
 
-def pair_features(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.ndarray]) -> list[float]:
-    return _pair(a, b, cosine, word_vectors)[0]
-
-
 def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.ndarray]) -> tuple[list[float], bool]:
     """The pair's features, and whether a role check rules it out whatever they say: an antonym
     (`_opposed`), a person noun swapped for an unpaired one (`_persons_swapped`), two steps in the other
