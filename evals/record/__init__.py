@@ -5,6 +5,7 @@ It imports neither dspy nor the executor (`evals.run.replay`), so scorers, repor
 plots can read a run without loading the engine. Implementation lives in the private modules.
 """
 
+from evals.record._gold import CaseGold, FlaggedLabels, GoldStatement, GoldUpdate
 from evals.record._manifest import Manifest, epoch_seed
 from evals.record._records import (
     CODE_KINDS,
@@ -59,6 +60,7 @@ __all__ = [
     "Anomaly",
     "AnomalyKind",
     "Attempt",
+    "CaseGold",
     "CaseMetricRow",
     "CaseRun",
     "Cause",
@@ -67,6 +69,9 @@ __all__ = [
     "FactRow",
     "FaultRecord",
     "Finding",
+    "FlaggedLabels",
+    "GoldStatement",
+    "GoldUpdate",
     "Manifest",
     "MetricRow",
     "Outcome",
