@@ -16,7 +16,7 @@ from pathlib import Path
 
 from evals.core.errors import UsageError
 from evals.core.redact import redact_text
-from evals.record import CaseRun, Manifest, RunDirError, read_manifest, read_units, write_manifest
+from evals.record import CaseRun, Manifest, RunDirError, in_report_order, read_manifest, read_units, write_manifest
 from evals.report.score_run import report_run
 from evals.scoring.matchers import open_matcher
 
@@ -92,7 +92,7 @@ def rescore(run_dir: Path, spec: str) -> Path:
     if not (run_dir / "units.jsonl").is_file():
         raise RescoreError(f"{run_dir}: no units.jsonl, so it cannot be re-scored with --matcher {spec}")
     try:
-        runs = read_units(run_dir)
+        runs = in_report_order(read_units(run_dir), manifest.providers)  # as the run scored them
     except (RunDirError, OSError) as exc:  # a bad record is one line naming it, not a crash in the scorers
         raise RescoreError(f"{run_dir}: {exc}") from exc
     out = run_dir / "rescored" / re.sub(r"[^A-Za-z0-9._-]+", "_", redact_text(spec))  # no key in a path either

@@ -44,6 +44,7 @@ from evals.record import (
     UnitsWriter,
     atomic_write_text,
     epoch_seed,
+    in_report_order,
     read_manifest,
     read_units,
     write_manifest,
@@ -501,8 +502,7 @@ def run_units(config: RunConfig, prepared: Prepared, state: dict[str, int]) -> U
             arm.close()
     drain_scratch()  # the units' scratch directories, removed in the background, are gone too
     units_seconds = time.monotonic() - started
-    runs.sort(key=lambda r: (names.index(r.provider) if r.provider in names else 99, r.case_id, r.epoch))
-    return UnitsRun(runs=runs, seconds=units_seconds)
+    return UnitsRun(runs=in_report_order(runs, names), seconds=units_seconds)
 
 
 FAST_PLAN_FILE = "sweep_fast.json"  # the designated sweep:fast plan, kept so --resume replays the same one
