@@ -14,11 +14,14 @@ import re
 import sys
 from pathlib import Path
 
+from evals.cases.adapters import load_spec
+from evals.cases.dataset import dataset_hash
+from evals.cases.gold import with_gold
 from evals.core.errors import UsageError
 from evals.core.redact import redact_text
 from evals.record import CaseRun, Manifest, RunDirError, in_report_order, read_manifest, read_units, write_manifest
 from evals.report.score_run import report_run
-from evals.scoring.matchers import open_matcher
+from evals.scoring.matchers import MatcherSpecError, make_matcher, open_matcher
 
 
 class RescoreError(ValueError):
@@ -26,9 +29,6 @@ class RescoreError(ValueError):
 
 
 def _cases_of(manifest: Manifest, ids: set[str]) -> list:
-    from evals.cases.adapters import load_spec
-    from evals.cases.dataset import dataset_hash
-
     for gold in ("all", "clean"):
         try:
             cases = [c for spec in manifest.datasets for c in load_spec(spec, gold=gold)]
@@ -44,8 +44,6 @@ def _cases_of(manifest: Manifest, ids: set[str]) -> list:
 def _with_dataset_gold(manifest: Manifest, runs: list[CaseRun], run_dir: Path) -> list[CaseRun]:
     """`runs`, those recorded without their gold (before schema v5) given it from the dataset files the manifest
     names, reloaded and checked against its hash; said on stderr, since it is the one path that reads them."""
-    from evals.cases.gold import with_gold
-
     old = {r.case_id for r in runs if r.gold is None}
     if not old:
         return runs
@@ -63,8 +61,6 @@ def _with_dataset_gold(manifest: Manifest, runs: list[CaseRun], run_dir: Path) -
 def _same_version(manifest: Manifest, spec: str) -> bool:
     """Whether the run was scored by the matcher `spec` names today (its recorded fingerprint is this one's); a
     run that recorded none is taken as scored so."""
-    from evals.scoring.matchers import MatcherSpecError, make_matcher
-
     recorded = (manifest.matcher or {}).get("fingerprint")
     if recorded is None:
         return True
