@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from evals.cases.dataset import Case
+from evals.cases.gold import with_gold
 from evals.core.errors import UsageError
 from evals.record import UNITS_FILE, Manifest, write_manifest
 from evals.report.plots import write_plots
@@ -86,13 +87,13 @@ def run_eval(config: RunConfig) -> RunOutcome:
                                prepared.embedder if prepared.embedder_name == "minilm" else None,  # one model load
                                use_cache=config.cache)
         units = run_units(config, prepared, state)
-        verdict = report_run(run_dir, manifest, prepared.cases, units.runs, matcher)
+        runs = with_gold(units.runs, prepared.cases)  # units a resumed pre-v5 run recorded without their gold
+        verdict = report_run(run_dir, manifest, runs, matcher)
         write_plots(run_dir)
         manifest.finished = time.time()
         manifest.verdict = verdict
         write_manifest(run_dir, manifest)
         write_view([run_dir])  # report.html: the run in a browser, from the record just written
-        runs = units.runs
         return RunOutcome(run_dir=run_dir, verdict=verdict, units=len(runs), manifest=manifest,
                           units_seconds=units.seconds, reasons=run_verdict(runs, manifest)[1],
                           infra_error_units=sum(r.status == "infra_error" for r in runs),

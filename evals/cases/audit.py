@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 from evals.cases.adapters import CLEAN_DROPS, Gold, Skipped, dataset_name, iter_items, select_cases
 from evals.cases.dataset import Case
 from evals.core.redact import write_parquet, write_text
+from evals.record import CaseRun
 from evals.record.tally import CaseTally
 
 SCHEMA_VERSION = 1
@@ -159,20 +160,16 @@ def format_audit(report: AuditReport, max_per_reason: int = 15) -> str:
 LABEL_METRICS = ("gold_labels_flagged", "gold_labels_misattributed", "gold_labels_left_out")
 
 
-def flagged_label_tallies(cases: list[Case], providers: list[str]) -> list[CaseTally]:
+def flagged_label_tallies(runs: list[CaseRun], providers: list[str]) -> list[CaseTally]:
     """Per provider and case, the gold labels its adapter flagged, for the run report's counts (none at all when no
-    case has a flagged label: curated suites have none).
+    case has a flagged label: curated suites have none): read from the gold each unit recorded
+    (`evals.cases.gold`), each case once whatever its providers and epochs.
 
     `gold_labels_flagged`: any reason; `gold_labels_misattributed`: the evidence turn was spoken by the
     other person; `gold_labels_left_out`: dropped by `--gold clean`.
     """
-    counts = []
-    for case in cases:
-        flagged = case.meta.get("flagged", []) if isinstance(case.meta, dict) else []
-        counts.append((dataset_name(case), case.id, (
-            len(flagged),
-            sum("evidence_spoken_by_other_speaker" in f.get("reasons", []) for f in flagged),
-            sum(bool(f.get("clean_drop")) and case.meta.get("gold") == "clean" for f in flagged))))
+    cases = {(run.dataset, run.case_id): run.gold.flagged_labels for run in runs if run.gold is not None}
+    counts = [(dataset, case_id, (f.flagged, f.misattributed, f.left_out)) for (dataset, case_id), f in cases.items()]
     if not any(n for _, _, per in counts for n in per):
         return []
     return [CaseTally(provider=provider, dataset=dataset, case_id=case_id, metric=name, num=float(n))

@@ -5,6 +5,7 @@ It imports neither dspy nor the executor (`evals.run.replay`), so scorers, repor
 plots can read a run without loading the engine. Implementation lives in the private modules.
 """
 
+from evals.record._gold import CaseGold, FlaggedLabels, GoldStatement, GoldUpdate
 from evals.record._manifest import Manifest, epoch_seed
 from evals.record._records import (
     CODE_KINDS,
@@ -38,6 +39,7 @@ from evals.record._rundir import (
     atomic_write,
     atomic_write_text,
     frame,
+    in_report_order,
     parse_unit,
     read_manifest,
     read_table,
@@ -59,6 +61,7 @@ __all__ = [
     "Anomaly",
     "AnomalyKind",
     "Attempt",
+    "CaseGold",
     "CaseMetricRow",
     "CaseRun",
     "Cause",
@@ -67,6 +70,9 @@ __all__ = [
     "FactRow",
     "FaultRecord",
     "Finding",
+    "FlaggedLabels",
+    "GoldStatement",
+    "GoldUpdate",
     "Manifest",
     "MetricRow",
     "Outcome",
@@ -86,6 +92,7 @@ __all__ = [
     "columns",
     "epoch_seed",
     "frame",
+    "in_report_order",
     "migrate",
     "pandas_dtypes",
     "parse_unit",

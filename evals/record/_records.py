@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal, TypedDict
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from evals.record._gold import CaseGold
 from evals.record._version import SCHEMA_VERSION
 
 Outcome = Literal["ok", "wrong", "indeterminate", "infra_error"]  # of one faulted run
@@ -262,6 +263,7 @@ class CaseRun(Record):
     epoch: int = 0  # the repeat of this case (run --epochs K: 0..K-1), each with its own sampling seed
     lang: str
     tags: list[str]
+    gold: CaseGold | None = None  # what the unit is scored against; None: a record from before v5 (its dataset's)
     status: Status
     error: str | None = None  # the infra error with its traceback
     writes: list[WriteRecord] = Field(default_factory=list)

@@ -130,6 +130,15 @@ def read_units(run_dir: Path, planned: Collection[tuple[str, str, int]] | None =
     return list(runs.values())
 
 
+def in_report_order(runs: Collection[CaseRun], providers: list[str]) -> list[CaseRun]:
+    """Units in the order a run scores and reports them: arm (as the manifest lists them), case id, epoch.
+
+    Why one order: the bootstrap resamples cases by position, so a re-scored run must see its units in the order
+    the run did, not the order they finished in (units.jsonl's), or its confidence intervals move."""
+    rank = {label: i for i, label in enumerate(providers)}
+    return sorted(runs, key=lambda r: (rank.get(r.provider, 99), r.case_id, r.epoch))
+
+
 def _torn(line: str) -> bool:
     """Whether a line is not whole JSON (cut short by a crash), as opposed to whole JSON of a bad record."""
     try:

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-SCHEMA_VERSION = 4  # 1: untyped units (anomalies as [kind, witness] pairs); 2: typed records with schema_version;
+SCHEMA_VERSION = 5  # 1: untyped units (anomalies as [kind, witness] pairs); 2: typed records with schema_version;
 # 3: repeats — a unit is (provider, case, epoch), the manifest counts epochs, per-case tables carry `epoch`;
-# 4: faults and anomalies carry `epoch` too (which repeat a faulted run or an anomaly belongs to)
+# 4: faults and anomalies carry `epoch` too (which repeat a faulted run or an anomaly belongs to);
+# 5: a unit carries the gold it was scored against (`CaseRun.gold`), so scoring needs no dataset file
 
 
 class SchemaError(ValueError):
@@ -49,11 +50,24 @@ def _m004_same(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _m005_unit(data: dict[str, Any]) -> dict[str, Any]:
+    """v4 → v5: units did not carry their gold. It cannot be made up here: `gold` stays None, and scoring such a
+    unit reloads its case from the dataset files the manifest names, checked against its hash
+    (`evals.report.rescore`)."""
+    data.setdefault("gold", None)
+    return data
+
+
+def _m005_manifest(data: dict[str, Any]) -> dict[str, Any]:
+    """v4 → v5: no field changed; the manifest's version follows the records'."""
+    return data
+
+
 # version N → N+1, per record type; append only, never edit a released step.
 UNIT_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _m002_unit, 2: _m003_unit,
-                                                                         3: _m004_same}
+                                                                         3: _m004_same, 4: _m005_unit}
 MANIFEST_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _m002_manifest, 2: _m003_manifest,
-                                                                             3: _m004_same}
+                                                                             3: _m004_same, 4: _m005_manifest}
 # Parquet tables, by the version a file is migrated from: {version: {table: {column: value older files get}}}.
 TABLE_MIGRATIONS: dict[int, dict[str, dict[str, Any]]] = {
     2: {"cases": {"epoch": 0}, "case_metrics": {"epoch": 0}, "facts": {"epoch": 0}},

@@ -1,21 +1,27 @@
 """Re-score a finished run with another matcher, for `compare --matcher` and `gate --matcher`.
 
 Two runs scored by different matchers cannot be compared metric by metric; re-scoring both with
-one matcher makes them comparable. The run's units (`units.jsonl`) are scored again against its
-cases, reloaded from the manifest's dataset specs and checked against its dataset hash, into
-`RUN/rescored/<matcher>/` — a full report directory that `compare` and `gate` read as a run.
+one matcher makes them comparable. The run's units (`units.jsonl`) are scored again against the
+gold each one recorded (schema v5 on), into `RUN/rescored/<matcher>/` — a full report directory
+that `compare` and `gate` read as a run. The dataset files are not read: they may have moved or
+changed since. Units recorded before v5 carry no gold: for them, and only them, the cases are
+reloaded from the manifest's dataset specs and checked against its dataset hash.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
+from evals.cases.adapters import load_spec
+from evals.cases.dataset import dataset_hash
+from evals.cases.gold import with_gold
 from evals.core.errors import UsageError
 from evals.core.redact import redact_text
-from evals.record import Manifest, RunDirError, read_manifest, read_units, write_manifest
+from evals.record import CaseRun, Manifest, RunDirError, in_report_order, read_manifest, read_units, write_manifest
 from evals.report.score_run import report_run
-from evals.scoring.matchers import open_matcher
+from evals.scoring.matchers import MatcherSpecError, make_matcher, open_matcher
 
 
 class RescoreError(ValueError):
@@ -23,9 +29,6 @@ class RescoreError(ValueError):
 
 
 def _cases_of(manifest: Manifest, ids: set[str]) -> list:
-    from evals.cases.adapters import load_spec
-    from evals.cases.dataset import dataset_hash
-
     for gold in ("all", "clean"):
         try:
             cases = [c for spec in manifest.datasets for c in load_spec(spec, gold=gold)]
@@ -38,11 +41,26 @@ def _cases_of(manifest: Manifest, ids: set[str]) -> list:
                        "files changed since the run)")
 
 
+def _with_dataset_gold(manifest: Manifest, runs: list[CaseRun], run_dir: Path) -> list[CaseRun]:
+    """`runs`, those recorded without their gold (before schema v5) given it from the dataset files the manifest
+    names, reloaded and checked against its hash; said on stderr, since it is the one path that reads them."""
+    old = {r.case_id for r in runs if r.gold is None}
+    if not old:
+        return runs
+    print(f"{run_dir}: {len(old)} case(s) were recorded without their gold (units.jsonl before schema v5); "
+          f"re-scoring them against the dataset files {manifest.datasets}, checked against the run's dataset hash",
+          file=sys.stderr)
+    try:
+        cases = _cases_of(manifest, {r.case_id for r in runs})
+    except RescoreError as exc:
+        raise RescoreError(f"{run_dir}: its units.jsonl predates schema v5 and carries no gold, so re-scoring it "
+                           f"needs its dataset files: {exc}") from exc
+    return with_gold(runs, cases)
+
+
 def _same_version(manifest: Manifest, spec: str) -> bool:
     """Whether the run was scored by the matcher `spec` names today (its recorded fingerprint is this one's); a
     run that recorded none is taken as scored so."""
-    from evals.scoring.matchers import MatcherSpecError, make_matcher
-
     recorded = (manifest.matcher or {}).get("fingerprint")
     if recorded is None:
         return True
@@ -70,18 +88,18 @@ def rescore(run_dir: Path, spec: str) -> Path:
     if not (run_dir / "units.jsonl").is_file():
         raise RescoreError(f"{run_dir}: no units.jsonl, so it cannot be re-scored with --matcher {spec}")
     try:
-        runs = read_units(run_dir)
+        runs = in_report_order(read_units(run_dir), manifest.providers)  # as the run scored them
     except (RunDirError, OSError) as exc:  # a bad record is one line naming it, not a crash in the scorers
         raise RescoreError(f"{run_dir}: {exc}") from exc
     out = run_dir / "rescored" / re.sub(r"[^A-Za-z0-9._-]+", "_", redact_text(spec))  # no key in a path either
     out.mkdir(parents=True, exist_ok=True)
     manifest = manifest.model_copy(update={"matcher_spec": spec, "matcher": None})
-    cases = _cases_of(manifest, {r.case_id for r in runs})
+    runs = _with_dataset_gold(manifest, runs, run_dir)
     try:
         matcher = open_matcher(manifest, out)
     except UsageError as exc:
         raise RescoreError(str(exc)) from exc
-    manifest.verdict = report_run(out, manifest, cases, runs, matcher)
+    manifest.verdict = report_run(out, manifest, runs, matcher)
     write_manifest(out, manifest)
     return out
 

@@ -27,6 +27,7 @@ from evals.arms.base import (
 )
 from evals.arms.hymem_system import HymemSystem
 from evals.cases.dataset import Case
+from evals.cases.gold import case_gold
 from evals.check.analyzers import REGISTRY, WALK_KINDS, UndeclaredAnomaly, record_prompts
 from evals.check.context import (
     AfterWrite,
@@ -110,7 +111,8 @@ class CaseReplayer:
         start = time.perf_counter()
         result = CaseRun(case_id=self.case.id, dataset=self.dataset, provider=self.provider, system=self.system.name,
                          transport=getattr(self.system, "transport", "in-process"),
-                         epoch=self.epoch, lang=self.case.lang, tags=list(self.case.tags), status="ok",
+                         epoch=self.epoch, lang=self.case.lang, tags=list(self.case.tags), gold=case_gold(self.case),
+                         status="ok",
                          profile={} if self.system.keeps_profile else None)
         with scratch_dir(prefix="hymem-case-") as tmp:  # removed in the background once the unit is done
             try:

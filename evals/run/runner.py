@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -44,6 +44,7 @@ from evals.record import (
     UnitsWriter,
     atomic_write_text,
     epoch_seed,
+    in_report_order,
     read_manifest,
     read_units,
     write_manifest,
@@ -161,6 +162,7 @@ class Prepared:
     manifest: Manifest
     run_dir: Path
     program: Any  # the tuned MemoryProgram, or None for the built-in prompts
+    datasets: dict[str, str] = field(default_factory=dict)  # case id -> its dataset's name, named once per run
 
 
 ProgramLoader = Callable[[Path | None, Sequence[Case]], Any]
@@ -242,8 +244,9 @@ def prepare(config: RunConfig, *, matcher_spec: str, load_program: ProgramLoader
 
     commit, dirty = git_state(REPO_ROOT)
     program = load_program(config.program, cases)
+    names = {c.id: dataset_name(c) for c in cases}  # what every unit records as its dataset (ids are unique)
     manifest = Manifest(run_id="", datasets=specs, dataset_hash=dataset_hash(cases), n_cases=len(cases),
-                        case_hashes={f"{dataset_name(c)}/{c.id}": case_hash(c) for c in cases},
+                        case_hashes={f"{names[c.id]}/{c.id}": case_hash(c) for c in cases},
                         providers=[arm_label(s, name) for s in systems for name in factories], embedder=embedder_name,
                         faults=str(plan), seed=config.seed, epochs=config.epochs, temperature=config.temperature,
                         concurrency=config.concurrency,
@@ -264,7 +267,7 @@ def prepare(config: RunConfig, *, matcher_spec: str, load_program: ProgramLoader
             release_run_dir(config.out)
         raise
     return Prepared(cases=cases, plan=plan, factories=factories, embedder_name=embedder_name, embedder=embedder[1],
-                    manifest=manifest, run_dir=run_dir, program=program)
+                    manifest=manifest, run_dir=run_dir, program=program, datasets=names)
 
 
 def connection_limit(provider: Any, config: RunConfig) -> int:
@@ -459,7 +462,7 @@ def run_units(config: RunConfig, prepared: Prepared, state: dict[str, int]) -> U
             lm = provider.sampling(sampling_seed(config, epoch), config.temperature)
             system = partial(arm.make, seed=sampling_seed(config, epoch), temperature=config.temperature) \
                 if arm.make is not None else None  # another engine samples each epoch as hymem does
-            return CaseReplayer(case, dataset_name(case), arm.label, lm, embedder, unit_plan, config.seed,
+            return CaseReplayer(case, prepared.datasets[case.id], arm.label, lm, embedder, unit_plan, config.seed,
                                 program=program, accounting=provider, epoch=epoch,
                                 cache=cache if provider.config.is_http else None, system=system,
                                 on_write=_unit_progress(bar, case.id, config.progress)).run()
@@ -470,7 +473,8 @@ def run_units(config: RunConfig, prepared: Prepared, state: dict[str, int]) -> U
     results: Generator[CaseRun, None, None] | None = None
     try:
         if config.executor == "ray":
-            results = _ray_results(todo, config, factories, embedder_name, plan, cases, cache, program, manifest)
+            results = _ray_results(todo, config, factories, embedder_name, plan, cases, cache, program, manifest,
+                                   prepared.datasets)
         elif plan.fast:
             results = _fast_sweep(todo, replay_with, plan, config, run_dir)
         else:
@@ -498,8 +502,7 @@ def run_units(config: RunConfig, prepared: Prepared, state: dict[str, int]) -> U
             arm.close()
     drain_scratch()  # the units' scratch directories, removed in the background, are gone too
     units_seconds = time.monotonic() - started
-    runs.sort(key=lambda r: (names.index(r.provider) if r.provider in names else 99, r.case_id, r.epoch))
-    return UnitsRun(runs=runs, seconds=units_seconds)
+    return UnitsRun(runs=in_report_order(runs, names), seconds=units_seconds)
 
 
 FAST_PLAN_FILE = "sweep_fast.json"  # the designated sweep:fast plan, kept so --resume replays the same one
@@ -532,10 +535,10 @@ def _fast_sweep(units: list[tuple[Any, Case, int]], replay_with: Callable[[Fault
 
 
 def _ray_results(todo: list[tuple[Any, Case, int]], config: RunConfig, factories: dict[str, Any], embedder_spec: str,
-                 plan: FaultPlan, cases: list[Case], cache: Any, program: Any, manifest: Manifest
-                 ) -> Generator[CaseRun, None, None]:
+                 plan: FaultPlan, cases: list[Case], cache: Any, program: Any, manifest: Manifest,
+                 datasets: dict[str, str]) -> Generator[CaseRun, None, None]:
     """The units as Ray tasks: each carries its case; the driver keeps writing `units.jsonl` itself."""
-    tasks = [UnitTask(case=case, dataset=dataset_name(case), label=arm.label, system=arm.system,
+    tasks = [UnitTask(case=case, dataset=datasets[case.id], label=arm.label, system=arm.system,
                       provider=factories[arm.provider].config, embedder=embedder_spec, plan=str(plan),
                       seed=config.seed, epoch=epoch, sampling_seed=sampling_seed(config, epoch),
                       temperature=config.temperature,

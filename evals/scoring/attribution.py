@@ -16,11 +16,12 @@ from typing import Any, Protocol
 import pandas as pd
 from pydantic import BaseModel, Field
 
-from evals.cases.dataset import Case, ExpectedFact
+from evals.cases.dataset import Case
+from evals.cases.gold import as_gold
 from evals.core.subject_reading import person_class as subject_class
 from evals.core.subject_reading import read_subject as subject_of
 from evals.core.subject_reading import same_person as same_subject
-from evals.record import CaseMetricRow, CaseRun, FactRow, MetricRow, columns, pandas_dtypes
+from evals.record import CaseGold, CaseMetricRow, CaseRun, FactRow, GoldStatement, MetricRow, columns, pandas_dtypes
 from evals.record.tally import CaseTally
 from evals.scoring.aggregate import aggregate, rate
 from evals.scoring.matcher import DEFAULT_MATCHER, Matcher, subject_text_mismatch
@@ -31,6 +32,7 @@ STAGES = {"stored": "", "proposed": "proposed_"}  # stage -> metric-name prefix
 FACTS_SCHEMA = pandas_dtypes("facts")  # facts.parquet: columns declared in evals.record
 FACTS_COLUMNS = columns("facts")
 JUDGE_ERROR = "judge_error: undecided, counted as not matched"  # the note of a fact a failed judge call touched
+GoldSource = Case | CaseGold  # what a unit is scored against: its record's gold, or a case a caller holds
 
 
 class Preparer(Protocol):
@@ -74,18 +76,18 @@ def _replaced_later(run: CaseRun, fact: dict[str, Any]) -> bool:
                for w in run.writes if w.index > fact.get("write", 0) for op in w.ops)
 
 
-def _exclusion(case: Case, run: CaseRun, fact: dict[str, Any], matcher: Matcher) -> str | None:
+def _exclusion(gold: CaseGold, run: CaseRun, fact: dict[str, Any], matcher: Matcher) -> str | None:
     """Why an unmatched proposed fact is left out of precision, if it is."""
-    if any(matcher.same_fact(m.text, m.subject, fact["text"], fact.get("subject")) for m in case.memories):
+    if any(matcher.same_fact(m.text, m.subject, fact["text"], fact.get("subject")) for m in gold.seeds):
         return "restates a seeded memory"
     if _replaced_later(run, fact):
         return "replaced by a later write"
     return None
 
 
-def _stage(case: Case, run: CaseRun, stage: str, matcher: Matcher) -> tuple[dict[str, Tally], list[FactRow]]:
+def _stage(case: CaseGold, run: CaseRun, stage: str, matcher: Matcher) -> tuple[dict[str, Tally], list[FactRow]]:
     """Tallies and per-fact rows of one stage."""
-    gold = case.expect.facts
+    gold = case.facts
     preds = _predictions(run, stage)
     prefix = STAGES[stage]
     tallies: dict[str, Tally] = {}
@@ -136,7 +138,7 @@ def _stage(case: Case, run: CaseRun, stage: str, matcher: Matcher) -> tuple[dict
     return tallies, rows
 
 
-def _fact_row(run: CaseRun, stage: str, gold: ExpectedFact | None, pred: dict | None, score: float | None,
+def _fact_row(run: CaseRun, stage: str, gold: GoldStatement | None, pred: dict | None, score: float | None,
               note: str | None = None) -> FactRow:
     matched = pred if gold is not None else None  # the prediction paired with a gold fact, if any
     return FactRow(
@@ -152,12 +154,11 @@ def _fact_row(run: CaseRun, stage: str, gold: ExpectedFact | None, pred: dict | 
         note=note)
 
 
-def _case_tallies(case: Case, run: CaseRun, matcher: Matcher) -> dict[str, Tally]:
+def _case_tallies(expect: CaseGold, run: CaseRun, matcher: Matcher) -> dict[str, Tally]:
     """Tallies that do not depend on the stage: profile and absent statements."""
     tallies: dict[str, Tally] = {}
-    expect = case.expect
     if run.profile is not None:
-        tallies.update(_profile_tallies(case, run.profile))
+        tallies.update(_profile_tallies(expect, run.profile))
     if expect.absent:
         violated = sum(any(matcher.same_fact(text, subject_of(text), m["text"], m.get("subject"))
                            for m in run.memories) for text in expect.absent)
@@ -165,10 +166,9 @@ def _case_tallies(case: Case, run: CaseRun, matcher: Matcher) -> dict[str, Tally
     return tallies
 
 
-def _profile_tallies(case: Case, profile: dict[str, Any]) -> dict[str, Tally]:
+def _profile_tallies(expect: CaseGold, profile: dict[str, Any]) -> dict[str, Tally]:
     """The profile metrics, for an engine that keeps a profile (one that keeps none is not measured on them)."""
     tallies: dict[str, Tally] = {}
-    expect = case.expect
     values = [str(v).casefold() for v in profile.values() if v is not None]
     must_be_empty = [key for key, value in expect.profile.items() if value is None]  # e.g. an unnamed user's name
     if expect.profile_excludes or must_be_empty:
@@ -179,7 +179,7 @@ def _profile_tallies(case: Case, profile: dict[str, Any]) -> dict[str, Tally]:
         got = str(profile.get("name") or "").strip().casefold()
         want = (expect.profile["name"] or "").strip().casefold()
         tallies["profile_name_accuracy"] = (float(got == want), 1)
-    fields = _profile_fields(case)
+    fields = _profile_fields(expect)
     if fields:
         right = sum(str(profile.get(key) or "").strip().casefold() == str(want).strip().casefold()
                     for key, want in fields.items())
@@ -187,16 +187,15 @@ def _profile_tallies(case: Case, profile: dict[str, Any]) -> dict[str, Tally]:
     return tallies
 
 
-def _profile_fields(case: Case) -> dict[str, str]:
+def _profile_fields(expect: CaseGold) -> dict[str, str]:
     """The profile values the case expects at its end, besides the name (scored on its own): e.g. the city the
     user last moved to. A field expected empty (None) is profile_leak_rate's."""
-    return {key: value for key, value in case.expect.profile.items() if key != "name" and value is not None}
+    return {key: value for key, value in expect.profile.items() if key != "name" and value is not None}
 
 
-def _error_tallies(case: Case, keeps_profile: bool = True) -> dict[str, Tally]:
+def _error_tallies(expect: CaseGold, keeps_profile: bool = True) -> dict[str, Tally]:
     """An infra-error case counted as all wrong, in the units its gold implies (at least one); the profile
     metrics only for an engine that keeps a profile."""
-    expect = case.expect
     tallies: dict[str, Tally] = {}
     for prefix in STAGES.values():
         tallies[f"{prefix}subject_text_mismatch_rate"] = (1, 1)
@@ -215,11 +214,11 @@ def _error_tallies(case: Case, keeps_profile: bool = True) -> dict[str, Tally]:
         tallies["profile_leak_rate"] = (1, 1)
     if keeps_profile and "name" in expect.profile:
         tallies["profile_name_accuracy"] = (0, 1)
-    if keeps_profile and (fields := _profile_fields(case)):
+    if keeps_profile and (fields := _profile_fields(expect)):
         tallies["profile_field_accuracy"] = (0, len(fields))
     if expect.absent:
         tallies["absent_violation_rate"] = (len(expect.absent), len(expect.absent))
-    return {**tallies, **merge_error_tallies(case)}
+    return {**tallies, **merge_error_tallies(expect)}
 
 
 @dataclass
@@ -230,47 +229,49 @@ class ScoredCase:
     rows: list[FactRow] = field(default_factory=list)
 
 
-def prepare_case(case: Case, run: CaseRun, matcher: Preparer) -> None:
+def prepare_case(case: GoldSource, run: CaseRun, matcher: Preparer) -> None:
     """Hand the matcher every text of the case at once: gold side (facts, absent statements, seeds,
     separate/update statements) and prediction side (proposed and stored facts, live memories)."""
-    expect = case.expect
-    gold = [f.text for f in expect.facts or []] + list(expect.absent) + [m.text for m in case.memories]
+    expect = as_gold(case)
+    gold = [f.text for f in expect.facts or []] + list(expect.absent) + [m.text for m in expect.seeds]
     gold += [t for pair in expect.separate for t in pair] + [t for u in expect.updates for t in (u.old, u.new)]
     pred = [p["text"] for stage in STAGES for p in _predictions(run, stage)] + [m["text"] for m in run.memories]
     matcher.prepare(list(dict.fromkeys(gold)), list(dict.fromkeys(pred)))
 
 
-def score_one(case: Case, run: CaseRun, matcher: Matcher = DEFAULT_MATCHER) -> ScoredCase:
-    """Tallies and fact rows of one (case, run), each matrix built once."""
+def score_one(case: GoldSource, run: CaseRun, matcher: Matcher = DEFAULT_MATCHER) -> ScoredCase:
+    """Tallies and fact rows of one (gold, run), each matrix built once."""
+    gold = as_gold(case)
+
     def scores(tallies: dict[str, Tally], notes: dict[str, int] | None = None) -> CaseScores:
         return CaseScores(case_id=run.case_id, dataset=run.dataset, provider=run.provider, lang=run.lang,
                           epoch=run.epoch, infra_error=run.status == "infra_error", tallies=tallies, notes=notes or {})
 
     rows: list[FactRow] = []
     if run.status == "infra_error":
-        rows = [_fact_row(run, stage, g, None, None, "infra_error") for stage in STAGES for g in case.expect.facts or []]
-        return ScoredCase(scores=scores(_error_tallies(case, run.profile is not None)), rows=rows)
-    prepare_case(case, run, matcher)
+        rows = [_fact_row(run, stage, g, None, None, "infra_error") for stage in STAGES for g in gold.facts or []]
+        return ScoredCase(scores=scores(_error_tallies(gold, run.profile is not None)), rows=rows)
+    prepare_case(gold, run, matcher)
     tallies: dict[str, Tally] = {}
     for stage in STAGES:
-        stage_tallies, stage_rows = _stage(case, run, stage, matcher)
+        stage_tallies, stage_rows = _stage(gold, run, stage, matcher)
         tallies.update(stage_tallies)
         rows += stage_rows
-    tallies.update(_case_tallies(case, run, matcher))
-    merges, notes = merge_tallies(case, run, matcher)
+    tallies.update(_case_tallies(gold, run, matcher))
+    merges, notes = merge_tallies(gold, run, matcher)
     return ScoredCase(scores=scores({**tallies, **merges}, notes), rows=rows)
 
 
-def score_pairs(pairs: list[tuple[Case, CaseRun]], matcher: Matcher = DEFAULT_MATCHER) -> list[ScoredCase]:
+def score_pairs(pairs: Sequence[tuple[GoldSource, CaseRun]], matcher: Matcher = DEFAULT_MATCHER) -> list[ScoredCase]:
     return [score_one(case, run, matcher) for case, run in pairs]
 
 
-def score_case(case: Case, run: CaseRun, matcher: Matcher = DEFAULT_MATCHER) -> CaseScores:
+def score_case(case: GoldSource, run: CaseRun, matcher: Matcher = DEFAULT_MATCHER) -> CaseScores:
     """Pure: the case's per-metric numerators and denominators."""
     return score_one(case, run, matcher).scores
 
 
-def facts_frame(pairs: list[tuple[Case, CaseRun]], matcher: Matcher = DEFAULT_MATCHER,
+def facts_frame(pairs: Sequence[tuple[GoldSource, CaseRun]], matcher: Matcher = DEFAULT_MATCHER,
                 scored: list[ScoredCase] | None = None) -> pd.DataFrame:
     """One row per gold fact (matched or missed) and per unmatched prediction, for each stage."""
     scored = scored if scored is not None else score_pairs(pairs, matcher)
@@ -300,7 +301,7 @@ def case_tallies(scored: list[ScoredCase]) -> list[CaseTally]:
     return out
 
 
-def case_rows(pairs: list[tuple[Case, CaseRun]], matcher: Matcher = DEFAULT_MATCHER,
+def case_rows(pairs: Sequence[tuple[GoldSource, CaseRun]], matcher: Matcher = DEFAULT_MATCHER,
               scored: list[ScoredCase] | None = None) -> list[CaseMetricRow]:
     """Per-case numerator and denominator of every metric ({provider, dataset, case_id, metric, num, den}),
     for the report's case_metrics table; an infra-error case appears only under `*_with_errors`."""
@@ -308,7 +309,7 @@ def case_rows(pairs: list[tuple[Case, CaseRun]], matcher: Matcher = DEFAULT_MATC
             if t.den > 0]
 
 
-def attribution_metrics(pairs: list[tuple[Case, CaseRun]], seed: int,
+def attribution_metrics(pairs: Sequence[tuple[GoldSource, CaseRun]], seed: int,
                         matcher: Matcher = DEFAULT_MATCHER, scored: list[ScoredCase] | None = None
                         ) -> list[MetricRow]:
     """Metric rows per provider x dataset and per provider over all datasets (dataset="all"); a
@@ -319,5 +320,5 @@ def attribution_metrics(pairs: list[tuple[Case, CaseRun]], seed: int,
     return sorted(rows, key=lambda r: (r.provider, r.dataset))
 
 
-__all__ = ["CLASSES", "FACTS_COLUMNS", "FACTS_SCHEMA", "CaseScores", "ScoredCase", "attribution_metrics", "case_rows",
-           "case_tallies", "facts_frame", "prepare_case", "score_case", "score_one", "score_pairs"]
+__all__ = ["CLASSES", "FACTS_COLUMNS", "FACTS_SCHEMA", "CaseScores", "GoldSource", "ScoredCase", "attribution_metrics",
+           "case_rows", "case_tallies", "facts_frame", "prepare_case", "score_case", "score_one", "score_pairs"]

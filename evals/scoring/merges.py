@@ -9,15 +9,15 @@ writes' applied ops gave each memory id, then the live memories.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
 
-from evals.cases.dataset import Case
 from evals.core.subject_reading import read_subject as subject_of
 from evals.core.subject_reading import same_person as same_subject
 from evals.faults.adversarial import CROSS_SUBJECT_ADVERSARIAL
-from evals.record import CaseRun, OpRow, WriteRecord, columns, pandas_dtypes
+from evals.record import CaseGold, CaseRun, OpRow, WriteRecord, columns, pandas_dtypes
 from evals.scoring.matcher import DEFAULT_MATCHER, Matcher
 
 Tally = tuple[float, float]  # (numerator, denominator) of one case
@@ -91,24 +91,24 @@ def _row(run: CaseRun, write: int, source: str, name: Any, fact: dict | None, ta
                  target_subject=target.get("subject") if target else None, cross_subject=cross, refused=refused)
 
 
-def _subject_of(case: Case, text: str) -> str | None:
-    for item in [*(case.expect.facts or []), *case.memories]:
+def _subject_of(gold: CaseGold, text: str) -> str | None:
+    for item in [*(gold.facts or []), *gold.seeds]:
         if item.text == text:
             return item.subject
     return subject_of(text)
 
 
-def _live_matches(case: Case, run: CaseRun, text: str, matcher: Matcher) -> set[int]:
-    subject = _subject_of(case, text)
+def _live_matches(gold: CaseGold, run: CaseRun, text: str, matcher: Matcher) -> set[int]:
+    subject = _subject_of(gold, text)
     return {m["id"] for m in run.memories if matcher.same_fact(text, subject, m["text"], m.get("subject"))}
 
 
-def _merges_possible(case: Case) -> bool:
+def _merges_possible(gold: CaseGold) -> bool:
     """A merge needs an existing memory: seeds, or an earlier turn."""
-    return bool(case.memories) or len(case.turns) > 1
+    return bool(gold.seeds) or gold.turns > 1
 
 
-def merge_tallies(case: Case, run: CaseRun, matcher: Matcher = DEFAULT_MATCHER
+def merge_tallies(expect: CaseGold, run: CaseRun, matcher: Matcher = DEFAULT_MATCHER
                   ) -> tuple[dict[str, Tally], dict[str, int]]:
     """Per-case (numerator, denominator) of the merge metrics, and counts for notes."""
     tallies: dict[str, Tally] = {}
@@ -128,15 +128,14 @@ def merge_tallies(case: Case, run: CaseRun, matcher: Matcher = DEFAULT_MATCHER
     tallies["cross_subject_merge_proposed_rate"] = (num + len(injected), den + len(injected))
     num, den = tallies["cross_subject_merge_applied_rate"]
     tallies["cross_subject_merge_applied_rate"] = (num + let_through, den + let_through)
-    expect = case.expect
     if expect.separate:
         kept = 0
         for a, b in expect.separate:
-            ma, mb = _live_matches(case, run, a, matcher), _live_matches(case, run, b, matcher)
+            ma, mb = _live_matches(expect, run, a, matcher), _live_matches(expect, run, b, matcher)
             kept += any(x != y for x in ma for y in mb)
         tallies["separate_kept_rate"] = (kept, len(expect.separate))
     if expect.updates:
-        done = sum(not _live_matches(case, run, u.old, matcher) and bool(_live_matches(case, run, u.new, matcher))
+        done = sum(not _live_matches(expect, run, u.old, matcher) and bool(_live_matches(expect, run, u.new, matcher))
                    for u in expect.updates)
         tallies["same_subject_update_recall"] = (done, len(expect.updates))
     if expect.no_memory:
@@ -144,22 +143,22 @@ def merge_tallies(case: Case, run: CaseRun, matcher: Matcher = DEFAULT_MATCHER
     return tallies, notes
 
 
-def merge_error_tallies(case: Case) -> dict[str, Tally]:
+def merge_error_tallies(expect: CaseGold) -> dict[str, Tally]:
     """An infra-error case counted as all wrong, in the units its gold implies."""
     tallies: dict[str, Tally] = {}
-    if _merges_possible(case):
+    if _merges_possible(expect):
         tallies["cross_subject_merge_proposed_rate"] = (1, 1)
         tallies["cross_subject_merge_applied_rate"] = (1, 1)
-    if case.expect.separate:
-        tallies["separate_kept_rate"] = (0, len(case.expect.separate))
-    if case.expect.updates:
-        tallies["same_subject_update_recall"] = (0, len(case.expect.updates))
-    if case.expect.no_memory:
+    if expect.separate:
+        tallies["separate_kept_rate"] = (0, len(expect.separate))
+    if expect.updates:
+        tallies["same_subject_update_recall"] = (0, len(expect.updates))
+    if expect.no_memory:
         tallies["no_memory_accuracy"] = (0, 1)
     return tallies
 
 
-def ops_frame(pairs: list[tuple[Case, CaseRun]]) -> pd.DataFrame:
+def ops_frame(pairs: Sequence[tuple[Any, CaseRun]]) -> pd.DataFrame:
     """One row per proposed or applied op of every run, so a merge rate can be traced to its ops."""
     rows = [row for _, run in pairs for row in op_rows(run)]
     return pd.DataFrame(rows, columns=OPS_COLUMNS).astype(OPS_SCHEMA)

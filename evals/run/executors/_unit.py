@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict
 
 from evals.arms.providers import ProviderConfig
 from evals.cases.dataset import Case
+from evals.cases.gold import case_gold
 from evals.record import CaseRun
 
 
@@ -35,7 +36,8 @@ class UnitTask(BaseModel):
 def failed_unit(task: UnitTask, reason: str) -> CaseRun:
     """The record of a unit that never finished (its worker died for good): an infra error, never missing."""
     return CaseRun(case_id=task.case.id, dataset=task.dataset, provider=task.label, system=task.system,
-                   epoch=task.epoch, lang=task.case.lang, tags=list(task.case.tags), status="infra_error", error=reason)
+                   epoch=task.epoch, lang=task.case.lang, tags=list(task.case.tags), gold=case_gold(task.case),
+                   status="infra_error", error=reason)
 
 
 __all__ = ["UnitTask", "failed_unit"]
