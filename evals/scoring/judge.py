@@ -21,7 +21,12 @@ import dspy
 import numpy as np
 import pandas as pd
 
+from evals.arms.accounting import AccountingLM, AttemptLog, ResponseCache, price_table
+from evals.arms.providers import Provider, endpoint, resolve_providers
+from evals.core.redact import redact_url
 from evals.scoring.matcher import Matcher, text_similarity
+from evals.scoring.usage import COLUMNS
+from hymem.sites import _site
 
 
 class JudgeFacts(dspy.Signature):
@@ -67,9 +72,6 @@ class JudgeMatcher(Matcher):
     def from_spec(cls, model_spec: str, *, attempts_dir: Any = None, cache_file: Any = None,
                   providers_file: Any = None) -> JudgeMatcher:  # attempts_dir: kept for the factory's signature
         """The judge for a `--lm`-style spec (a DSPy model string, MODEL@URL, or a providers-file name)."""
-        from evals.arms.accounting import AccountingLM, AttemptLog, ResponseCache, price_table
-        from evals.arms.providers import Provider, resolve_providers
-
         (config,) = resolve_providers([model_spec], providers_file)
         if not config.is_http:
             raise ValueError("the judge needs a real model (a DSPy model string or MODEL@URL); the offline and "
@@ -79,8 +81,6 @@ class JudgeMatcher(Matcher):
         cache = ResponseCache(cache_file) if cache_file is not None else None
         lm = AccountingLM.wrap(provider.http_lm(), provider=provider, log=log, injector=None, cache=cache, retries=True,
                                prices=price_table())
-        from evals.arms.providers import endpoint
-        from evals.core.redact import redact_url
 
         return cls(lm, config.name, log, cache,
                    identity=f"{config.model}@{redact_url(str(endpoint(config.model, config.api_base)))}")
@@ -94,8 +94,6 @@ class JudgeMatcher(Matcher):
         return f"llm:{self._identity}:{sha256(prompt.encode()).hexdigest()[:12]}"
 
     def _ask(self, gold: str, candidates: list[str]) -> list[bool]:
-        from hymem.sites import _site  # the accounting layer reads the call site from it; the judge is no engine site
-
         token = _site.set("judge")
         try:
             with dspy.context(lm=self._lm, adapter=dspy.JSONAdapter()):
@@ -162,8 +160,6 @@ class JudgeMatcher(Matcher):
 
     def attempts_frame(self) -> pd.DataFrame:
         """The judge's attempts, as `attempts.parquet` rows (site `judge`)."""
-        from evals.scoring.usage import COLUMNS
-
         rows = [{"dataset": "(matcher)", **a.model_dump()} for a in (self._log.rows if self._log else [])]
         return pd.DataFrame(rows, columns=COLUMNS).astype({"latency_s": "float64", "cache_hit": "bool"})
 

@@ -7,9 +7,11 @@ from pathlib import Path
 import pyarrow as pa
 
 from evals.core.redact import write_parquet, write_text
-from evals.scoring.agreement import AGREEMENT_COLUMNS, evaluate, format_agreement, remember, undecided
+from evals.scoring.agreement import AGREEMENT_COLUMNS, card_of, evaluate, format_agreement, remember, undecided
 from evals.scoring.matchers import MatcherSpecError, make_matcher
-from evals.scoring.pairs import BUNDLED_PAIRS, Pair, PairsError, load_pairs
+from evals.scoring.pairs import BUNDLED_PAIRS, Pair, PairsError, load_pairs, pairs_hash
+from evals.scoring.semantic import PARAMS_FILE, SemanticMatcher, fit_semantic
+from hymem.embedder import make_embedder
 
 AGREEMENT_SCHEMA = pa.schema([("matcher", pa.string()), ("split", pa.string()), ("lang", pa.string()),
                               ("category", pa.string()), ("metric", pa.string()), ("value", pa.float64()),
@@ -98,10 +100,6 @@ def in_sample(matcher: object, pairs: list[Pair]) -> int:
 def matcher_fit(*, pairs: Path | None, out: Path | None) -> str:
     """Fit the semantic matcher on the calibration split of the pairs and save its parameters, with
     the held-out agreement measured afterwards (the card runs show; nothing is fitted on it)."""
-    from evals.scoring.agreement import card_of
-    from evals.scoring.pairs import pairs_hash
-    from evals.scoring.semantic import PARAMS_FILE, SemanticMatcher, fit_semantic
-
     path = Path(pairs) if pairs is not None else BUNDLED_PAIRS
     try:
         calibration = load_pairs(path, "calibration")
@@ -117,8 +115,6 @@ def matcher_fit(*, pairs: Path | None, out: Path | None) -> str:
         raise MatcherEvalError(f"{path}: cannot fit on its {len(calibration)} calibration pairs: "
                                f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
     if heldout:
-        from hymem.embedder import make_embedder
-
         # not `SemanticMatcher.load()`: the committed parameters may weigh other features than the new ones
         frame, _ = evaluate(SemanticMatcher(params, make_embedder(params.embedder)), heldout, "heldout")
         params.heldout = {**card_of(frame), "pairs_hash": pairs_hash(heldout)}

@@ -11,6 +11,8 @@ from typing import Any
 from evals.core.errors import UsageError
 from evals.record import Manifest
 from evals.scoring.matcher import Matcher, TextMatcher
+from evals.scoring.rulebook import frozen_names
+from hymem.embedder import MINILM_INSTALL, e5_available, minilm_available
 
 DEFAULT_SPEC = "semantic"
 SPECS_HELP = ("semantic (default: e5 and MiniLM, thesauri, explicit near-miss checks) | semantic-v1 (semantic frozen as "
@@ -20,8 +22,6 @@ FROZEN_PREFIX = "semantic-"
 
 def local_spec(spec: str) -> bool:
     """A matcher that runs here, without a model call: `semantic`, a shipped frozen baseline, or `text`."""
-    from evals.scoring.rulebook import frozen_names
-
     spec = spec.strip()
     return spec in ("semantic", "text") or (spec.startswith(FROZEN_PREFIX)
                                             and spec[len(FROZEN_PREFIX):] in frozen_names())
@@ -34,8 +34,8 @@ class MatcherSpecError(ValueError):
 def default_spec() -> str:
     """$HYMEM_MATCHER when set; else `semantic` when its models and thesauri are installed, else `text` with a
     warning."""
+    # lazy: the thesauri load only when the semantic matcher is the default asked about
     from evals.scoring.lexicon import installed
-    from hymem.embedder import MINILM_INSTALL, e5_available, minilm_available
 
     if os.environ.get("HYMEM_MATCHER", "").strip():
         return os.environ["HYMEM_MATCHER"].strip()
@@ -54,6 +54,7 @@ def make_matcher(spec: str | None = None, *, embedder: Any = None, **judge_optio
     if spec == "text":
         return TextMatcher()
     if spec == "semantic":
+        # lazy: the semantic matcher's models and rules load only when it is chosen
         from evals.scoring.semantic import SemanticMatcher
 
         try:
@@ -64,6 +65,7 @@ def make_matcher(spec: str | None = None, *, embedder: Any = None, **judge_optio
         matcher.persist_vectors(Path(cache_file).with_name("vectors.sqlite") if cache_file is not None else None)
         return matcher
     if spec.startswith(FROZEN_PREFIX) and local_spec(spec):
+        # lazy: the semantic matcher's models and rules load only when it is chosen
         from evals.scoring.semantic import SemanticMatcher
 
         try:
@@ -74,6 +76,7 @@ def make_matcher(spec: str | None = None, *, embedder: Any = None, **judge_optio
         matcher.persist_vectors(Path(cache_file).with_name("vectors.sqlite") if cache_file is not None else None)
         return matcher
     if spec.startswith("llm:") and spec[4:].strip():
+        # lazy: the LLM judge (dspy, the providers) loads only for llm:MODEL
         from evals.scoring.judge import JudgeMatcher
 
         try:

@@ -25,6 +25,7 @@ import numpy as np
 from evals.core.redact import write_text
 from evals.core.subject_reading import read_subject
 from evals.scoring.checks import is_chinese
+from evals.scoring.matchers import local_spec, make_matcher
 
 _COLUMNS = ("provider", "dataset", "case_id", "stage", "gold_text", "gold_subject", "pred_text", "pred_subject",
             "matched", "matcher", "epoch")
@@ -107,8 +108,6 @@ def read_facts(run_dir: Path, stage: str, provider: str | None):
 def sample_pairs(run_dir: Path, out: Path, *, n: int = 200, seed: int = 0, stage: str = "stored",
                  provider: str | None = None, matcher: str | None = None) -> str:
     """Write up to n pairs to label into `out`; returns the report printed to the user."""
-    from evals.scoring.matchers import make_matcher
-
     if n < 1:
         raise SampleError(f"--n: must be at least 1, got {n}")
     facts = read_facts(run_dir, stage, provider)
@@ -164,8 +163,6 @@ def _stratified(pool: list[Candidate], n: int, seed: int) -> list[int]:
 
 def _run_matcher(facts) -> str | None:
     """The run's own matcher when it is a local one; an LLM judge is not called again to pick candidates."""
-    from evals.scoring.matchers import local_spec
-
     specs = sorted(facts["matcher"].dropna().unique())
     return specs[0] if len(specs) == 1 and local_spec(specs[0]) else None
 

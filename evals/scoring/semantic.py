@@ -55,11 +55,12 @@ from evals.scoring.checks import (
     negative_verb,
     unquoted,
 )
-from evals.scoring.lexicon import gloss_overlap, knows, opposite, person, same_sense, verb_form
-from evals.scoring.matcher import Matcher, _dice, negated, units
+from evals.scoring.lexicon import gloss_overlap, knows, opposite, person, require, same_sense, verb_form
+from evals.scoring.matcher import Matcher, _dice, negated, subject_rule, texts_name_same_subject, units
 from evals.scoring.quantities import quantities, same_quantities
 from evals.scoring.rulebook import FROZEN_DIR, RuleSet, compiled, frozen, live, use
 from evals.scoring.vectors import VectorStore, embed_through
+from hymem.embedder import EmbeddingError, make_embedder
 from hymem.subjects import _EN_RELATIONS, _ZH_RELATIONS, EN_REPORTING, ZH_REPORTING, canonical_subject, split_subject
 
 PARAMS_FILE = Path(__file__).with_name("semantic_params.json")
@@ -586,8 +587,6 @@ class SemanticMatcher(Matcher):
             raise RuntimeError(f"{params_file} is missing; fit it with `hymem-eval matcher fit`")
         params = SemanticParams.model_validate_json(params_file.read_text(encoding="utf-8"))
         if {"lex_same", "lex_unexplained"} & set(params.features):
-            from evals.scoring.lexicon import require
-
             require()  # the thesauri: fail at load with the install line, not at the first pair
         return cls(params, embedder if embedder is not None else _make(params.embedder), rules=rules, spec=spec)
 
@@ -706,8 +705,6 @@ class SemanticMatcher(Matcher):
 
 
 def _make(name: str) -> Any:
-    from hymem.embedder import EmbeddingError, make_embedder
-
     try:
         return make_embedder(name)
     except EmbeddingError as exc:
@@ -767,7 +764,6 @@ def fit_semantic(calibration: Sequence[Any], *, source: str, embedder: Any = Non
     def model(c: float) -> Any:
         return make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=10_000))
 
-    from evals.scoring.matcher import subject_rule, texts_name_same_subject
 
     usable = [p for p in calibration if subject_rule(p.gold.text, p.gold.subject, p.pred.text, p.pred.subject)
               and texts_name_same_subject(p.gold.text, p.pred.text)]
@@ -779,8 +775,6 @@ def fit_semantic(calibration: Sequence[Any], *, source: str, embedder: Any = Non
                                  regularisation_c=1.0, fitted_on=source, n_pairs=len(usable),
                                  sentence_embedder=sentence_embedder)
     if embedder is None:
-        from hymem.embedder import make_embedder
-
         embedder = make_embedder(placeholder.embedder)
     matcher = SemanticMatcher(placeholder, embedder)
     texts = [(p.gold.text, p.pred.text) for p in usable] + unrelated_pairs(usable)
