@@ -32,7 +32,7 @@ def _cases(n: int) -> str:
 
 def test_sigint_exits_130_keeps_finished_units_and_resume_completes(tmp_path):
     dataset = tmp_path / "d.jsonl"
-    dataset.write_text(_cases(12))
+    dataset.write_text(_cases(4))  # each case is several units under the default sweep
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "evals.cli.main", "run", "--dataset", str(dataset), "--embedder", "hash",
            "--concurrency", "1", "--out", str(out), "--no-progress"]
@@ -47,11 +47,12 @@ def test_sigint_exits_130_keeps_finished_units_and_resume_completes(tmp_path):
     assert proc.returncode == 130, err
     assert "--resume" in err
     done = units.read_text().count("\n")
-    assert 1 <= done < 12
+    assert done >= 1
     assert not (out / "summary.md").exists()  # no report from a partial run
 
     resumed = subprocess.run(cmd + ["--resume"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     assert "verdict: valid" in resumed.stdout
+    assert done < units.read_text().count("\n")  # the interrupted run had not finished them all
     cases = pd.read_parquet(out / "cases.parquet")
-    assert sorted(cases["case_id"]) == sorted(f"c{i}" for i in range(12))
+    assert sorted(cases["case_id"]) == sorted(f"c{i}" for i in range(4))
