@@ -257,6 +257,7 @@ def test_speaker_names_never_reach_mems_model_so_a_named_humans_facts_are_lost(s
 
 
 @needs_mem0
+@pytest.mark.ci_heavy  # a default sweep of both engines (run by `nox -s heavy`)
 def test_run_side_by_side_hymem_is_valid_where_mem0_shows_every_finding(server, tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps(TWO_FACTS) + "\n", encoding="utf-8")
@@ -303,6 +304,7 @@ def test_a_subjectless_memory_mem0_attributes_to_the_assistant_is_the_assistants
 
 
 @needs_mem0
+@pytest.mark.ci_heavy  # runs of both engines (run by `nox -s heavy`)
 def test_the_same_priced_model_costs_the_same_whichever_engine_called_it(server, tmp_path):
     import pandas as pd
 

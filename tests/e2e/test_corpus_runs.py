@@ -14,6 +14,7 @@ LOCOMO = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "locomo" 
 
 
 @pytest.mark.skipif(not LOCOMO.exists(), reason="../shared/datasets/locomo is not on this machine")
+@pytest.mark.ci_heavy  # a run of 19 LoCoMo sessions each (run by `nox -s heavy`); the adapters' own tests: tests/cases
 @pytest.mark.parametrize("gold", ["all", "clean"])
 def test_a_locomo_sample_runs_and_the_report_counts_misattributed_labels(tmp_path, gold):
     # the first 19 sessions: the smallest prefix holding two labels the adapter flags (its 17th and 19th sessions)

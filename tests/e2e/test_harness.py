@@ -79,6 +79,7 @@ def _plant_add_all_fallback(monkeypatch):
     monkeypatch.setattr(client_module, "reconcile", add_all_on_failure)
 
 
+@pytest.mark.ci_heavy  # a default sweep run twice or three times (run by `nox -s heavy`)
 def test_planted_add_all_fallback_is_reported_as_degraded_success_with_witness(dataset, tmp_path, monkeypatch):
     _plant_add_all_fallback(monkeypatch)
     outcome = run_eval(config(dataset, tmp_path / "run"))
@@ -95,6 +96,7 @@ def test_planted_add_all_fallback_is_reported_as_degraded_success_with_witness(d
                  "--no-progress", "--fail-on-invalid"]) == 1
 
 
+@pytest.mark.ci_heavy  # a default sweep; planted bugs in the default run: tests/check (run by `nox -s heavy`)
 def test_planted_l1_raw_outside_the_transaction_is_reported(dataset, tmp_path, monkeypatch):
     """L1 raw written before extraction, in its own transaction, and never rolled back."""
     import hymem.client as client_module
@@ -117,6 +119,7 @@ def test_planted_l1_raw_outside_the_transaction_is_reported(dataset, tmp_path, m
     assert "l1_raw" in l1.iloc[0].witness
 
 
+@pytest.mark.ci_heavy  # a default sweep run twice or three times (run by `nox -s heavy`)
 def test_resume_redoes_only_unfinished_units_and_refuses_other_inputs(dataset, tmp_path, monkeypatch):
     full = run_eval(config(dataset, tmp_path / "full", faults="random:0.5", seed=3))
     out = tmp_path / "partial"
@@ -145,6 +148,7 @@ def test_resume_redoes_only_unfinished_units_and_refuses_other_inputs(dataset, t
         run_eval(config(dataset, out, faults="random:0.5", seed=4, resume=True))
 
 
+@pytest.mark.ci_heavy  # a default sweep run twice or three times (run by `nox -s heavy`)
 def test_a_plan_and_its_seed_replay_the_identical_run(dataset, tmp_path):
     def faults(out, seed):
         run_eval(config(dataset, tmp_path / out, faults="random:0.3", seed=seed))
@@ -187,6 +191,7 @@ def test_usage_errors_exit_2(dataset, tmp_path):
     assert exc.value.code == 2
 
 
+@pytest.mark.ci_heavy  # a default sweep (run by `nox -s heavy`)
 def test_a_finished_run_leaves_no_unit_scratch_directory_behind(dataset, tmp_path, monkeypatch):
     """Units' scratch directories are removed in the background, and all of them are gone when run_eval returns."""
     import tempfile

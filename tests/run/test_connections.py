@@ -118,6 +118,7 @@ def test_concurrency_is_the_requests_a_provider_sees_at_once_and_all_of_them_are
     assert len(attempts[attempts.site != "embed"]) == server.requests == 2 * len(CASES)  # extract + reconcile each
 
 
+@pytest.mark.ci_heavy  # a run against a real server; the default run keeps two (run by `nox -s heavy`)
 def test_max_connections_below_concurrency_bounds_the_requests_at_once(upstream, dataset, tmp_path):
     server = _served(upstream, 2, dataset, tmp_path / "run", "--concurrency", "4", "--max-connections", "2")
     assert server.peak == 2
@@ -125,6 +126,7 @@ def test_max_connections_below_concurrency_bounds_the_requests_at_once(upstream,
     assert manifest.units_in_flight == 5 and list(manifest.max_connections.values()) == [2]
 
 
+@pytest.mark.ci_heavy  # a run against a real server; the default run keeps two (run by `nox -s heavy`)
 def test_a_providers_file_limit_holds_whatever_the_concurrency(upstream, dataset, tmp_path):
     server = CountingServer(upstream, 1)
     try:

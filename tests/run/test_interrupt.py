@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,6 +31,7 @@ def _cases(n: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.ci_heavy  # two CLI processes and a default sweep; Ctrl-C in the default run: tests/run/test_run_verdict.py (run by `nox -s heavy`)
 def test_sigint_exits_130_keeps_finished_units_and_resume_completes(tmp_path):
     dataset = tmp_path / "d.jsonl"
     dataset.write_text(_cases(4))  # each case is several units under the default sweep

@@ -64,6 +64,7 @@ def local_and_ray(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]
     return base / "local", base / "ray"
 
 
+@pytest.mark.ci_heavy  # starts a local Ray instance (run by `nox -s heavy`)
 def test_ray_and_local_executors_write_the_same_tables(local_and_ray: tuple[Path, Path]) -> None:
     local, ray = local_and_ray
     names = sorted(p.name for p in local.glob("*.parquet"))
@@ -73,6 +74,7 @@ def test_ray_and_local_executors_write_the_same_tables(local_and_ray: tuple[Path
     assert json.loads((ray / "manifest.json").read_text())["verdict"] == "valid"
 
 
+@pytest.mark.ci_heavy  # starts a local Ray instance (run by `nox -s heavy`)
 def test_the_driver_alone_appends_every_unit_once(local_and_ray: tuple[Path, Path]) -> None:
     _, ray = local_and_ray
     records = [json.loads(line) for line in (ray / "units.jsonl").read_text().splitlines()]
@@ -80,6 +82,7 @@ def test_the_driver_alone_appends_every_unit_once(local_and_ray: tuple[Path, Pat
     assert len(ids) == len(set(ids)) == WORKING_CASES and all(r["status"] == "ok" for r in records)
 
 
+@pytest.mark.ci_heavy  # starts a local Ray instance (run by `nox -s heavy`)
 def test_a_ray_run_resumes_with_the_local_executor(local_and_ray: tuple[Path, Path], tmp_path: Path) -> None:
     """units.jsonl is the same record whoever wrote it: drop units, and a local --resume redoes only those."""
     _, ray = local_and_ray
@@ -93,6 +96,7 @@ def test_a_ray_run_resumes_with_the_local_executor(local_and_ray: tuple[Path, Pa
     pd.testing.assert_frame_equal(_table(run / "faults.parquet"), _table(ray / "faults.parquet"), check_dtype=False)
 
 
+@pytest.mark.ci_heavy  # starts a local Ray instance (run by `nox -s heavy`)
 def test_a_unit_whose_worker_keeps_dying_is_an_infra_error_with_the_reason(tmp_path: Path) -> None:
     """A task lost with its worker is retried; when every retry dies too, the unit is reported, not missing."""
     import ray
@@ -121,6 +125,7 @@ def test_ray_options_are_refused_without_the_ray_executor(tmp_path: Path, capsys
     assert "--executor ray" in capsys.readouterr().err
 
 
+@pytest.mark.ci_heavy  # starts a local Ray instance (run by `nox -s heavy`)
 def test_ctrl_c_stops_the_tasks_and_leaves_a_resumable_run(tmp_path: Path) -> None:
     import signal
     import subprocess

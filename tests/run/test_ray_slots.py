@@ -38,6 +38,7 @@ def _overlaps(spans: list[tuple[float, float]]) -> int:
     return sum(1 for a, b in zip(spans, spans[1:], strict=False) if b[0] < a[1] - 1e-3)
 
 
+@pytest.mark.ci_heavy  # the module's local Ray instance (run by `nox -s heavy`)
 def test_one_connection_slot_is_shared_by_every_worker(cluster):
     actor = ray.remote(_Slots).options(max_concurrency=100).remote({"p": 1, "q": 2})
     hold = ray.remote(_hold)
@@ -47,6 +48,7 @@ def test_one_connection_slot_is_shared_by_every_worker(cluster):
     assert _overlaps(two[0] + two[1]) > 0  # limit 2: they do (the limit is the provider's, not a global lock)
 
 
+@pytest.mark.ci_heavy  # the module's local Ray instance (run by `nox -s heavy`)
 def test_a_429_pause_told_to_one_worker_holds_the_others(cluster):
     actor = ray.remote(_Slots).options(max_concurrency=100).remote({"p": 4})
     told = time.time()
@@ -85,6 +87,7 @@ def _dies_holding_a_slot(actor, provider: str, marker: str) -> str:
     return "retried"
 
 
+@pytest.mark.ci_heavy  # the module's local Ray instance (run by `nox -s heavy`)
 def test_a_slot_held_by_a_killed_worker_is_free_for_the_retry(cluster, tmp_path):
     actor = ray.remote(_Slots).options(max_concurrency=100).remote({"p": 1})
     ref = ray.remote(_dies_holding_a_slot).options(max_retries=1).remote(actor, "p", str(tmp_path / "died"))
@@ -104,6 +107,7 @@ def _unit_that_dies_holding_a_slot(task, run_token, cases_ref, slots):
     return failed_unit(task, "took the slot")
 
 
+@pytest.mark.ci_heavy  # the module's local Ray instance (run by `nox -s heavy`)
 def test_a_unit_that_died_for_good_gives_its_slot_back(cluster, monkeypatch):
     import threading
 
@@ -124,6 +128,7 @@ def test_a_unit_that_died_for_good_gives_its_slot_back(cluster, monkeypatch):
     assert sorted(r.error.split(":")[0] for r in runs) == ["ray", "took the slot"]
 
 
+@pytest.mark.ci_heavy  # the module's local Ray instance (run by `nox -s heavy`)
 def test_the_slots_actor_comes_back_after_its_process_dies(cluster):
     """kill -9 of the ray::_Slots process: before, every later LM call of the run raised ActorDiedError, so
     every unit still to run became an infra error (and --resume keeps those)."""

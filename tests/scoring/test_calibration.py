@@ -12,6 +12,8 @@ from evals.run.runner import RunConfig
 
 NOISY = "oracle:flip_owner=0.2,swap_subject=0.1,drop=0.1,seed=7"
 DATASET = "datasets/chat_en.jsonl"
+# ci_heavy: the module's run scores both oracles on the whole English suite (run by `nox -s heavy`)
+pytestmark = pytest.mark.ci_heavy
 
 
 @pytest.fixture(scope="module")

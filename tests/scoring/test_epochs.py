@@ -39,6 +39,7 @@ def oracles(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.ci_heavy  # the oracles fixture: 2 providers x 3 epochs x 60 cases (run by `nox -s heavy`)
 def test_every_unit_runs_once_per_epoch_and_the_manifest_counts_them(oracles: Path):
     units = read_units(oracles)
     manifest = read_manifest(oracles)
@@ -53,6 +54,7 @@ def test_every_unit_runs_once_per_epoch_and_the_manifest_counts_them(oracles: Pa
     assert sorted(pd.read_parquet(oracles / "case_metrics.parquet")["epoch"].unique()) == [0, 1, 2]
 
 
+@pytest.mark.ci_heavy  # the oracles fixture: 2 providers x 3 epochs x 60 cases (run by `nox -s heavy`)
 def test_the_noisy_oracle_draws_its_errors_afresh_in_each_epoch(oracles: Path):
     facts = pd.read_parquet(oracles / "facts.parquet")
     stored = facts[(facts["provider"] == NOISY) & (facts["stage"] == "stored") & facts["gold_text"].notna()]
@@ -61,6 +63,7 @@ def test_the_noisy_oracle_draws_its_errors_afresh_in_each_epoch(oracles: Path):
     assert len(wrong_owner) == 3 and wrong_owner[0] != wrong_owner[1] != wrong_owner[2]
 
 
+@pytest.mark.ci_heavy  # the oracles fixture: 2 providers x 3 epochs x 60 cases (run by `nox -s heavy`)
 def test_decision_flip_rate_recovers_the_noisy_oracles_flip_rate_within_its_ci(oracles: Path):
     # Each epoch flips the owner of exactly round(P x n) of the n gold facts, drawn independently, so a
     # fact's decision is the same in all three epochs with probability q^3 + (1-q)^3, q = round(P n)/n.
@@ -78,6 +81,7 @@ def test_decision_flip_rate_recovers_the_noisy_oracles_flip_rate_within_its_ci(o
     assert 0 < flaky["value"] < 1 and flaky["n"] == len(cases)
 
 
+@pytest.mark.ci_heavy  # the oracles fixture: 2 providers x 3 epochs x 60 cases (run by `nox -s heavy`)
 def test_the_exact_oracle_has_no_flips_and_no_flaky_cases(oracles: Path):
     assert _metric(oracles, "oracle", "decision_flip_rate")["value"] == 0.0
     assert _metric(oracles, "oracle", "flaky_case_rate")["value"] == 0.0
@@ -86,6 +90,7 @@ def test_the_exact_oracle_has_no_flips_and_no_flaky_cases(oracles: Path):
     assert set(mine["stability"]) <= {"stable-pass", "stable-fail"} and (mine["epochs"] == 3).all()
 
 
+@pytest.mark.ci_heavy  # the oracles fixture: 2 providers x 3 epochs x 60 cases (run by `nox -s heavy`)
 def test_the_per_case_table_classes_each_case_by_its_epochs(oracles: Path):
     stability = pd.read_parquet(oracles / "stability.parquet")
     cm = pd.read_parquet(oracles / "case_metrics.parquet")
@@ -98,6 +103,7 @@ def test_the_per_case_table_classes_each_case_by_its_epochs(oracles: Path):
     assert row["passes"] == per_epoch.count(1.0)
 
 
+@pytest.mark.ci_heavy  # the oracles fixture: 2 providers x 3 epochs x 60 cases (run by `nox -s heavy`)
 def test_the_summary_says_which_worst_cases_are_flaky(oracles: Path):
     summary = (oracles / "summary.md").read_text(encoding="utf-8")
     assert "3 epochs per case" in summary
@@ -108,6 +114,7 @@ def test_the_summary_says_which_worst_cases_are_flaky(oracles: Path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.ci_heavy  # two runs of 2 epochs (run by `nox -s heavy`)
 def test_resume_redoes_only_the_missing_case_epoch_units(tmp_path: Path):
     out = tmp_path / "run"
     args = ["--lm", NOISY, "--epochs", "2", "--limit", "2", "--out", str(out)]
@@ -137,6 +144,7 @@ def test_one_epoch_keeps_the_hash_and_metrics_of_runs_made_before_epochs(tmp_pat
     assert not (out / "plots" / "stability.png").exists()
 
 
+@pytest.mark.ci_heavy  # two runs of 3 epochs (run by `nox -s heavy`)
 def test_identical_epochs_never_narrow_an_interval(tmp_path: Path):
     """The offline model is deterministic: K copies of the same answers must give the K=1 intervals and n."""
     one, three = tmp_path / "one", tmp_path / "three"
@@ -168,6 +176,7 @@ def test_each_epoch_plans_its_own_oracle_errors_from_its_seed():
     assert a != b and sum(map(len, a)) == sum(map(len, b))
 
 
+@pytest.mark.ci_heavy  # the oracles fixture: 2 providers x 3 epochs x 60 cases (run by `nox -s heavy`)
 def test_compare_lists_flaky_cases_apart_from_real_flips(oracles: Path, tmp_path: Path):
     assert main(["compare", str(oracles), "--out", str(tmp_path)]) == 0
     cases = pd.read_parquet(tmp_path / "compare_cases.parquet")
@@ -183,6 +192,7 @@ def test_compare_lists_flaky_cases_apart_from_real_flips(oracles: Path, tmp_path
     assert f"### Flaky cases, not flips: {len(listed)}" in md
 
 
+@pytest.mark.ci_heavy  # the oracles fixture: 2 providers x 3 epochs x 60 cases (run by `nox -s heavy`)
 def test_gate_pairs_cases_over_their_epoch_means(oracles: Path, tmp_path: Path):
     """n paired is the number of cases, never case x epoch."""
     from evals.core.stats import paired_bootstrap_delta
@@ -273,6 +283,7 @@ def test_http_epochs_send_their_own_seed_and_the_temperature_and_never_share_a_c
     assert all(a.cache_hit for u in again for a in u.attempts if a.site != "embed")
 
 
+@pytest.mark.ci_heavy  # two runs and two gates (run by `nox -s heavy`)
 def test_a_one_epoch_run_gates_against_a_multi_epoch_baseline_and_back(tmp_path: Path, capsys):
     """A repeated baseline is not a bigger one: the 1-epoch run lost no case, and cannot measure flakiness."""
     one, two = tmp_path / "one", tmp_path / "two"
@@ -302,6 +313,7 @@ def faulted(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.ci_heavy  # the faulted fixture: a fast sweep of 2 epochs (run by `nox -s heavy`)
 def test_gating_shared_cases_of_a_multi_epoch_run_keeps_its_values_and_n(faulted: Path):
     """--allow-different-inputs recomputes every value from the per-case tables: over all cases of a K-epoch run
     it must give the report's values and n (cases, not case x epoch; counts per epoch, not K^2 times)."""
@@ -322,6 +334,7 @@ def test_gating_shared_cases_of_a_multi_epoch_run_keeps_its_values_and_n(faulted
     pd.testing.assert_series_equal(by_case["n"], by_case["n_report"], check_names=False)
 
 
+@pytest.mark.ci_heavy  # the oracles fixture: 2 providers x 3 epochs x 60 cases (run by `nox -s heavy`)
 def test_show_says_how_many_epochs_and_headlines_flakiness(oracles: Path):
     """The terminal table (show, and the end of `run`) of a K-epoch run, as its summary.md."""
     from evals.report.compare import show
@@ -332,6 +345,7 @@ def test_show_says_how_many_epochs_and_headlines_flakiness(oracles: Path):
     assert any(line.startswith("decision_flip_rate ") for line in text.splitlines())
 
 
+@pytest.mark.ci_heavy  # the faulted fixture: a fast sweep of 2 epochs (run by `nox -s heavy`)
 def test_the_verdict_counts_a_repeated_case_once(faulted: Path):
     """8 units of 4 cases in 2 epochs are not 8 cases."""
     summary = (faulted / "summary.md").read_text(encoding="utf-8")
@@ -339,6 +353,7 @@ def test_the_verdict_counts_a_repeated_case_once(faulted: Path):
     assert "in 8 units (4 cases × 2 epochs)" in reasons and "8 cases" not in reasons, reasons
 
 
+@pytest.mark.ci_heavy  # the faulted fixture: a fast sweep of 2 epochs (run by `nox -s heavy`)
 def test_faults_and_anomalies_say_which_epoch_they_belong_to(faulted: Path):
     """K epochs replay the same case and write K times: without the epoch their rows cannot be told apart."""
     faults = read_table(faulted, "faults")
@@ -390,6 +405,7 @@ def test_gating_shared_cases_counts_the_write_contract_findings_as_anomalies(eng
     assert row["value"].tolist() == [1.0]
 
 
+@pytest.mark.ci_heavy  # two fast sweeps of 2 epochs (run by `nox -s heavy`)
 def test_a_resumed_fast_sweep_faults_the_same_units_as_an_uninterrupted_one(tmp_path: Path):
     """sweep:fast designates its faulted units from a probe of every unit. A resume that probed only the missing
     units designated others: a case's two epochs got different faults, and the run was not the one it resumed."""

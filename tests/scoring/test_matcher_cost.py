@@ -115,6 +115,7 @@ def test_a_pair_the_cheap_features_rule_out_is_one_the_full_features_rule_out():
     assert (unrelated < fast.threshold).mean() > 0.9
 
 
+@pytest.mark.ci_heavy  # two runs with the semantic matcher; the default run has tests/e2e/test_default_matcher.py (run by `nox -s heavy`)
 def test_the_default_matcher_scores_a_run_end_to_end_and_keeps_its_vectors_beside_the_response_cache(
         tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("HYMEM_MATCHER", raising=False)  # conftest sets `text` for every other test

@@ -14,11 +14,27 @@ from evals.cli.main import main
 from evals.scoring.pairs import Pair
 
 
+DATASETS = Path(__file__).resolve().parents[2] / "datasets"
+# Cases of the bundled suites where the offline model misses a gold fact and words a memory its own way (a rejected
+# pair to draw), and cases it gets right (matched pairs): a fifth of the suites, enough of both kinds for every draw.
+CASES = {"chat_en": ["en-001", "en-002", "en-003", "en-050-", "en-057-", "en-061-"],
+         "chat_zh": ["zh-001", "zh-002", "zh-032-", "zh-036-", "zh-040-", "zh-044-"],
+         "working": ["work-001-", "work-002-", "work-003-", "work-004-", "work-005-", "work-007-"]}
+
+
 @pytest.fixture(scope="module")
 def noisy_run(tmp_path_factory) -> Path:
-    """The offline model on the bundled suites: facts matched, and facts it misses beside memories it words its own way."""
-    out = tmp_path_factory.mktemp("sample") / "run"
-    assert main(["run", "--embedder", "hash", "--faults", "none", "--matcher", "text", "--out", str(out),
+    """The offline model on those cases: facts matched, and facts it misses beside memories it words its own way."""
+    tmp = tmp_path_factory.mktemp("sample")
+    args = []
+    for suite, prefixes in CASES.items():
+        lines = [line for line in (DATASETS / f"{suite}.jsonl").read_text(encoding="utf-8").splitlines()
+                 if line.strip() and json.loads(line)["id"].startswith(tuple(prefixes))]
+        assert len(lines) == len(prefixes)
+        (tmp / f"{suite}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        args += ["--dataset", str(tmp / f"{suite}.jsonl")]
+    out = tmp / "run"
+    assert main(["run", *args, "--embedder", "hash", "--faults", "none", "--matcher", "text", "--out", str(out),
                  "--no-progress"]) == 0
     return out
 

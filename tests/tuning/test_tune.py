@@ -295,6 +295,7 @@ def test_tuned_predictors_map_back_onto_the_program_by_name():
 # ---------------------------------------------------------------------------------------------- CLI
 
 
+@pytest.mark.ci_heavy  # a tune and two runs (run by `nox -s heavy`)
 def test_cli_tune_then_run_with_the_program_changes_the_prompt_hash_and_compares(data, tmp_path, capsys):
     tuned = tmp_path / "tuned"
     assert main(["tune", "--program", "extractor", "--optimizer", "bootstrap", "--train", data["train"],
