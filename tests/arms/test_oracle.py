@@ -190,6 +190,7 @@ def test_each_error_kind_changes_what_it_says_and_nothing_else():
                 assert p.before is None and p.after is None
 
 
+@pytest.mark.ci_heavy  # replays every bundled case (run by `nox -s heavy`)
 def test_the_noisy_oracle_leaves_the_gold_with_exactly_the_planned_errors():
     factory = provider_factory(NOISY, BUNDLED)
     plan = oracle_plan(NOISY, BUNDLED)

@@ -57,6 +57,7 @@ def test_an_in_process_run_lists_no_wire_only_pair_and_a_wire_run_lists_them(dat
     assert "unreached" not in (tmp_path / "local" / "summary.md").read_text()
 
 
+@pytest.mark.ci_heavy  # two default sweeps (run by `nox -s heavy`)
 def test_a_sweep_with_a_warm_cache_still_faults_every_call_and_reaches_every_pair(dataset, tmp_path, capsys):
     with start_server() as server:  # both runs share tmp_path/.cache/responses.sqlite
         lm = f"openai/offline@{server.url}"

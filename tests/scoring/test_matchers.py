@@ -354,6 +354,7 @@ def test_a_judge_reply_that_could_not_be_read_is_never_cached(tmp_path):
     assert scripted.calls == 1 and again.errors == 0
 
 
+@pytest.mark.ci_heavy  # two runs with an LLM judge (run by `nox -s heavy`)
 def test_a_run_with_no_cache_asks_the_judge_again(tmp_path, judge_server):
     url, asked = judge_server
     argv = ["run", "--dataset", "datasets/chat_en.jsonl", "--limit", "1", "--faults", "none", "--embedder", "hash",

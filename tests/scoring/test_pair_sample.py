@@ -13,7 +13,6 @@ import pytest
 from evals.cli.main import main
 from evals.scoring.pairs import Pair
 
-
 DATASETS = Path(__file__).resolve().parents[2] / "datasets"
 # Cases of the bundled suites where the offline model misses a gold fact and words a memory its own way (a rejected
 # pair to draw), and cases it gets right (matched pairs): a fifth of the suites, enough of both kinds for every draw.
