@@ -79,7 +79,12 @@ def user_name(c: Case) -> str | None:
 
 # ---------------------------------------------------------------------------------------------- the oracle
 
-@pytest.mark.parametrize("c", BUNDLED + HAND_MADE, ids=lambda c: c.id)
+# Every bundled case in CI (the rest marked ci_heavy, run by `nox -s heavy`); the default run replays every sixth
+# case of the bundled suites, in order, and the hand-made ones.
+ORACLE_CASES = [c if i % 6 == 0 else pytest.param(c, marks=pytest.mark.ci_heavy) for i, c in enumerate(BUNDLED)]
+
+
+@pytest.mark.parametrize("c", ORACLE_CASES + HAND_MADE, ids=lambda c: c.id)
 def test_oracle_leaves_exactly_the_gold(c):
     run = replay(c, provider_factory("oracle", [c]))
     gold = sorted((f.text, f.subject, f.owner, f.kind) for f in c.expect.facts or [])
@@ -230,6 +235,7 @@ def test_a_noisy_factory_refuses_a_case_it_did_not_plan():
 
 # ---------------------------------------------------------------------------------------------- end to end
 
+@pytest.mark.ci_heavy  # a run of every bundled case; the default run replays a sixth of them above (run by `nox -s heavy`)
 def test_every_bundled_case_replays_ok_under_the_oracle(tmp_path):
     outcome = run_eval(RunConfig(datasets=[str(bundled_dataset_dir())], providers=["oracle"], embedder="hash",
                                  faults="none", out=tmp_path / "o", progress=False))
