@@ -146,6 +146,7 @@ def test_an_embedding_endpoint_that_does_not_answer_is_a_one_line_error_not_a_tr
                                 "probe: APIConnectionError: Connection error."]
 
 
+@pytest.mark.ci_heavy  # a default sweep over HTTP (run by `nox -s heavy`); the fault-free eval through serve stays
 def test_a_sweep_over_http_faults_the_wire_and_the_checker_finds_hymem_valid(dataset, tmp_path, server):
     """Every wire fault kind at every reached LM call: the documented codes, nothing stored, the proxy's log joined."""
     outcome = run_eval(RunConfig(datasets=[str(dataset)], providers=[f"openai/offline@{server.url}"],

@@ -209,7 +209,9 @@ def test_resume_with_a_foreign_or_garbage_middle_line_is_one_line_and_exit_2(dat
     _one_line_error(capsys, code, 2, "units.jsonl:2: not a CaseRun record")
 
 
-@pytest.mark.parametrize("change", [{"case_id": "not-in-this-run"}, {"provider": "another"}, {"epoch": 1}])
+@pytest.mark.parametrize("change", [  # a finished run each: one in the default run, the others ci_heavy (nox -s heavy)
+    {"case_id": "not-in-this-run"}, pytest.param({"provider": "another"}, marks=pytest.mark.ci_heavy),
+    pytest.param({"epoch": 1}, marks=pytest.mark.ci_heavy)])
 def test_resume_refuses_a_record_of_a_unit_the_run_does_not_plan(dataset, finished, capsys, no_model_load, change):
     units = finished / "units.jsonl"
     lines = units.read_text(encoding="utf-8").splitlines()
