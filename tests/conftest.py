@@ -11,7 +11,7 @@ import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # Runs in tests match facts with the text matcher (no model load per run); the semantic matcher, the
-# CLI's default, has its own tests (tests/test_matchers.py).
+# CLI's default, has its own tests (tests/scoring/test_matchers.py).
 os.environ.setdefault("HYMEM_MATCHER", "text")
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from evals.core.urls import url_problem
 
 # evals.scoring.matchers.SPECS_HELP, repeated so that building the parser imports no scorer (scipy, pandas): a bad
-# flag answers at once. tests/test_cli_latency.py checks the two agree.
+# flag answers at once. tests/cli/test_cli_latency.py checks the two agree.
 MATCHER_SPECS_HELP = ("semantic (default: e5 and MiniLM, thesauri, explicit near-miss checks) | semantic-v1 (semantic frozen "
                       "as of issue 33: its own rule files and weights) | text (fast, no model) | llm:MODEL_SPEC (an LLM judge)")
 

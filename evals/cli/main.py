@@ -16,7 +16,7 @@ from evals.cli import early_checks
 from evals.cli.early_checks import MATCHER_SPECS_HELP, matcher_problem
 
 # lazy imports: each subcommand imports only what it runs, so `--help` and a bad flag answer before dspy, pandas or
-# a model is imported (tests/test_cli_latency.py; BENCHMARKS.md: an input error took 10-20 s on a loaded machine).
+# a model is imported (tests/cli/test_cli_latency.py; BENCHMARKS.md: an input error took 10-20 s on a loaded machine).
 
 VERDICT_MEANS = {
     "valid": "every faulted write that applies to each provider's transport was checked, and none left a "

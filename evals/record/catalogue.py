@@ -4,7 +4,7 @@ Each entry says what the metric is (kind: rate, count, duration, tokens or cost)
 better, its unit, its place in the headline, what it means in one line and what its `n` counts.
 The report's headline, `show`, `compare`, the gate's tolerances, the plots' panels and the README's
 metric table all read this module; nothing guesses a metric's kind or direction from its name.
-A run that writes a metric missing here fails a test (tests/test_catalogue.py).
+A run that writes a metric missing here fails a test (tests/record/test_catalogue.py).
 
     python -m evals.record.catalogue              # the README's metric table, as markdown
     python -m evals.record.catalogue --write README.md   # refresh it between the README's markers
