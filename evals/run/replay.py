@@ -263,6 +263,8 @@ class CaseReplayer:
         """history() and the whole-store reads on the open store at the case's end, reported at the last
         successful write (`index`), when the schedule made none after it. Returns the store's state."""
         system, user = self.system, self.case.user_id
+        if not offers_history(system):
+            return latest
         ctx = AfterWrite(write=index, path=write[0], user_id=user, payload=write[1], record=record)
         try:
             ctx.written = list(written)
