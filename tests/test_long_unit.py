@@ -101,3 +101,24 @@ def test_a_whole_store_read_bug_that_starts_late_in_a_long_case_is_found(monkeyp
     monkeypatch.undo()
     monkeypatch.setattr(whole_store, "SMALL_STORE", 3)
     assert [f.kind for f in clean.run().findings] == []
+
+
+def test_the_reconcile_candidates_are_checked_on_every_write_of_a_long_case(monkeypatch):
+    """Candidates off by one (the engine retrieves k - 1): every write with at least k live memories before it is
+    flagged, the writes without the whole-store reads too (checked against the store's live rows)."""
+    from hymem.client import HyMemoryClient
+
+    monkeypatch.setattr(whole_store, "SMALL_STORE", 3)
+    real_init = HyMemoryClient.__init__
+
+    def off_by_one(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        self.candidates_per_fact -= 1
+
+    monkeypatch.setattr(HyMemoryClient, "__init__", off_by_one)
+    turns, k = 16, HymemSystem.candidates_per_fact
+    run = CaseReplayer(_case(turns), "long", "offline", lambda c: offline_lm(), HashEmbedder(),
+                       FaultPlan.parse("none"), seed=0).run()
+    assert run.status == "ok", run.error
+    flagged = {f.write for f in run.findings if f.kind == AnomalyKind.RECONCILE_CANDIDATES_WRONG}
+    assert flagged == set(range(k, turns))
