@@ -136,7 +136,8 @@ def applied_op_anomalies(ops: list[Any], proposed_ops: list[dict[str, Any]], pro
             if problem is not None:
                 wrong(op, problem)
     if old is not None:
-        changed = sorted((mid for mid in set(old) | set(new) if old.get(mid) != new.get(mid) and mid not in touched),
+        changed = sorted((mid for mid in set(old) | set(new)  # `is not`: a row read once is one object, unchanged
+                          if old.get(mid) is not new.get(mid) and old.get(mid) != new.get(mid) and mid not in touched),
                          key=str)
         for mid in changed[:3]:
             found.append((AnomalyKind.APPLIED_OP_WRONG, f"{where}: memory {mid} changed with no op reporting it: "

@@ -12,6 +12,7 @@ import sqlite3
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import chain
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +45,17 @@ class StoreState:
     live_memories: list[dict[str, Any]] | None = field(default=None, repr=False, compare=False)  # memo
 
 
-# every table's rows, diff keys and sorted canonical keys, the meta table, and each table's live rows
+_Vector = tuple[Any, bytes, str]  # a live memory's (id, vector bytes, its key in the FAISS part of `canonical`)
+# every table's rows, diff keys and sorted canonical keys, the meta table, each table's live rows, and each table's
+# live rows' vectors
 _Rows = tuple[dict[str, list[dict[str, Any]]], dict[str, set[str]], dict[str, list[str]], dict[str, str],
-              dict[str, list[dict[str, Any]]]]
-_Row = tuple[dict[str, Any], str, str, bool]  # a row as a dict, its key for diffs, its key for `canonical`, live
+              dict[str, list[dict[str, Any]]], dict[str, list[_Vector]]]
+# a row as a dict, its key for diffs, its key for `canonical`, live, and its vector when it is a live memory
+_Row = tuple[dict[str, Any], str, str, bool, _Vector | None]
 _LeafKey = tuple[str, str, bytes]  # (table, its CREATE statement, the leaf page's SHA-256)
-# rows as dicts, their diff keys, their canonical keys, the live ones among them (not superseded or deleted)
-_Part = tuple[list[dict[str, Any]], list[str], list[str], list[dict[str, Any]]]
+# rows as dicts, their diff keys, their canonical keys, the live ones among them (not superseded or deleted), and
+# those live rows' vectors
+_Part = tuple[list[dict[str, Any]], list[str], list[str], list[dict[str, Any]], list[_Vector]]
 _LeafRows = tuple[tuple[tuple[int, bytes], ...], _Part]  # ((overflow page, its SHA-256), ...), the leaf's rows
 
 
@@ -111,14 +116,20 @@ class RowMemo:
         return hit[1]
 
     def row(self, table: str, columns: tuple[str, ...], raw: tuple[Any, ...]) -> _Row:
-        """(the row as a dict, its key for diffs, its key for `canonical`, whether it is live)."""
+        """(the row as a dict, its key for diffs, its key for `canonical`, whether it is live, and a live
+        memory's vector as the index rebuilt from SQLite holds it: computed once per row, not once per read)."""
         key = (table, columns, raw)
         hit = self._rows.get(key)
         if hit is None:
             if len(self._rows) >= self._max_rows:
                 self._rows.clear()
             row = dict(zip(columns, raw, strict=True))
-            hit = self._rows[key] = (row, _row_key(row), _canonical_row_key(row), is_live(row))
+            live = is_live(row)
+            vector = None
+            if live and table == "memories":
+                blob = bytes(row.get("vector") or b"")
+                vector = (row.get("id"), blob, _vector_key(blob))
+            hit = self._rows[key] = (row, _row_key(row), _canonical_row_key(row), live, vector)
         return hit
 
     def faiss(self, data: bytes, read: Any) -> tuple[dict[int, bytes], list[str]]:
@@ -155,13 +166,15 @@ def read_state(store_dir: Path, memo: RowMemo | None = None) -> StoreState:
             memo.remember(view.digest, rows, leaves)
     else:
         memo.reads["reused"] += 1
-    tables, keys, shared_canon, meta, live = rows
+    tables, keys, shared_canon, meta, live, vectors = rows
     canon = dict(shared_canon)  # this state's own: its FAISS part is added below
     live_memories = live.get("memories", [])
     read = _read_faiss(store_dir, int(meta.get("generation", 0)), memo)
     if read is None:  # stale or missing: the engine rebuilds from SQLite on open, so that is the index it will use
-        faiss_vectors = {row["id"]: bytes(row["vector"] or b"") for row in live_memories}
-        canon["faiss"] = _faiss_canonical(faiss_vectors)
+        rebuilt = vectors.get("memories", [])  # each live memory's, found once per row (`RowMemo.row`)
+        faiss_vectors = dict(zip(map(itemgetter(0), rebuilt), map(itemgetter(1), rebuilt), strict=True))
+        canon["faiss"] = (sorted(map(itemgetter(2), rebuilt)) if len(faiss_vectors) == len(rebuilt)
+                          else _faiss_canonical(faiss_vectors))  # an id twice: the dict keeps one, as before
     else:
         faiss_vectors, canon["faiss"] = read
     return StoreState(tables=tables, faiss=faiss_vectors, faiss_stale=read is None, canonical_form=canon,
@@ -179,6 +192,7 @@ def _read_rows(db_path: Path, view: View | None, memo: RowMemo, leaves: dict[_Le
     keys: dict[str, set[str]] = {}
     canon: dict[str, list[str]] = {}
     live: dict[str, list[dict[str, Any]]] = {}
+    vectors: dict[str, list[_Vector]] = {}
     try:
         schema = db.execute("SELECT name, rootpage, sql FROM sqlite_master WHERE type='table' ORDER BY name").fetchall()
         names = [name for name, _, _ in schema]
@@ -194,10 +208,11 @@ def _read_rows(db_path: Path, view: View | None, memo: RowMemo, leaves: dict[_Le
             keys[name] = set(chain.from_iterable(part[1] for part in parts))
             canon[name] = sorted(chain.from_iterable(part[2] for part in parts))
             live[name] = list(chain.from_iterable(part[3] for part in parts))  # found once per distinct leaf
+            vectors[name] = list(chain.from_iterable(part[4] for part in parts))
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall()) if "meta" in names else {}
     finally:
         db.close()
-    return tables, keys, canon, meta, live
+    return tables, keys, canon, meta, live, vectors
 
 
 def _table_by_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: str, root: Any, sql: str,
@@ -218,7 +233,7 @@ def _table_by_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: st
                 parts.append(known)
                 continue
             cells = leaf_cells(view, pgno)
-            read: _Part = ([], [], [], [])
+            read: _Part = ([], [], [], [], [])
             if cells.rowids:
                 cursor = db.execute(f'SELECT rowid, * FROM "{name}" WHERE rowid BETWEEN ? AND ? ORDER BY rowid',
                                     (cells.rowids[0], cells.rowids[-1]))
@@ -237,7 +252,8 @@ def _table_by_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: st
 
 
 def _part(rows: list[_Row]) -> _Part:
-    return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], [r[0] for r in rows if r[3]]
+    return ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], [r[0] for r in rows if r[3]],
+            [r[4] for r in rows if r[4] is not None])
 
 
 def _read_faiss(store_dir: Path, generation: int, memo: RowMemo) -> tuple[dict[int, bytes], list[str]] | None:

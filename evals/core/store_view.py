@@ -42,6 +42,10 @@ class PageDigests:
         self._files: dict[tuple[str, int], tuple[bytes, int, list[bytes]]] = {}
         self._max_bytes, self._bytes = max_bytes, 0
         self.btree: dict[tuple[bool, bytes], tuple[int, list[int]]] = {}  # `table_leaves`' parsed pages
+        self.same_prefix = 0  # the last call's leading pages whose bytes were the same as the call before's
+        # a WAL's published frames as its last read parsed them: (path, frame size) -> (salts, mxFrame, page ->
+        # (offset, digest)); kept only when that read's `of_pages` call was the file's last (see _published_frames)
+        self.frames: dict[tuple[str, int], tuple[bytes, int, dict[int, tuple[int, bytes]]]] = {}
 
     def of_pages(self, name: str, data: bytes, start: int, stride: int, header: int, count: int) -> list[bytes]:
         """The SHA-256 of each of `count` pages of `data`: the i-th is the `stride - header` bytes after a
@@ -49,6 +53,7 @@ class PageDigests:
         key = (name, stride)
         last = self._files.get(key)
         digests: list[bytes] = []
+        self.same_prefix = 0
         if last is not None:
             old_data, old_start, old = last
             shared = min(count, len(old))
@@ -56,6 +61,7 @@ class PageDigests:
             now = np.frombuffer(data, np.uint64, shared * words, start).reshape(shared, words)
             was = np.frombuffer(old_data, np.uint64, shared * words, old_start).reshape(shared, words)
             same = ~(now != was).any(axis=1)
+            self.same_prefix = int(shared if same.all() else np.argmin(same))
             digests = [old[i] if same[i] else _digest(data, start + i * stride + header, stride - header)
                        for i in range(shared)]
         digests += [_digest(data, start + i * stride + header, stride - header) for i in range(len(digests), count)]
@@ -174,6 +180,7 @@ def table_leaves(view: View, root: int, parsed: dict[tuple[bool, bytes], tuple[i
 
 
 _MAX_PARSED = 20_000  # pages whose parse `table_leaves` keeps
+_MAX_WALS = 64  # WAL files whose parsed frames `_published_frames` keeps
 
 
 def _btree_page(page: memoryview, pgno: int) -> tuple[int, list[int]]:
@@ -268,13 +275,22 @@ def _published_frames(wal_path: str, shm_path: str, page_size: int, pages: PageD
         at = _WAL_HEADER + frame * frame_size
         if wal[at + 8:at + 16] == wal[16:24]:
             return None
+    key = (str(wal_path), frame_size)
+    known = pages.frames.pop(key, None)  # put back below only when this read parses the frames whole
     digests = pages.of_pages(str(wal_path), wal, _WAL_HEADER, frame_size, _FRAME_HEADER, mx_frame)
     newest: dict[int, tuple[int, bytes]] = {}
-    for frame in range(mx_frame):  # in order: a page's newest frame is the one a reader uses
+    first = 0
+    if known is not None and known[0] == salts and known[1] <= min(mx_frame, pages.same_prefix):
+        # the frames the last read parsed are the same bytes (headers too) under the same salts: the same pages
+        newest, first = dict(known[2]), known[1]
+    for frame in range(first, mx_frame):  # in order: a page's newest frame is the one a reader uses
         at = _WAL_HEADER + frame * frame_size
         if wal[at + 8:at + 16] != salts:  # a frame of an earlier WAL generation below mxFrame: not expected
             return None
         newest[int.from_bytes(wal[at:at + 4], "big")] = (at + _FRAME_HEADER, digests[frame])
+    if len(pages.frames) >= _MAX_WALS:
+        pages.frames.clear()
+    pages.frames[key] = (salts, mx_frame, newest)
     return wal, newest, n_page
 
 

@@ -46,7 +46,7 @@ from evals.check.natural import expected_codes, reached_provider, why_failed
 from evals.check.op_walk import walk_case
 from evals.check.write_contract import changed_payloads, history_block, live_rows, stated_profile
 from evals.core.prompt_reading import Said
-from evals.core.store_state import StoreState
+from evals.core.store_state import StoreState, live_memories
 from evals.faults.adversarial import ADVERSARIAL_KINDS
 from evals.faults.plan import Fault, FaultPlan
 from evals.record import (
@@ -61,6 +61,7 @@ from evals.record import (
 )
 from evals.record._records import Check, recorded_calls
 from evals.run.scratch import scratch_dir
+from evals.run.whole_store import WholeStoreSchedule
 from hymem.validation import InputValidationError
 
 CONCURRENT_SENDERS = 2  # threads sending each request_id of a case at once in the concurrency check
@@ -136,6 +137,7 @@ class CaseReplayer:
         written: list[Said] = []  # what history() must hold: the successful chat writes' messages
         latest: StoreState | None = None  # the open store's state when nothing was written since it was read
         live = offers_live_snapshot(system)
+        schedule = WholeStoreSchedule(len(writes))  # the writes after which the whole store is read
         system.open(store)
         try:
             for index, (path, payload) in enumerate(writes):
@@ -148,15 +150,22 @@ class CaseReplayer:
                 elif latest is None:  # what a failed write must leave unchanged
                     latest = self._state_between(store, live)
                 before, latest = latest, None
-                record = self._control_write(index, path, payload, result.findings)
+                full = schedule.due(index, self._live_before(index))
+                record = self._control_write(index, path, payload, result.findings, full=full)
                 result.writes.append(record)
                 if record.success:
-                    latest = self._after_write(store, index, path, payload, record, written, result.findings)
+                    latest = self._after_write(store, index, path, payload, record, written, result.findings,
+                                               full=full)
+                    schedule.succeeded(index, checked=full)
                 elif record.failure is not None and record.failure.cause != "engine":
                     latest = self._natural_failure(tmp, store, index, path, payload, record, before,
                                                    result.findings)
                 if self.on_write is not None:
                     self.on_write(index + 1, len(writes))
+            last = schedule.pending()
+            if last is not None:  # no whole-store read since the last successful write: the case's end makes one
+                latest = self._whole_store_reads(store, last, writes[last], result.writes[last], written, latest,
+                                                 result.findings)
             result.memories = system.memories(self.case.user_id)
             if system.keeps_profile:
                 result.profile = system.profile(self.case.user_id)
@@ -189,13 +198,14 @@ class CaseReplayer:
         self._concurrently(tmp, writes, result.findings)
 
     def _after_write(self, store: Path, index: int, path: str, payload: Any, record: WriteRecord,
-                     written: list[Said], findings: list[Finding]) -> StoreState | None:
+                     written: list[Said], findings: list[Finding], *, full: bool = True) -> StoreState | None:
         """History round-trip and an idempotent replay of the same request_id, after a successful write.
 
         Only for a system that offers history() and reads its open store (hymem); another engine's idempotency
         is still checked by the faulted runs' re-sent request ids. Returns the store's state after the replay
         (None when not read), which the reopen check takes as its state before closing when nothing was
-        written since."""
+        written since. `full`: history() and the reads that answer the whole store are made too (see
+        `evals.run.whole_store`)."""
         if not offers_history(self.system):
             return None
         seen = frozenset(f.witness for f in findings if f.kind == AnomalyKind.SUPERSEDED_BY_WRONG)
@@ -203,7 +213,7 @@ class CaseReplayer:
                          prompts=self._prompts.get(index, []), stated=dict(self._stated),
                          ops_before=self._ops_before(index), reported_superseded=seen)
         try:
-            self._observe_after_write(ctx, store, written)
+            self._observe_after_write(ctx, store, written, full)
         except EngineRaised as exc:
             findings += self._after_write_findings(ctx, written)
             findings.append(Finding(kind=AnomalyKind.ENGINE_EXCEPTION, check="replay", write=index, path=path,
@@ -222,14 +232,16 @@ class CaseReplayer:
             written[:] = [Said(**m) for m in ctx.history]  # report each divergence once
         return found
 
-    def _observe_after_write(self, ctx: AfterWrite, store: Path, written: list[Said]) -> None:
-        """Fill `ctx` in as the engine answers: history, profile, the state, a replay, changed payloads, reads."""
+    def _observe_after_write(self, ctx: AfterWrite, store: Path, written: list[Said], full: bool = True) -> None:
+        """Fill `ctx` in as the engine answers: history, profile, the state, a replay, changed payloads, reads
+        (history and the reads only when `full`)."""
         system, user, path, payload, record = self.system, self.case.user_id, ctx.path, ctx.payload, ctx.record
         assert offers_history(system)
         if path == "chat":
             written += history_block(payload, system.history_limit)
-        ctx.written = list(written)
-        ctx.history = engine_call(system.history, user)
+        if full:
+            ctx.written = list(written)
+            ctx.history = engine_call(system.history, user)
         if path == "chat":
             ctx.profile = system.profile(user)
             self._stated.update(stated_profile(payload, ctx.prompts))
@@ -245,7 +257,40 @@ class CaseReplayer:
         if ctx.reused:
             ctx.reused_state = after = system.snapshot(store)
         ctx.settled = after
-        ctx.reads = self._reads(after)
+        ctx.reads = self._reads(after) if full else None
+
+    def _whole_store_reads(self, store: Path, index: int, write: tuple[str, Any], record: WriteRecord,
+                           written: list[Said], latest: StoreState | None, findings: list[Finding]
+                           ) -> StoreState | None:
+        """history() and the whole-store reads on the open store at the case's end, reported at the last
+        successful write (`index`), when the schedule made none after it. Returns the store's state."""
+        system, user = self.system, self.case.user_id
+        if not offers_history(system):
+            return latest
+        ctx = AfterWrite(write=index, path=write[0], user_id=user, payload=write[1], record=record)
+        try:
+            ctx.written = list(written)
+            ctx.history = engine_call(system.history, user)
+            latest = latest if latest is not None else self._state_between(store, offers_live_snapshot(system))
+            ctx.reads = self._reads(latest)
+        except EngineRaised as exc:
+            findings += self._after_write_findings(ctx, written)
+            findings.append(Finding(kind=AnomalyKind.ENGINE_EXCEPTION, check="replay", write=index, path=write[0],
+                                    witness=f"after write {index}: {exc}"))
+            return None
+        findings += self._after_write_findings(ctx, written)
+        return latest
+
+    def _live_before(self, index: int) -> int | None:
+        """The user's live memories before write `index`, as the previous write's checks settled the store
+        (None: not read)."""
+        state = self._ops_before(index)
+        return len(self._user_live(state)) if state is not None else None
+
+    def _user_live(self, state: StoreState) -> list[dict[str, Any]]:
+        """The case user's live memory rows of `state`, in the table's order (found once per leaf page)."""
+        user = self.case.user_id
+        return [row for row in live_memories(state) if row.get("user_id") == user]
 
     def _ops_before(self, index: int) -> StoreState | None:
         """The store before write `index`, as the previous write's checks settled it (an empty store before the
@@ -398,7 +443,8 @@ class CaseReplayer:
         findings += REGISTRY.findings(Concurrent(calls=calls, results=list(results), history=history,
                                                  episodes=episodes, state=system.snapshot(work), dim=system.dim))
 
-    def _control_write(self, index: int, path: str, payload: Any, findings: list[Finding]) -> WriteRecord:
+    def _control_write(self, index: int, path: str, payload: Any, findings: list[Finding], *,
+                       full: bool = True) -> WriteRecord:
         """One fault-free write, recorded with the sites it reached and what the model proposed.
 
         A failure is read from the model's replies, not the engine's account (evals.check.natural): a broken reply, or
@@ -412,7 +458,9 @@ class CaseReplayer:
         t0 = time.perf_counter()
         rid = f"{self.case.id}/w{index}"
         k = getattr(self.system, "candidates_per_fact", None)  # set by the harness; None: no reconcile prompt to check
-        live = self.system.memories(self.case.user_id) if k is not None else []
+        before = None if full else self._ops_before(index)  # not full: the store's settled state is known
+        live = ([] if k is None else self.system.memories(self.case.user_id) if before is None
+                else self._user_live(before))  # get_all()'s answer is checked against these rows
         try:
             outcome = engine_call(self.system.write, path, payload, self.case.user_id, rid, control=True)
         except EngineRaised as exc:

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 import evals.run.runner as runner
+import evals.run.whole_store as whole_store
+from evals.arms.hymem_system import HymemSystem
 from evals.cases.dataset import Case
 from evals.faults.plan import FaultPlan
+from evals.record import AnomalyKind
 from evals.run.replay import CaseReplayer
+from evals.run.whole_store import SMALL_STORE, SPREAD, WholeStoreSchedule
 from hymem import HashEmbedder
 from hymem.offline import offline_lm
 
@@ -42,3 +48,77 @@ def test_the_cases_bar_shows_a_long_units_writes_and_not_a_finished_one(monkeypa
     show(10, 10)  # the unit is done: the bar's own count says so
     assert len(bar.postfix) == 1 and bar.postfix[0].startswith("long: write 5/10 (")
     assert runner._unit_progress(bar, "long", enabled=False) is None
+
+
+# --- long cases linear (issue 35, point 3) ----------------------------------------------------------------------------
+
+def test_whole_store_reads_are_due_after_every_write_of_a_short_case_and_amortised_in_a_long_one():
+    short = WholeStoreSchedule(5)
+    assert all(short.due(i, i) for i in range(5))
+    writes = 10_000
+    schedule = WholeStoreSchedule(writes)
+    due = [i for i in range(writes) if schedule.due(i, i)]  # one live memory more per write
+    assert due[:SMALL_STORE + 1] == list(range(SMALL_STORE + 1)) and due[-1] == writes - 1
+    rows_read = sum(due)  # a whole-store read after write i answers i rows
+    assert rows_read <= (SPREAD + 1) * writes + SMALL_STORE ** 2  # O(N) in all, not N²/2
+    assert all(b - a <= b // SPREAD + 1 for a, b in zip(due, due[1:], strict=False))  # never far apart
+
+
+def test_the_case_end_reads_the_whole_store_when_the_last_write_failed():
+    schedule = WholeStoreSchedule(200)
+    for i in range(150):
+        if schedule.due(i, i):
+            schedule.succeeded(i, checked=True)
+        else:
+            schedule.succeeded(i, checked=False)
+    assert schedule.pending() in (None, 149)
+    schedule.succeeded(149, checked=False)
+    assert schedule.pending() == 149
+
+
+@pytest.mark.parametrize("bug", ["get_all", "history"])
+def test_a_whole_store_read_bug_that_starts_late_in_a_long_case_is_found(monkeypatch, bug):
+    """A get_all() that drops the oldest memory, or a history() that drops the first message, once the store
+    holds more than SMALL_STORE memories: found although not every write reads the whole store any more."""
+    monkeypatch.setattr(whole_store, "SMALL_STORE", 3)
+    turns = 14
+    if bug == "get_all":
+        real = HymemSystem.memories
+        monkeypatch.setattr(HymemSystem, "memories",
+                            lambda self, user: (lambda rows: rows[1:] if len(rows) > 5 else rows)(real(self, user)))
+        kind = AnomalyKind.READ_WRONG
+    else:
+        real_history = HymemSystem.history
+        monkeypatch.setattr(HymemSystem, "history",
+                            lambda self, user: (lambda m: m[1:] if len(m) > 5 else m)(real_history(self, user)))
+        kind = AnomalyKind.HISTORY_MISMATCH
+    run = CaseReplayer(_case(turns), "long", "offline", lambda c: offline_lm(), HashEmbedder(),
+                       FaultPlan.parse("none"), seed=0).run()
+    assert run.status == "ok", run.error
+    assert any(f.kind == kind for f in run.findings), run.findings
+    clean = CaseReplayer(_case(turns), "long", "offline", lambda c: offline_lm(), HashEmbedder(),
+                         FaultPlan.parse("none"), seed=0)
+    monkeypatch.undo()
+    monkeypatch.setattr(whole_store, "SMALL_STORE", 3)
+    assert [f.kind for f in clean.run().findings] == []
+
+
+def test_the_reconcile_candidates_are_checked_on_every_write_of_a_long_case(monkeypatch):
+    """Candidates off by one (the engine retrieves k - 1): every write with at least k live memories before it is
+    flagged, the writes without the whole-store reads too (checked against the store's live rows)."""
+    from hymem.client import HyMemoryClient
+
+    monkeypatch.setattr(whole_store, "SMALL_STORE", 3)
+    real_init = HyMemoryClient.__init__
+
+    def off_by_one(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        self.candidates_per_fact -= 1
+
+    monkeypatch.setattr(HyMemoryClient, "__init__", off_by_one)
+    turns, k = 16, HymemSystem.candidates_per_fact
+    run = CaseReplayer(_case(turns), "long", "offline", lambda c: offline_lm(), HashEmbedder(),
+                       FaultPlan.parse("none"), seed=0).run()
+    assert run.status == "ok", run.error
+    flagged = {f.write for f in run.findings if f.kind == AnomalyKind.RECONCILE_CANDIDATES_WRONG}
+    assert flagged == set(range(k, turns))

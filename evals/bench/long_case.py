@@ -1,0 +1,79 @@
+"""Long cases linear (issue 35, point 3): the time per write of a case of N one-message turns, `--faults none`,
+the hash embedder and the offline model, for a short and a long case alternated in one process.
+
+Why alternated: the machine is shared, so a lone time says little; sizes run back to back, repeated, give
+medians and their ratio under the same load (the load average is reported with them). Each turn states a new
+fact, so the store grows by a live memory per write: the case whose per-write checks would grow with it.
+
+Run: `python -m evals.bench.long_case --sizes 100 1000 --repeat 3`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from typing import Any
+
+from evals.cases.dataset import Case
+from evals.faults.plan import FaultPlan
+from evals.run.replay import CaseReplayer
+from hymem.embedder import HashEmbedder
+from hymem.offline import offline_lm
+
+_CITIES = ["Berlin", "Paris", "Rome", "Oslo", "Lima", "Kyoto", "Quito", "Dakar", "Hanoi", "Perth"]
+
+
+def long_case(turns: int, case_id: str = "long") -> Case:
+    """A chat case of `turns` one-message turns, each a distinct first-person statement."""
+    return Case.model_validate({
+        "id": case_id, "lang": "en", "user_id": "ana", "tags": [], "memories": [],
+        "turns": [[{"role": "user", "name": "Ana",
+                    "content": f"I visited {_CITIES[i % len(_CITIES)]} in year {1000 + i}."}] for i in range(turns)],
+        "expect": {"facts": [{"text": "The user visited Berlin.", "subject": "user", "owner": "user"}]}})
+
+
+def replay_seconds(turns: int) -> dict[str, Any]:
+    """(wall, process CPU) seconds of one case's replay, per write, with its findings count."""
+    case = long_case(turns)
+    start, cpu = time.perf_counter(), time.process_time()
+    run = CaseReplayer(case, "long", "offline", lambda c: offline_lm(), HashEmbedder(), FaultPlan.parse("none"),
+                       0).run()
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    if run.status != "ok":
+        raise RuntimeError(run.error)
+    return {"turns": turns, "wall_per_write": wall / turns, "cpu_per_write": cpu / turns,
+            "findings": len(run.findings), "memories": len(run.memories)}
+
+
+def per_write_ratio(sizes: list[int], repeat: int) -> dict[str, Any]:
+    """Sizes alternated `repeat` times; medians of the per-write wall and CPU, and each size's over the first."""
+    replay_seconds(3)  # first-call costs (imports, DSPy caches) belong to no size
+    runs: dict[int, list[dict[str, Any]]] = {n: [] for n in sizes}
+    load = [os.getloadavg()[0]]
+    for _ in range(repeat):
+        for n in sizes:
+            runs[n].append(replay_seconds(n))
+            load.append(os.getloadavg()[0])
+    med = {n: {k: statistics.median(r[k] for r in runs[n]) for k in ("wall_per_write", "cpu_per_write")}
+           for n in sizes}
+    base = sizes[0]
+    return {"sizes": sizes, "repeat": repeat, "load_1min": [round(x, 1) for x in load],
+            "median_ms_per_write": {n: {k: round(v * 1000, 2) for k, v in m.items()} for n, m in med.items()},
+            "ratio_over_smallest": {n: {k: round(med[n][k] / med[base][k], 3) for k in med[n]} for n in sizes},
+            "findings": {n: [r["findings"] for r in runs[n]] for n in sizes},
+            "memories": {n: runs[n][0]["memories"] for n in sizes}, "goal": 1.2}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000])
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+    print(json.dumps(per_write_ratio(args.sizes, args.repeat), indent=1))
+
+
+if __name__ == "__main__":
+    main()
