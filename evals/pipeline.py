@@ -24,7 +24,7 @@ from evals.report.score_run import report_run
 from evals.report.view import write_view
 from evals.run.executors.ray_executor import RayUnavailable
 from evals.run.runner import RunConfig, prepare, release_run_dir, run_units
-from evals.scoring.matchers import make_matcher_spec, open_matcher
+from evals.scoring.choose_matcher import make_matcher_spec, open_matcher
 from evals.tuning.saved import fitted_cases, load_program
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from evals.core.rows import is_live
 from evals.core.store_state import StoreState
 from evals.record import AnomalyKind, Witnessed
 
@@ -40,7 +41,7 @@ def _memories(state: StoreState | None) -> dict[Any, dict[str, Any]] | None:
 
 
 def _live(row: dict[str, Any] | None) -> bool:
-    return row is not None and row.get("superseded_by") is None and row.get("deleted_at") is None
+    return row is not None and is_live(row)
 
 
 def _show(row: dict[str, Any] | None) -> str:

@@ -40,6 +40,7 @@ from evals.check.applied_ops import applied_op_anomalies
 from evals.check.checker import short_diff
 from evals.check.write_contract import live_rows
 from evals.core.prompt_reading import section_json
+from evals.core.rows import is_live
 from evals.core.store_state import StoreState, canonical, diff_states, parse_faiss, read_state
 from evals.record import AnomalyKind
 from hymem.client import HyMemoryClient
@@ -231,8 +232,7 @@ class OpWalk:
         except Exception:  # no index file to plant (an engine that persists none): nothing to check
             return
         row = next((r for r in live if r["id"] == updated), None)
-        all_live = {r["id"] for r in state.tables.get("memories", []) if r.get("superseded_by") is None
-                    and r.get("deleted_at") is None}
+        all_live = {r["id"] for r in state.tables.get("memories", []) if is_live(r)}
         if row is None or set(planted_vectors) != all_live or planted_vectors.get(updated) == bytes(row["vector"]):
             return  # not an index of the same ids with another vector for the updated memory
         query, k = row["text"], len(live)

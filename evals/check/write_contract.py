@@ -15,6 +15,7 @@ from typing import Any
 
 from evals.check.checker import consistency_anomalies, short_diff
 from evals.core.prompt_reading import Said, read_messages, user_name
+from evals.core.rows import is_live
 from evals.core.store_state import StoreState, canonical, diff_states
 from evals.core.subject_reading import same_person as same_subject
 from evals.core.subject_reading import unlabelled_memory_subject as memory_subject
@@ -247,7 +248,7 @@ _READ_FIELDS = ("text", "subject", "owner", "kind", "request_id", "created_at", 
 def live_rows(state: StoreState, user_id: str) -> list[dict[str, Any]]:
     """The user's live memory rows (neither superseded nor deleted), oldest (lowest id) first."""
     return sorted((r for r in state.tables.get("memories", []) if r.get("user_id") == user_id
-                   and r.get("superseded_by") is None and r.get("deleted_at") is None), key=lambda r: r["id"])
+                   and is_live(r)), key=lambda r: r["id"])
 
 
 def subjectless_misfiled(sent: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from evals.core.urls import url_problem
 
-# evals.scoring.matchers.SPECS_HELP, repeated so that building the parser imports no scorer (scipy, pandas): a bad
+# evals.scoring.choose_matcher.SPECS_HELP, repeated so that building the parser imports no scorer (scipy, pandas): a bad
 # flag answers at once. tests/cli/test_cli_latency.py checks the two agree.
 MATCHER_SPECS_HELP = ("semantic (default: e5 and MiniLM, thesauri, explicit near-miss checks) | semantic-v1 (semantic frozen "
                       "as of issue 33: its own rule files and weights) | text (fast, no model) | llm:MODEL_SPEC (an LLM judge)")
@@ -35,7 +35,7 @@ def embedder_problem(spec: str | None) -> str | None:
 
 
 def matcher_problem(spec: str | None, providers_file: Path | None = None) -> str | None:
-    """`--matcher` as `evals.scoring.matchers.make_matcher` takes it: semantic, semantic-<frozen>, text or llm:MODEL_SPEC."""
+    """`--matcher` as `evals.scoring.choose_matcher.make_matcher` takes it: semantic, semantic-<frozen>, text or llm:MODEL_SPEC."""
     if spec is None:
         return None
     spec = spec.strip()

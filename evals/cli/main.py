@@ -181,7 +181,7 @@ def _matcher_sample(args: argparse.Namespace) -> int:
 
     if _outputs_refused("matcher sample", lambda: check_file_targets([args.out], "--out", args.force)):
         return 2
-    from evals.scoring.matchers import MatcherSpecError
+    from evals.scoring.choose_matcher import MatcherSpecError
     from evals.scoring.pair_sample import SampleError, sample_pairs
 
     try:

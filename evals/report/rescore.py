@@ -21,7 +21,7 @@ from evals.core.errors import UsageError
 from evals.core.redact import redact_text
 from evals.record import CaseRun, Manifest, RunDirError, in_report_order, read_manifest, read_units, write_manifest
 from evals.report.score_run import report_run
-from evals.scoring.matchers import MatcherSpecError, make_matcher, open_matcher
+from evals.scoring.choose_matcher import MatcherSpecError, make_matcher, open_matcher
 
 
 class RescoreError(ValueError):

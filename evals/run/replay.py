@@ -46,6 +46,7 @@ from evals.check.natural import expected_codes, reached_provider, why_failed
 from evals.check.op_walk import walk_case
 from evals.check.write_contract import changed_payloads, history_block, live_rows, stated_profile
 from evals.core.prompt_reading import Said
+from evals.core.rows import is_live
 from evals.core.store_state import StoreState, live_memories
 from evals.faults.adversarial import ADVERSARIAL_KINDS
 from evals.faults.plan import Fault, FaultPlan
@@ -654,12 +655,12 @@ def stale_sources(writes: list[WriteRecord], snapshots: list[Path]) -> list[Path
 def _newest_texts(state: StoreState, user_id: str) -> list[str]:
     """The text of the user's newest live memory (a search query), if it has one."""
     live = [row for row in state.tables.get("memories", []) if row.get("user_id") == user_id
-            and row.get("superseded_by") is None and row.get("deleted_at") is None]
+            and is_live(row)]
     return [max(live, key=lambda row: row["id"])["text"]] if live else []
 
 
 def _live_count(state: StoreState) -> int:
-    return sum(row.get("superseded_by") is None and row.get("deleted_at") is None
+    return sum(is_live(row)
                for row in state.tables.get("memories", []))
 
 

@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from evals.core.redact import write_parquet, write_text
 from evals.scoring.agreement import AGREEMENT_COLUMNS, card_of, evaluate, format_agreement, remember, undecided
-from evals.scoring.matchers import MatcherSpecError, make_matcher
+from evals.scoring.choose_matcher import MatcherSpecError, make_matcher
 from evals.scoring.pairs import BUNDLED_PAIRS, Pair, PairsError, load_pairs, pairs_hash
 from evals.scoring.semantic import PARAMS_FILE, SemanticMatcher, fit_semantic
 from hymem.embedder import make_embedder

@@ -25,7 +25,7 @@ import numpy as np
 from evals.core.redact import write_text
 from evals.core.subject_reading import read_subject
 from evals.scoring.checks import is_chinese
-from evals.scoring.matchers import local_spec, make_matcher
+from evals.scoring.choose_matcher import local_spec, make_matcher
 
 _COLUMNS = ("provider", "dataset", "case_id", "stage", "gold_text", "gold_subject", "pred_text", "pred_subject",
             "matched", "matcher", "epoch")

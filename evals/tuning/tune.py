@@ -24,7 +24,7 @@ from evals.core.redact import write_text
 from evals.record import write_table
 from evals.run.provenance import git_state, package_versions
 from evals.scoring.agreement import judge_failures
-from evals.scoring.matchers import make_matcher
+from evals.scoring.choose_matcher import make_matcher
 from evals.tuning.budget import BudgetMeter
 from evals.tuning.examples import ProgramKind, eligible, make_examples, predictor_names, split_cases
 from evals.tuning.metric import CaseMetric, ErrorLog

@@ -54,7 +54,7 @@ def test_an_input_error_answers_before_the_heavy_imports(tmp_path, argv, message
 
 def test_the_clis_matcher_help_is_the_matchers_own():
     from evals.cli.early_checks import MATCHER_SPECS_HELP
-    from evals.scoring.matchers import SPECS_HELP
+    from evals.scoring.choose_matcher import SPECS_HELP
 
     assert MATCHER_SPECS_HELP == SPECS_HELP
 

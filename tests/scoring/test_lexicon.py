@@ -44,7 +44,7 @@ def test_a_missing_thesaurus_package_says_what_to_install(monkeypatch):
 def test_without_a_thesaurus_semantic_refuses_at_load_and_the_default_falls_back_to_text(monkeypatch, capsys):
     from importlib import metadata
 
-    from evals.scoring import matchers
+    from evals.scoring import choose_matcher as matchers
     from hymem.embedder import make_embedder
 
     real = metadata.files

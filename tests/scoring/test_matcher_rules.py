@@ -96,7 +96,7 @@ def test_a_table_in_the_files_is_what_quantities_reads(tmp_path):
 
 def test_semantic_v1_is_a_matcher_spec_wherever_one_is_accepted():
     from evals.cli.early_checks import matcher_problem
-    from evals.scoring.matchers import local_spec
+    from evals.scoring.choose_matcher import local_spec
 
     assert local_spec("semantic-v1") and matcher_problem("semantic-v1") is None
     assert not local_spec("semantic-v0") and "unknown spec 'semantic-v0'" in (matcher_problem("semantic-v0") or "")
@@ -153,7 +153,7 @@ def decisions() -> dict:
 
 def _decide(spec: str) -> dict[str, bool]:
     from evals.scoring.agreement import decide
-    from evals.scoring.matchers import make_matcher
+    from evals.scoring.choose_matcher import make_matcher
 
     pairs = _pairs()
     said = decide(make_matcher(spec), pairs)

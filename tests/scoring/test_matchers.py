@@ -500,7 +500,7 @@ def test_compare_rescores_both_runs_with_one_matcher(text_run, tmp_path, capsys)
 
 @pytest.mark.slow
 def test_the_semantic_matcher_catches_near_misses_and_accepts_paraphrases():
-    from evals.scoring.matchers import make_matcher
+    from evals.scoring.choose_matcher import make_matcher
 
     m = make_matcher("semantic")
     assert m.same_fact("The user works at Stripe.", "user", "User works at Stripe", "user")

@@ -172,7 +172,7 @@ UNRELATED = [
 
 @pytest.fixture(scope="module")
 def semantic():
-    from evals.scoring.matchers import make_matcher
+    from evals.scoring.choose_matcher import make_matcher
 
     return make_matcher("semantic")
 
