@@ -72,6 +72,22 @@ def canonical_state(path: Path) -> dict:
         db.close()
 
 
+def store_state(**tables: list[dict]):
+    """A store state of these tables' rows and no vectors, for checks fed by hand."""
+    from evals.core.store_state import StoreState
+
+    return StoreState(tables=dict(tables), faiss={})
+
+
+def write_outcome(success: bool, **codes):
+    """A system's write outcome with the documented codes, overridden by `codes`."""
+    from evals.arms.base import WriteOutcome
+
+    base = {"success": success, "error_code": None, "agent_error_code": None, "reconcile_error_code": None,
+            "retry_safe": True}
+    return WriteOutcome(success=success, request_id="r", codes={**base, **codes})
+
+
 @pytest.fixture
 def store_dir(tmp_path: Path) -> Path:
     return tmp_path / "store"

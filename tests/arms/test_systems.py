@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from evals.arms.base import MemorySystem, WriteOutcome, arm_label
+from evals.arms.base import MemorySystem, arm_label
 from evals.arms.hymem_system import HymemSystem
 from evals.arms.registry import site_kinds
 from evals.cases.dataset import Case
@@ -16,7 +16,6 @@ from evals.check.checker import check_faulted_write
 from evals.check.context import FaultedWrite
 from evals.cli.main import main
 from evals.core.errors import UsageError
-from evals.core.store_state import StoreState
 from evals.faults.plan import Expected, FaultPlan, expected_outcome
 from evals.pipeline import load_tuned_program, run_eval
 from evals.record import CaseRun, FaultRecord, WriteRecord
@@ -25,6 +24,7 @@ from evals.run.provenance import Manifest
 from evals.run.runner import RunConfig, prepare
 from hymem.embedder import HashEmbedder
 from hymem.offline import offline_lm
+from tests.conftest import store_state, write_outcome
 
 CASE = {"id": "ana-tea", "lang": "en", "user_id": "ana", "turns": [[{"role": "user", "content": "I like green tea."}]],
         "expect": {"facts": [{"text": "The user likes green tea.", "subject": "user", "owner": "user"}]}}
@@ -89,21 +89,11 @@ def test_a_plan_over_another_engines_sites_sweeps_every_reached_site_and_kind_an
     assert draw[0] == draw[1] and set(draw[0]) <= set(sweep)
 
 
-def _state(**tables: list[dict]) -> StoreState:
-    return StoreState(tables=dict(tables), faiss={})
-
-
-def _outcome(success: bool, **codes) -> WriteOutcome:
-    base = {"success": success, "error_code": None, "agent_error_code": None, "reconcile_error_code": None,
-            "retry_safe": True}
-    return WriteOutcome(success=success, request_id="r", codes={**base, **codes})
-
-
 def test_degraded_success_carries_the_leftover_state_as_its_witness():
-    before = _state(messages=[])
-    after = _state(messages=[{"id": "m1", "role": "user", "content": "I like tea."}])
-    found = check_faulted_write(FaultedWrite(expected=Expected(success=False), result=_outcome(True), before=before,
-                                             after=after, control_after=before, retry_result=_outcome(True),
+    before = store_state(messages=[])
+    after = store_state(messages=[{"id": "m1", "role": "user", "content": "I like tea."}])
+    found = check_faulted_write(FaultedWrite(expected=Expected(success=False), result=write_outcome(True), before=before,
+                                             after=after, control_after=before, retry_result=write_outcome(True),
                                              retry_after=before, repeat_after=before, dim=4))
     witness = {a.kind: a.witness for a in found}
     assert witness["DEGRADED_SUCCESS"] == ('success=true under a fault that must fail; ops=0; state diff: messages: '
@@ -112,11 +102,11 @@ def test_degraded_success_carries_the_leftover_state_as_its_witness():
 
 
 def test_a_failure_is_judged_on_the_expected_fields_only_so_a_system_may_say_what_it_raised():
-    state = _state(memories=[])
-    failed = _outcome(False, raised="LLMError")
+    state = store_state(memories=[])
+    failed = write_outcome(False, raised="LLMError")
     def faulted(expected: Expected) -> FaultedWrite:
         return FaultedWrite(expected=expected, result=failed, before=state, after=state, control_after=state,
-                            retry_result=_outcome(True), retry_after=state, repeat_after=state, dim=4)
+                            retry_result=write_outcome(True), retry_after=state, repeat_after=state, dim=4)
 
     assert check_faulted_write(faulted(Expected(success=False))) == []
     wrong = check_faulted_write(faulted(expected_outcome("lm.extract", "garbage")))

@@ -8,26 +8,15 @@ from typing import get_args
 import pytest
 
 import hymem.store._store as store_module
-from evals.arms.base import WriteOutcome
 from evals.check.analyzers import RAISED_ELSEWHERE, REGISTRY, WALK_KINDS, Registry, UndeclaredAnomaly
 from evals.check.context import Concurrent, FaultedWrite, NaturalFailure, Planted, Reopen, Site
-from evals.core.store_state import StoreState
 from evals.faults.plan import Expected
 from evals.record import AnomalyKind, Codes, WriteFailure
 from evals.record._records import Check
 from tests.check.test_anomaly_kinds import CASE, replay
+from tests.conftest import store_state, write_outcome
 
 K = AnomalyKind
-
-
-def _state(**tables: list[dict]) -> StoreState:
-    return StoreState(tables=dict(tables), faiss={})
-
-
-def _outcome(success: bool, **codes) -> WriteOutcome:
-    base = {"success": success, "error_code": None, "agent_error_code": None, "reconcile_error_code": None,
-            "retry_safe": True}
-    return WriteOutcome(success=success, request_id="r", codes={**base, **codes})
 
 
 def test_every_anomaly_kind_is_raised_by_a_registered_check_or_documented_as_raised_elsewhere():
@@ -62,10 +51,10 @@ def test_checks_run_in_registration_order_and_a_fresh_only_check_drops_what_came
 
 
 def test_a_degraded_success_is_named_with_its_leftovers_and_a_fault_that_never_fired_too():
-    before = _state(messages=[])
-    after = _state(messages=[{"id": "m1", "role": "user", "content": "I like tea."}])
-    ctx = FaultedWrite(expected=Expected(success=False), result=_outcome(True), before=before, after=after,
-                       control_after=before, retry_result=_outcome(True), retry_after=before, repeat_after=before,
+    before = store_state(messages=[])
+    after = store_state(messages=[{"id": "m1", "role": "user", "content": "I like tea."}])
+    ctx = FaultedWrite(expected=Expected(success=False), result=write_outcome(True), before=before, after=after,
+                       control_after=before, retry_result=write_outcome(True), retry_after=before, repeat_after=before,
                        dim=4, fired=False, site="lm.extract")
     assert [(a.kind, a.witness) for a in REGISTRY.anomalies(ctx)] == [
         (K.DEGRADED_SUCCESS, 'success=true under a fault that must fail; ops=0; state diff: messages: +1 -0 e.g. '
@@ -76,10 +65,10 @@ def test_a_degraded_success_is_named_with_its_leftovers_and_a_fault_that_never_f
 
 
 def test_a_failed_retry_of_a_natural_failure_that_left_a_row_is_a_partial_write():
-    empty = _state(memories=[])
-    left = _state(memories=[{"id": 1, "user_id": "u", "text": "x"}])
+    empty = store_state(memories=[])
+    left = store_state(memories=[{"id": 1, "user_id": "u", "text": "x"}])
     failure = WriteFailure(cause="parse", site="lm.extract", detail="not JSON")
-    broken = _outcome(False).model_copy(update={"prompts": [{"site": "lm.extract", "text": "", "reply": "{facts: ["}]})
+    broken = write_outcome(False).model_copy(update={"prompts": [{"site": "lm.extract", "text": "", "reply": "{facts: ["}]})
     ctx = NaturalFailure(write=2, path="chat", failure=failure, codes=Codes(success=False), before=empty,
                          after=empty, dim=4, retry=broken, retry_after=left)
     found = REGISTRY.findings(ctx)
@@ -98,8 +87,8 @@ def test_a_stale_index_served_on_reopen_is_named_with_the_snapshot_it_came_from(
 
 def test_a_concurrent_write_that_raised_is_an_engine_exception_of_the_concurrency_check():
     calls = [("chat", [], "c/c0"), ("chat", [], "c/c0")]
-    ctx = Concurrent(calls=calls, results=[_outcome(True), RuntimeError("lock")], history=[], episodes=1,
-                     state=_state(memories=[]), dim=4)
+    ctx = Concurrent(calls=calls, results=[write_outcome(True), RuntimeError("lock")], history=[], episodes=1,
+                     state=store_state(memories=[]), dim=4)
     raised = [f for f in REGISTRY.findings(ctx) if f.kind == K.ENGINE_EXCEPTION]
     assert [(f.check, f.witness) for f in raised] == [("concurrency", "request c/c0 raised RuntimeError: lock")]
 
