@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,46 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # Runs in tests match facts with the text matcher (no model load per run); the semantic matcher, the
 # CLI's default, has its own tests (tests/scoring/test_matchers.py).
 os.environ.setdefault("HYMEM_MATCHER", "text")
+
+_CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+def _checkout_files() -> dict[str, str] | None:
+    """Each file git tracks or would add in this checkout (ignored files aside), with a digest of its bytes; None
+    outside a git checkout."""
+    try:
+        listed = subprocess.run(["git", "-C", str(_CHECKOUT), "ls-files", "-z", "--cached", "--others",
+                                 "--exclude-standard"], capture_output=True, timeout=120, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    out = {}
+    for name in filter(None, listed.decode("utf-8", "surrogateescape").split("\0")):
+        path = _CHECKOUT / name
+        out[name] = hashlib.sha1(path.read_bytes()).hexdigest() if path.is_file() else "absent"
+    return out
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_CHECKOUT_KEY] = _checkout_files()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A test run never writes into the checkout: a test that did (a fuzzed `matcher fit` once refitted the committed
+    matcher parameters, and CI's gate then scored with them) fails the run, naming the files."""
+    before = session.config.stash.get(_CHECKOUT_KEY, None)
+    after = _checkout_files() if before is not None else None
+    if before is None or after is None:
+        return
+    changed = sorted(name for name in before.keys() | after.keys() if before.get(name) != after.get(name))
+    if changed:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        message = "the tests changed files of the checkout: " + ", ".join(changed[:20])
+        if reporter is not None:
+            reporter.write_sep("=", message, red=True, bold=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_CHECKOUT_KEY = pytest.StashKey[dict[str, str] | None]()
 
 
 def extract_reply(facts: list[tuple[str, str, str]] = (), profile: dict | None = None) -> str:

@@ -123,7 +123,7 @@ def stubbed(monkeypatch, files):
     import evals.arms.proxy
     import evals.arms.serve
     import evals.pipeline
-    import evals.scoring.semantic
+    import evals.scoring.matcher_eval
     import evals.tuning.tune
 
     def no_units(*args, **kwargs):
@@ -143,7 +143,8 @@ def stubbed(monkeypatch, files):
     monkeypatch.setattr(evals.arms.serve, "wait_forever", no_wait)
     monkeypatch.setattr(evals.arms.proxy, "wait_forever", no_wait)
     monkeypatch.setattr(evals.tuning.tune, "tune", no_tune)
-    monkeypatch.setattr(evals.scoring.semantic, "fit_semantic", no_fit)
+    # where `matcher fit` calls it: a fuzzed `matcher fit` without --out targets the committed parameters file
+    monkeypatch.setattr(evals.scoring.matcher_eval, "fit_semantic", no_fit)
     monkeypatch.chdir(files["root"])  # default outputs (./reports) land in the fuzz directory
 
 
