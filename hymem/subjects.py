@@ -120,7 +120,7 @@ _EN_NAMED_AGENT = re.compile(r"^(?P<head>(?P<thing>.{1,80}?)\s(?:is|are|was|were
 # "这本书由马俊翻译", "用户浴室的瓷砖是由马俊贴的": the agent's name is read by jieba (not 小偷, 老师).
 _ZH_NAMED_AGENT = re.compile(r"^(?P<head>[^，,。被由]{1,30}?)(?:是)?(?:被|由)(?P<after>.+)$")
 # A sentence that opens with a thing, whose passive agent a name may be: a determiner or no capital in English.
-_EN_THING_OPENER = re.compile(r"^(?:(?i:the|a|an|this|that|these|those|its|his|her|their|our|my|your)\b|[a-z0-9])")
+_EN_THING_OPENER = re.compile(r"^(?i:the|a|an|this|that|these|those|its|his|her|their|our|my|your)\b")
 _ZH_AGENT = re.compile(rf"^(?P<head>[^，,。]{{1,30}}?)(?:被|由|让)(?P<agent>{_ZH_USER_WORD}(?:的?(?:{_ZH_RELATIONS}))?|{_ZH_ASSISTANT_WORD})(?P<tail>.*)$")
 _ZH_INVERTED = re.compile(rf"^(?P<head>[^，,。]{{1,30}}?)是(?P<owner>{_ZH_USER_WORD}|{_ZH_ASSISTANT_WORD})"
                           rf"(?!的?(?:大|小|亲|好|前|老)?(?:{_ZH_RELATIONS}))(?P<tail>.*)$")
@@ -338,8 +338,7 @@ def _participant_subject(stripped: str, names: list[str], user_name: str | None)
             folded = _fold_relation(relation.group(1), zh)
             after = (rest.lstrip() if zh else rest)[relation.end():]
             if (named := _name_after(after, zh, names)) is not None:  # "Tim's colleague Priya …", "赵敏的同事王磊…"
-                person, tail = named
-                return own(person), tail
+                return own(named[0]), named[1]
             if own(name) == "user":
                 return _relative(relation.group(1), None, zh), rest.lstrip()[relation.end():]
             return (f"{name}的{folded}" if zh else f"{name}'s {folded}"), (rest.lstrip() if zh else rest)[relation.end():]
@@ -402,8 +401,8 @@ def _relatives_name(match: re.Match[str], text: str, zh: bool) -> tuple[str | No
         return name, rest
     if latin := _ZH_LATIN_NAME.match(rest):
         return latin.group(1), rest[latin.end():]
-    if (name := zh_name_after_relation(rest)) is not None:
-        return name, rest[rest.index(name) + len(name):]
+    if (given := zh_name_after_relation(rest)) is not None:
+        return given, rest[rest.index(given) + len(given):]
     return None, rest
 
 
@@ -424,10 +423,21 @@ def _name_after(rest: str, zh: bool, names: list[str]) -> tuple[str, str] | None
 
 def _opens_with_a_thing(text: str) -> bool:
     """Whether a sentence opens with a thing rather than a person, so that a passive's agent is its subject
-    ("The cake was baked by Maria", "这本书由马俊翻译"; not "Mia was hired by …", "小刘被马俊骗了")."""
-    if _HAN.match(text[:1]):
-        return zh_leading_name(text) is None and not re.match(r"(?:我|你|他|她|它)", text)
-    return bool(_EN_THING_OPENER.match(text))
+    ("The cake was baked by Maria", "这本书由马俊翻译"; not "Mia was hired by …", "小刘被马俊骗了"). A memory
+    that opens with its verb or an adverb ("is being tutored by Devika", "最近被马俊骗了") is the user's, as
+    any subjectless memory is."""
+    if not _HAN.match(text[:1]):
+        return bool(_EN_THING_OPENER.match(text))
+    if zh_leading_name(text) is not None or re.match(r"(?:我|你|他|她|它)", text):
+        return False
+    if re.match(r"[这那该此]", text):
+        return True
+    import jieba.posseg  # lazy: jieba loads its dictionary on first use; most sentences never get here
+
+    head = re.split(r"是?[被由]", text, maxsplit=1)[0]
+    words = [w.flag for w in jieba.posseg.cut(head)]
+    return bool(words) and not words[0].startswith(("d", "t", "f", "p", "c", "v")) and \
+        any(flag.startswith("n") and not flag.startswith("nr") for flag in words)
 
 
 _HAN = re.compile(r"[\u3400-\u9fff]")
