@@ -103,8 +103,10 @@ _FRONTED = re.compile(r"^([^,，]{1,40}[,，]\s*)((?:the\s+)?user|用户|the\s+(
 # <relation> who …", which is about that relation ("The user has a brother who is a plumber").
 _EN_SUBJECT_PHRASE = (rf"(?:the\s+)?(?:current\s+)?user(?:'s|s')\s+(?:\w+\s+)?(?:{_EN_RELATIONS})\b(?:\s+[A-Z][\w'-]*)?|"
                       r"(?:the\s+)?(?:current\s+)?user\b(?!'|-)|(?:the\s+)?(?:ai\s+)?assistant\b(?!')|the\s+ai\b(?!')")
+# Past participles no ending above catches ("The shop is run by Mrs. Nguyen", "The meeting was led by Ana").
+_EN_IRREGULAR_PARTICIPLES = r"(?:run|held|led|sold|told|fed|read|found|bound|hit|cut|put|set|shut|won|spun|hung|shot|bred|dug|struck|stuck|hid)"
 _EN_AGENT = re.compile(r"^(?P<head>(?P<thing>.{1,80}?)\s(?:is|are|was|were|be|been|being|will be|got|gets)\s+(?:\w+ly\s+)?"
-                       r"(?P<verb>[a-z]+(?:ed|en|wn|ght|ung|id|t|de|ne))\b(?P<between>.*?))\s+by\s+(?P<agent>"
+                       r"(?P<verb>[a-z]+(?:ed|en|wn|ght|ung|id|t|de|ne)|" + _EN_IRREGULAR_PARTICIPLES + r")\b(?P<between>.*?))\s+by\s+(?P<agent>"
                        + _EN_SUBJECT_PHRASE + r")(?P<tail>.*)$", re.IGNORECASE)
 _EN_INVERTED = re.compile(r"^(?P<head>.{1,60}?\s+(?:is|are|was|were|will be)\s+(?:(?:the|a|an)\s+\w+\s+of\s+)?)"
                           r"(?P<owner>(?:the\s+)?(?:current\s+)?user|(?:the\s+)?(?:ai\s+)?assistant)'s\s+"
@@ -114,7 +116,7 @@ _EN_HAS_RELATION = re.compile(rf"^(?:the\s+)?(?:current\s+)?user\s+(?:has|had)\s
                               r",?\s+(?:who|that)\s+(?P<tail>.*)$", re.IGNORECASE)
 # After "the user's …" / "用户的…", a named agent is the subject too ("The user's bathroom was tiled by Dario.").
 _EN_NAMED_AGENT = re.compile(r"^(?P<head>(?P<thing>.{1,80}?)\s(?:is|are|was|were|be|been|being|will be|got|gets)\s+(?:\w+ly\s+)?"
-                             r"(?P<verb>[a-z]+(?:ed|en|wn|ght|ung|id|t|de|ne))\b(?P<between>.*?))\s+by\s+"
+                             r"(?P<verb>[a-z]+(?:ed|en|wn|ght|ung|id|t|de|ne)|" + _EN_IRREGULAR_PARTICIPLES + r")\b(?P<between>.*?))\s+by\s+"
                              rf"(?P<agent>(?-i:{EN_PERSON}))(?P<tail>(?:\s*[,.;!?]|\s*$|\s+(?:at|in|on|for|"
                              r"last|every|this|next|yesterday|after|before)\b).*)$", re.IGNORECASE)
 # "这本书由马俊翻译", "用户浴室的瓷砖是由马俊贴的": the agent's name is read by jieba (not 小偷, 老师).
