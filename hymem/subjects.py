@@ -72,8 +72,9 @@ _EN_RELATION = re.compile(rf"^(?:(?:the\s+)?(?:current\s+)?user(?:'s|s'|(?=\s+(?
                           r"[^\W\d_A-Za-z][^\s,.]*)))?", re.IGNORECASE)
 # "用户的姐姐" / "他的同事": a relation; the relative's name after it is read by `zh_name_after_relation`.
 _ZH_RELATION = re.compile(rf"^(?:{_ZH_USER_WORD}|(?:他|她)们?)的?(?:(?:大|小|亲|好|前|老))?({_ZH_RELATIONS})")
-# A relative's name in Latin letters ("用户的朋友Anna是…").
-_ZH_LATIN_NAME = re.compile(r"^[,，]?\s*([A-Za-z][\w-]*)(?=[,，\s\u4e00-\u9fff])")
+# A relative's name in Latin letters ("用户的朋友Anna是…", "用户的同事Dr. Smith…"), as the English name reader reads
+# one: its letters exclude the Chinese that runs on after it ("用户的朋友Jack是厨师" is Jack's, not "Jack是厨"'s).
+_ZH_LATIN_NAME = re.compile(rf"^[,，]?\s*({EN_PERSON}|[a-z][a-z'-]*)(?=[,，\s\u4e00-\u9fff])")
 _APPOSITION = re.compile(r"^([^\s,，\u4e00-\u9fff]{1,24}|[\u4e00-\u9fff]{2,4}|[^\s,，]{1,24}\s[^\s,，]{1,24})[,，]\s*"
                          r"(?:the|a|an|用户的|当前用户的)")  # "Jack, the user's friend, ..." / "김민수, ..."
 # A person named first is followed by a verb; a memory with no subject opens with its verb or label, which

@@ -18,7 +18,7 @@ import pytest
 
 from hymem.client import extracted_facts
 from hymem.models import ChatMessage
-from hymem.subjects import same_subject, subject_of
+from hymem.subjects import same_subject, split_subject, subject_of
 
 DATA = Path(__file__).parents[1] / "data"
 
@@ -77,3 +77,15 @@ def test_a_named_human_who_shares_the_users_name_owns_a_sentence_that_opens_with
     assert subject_of("Tim likes jazz.", ["Tim"], "Tim") == "Tim"
     assert subject_of("小明喜欢钓鱼。", ["小明"], "小明") == "小明"
     assert subject_of("Tim likes jazz.", ["John"], "Tim") == "user"
+
+
+@pytest.mark.parametrize(("text", "subject", "rest"), [
+    ("用户的朋友Jack是厨师。", "Jack", "是厨师。"),  # the bundled case zh-010-friend-jack-chef's gold
+    ("用户的同事José在北京工作。", "José", "在北京工作。"),
+    ("用户的朋友O'Neil喜欢跑步。", "O'Neil", "喜欢跑步。"),
+    ("用户的室友Jack Smith养了一只猫。", "Jack Smith", "养了一只猫。"),
+])
+def test_a_latin_name_after_a_chinese_relation_ends_where_the_chinese_begins(text, subject, rest):
+    """The matcher compares what is left after the subject: a name that ran on into the Chinese after it
+    ("Jack是厨") was nobody's, and the gold fact no longer paired with the model's "Jack是用户的朋友，是厨师。"."""
+    assert split_subject(text) == (subject, rest)
