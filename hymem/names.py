@@ -150,6 +150,9 @@ def _zh_name(clause: str, words: list[tuple[str, str]]) -> str | None:
             return surname + word
     if len(first) == 1 and flag in _PERSON_TAGS and following[0] in ZH_ADDRESS_TERMS:
         return first + following[0]  # 王 + 阿姨
+    if (len(first) == 1 and flag in _PERSON_TAGS and following[1] in _PERSON_TAGS and 1 <= len(following[0]) <= 2
+            and following[0] not in ZH_ADDRESS_TERMS):
+        return first + following[0]  # 蔺 + 志强: a surname jieba knows, and a given name it tags
     if first in _NICKNAME_PREFIXES and len(following[0]) == 1 and following[1] in _PERSON_TAGS:
         return first + following[0]  # 小 + 陈
     if flag in _PERSON_TAGS and 2 <= len(first) <= 4 and all(_HAN.match(c) for c in first):
@@ -168,5 +171,35 @@ def _zh_name(clause: str, words: list[tuple[str, str]]) -> str | None:
     return None
 
 
+# What a given name read on its own may be tagged besides a name: jieba's dictionary holds many given names as a
+# place (建国), an adjective (浩然) or a word (思琪), which is why it is read only where a name is expected.
+_GIVEN_NAME_TAGS = _PERSON_TAGS + ("ns", "nz", "a", "x")
+
+
+@functools.lru_cache(maxsize=4096)
+def zh_name_after_relation(text: str) -> str | None:
+    """The name right after a relation word ("用户的姐姐|小丽喜欢跳舞", "他的同事|王磊…", "用户的哥哥|建国是医生"),
+    where Chinese puts a relative's name in apposition: a name `zh_leading_name` reads, else a given name of two
+    or three characters with no surname that a predicate follows; None when a predicate, an adverb or a time word
+    comes first ("用户的姐姐|很喜欢跳舞", "用户的奶奶|以前是裁缝")."""
+    text = re.sub(r"^[,，]\s*", "", text)
+    if (name := zh_leading_name(text)) is not None:
+        return name
+    if not text or not _HAN.match(text[0]):
+        return None
+    import jieba.posseg
+
+    _quiet_jieba()
+    clause = re.split(r"[，,。.！!？?；;：:（(\s]", text, maxsplit=1)[0]
+    words = [(w.word, w.flag) for w in jieba.posseg.cut(clause)]
+    if len(words) < 2:
+        return None
+    (first, flag), (_, after) = words[0], words[1]
+    if 2 <= len(first) <= 3 and all(_HAN.match(c) for c in first) and flag in _GIVEN_NAME_TAGS \
+            and after.startswith(_PREDICATE_TAGS) and not first.startswith(_NICKNAME_PREFIXES[:2]):
+        return first
+    return None
+
+
 __all__ = ["COMPOUND_SURNAMES", "EN_PERSON", "LATIN_WORD", "PARTICLE", "TITLE", "TITLES", "fold", "name_words",
-           "opening_participant", "participant_named", "zh_leading_name", "ZH_ADDRESS_TERMS"]
+           "opening_participant", "participant_named", "zh_leading_name", "zh_name_after_relation", "ZH_ADDRESS_TERMS"]

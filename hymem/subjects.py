@@ -21,7 +21,7 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
-from hymem.names import EN_PERSON, opening_participant, participant_named, zh_leading_name
+from hymem.names import EN_PERSON, opening_participant, participant_named, zh_leading_name, zh_name_after_relation
 
 _USER = {"user", "the user", "current user", "the current user", "用户", "当前用户", "该用户", "这位用户", "此用户"}
 _ASSISTANT = {"assistant", "the assistant", "ai", "the ai", "agent", "ai assistant", "the ai assistant",
@@ -67,22 +67,14 @@ _KIN = {("mother", "mother"): "grandmother", ("father", "mother"): "grandmother"
         ("父亲", "父亲"): "爷爷", ("母亲", "兄弟"): "舅舅", ("母亲", "哥哥"): "舅舅", ("母亲", "弟弟"): "舅舅",
         ("父亲", "弟弟"): "叔叔", ("父亲", "姐姐"): "姑姑", ("父亲", "妹妹"): "姑姑", ("丈夫", "父亲"): "公公",
         ("丈夫", "母亲"): "婆婆", ("妻子", "父亲"): "岳父", ("妻子", "母亲"): "岳母"}
-_EN_RELATION = re.compile(rf"^(?:the\s+)?(?:current\s+)?user(?:'s|s'|(?=\s+(?:{_EN_RELATIONS})\b))\s+(?:(?:older|younger|elder|little|big|maternal|paternal|"
-                          rf"best|close|old|new|late|former|ex-)\s*)*({_EN_RELATIONS})\b(?:[\s,]+(?-i:([A-Z][\w'-]*"
-                          rf"(?:\s+[A-Z][\w'-]*)?|[^\W\d_A-Za-z][^\s,.]*)))?", re.IGNORECASE)
-# A Chinese name opens with a common surname (the 300 most frequent cover about 95% of people) or a
-# nickname prefix (小陈, 老赵, 阿杰, 大伟); "最近在瘦身" or "对现在的工作不满意" opens with no name.
-_ZH_SURNAMES = ("王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘于蒋蔡余杜叶程苏魏吕丁任沈"
-                "姚卢姜崔钟谭陆汪范金石廖贾夏韦付傅方白邹孟熊秦邱江尹薛闫阎段雷侯龙史陶黎贺顾毛郝龚邵万钱严覃武戴莫孔向汤"
-                "常温康施文牛樊葛邢安齐易乔伍庞颜倪庄聂章鲁岳翟殷詹申欧耿关兰焦俞左柳甘祝包宁尚符舒阮柯纪梅童凌毕单季裴"
-                "霍涂成苗谷盛曲翁冉骆蓝路游辛靳管柴蒙鲍华喻祁蒲房滕屈饶解牟艾尤阳时穆农司卓古吉缪简车项连芦麦褚娄窦戚岑"
-                "景党宫费卜冷晏席卫米柏宗瞿桂全佟应臧闵苟邬边卞姬师和仇栾隋商刁沙荣巫寇桑郎甄丛仲虞敖巩明佘池查麻苑迟邝"
-                "诸上欧司端皇慕令东西南北")
-# A Chinese name: a surname or a nickname prefix and one or two characters (not 以前, 的职业).
-_ZH_PERSON = rf"[{_ZH_SURNAMES}小老阿大][\u4e00-\u9fff]{{1,2}}?"
-_ZH_RELATION = re.compile(rf"^{_ZH_USER_WORD}的?(?:(?:大|小|亲|好|前|老))?({_ZH_RELATIONS})(?:[,，]?"
-                          rf"({_ZH_PERSON}|[A-Za-z][\w-]*)(?=[,，]|是|在|住|喜欢|有|的|叫|做|从|也|已|养|"
-                          r"每|会|正|要|想|和|不|没|刚|最近|现在|今年|去年|明年))?")
+_EN_RELATION = re.compile(rf"^(?:(?:the\s+)?(?:current\s+)?user(?:'s|s'|(?=\s+(?:{_EN_RELATIONS})\b))|his|her|their)\s+(?:(?:older|younger|elder|little|big|maternal|paternal|"
+                          rf"best|close|old|new|late|former|ex-)\s*)*({_EN_RELATIONS})\b(?:[\s,]+(?-i:({EN_PERSON}|"
+                          r"[^\W\d_A-Za-z][^\s,.]*)))?", re.IGNORECASE)
+# "用户的姐姐" / "他的同事": a relation; the relative's name after it is read by `zh_name_after_relation`.
+_ZH_RELATION = re.compile(rf"^(?:{_ZH_USER_WORD}|(?:他|她)们?)的?(?:(?:大|小|亲|好|前|老))?({_ZH_RELATIONS})")
+# A relative's name in Latin letters ("用户的朋友Anna是…", "用户的同事Dr. Smith…"), as the English name reader reads
+# one: its letters exclude the Chinese that runs on after it ("用户的朋友Jack是厨师" is Jack's, not "Jack是厨"'s).
+_ZH_LATIN_NAME = re.compile(rf"^[,，]?\s*({EN_PERSON}|[a-z][a-z'-]*)(?=[,，\s\u4e00-\u9fff])")
 _APPOSITION = re.compile(r"^([^\s,，\u4e00-\u9fff]{1,24}|[\u4e00-\u9fff]{2,4}|[^\s,，]{1,24}\s[^\s,，]{1,24})[,，]\s*"
                          r"(?:the|a|an|用户的|当前用户的)")  # "Jack, the user's friend, ..." / "김민수, ..."
 # A person named first is followed by a verb; a memory with no subject opens with its verb or label, which
@@ -98,9 +90,8 @@ used never always often also just still now recently currently usually really al
 rarely first then mostly only even finally""".split())
 # Mem0-style memories name the user's relatives with no "the user's": "Mother is a nurse", "母亲是护士".
 _EN_BARE_RELATION = re.compile(rf"^(?:my\s+)?({_EN_RELATIONS})\b(?:\s+(?-i:([A-Z][\w'-]*)))?(?=\s|'s\s)", re.IGNORECASE)
-_ZH_BARE_RELATION = re.compile(rf"^(?:我的?)?(?:(?:大|小|亲|好|老))?({_ZH_RELATIONS})"
-                               rf"(?:({_ZH_PERSON})(?=是|在|住|喜欢|有|叫|做|今年|已|每|会|正|要|想|不|没|刚|，|,))?"
-                               r"(?=是|在|住|喜欢|有|叫|做|今年|已|每|会|正|要|想|不|没|刚|很|最|一直|经常|的|，|,)")
+_ZH_BARE_RELATION = re.compile(rf"^(?:我的?)?(?:(?:大|小|亲|好|老))?({_ZH_RELATIONS})")
+_ZH_BARE_NEXT = re.compile(r"是|在|住|喜欢|有|叫|做|今年|已|每|会|正|要|想|不|没|刚|很|最|一直|经常|的|，|,")
 _EN_NAME = re.compile(rf"^({EN_PERSON})(?:'s\s+(?i:({_EN_RELATIONS}))\b|'s)?(?=[\s,.;:!?\u4e00-\u9fff]|$)")
 _OTHER_NAME = re.compile(r"^([^\W\d_\u3040-\u30ff\u3400-\u9fff][^\s,，.。:：\u3400-\u9fff]{0,23})(?=\s|[是在住喜有的])")  # 김민수 / Олег / Lucas是
 _RELATION_APPOSITION = re.compile(r"^[,，]\s*(?:the\s+)?(?:user's|用户的|当前用户的)\s*[^,，]{1,30}[,，]\s*",
@@ -113,8 +104,10 @@ _FRONTED = re.compile(r"^([^,，]{1,40}[,，]\s*)((?:the\s+)?user|用户|the\s+(
 # <relation> who …", which is about that relation ("The user has a brother who is a plumber").
 _EN_SUBJECT_PHRASE = (rf"(?:the\s+)?(?:current\s+)?user(?:'s|s')\s+(?:\w+\s+)?(?:{_EN_RELATIONS})\b(?:\s+[A-Z][\w'-]*)?|"
                       r"(?:the\s+)?(?:current\s+)?user\b(?!'|-)|(?:the\s+)?(?:ai\s+)?assistant\b(?!')|the\s+ai\b(?!')")
+# Past participles no ending above catches ("The shop is run by Mrs. Nguyen", "The meeting was led by Ana").
+_EN_IRREGULAR_PARTICIPLES = r"(?:run|held|led|sold|told|fed|read|found|bound|hit|cut|put|set|shut|won|spun|hung|shot|bred|dug|struck|stuck|hid)"
 _EN_AGENT = re.compile(r"^(?P<head>(?P<thing>.{1,80}?)\s(?:is|are|was|were|be|been|being|will be|got|gets)\s+(?:\w+ly\s+)?"
-                       r"(?P<verb>[a-z]+(?:ed|en|wn|ght|ung|id|t|de|ne))\b(?P<between>.*?))\s+by\s+(?P<agent>"
+                       r"(?P<verb>[a-z]+(?:ed|en|wn|ght|ung|id|t|de|ne)|" + _EN_IRREGULAR_PARTICIPLES + r")\b(?P<between>.*?))\s+by\s+(?P<agent>"
                        + _EN_SUBJECT_PHRASE + r")(?P<tail>.*)$", re.IGNORECASE)
 _EN_INVERTED = re.compile(r"^(?P<head>.{1,60}?\s+(?:is|are|was|were|will be)\s+(?:(?:the|a|an)\s+\w+\s+of\s+)?)"
                           r"(?P<owner>(?:the\s+)?(?:current\s+)?user|(?:the\s+)?(?:ai\s+)?assistant)'s\s+"
@@ -124,11 +117,13 @@ _EN_HAS_RELATION = re.compile(rf"^(?:the\s+)?(?:current\s+)?user\s+(?:has|had)\s
                               r",?\s+(?:who|that)\s+(?P<tail>.*)$", re.IGNORECASE)
 # After "the user's …" / "用户的…", a named agent is the subject too ("The user's bathroom was tiled by Dario.").
 _EN_NAMED_AGENT = re.compile(r"^(?P<head>(?P<thing>.{1,80}?)\s(?:is|are|was|were|be|been|being|will be|got|gets)\s+(?:\w+ly\s+)?"
-                             r"(?P<verb>[a-z]+(?:ed|en|wn|ght|ung|id|t|de|ne))\b(?P<between>.*?))\s+by\s+"
-                             r"(?P<agent>(?-i:[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)?))(?P<tail>(?:\s*[,.;!?]|\s*$|\s+(?:at|in|on|for|"
+                             r"(?P<verb>[a-z]+(?:ed|en|wn|ght|ung|id|t|de|ne)|" + _EN_IRREGULAR_PARTICIPLES + r")\b(?P<between>.*?))\s+by\s+"
+                             rf"(?P<agent>(?-i:{EN_PERSON}))(?P<tail>(?:\s*[,.;!?]|\s*$|\s+(?:at|in|on|for|"
                              r"last|every|this|next|yesterday|after|before)\b).*)$", re.IGNORECASE)
-_ZH_NAMED_AGENT = re.compile(rf"^(?P<head>{_ZH_USER_WORD}[^，,。被由]{{0,20}}?的[^，,。被由]{{1,10}}?)(?:是)?(?:被|由)"
-                             rf"(?P<agent>[{_ZH_SURNAMES}][\u4e00-\u9fff]{{1,2}}?)(?P<tail>.*)$")  # a surname: not 小偷, 老师
+# "这本书由马俊翻译", "用户浴室的瓷砖是由马俊贴的": the agent's name is read by jieba (not 小偷, 老师).
+_ZH_NAMED_AGENT = re.compile(r"^(?P<head>[^，,。被由]{1,30}?)(?:是)?(?:被|由)(?P<after>.+)$")
+# A sentence that opens with a thing, whose passive agent a name may be: a determiner or no capital in English.
+_EN_THING_OPENER = re.compile(r"^(?i:the|a|an|this|that|these|those|its|his|her|their|our|my|your)\b")
 _ZH_AGENT = re.compile(rf"^(?P<head>[^，,。]{{1,30}}?)(?:被|由|让)(?P<agent>{_ZH_USER_WORD}(?:的?(?:{_ZH_RELATIONS}))?|{_ZH_ASSISTANT_WORD})(?P<tail>.*)$")
 _ZH_INVERTED = re.compile(rf"^(?P<head>[^，,。]{{1,30}}?)是(?P<owner>{_ZH_USER_WORD}|{_ZH_ASSISTANT_WORD})"
                           rf"(?!的?(?:大|小|亲|好|前|老)?(?:{_ZH_RELATIONS}))(?P<tail>.*)$")
@@ -264,21 +259,23 @@ def split_subject(text: str, participants: Iterable[str] = (), user_name: str | 
         return _participant_subject(stripped, names, user_name)
     for pattern, zh in ((_EN_RELATION, False), (_ZH_RELATION, True)):  # "The user's friend Jack …"
         if match := pattern.match(stripped):
-            rest = stripped[match.end():]
+            name, rest = _relatives_name(match, stripped, zh)
+            if name is None and _PRONOUN_OWNER.match(stripped):
+                continue  # "his colleague" with no name: whose, the sentence does not say
             if _FORMER.search(stripped[:match.start(1)]):  # "the user's ex-wife" is not their wife
                 relation = ("前" if zh else "ex-") + _fold_relation(match.group(1), zh)
-                return match.group(2) or _relative(relation, None, zh), rest
-            if match.group(2) is None and (second := (_ZH_SECOND if zh else _EN_SECOND).match(rest)):
+                return name or _relative(relation, None, zh), rest
+            if name is None and (second := (_ZH_SECOND if zh else _EN_SECOND).match(rest)):
                 first = _relative(match.group(1), None, zh)  # "The user's mother's brother …" → the uncle
                 relation = _fold_relation(second.group(1), zh)
                 kin = _KIN.get((first.split("的" if zh else " ")[-1], relation))
                 joined = first + ("的" if zh else "'s ") + relation  # "the user's friend's mother"
                 return (_relative(kin, None, zh) if kin else joined), rest[second.end():]
-            return _relative(match.group(1), match.group(2), zh), rest
+            return _relative(match.group(1), name, zh), rest
     for pattern, zh in ((_EN_HAS_RELATION, False), (_ZH_HAS_RELATION, True)):  # "The user has a brother who …"
         if match := pattern.match(stripped):
             return _relative(match.group("relation"), match.group("name"), zh), (" " if not zh else "") + match.group("tail")
-    if ((_POSSESSIVE_OPENER.match(stripped) or _ZH_NAMED_AGENT.match(stripped))
+    if ((_POSSESSIVE_OPENER.match(stripped) or _ZH_USERS_THING.match(stripped))
             and (agent := _agent(stripped) or _named_agent(stripped)) is not None):
         return agent  # "The user's speech was drafted by the assistant." → the assistant; "… tiled by Dario" → Dario
     for pattern, subject in ((_EN_ASSISTANT, "assistant"), (_ZH_ASSISTANT, "assistant"), (_EN_USER, "user"),
@@ -295,6 +292,8 @@ def split_subject(text: str, participants: Iterable[str] = (), user_name: str | 
         return match.group(1), _RELATION_APPOSITION.sub("", rest, count=1)
     if (agent := _agent(stripped)) is not None:  # "The kitchen was painted by the user." → the user
         return agent
+    if _opens_with_a_thing(stripped) and (agent := _named_agent(stripped)) is not None:
+        return agent  # "The cake was baked by Maria." → Maria; "这本书由马俊翻译。" → 马俊
     for pattern in (_EN_INVERTED, _ZH_INVERTED):  # "Marrakech is the user's favourite city." → the user
         if (match := pattern.match(stripped)) and (named := split_subject(match.group("owner"))[0]) is not None:
             return named, match.group("head") + match.group("tail")
@@ -306,8 +305,11 @@ def split_subject(text: str, participants: Iterable[str] = (), user_name: str | 
     # "Mother is a nurse", "Daughter Emma is 7", "母亲是护士" (not "Manager at Google")
     if (match := _EN_BARE_RELATION.match(stripped)) and not _NOT_AFTER_A_NAME.match(stripped, match.end()):
         return _relative(match.group(1), match.group(2), False), stripped[match.end():]
-    if match := _ZH_BARE_RELATION.match(stripped):
-        return _relative(match.group(1), match.group(2), True), stripped[match.end():]
+    if match := _ZH_BARE_RELATION.match(stripped):  # "母亲是护士", "姐姐小丽是律师"
+        name = zh_name_after_relation(stripped[match.end():])
+        rest = stripped[match.end() + len(name or ""):]
+        if _ZH_BARE_NEXT.match(rest):
+            return _relative(match.group(1), name, True), rest
     if match := _EN_NAME.match(stripped):
         name = match.group(1)
         if name.split()[0].casefold() not in _NOT_NAMES and not _opens_without_a_name(match, stripped):
@@ -337,6 +339,9 @@ def _participant_subject(stripped: str, names: list[str], user_name: str | None)
         zh = bool(re.match(r"\s*的", rest))
         if relation := (_ZH_SECOND if zh else _EN_SECOND).match(rest.lstrip() if zh else rest):
             folded = _fold_relation(relation.group(1), zh)
+            after = (rest.lstrip() if zh else rest)[relation.end():]
+            if (named := _name_after(after, zh, names)) is not None:  # "Tim's colleague Priya …", "赵敏的同事王磊…"
+                return own(named[0]), named[1]
             if own(name) == "user":
                 return _relative(relation.group(1), None, zh), rest.lstrip()[relation.end():]
             return (f"{name}的{folded}" if zh else f"{name}'s {folded}"), (rest.lstrip() if zh else rest)[relation.end():]
@@ -379,9 +384,66 @@ def _named_agent(text: str) -> tuple[str, str] | None:
         end = re.search(r"[.!?。]+\s*$", tail)
         return match.group("agent"), (f" {match.group('verb')} {thing}{match.group('between')}"
                                       f"{tail[:end.start()] if end else tail}{end.group() if end else ''}")
-    if match := _ZH_NAMED_AGENT.match(text):
-        return match.group("agent"), match.group("head") + match.group("tail")
+    if (match := _ZH_NAMED_AGENT.match(text)) and (agent := zh_leading_name(match.group("after"))) is not None:
+        return agent, match.group("head") + match.group("after")[len(agent):]
     return None
+
+
+_ZH_USERS_THING = re.compile(rf"^{_ZH_USER_WORD}[^，,。被由]{{0,20}}?的[^，,。被由]{{1,10}}?(?:是)?(?:被|由)")  # 用户浴室的瓷砖由…
+_PRONOUN_OWNER = re.compile(r"^(?:(?i:his|her|their)\s|(?:他|她)们?的)")
+
+
+def _relatives_name(match: re.Match[str], text: str, zh: bool) -> tuple[str | None, str]:
+    """(the name a relation is followed by, the rest after it): "The user's boss Dr. Smith is strict." →
+    "Dr. Smith"; "用户的哥哥建国是医生。" → "建国" (jieba, `zh_name_after_relation`); None when no name follows."""
+    rest = text[match.end():]
+    if not zh:
+        name = match.group(2)
+        if name is not None and name.split()[0].casefold() in _NOT_NAMES:
+            return None, text[match.start(2):]
+        return name, rest
+    if latin := _ZH_LATIN_NAME.match(rest):
+        return latin.group(1), rest[latin.end():]
+    if (given := zh_name_after_relation(rest)) is not None:
+        return given, rest[rest.index(given) + len(given):]
+    return None, rest
+
+
+def _name_after(rest: str, zh: bool, names: list[str]) -> tuple[str, str] | None:
+    """(the name a relation is followed by, the rest after it): one of the conversation's names, else a name
+    read as after "the user's <relation>"."""
+    rest = re.sub(r"^[,，]?\s*", "", rest)
+    if (opened := opening_participant(rest, names)) is not None:
+        return opened
+    name = zh_name_after_relation(rest) if zh else None
+    if not zh and (match := re.match(rf"(?:{EN_PERSON})(?=[\s,.;:!?]|$)", rest)) and \
+            match.group().split()[0].casefold() not in _NOT_NAMES:
+        name = match.group()
+    if name is None:
+        return None
+    return participant_named(name, names) or name, rest[len(name):]
+
+
+def _opens_with_a_thing(text: str) -> bool:
+    """Whether a sentence opens with a thing rather than a person, so that a passive's agent is its subject
+    ("The cake was baked by Maria", "这本书由马俊翻译"; not "Mia was hired by …", "小刘被马俊骗了"). A memory
+    that opens with its verb or an adverb ("is being tutored by Devika", "最近被马俊骗了") is the user's, as
+    any subjectless memory is."""
+    if not _HAN.match(text[:1]):
+        return bool(_EN_THING_OPENER.match(text))
+    if zh_leading_name(text) is not None or re.match(r"(?:我|你|他|她|它)", text):
+        return False
+    if re.match(r"[这那该此]", text):
+        return True
+    import jieba.posseg  # lazy: jieba loads its dictionary on first use; most sentences never get here
+
+    head = re.split(r"是?[被由]", text, maxsplit=1)[0]
+    words = [w.flag for w in jieba.posseg.cut(head)]
+    return bool(words) and not words[0].startswith(("d", "t", "f", "p", "c", "v")) and \
+        any(flag.startswith("n") and not flag.startswith("nr") for flag in words)
+
+
+_HAN = re.compile(r"[\u3400-\u9fff]")
 
 
 def _opens_without_a_name(match: re.Match[str], text: str) -> bool:

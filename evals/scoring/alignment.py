@@ -31,7 +31,7 @@ from types import SimpleNamespace
 from evals.scoring.abbreviations import abbreviated_runs, zh_abbreviates
 from evals.scoring.matcher import _stem, light_words
 from evals.scoring.rulebook import RuleSet, compiled
-from hymem.subjects import _EN_RELATION_WORDS, _ZH_PERSON, _ZH_RELATIONS
+from hymem.subjects import _EN_RELATION_WORDS, _ZH_RELATIONS
 
 _CJK = "\u3400-\u9fff\uf900-\ufaff"
 _TOKEN = re.compile(rf"[{_CJK}]|[A-Za-z0-9][A-Za-z0-9+#'-]*")
@@ -158,6 +158,16 @@ class Difference:
 
 
 _EN_PARTICIPANTS = frozenset(_EN_RELATION_WORDS) | {"user", "assistant", "users"}
+# The scorer's own cue that a Chinese token starts a person (the engine reads names with jieba, `hymem.names`):
+# a common surname or a nickname prefix and one or two characters. A cue for alignment, not a subject reading.
+_ZH_SURNAMES = ("王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘于蒋蔡余杜叶程苏魏吕丁任沈"
+                "姚卢姜崔钟谭陆汪范金石廖贾夏韦付傅方白邹孟熊秦邱江尹薛闫阎段雷侯龙史陶黎贺顾毛郝龚邵万钱严覃武戴莫孔向汤"
+                "常温康施文牛樊葛邢安齐易乔伍庞颜倪庄聂章鲁岳翟殷詹申欧耿关兰焦俞左柳甘祝包宁尚符舒阮柯纪梅童凌毕单季裴"
+                "霍涂成苗谷盛曲翁冉骆蓝路游辛靳管柴蒙鲍华喻祁蒲房滕屈饶解牟艾尤阳时穆农司卓古吉缪简车项连芦麦褚娄窦戚岑"
+                "景党宫费卜冷晏席卫米柏宗瞿桂全佟应臧闵苟邬边卞姬师和仇栾隋商刁沙荣巫寇桑郎甄丛仲虞敖巩明佘池查麻苑迟邝"
+                "诸上欧司端皇慕令东西南北")
+# A Chinese name: a surname or a nickname prefix and one or two characters (not 以前, 的职业).
+_ZH_PERSON = rf"[{_ZH_SURNAMES}小老阿大][\u4e00-\u9fff]{{1,2}}?"
 _ZH_PARTICIPANT = re.compile(rf"(?:{_ZH_RELATIONS}|{_ZH_PERSON}|用户|助手)")
 
 

@@ -1,7 +1,10 @@
 """Who a fact is about, on tables of sentence shapes in both languages (tests/data/subject_shapes*.jsonl).
 
 `subject_shapes.jsonl` was written before the rule was changed (today's rule scored 47/80 on it);
-`subject_shapes_heldout.jsonl` was written after it, as the held-out figure. Each row: a sentence, the
+`subject_shapes_heldout.jsonl` was written after it, as the held-out figure. `subject_shapes_relations.jsonl`
+(a name after a relation, a passive's agent) was written before the relation and agent rules stopped using a
+surname list (that rule scored 31/62 on it); `subject_shapes_relations_heldout.jsonl` was written after that rule
+(27/28 on first reading; the miss, "run by", added the irregular participles; the surname-list rule read 11/28). Each row: a sentence, the
 conversation's named people (`participants`), the user's own name, and the subject a reader expects.
 """
 
@@ -15,7 +18,7 @@ import pytest
 
 from hymem.client import extracted_facts
 from hymem.models import ChatMessage
-from hymem.subjects import same_subject, subject_of
+from hymem.subjects import same_subject, split_subject, subject_of
 
 DATA = Path(__file__).parents[1] / "data"
 
@@ -30,6 +33,13 @@ def _agrees(got: str | None, want: str | None) -> bool:
 
 @pytest.mark.parametrize("row", _rows("subject_shapes.jsonl"), ids=lambda r: r["shape"])
 def test_the_engine_names_the_subject_of_each_shape(row):
+    got = subject_of(row["text"], row["participants"], row["user_name"])
+    assert _agrees(got, row["subject"]), (row["text"], got)
+
+
+@pytest.mark.parametrize("row", _rows("subject_shapes_relations.jsonl") + _rows("subject_shapes_relations_heldout.jsonl"),
+                         ids=lambda r: r["shape"])
+def test_the_engine_names_a_relatives_name_and_a_passives_agent(row):
     got = subject_of(row["text"], row["participants"], row["user_name"])
     assert _agrees(got, row["subject"]), (row["text"], got)
 
@@ -67,3 +77,15 @@ def test_a_named_human_who_shares_the_users_name_owns_a_sentence_that_opens_with
     assert subject_of("Tim likes jazz.", ["Tim"], "Tim") == "Tim"
     assert subject_of("小明喜欢钓鱼。", ["小明"], "小明") == "小明"
     assert subject_of("Tim likes jazz.", ["John"], "Tim") == "user"
+
+
+@pytest.mark.parametrize(("text", "subject", "rest"), [
+    ("用户的朋友Jack是厨师。", "Jack", "是厨师。"),  # the bundled case zh-010-friend-jack-chef's gold
+    ("用户的同事José在北京工作。", "José", "在北京工作。"),
+    ("用户的朋友O'Neil喜欢跑步。", "O'Neil", "喜欢跑步。"),
+    ("用户的室友Jack Smith养了一只猫。", "Jack Smith", "养了一只猫。"),
+])
+def test_a_latin_name_after_a_chinese_relation_ends_where_the_chinese_begins(text, subject, rest):
+    """The matcher compares what is left after the subject: a name that ran on into the Chinese after it
+    ("Jack是厨") was nobody's, and the gold fact no longer paired with the model's "Jack是用户的朋友，是厨师。"."""
+    assert split_subject(text) == (subject, rest)
