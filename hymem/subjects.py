@@ -347,6 +347,10 @@ def _participant_subject(stripped: str, names: list[str], user_name: str | None)
             return (f"{name}的{folded}" if zh else f"{name}'s {folded}"), (rest.lstrip() if zh else rest)[relation.end():]
         return own(name), re.sub(r"^'s\b", "", rest)
     subject, rest = split_subject(stripped)
+    if subject is not None and ("的" in subject or "'s " in subject) and \
+            (named := opening_participant(re.sub(r"^[,，]?\s*", "", rest), names)) is not None \
+            and not re.match(r"\s*(?:的|'s\b)", named[1]):
+        return own(named[0]), named[1]  # "用户的同事祁海峰会弹吉他": a name jieba does not know, but a participant's
     if subject is not None and canonical_subject(subject) not in ("user", "assistant") and "'s " not in subject \
             and "的" not in subject and (person := participant_named(subject, names)) is not None:
         return own(person), rest

@@ -89,3 +89,18 @@ def test_a_latin_name_after_a_chinese_relation_ends_where_the_chinese_begins(tex
     """The matcher compares what is left after the subject: a name that ran on into the Chinese after it
     ("Jack是厨") was nobody's, and the gold fact no longer paired with the model's "Jack是用户的朋友，是厨师。"."""
     assert split_subject(text) == (subject, rest)
+
+
+@pytest.mark.parametrize(("text", "participants", "subject", "rest"), [
+    ("用户的同事祁海峰会弹吉他。", ["祁海峰"], "祁海峰", "会弹吉他。"),  # jieba reads 祁 as a place, 海峰 as a noun
+    ("用户的表哥温立新在银行工作。", ["温立新"], "温立新", "在银行工作。"),
+    ("The user's colleague Ottilie Brandt fixes clocks.", ["Ottilie Brandt"], "Ottilie Brandt", " fixes clocks."),
+])
+def test_a_relatives_name_that_is_a_participants_is_read_even_when_the_tokenizer_misses_it(text, participants,
+                                                                                            subject, rest):
+    """The conversation's names come first: after a relation, a speaker's name is theirs whatever jieba tags it."""
+    assert split_subject(text, participants) == (subject, rest)
+
+
+def test_a_participants_relative_after_a_relation_is_still_the_relative():
+    assert split_subject("用户的同事温立新的女儿在上海读书。", ["温立新"])[0] != "温立新"
