@@ -123,7 +123,7 @@ def stubbed(monkeypatch, files):
     import evals.arms.proxy
     import evals.arms.serve
     import evals.pipeline
-    import evals.scoring.semantic
+    import evals.scoring.matcher_eval
     import evals.tuning.tune
 
     def no_units(*args, **kwargs):
@@ -143,8 +143,13 @@ def stubbed(monkeypatch, files):
     monkeypatch.setattr(evals.arms.serve, "wait_forever", no_wait)
     monkeypatch.setattr(evals.arms.proxy, "wait_forever", no_wait)
     monkeypatch.setattr(evals.tuning.tune, "tune", no_tune)
-    monkeypatch.setattr(evals.scoring.semantic, "fit_semantic", no_fit)
+    # where `matcher fit` calls it: matcher_eval imports the name, so patching evals.scoring.semantic missed it
+    # whenever an earlier test had imported matcher_eval (a real fit, minutes long, over the committed parameters)
+    monkeypatch.setattr(evals.scoring.matcher_eval, "fit_semantic", no_fit)
     monkeypatch.chdir(files["root"])  # default outputs (./reports) land in the fuzz directory
+    committed = evals.scoring.matcher_eval.PARAMS_FILE.read_bytes()
+    yield
+    assert evals.scoring.matcher_eval.PARAMS_FILE.read_bytes() == committed, "the fuzz rewrote the committed parameters"
 
 
 def _exit_code(argv: list[str]) -> int:
