@@ -347,6 +347,7 @@ def test_cross_subject_merge_applied_when_the_reconcile_guard_is_gone(monkeypatc
     assert all(" was applied: the memory is " in w for _, _, w in found)
 
 
+@pytest.mark.ci_heavy  # a second planted cross-subject merge; the default run keeps the guard-gone one (run by `nox -s heavy`)
 def test_cross_subject_merge_applied_when_a_refused_merge_drops_its_fact(monkeypatch):
     import hymem.reconciler as reconciler_module
     from hymem.reconciler import PlannedOp
@@ -376,6 +377,7 @@ MOTHER = Case.model_validate({
 })
 
 
+@pytest.mark.ci_heavy  # two sweeps of MOTHER; the default run keeps the guard-gone and KATE ones (run by `nox -s heavy`)
 def test_cross_subject_merge_applied_when_the_guard_trusts_a_mislabelled_relative(monkeypatch):
     import hymem.reconciler as reconciler_module
 
@@ -412,6 +414,7 @@ def test_third_party_as_user_when_named_subjects_are_not_enforced(monkeypatch):
     assert found[0][2].endswith("with subject 'user'")
 
 
+@pytest.mark.ci_heavy  # a second planted third-party-as-user on JOHN; the default run keeps one per path (run by `nox -s heavy`)
 def test_third_party_as_user_when_a_refiled_fact_is_made_the_agents(monkeypatch):
     real = client_module._named_subjects
 
@@ -501,6 +504,7 @@ def test_cross_subject_merge_applied_when_the_update_guard_compares_subject_clas
             "Berlin.') was applied: the memory is now 'Kate lives in Berlin.' (Kate)") in found
 
 
+@pytest.mark.ci_heavy  # a fourth planted cross-subject merge; the default run keeps two (run by `nox -s heavy`)
 def test_cross_subject_merge_applied_when_same_subject_compares_first_words(monkeypatch):
     import hymem.reconciler as reconciler_module
     from hymem.subjects import canonical_subject
