@@ -278,6 +278,12 @@ MOVER = Case.model_validate({
 })
 
 
+@pytest.fixture(scope="module")
+def clean_john() -> CaseRun:
+    """JOHN's replay on the correct engine, made once (before any test plants a bug) for the tests that read it."""
+    return replay(JOHN)
+
+
 def findings(run: CaseRun, kind: AnomalyKind) -> list[tuple[str, int, str]]:
     """(check, write, witness) of every write-contract finding of `kind` outside the faulted writes."""
     return [(f.check, f.write, f.witness) for f in run.findings if f.kind == kind]
@@ -341,6 +347,7 @@ def test_cross_subject_merge_applied_when_the_reconcile_guard_is_gone(monkeypatc
     assert all(" was applied: the memory is " in w for _, _, w in found)
 
 
+@pytest.mark.ci_heavy  # a second planted cross-subject merge; the default run keeps the guard-gone one (run by `nox -s heavy`)
 def test_cross_subject_merge_applied_when_a_refused_merge_drops_its_fact(monkeypatch):
     import hymem.reconciler as reconciler_module
     from hymem.reconciler import PlannedOp
@@ -370,6 +377,7 @@ MOTHER = Case.model_validate({
 })
 
 
+@pytest.mark.ci_heavy  # two sweeps of MOTHER; the default run keeps the guard-gone and KATE ones (run by `nox -s heavy`)
 def test_cross_subject_merge_applied_when_the_guard_trusts_a_mislabelled_relative(monkeypatch):
     import hymem.reconciler as reconciler_module
 
@@ -381,7 +389,7 @@ def test_cross_subject_merge_applied_when_the_guard_trusts_a_mislabelled_relativ
                in w for _, _, w in found)
 
 
-def test_subjectless_misfiled_when_add_extracted_defaults_the_subject_to_the_user(monkeypatch):
+def test_subjectless_misfiled_when_add_extracted_defaults_the_subject_to_the_user(monkeypatch, clean_kate):
     real = client_module._fact_from_dict
 
     def defaulted(index, memory, max_chars):  # the bug: no subject given means the user's, whatever the text says
@@ -390,7 +398,7 @@ def test_subjectless_misfiled_when_add_extracted_defaults_the_subject_to_the_use
             fact.subject = "user"
         return fact
 
-    assert [f for f in replay(KATE).findings if f.kind == AnomalyKind.SUBJECTLESS_MISFILED] == []
+    assert [f for f in clean_kate.findings if f.kind == AnomalyKind.SUBJECTLESS_MISFILED] == []
     monkeypatch.setattr(client_module, "_fact_from_dict", defaulted)
     found = [f for f in replay(KATE).findings if f.kind == AnomalyKind.SUBJECTLESS_MISFILED]
     assert [(f.check, f.write, f.path) for f in found] == [("subjectless", 0, "extracted")] * len(found) and found
@@ -406,6 +414,7 @@ def test_third_party_as_user_when_named_subjects_are_not_enforced(monkeypatch):
     assert found[0][2].endswith("with subject 'user'")
 
 
+@pytest.mark.ci_heavy  # a second planted third-party-as-user on JOHN; the default run keeps one per path (run by `nox -s heavy`)
 def test_third_party_as_user_when_a_refiled_fact_is_made_the_agents(monkeypatch):
     real = client_module._named_subjects
 
@@ -424,7 +433,7 @@ def test_third_party_as_user_when_a_refiled_fact_is_made_the_agents(monkeypatch)
     assert found[0][2].endswith("(subject 'John') with owner 'agent', not the reply's 'user'")
 
 
-def test_third_party_as_ai_when_named_subjects_skip_the_assistant_label(monkeypatch):
+def test_third_party_as_ai_when_named_subjects_skip_the_assistant_label(monkeypatch, clean_john):
     real = client_module._named_subjects
 
     def users_only(facts, msgs):  # the bug: only facts labelled the user's are re-filed under a named human
@@ -432,13 +441,14 @@ def test_third_party_as_ai_when_named_subjects_skip_the_assistant_label(monkeypa
         out = real([f for f in facts if f.subject != "assistant"], msgs)
         return out + ai
 
-    assert witnesses(replay(JOHN), AnomalyKind.THIRD_PARTY_AS_AI) == []
+    assert witnesses(clean_john, AnomalyKind.THIRD_PARTY_AS_AI) == []
     monkeypatch.setattr(client_module, "_named_subjects", users_only)
-    found = witnesses(replay(JOHN), AnomalyKind.THIRD_PARTY_AS_AI)
+    run = replay(JOHN)
+    found = witnesses(run, AnomalyKind.THIRD_PARTY_AS_AI)
     assert [(site, kind) for site, kind, _ in found] == [("lm.extract", "third_party_as_assistant")]
     assert found[0][2].startswith("John's fact 'John lives in Berlin.' was stored as memory ")
     assert found[0][2].endswith("with subject 'assistant'")
-    assert witnesses(replay(JOHN), AnomalyKind.THIRD_PARTY_AS_USER) == []  # the user's label is still re-filed
+    assert witnesses(run, AnomalyKind.THIRD_PARTY_AS_USER) == []  # the user's label is still re-filed
 
 
 # A coding trajectory with a teammate on it: the working path must re-file her fact too.
@@ -477,6 +487,12 @@ KATE = Case.model_validate({
 })
 
 
+@pytest.fixture(scope="module")
+def clean_kate() -> CaseRun:
+    """KATE's replay on the correct engine, made once (before any test plants a bug) for the tests that read it."""
+    return replay(KATE)
+
+
 def test_cross_subject_merge_applied_when_the_update_guard_compares_subject_classes(monkeypatch):
     import hymem.reconciler as reconciler_module
     from hymem.subjects import subject_class
@@ -488,6 +504,7 @@ def test_cross_subject_merge_applied_when_the_update_guard_compares_subject_clas
             "Berlin.') was applied: the memory is now 'Kate lives in Berlin.' (Kate)") in found
 
 
+@pytest.mark.ci_heavy  # a fourth planted cross-subject merge; the default run keeps two (run by `nox -s heavy`)
 def test_cross_subject_merge_applied_when_same_subject_compares_first_words(monkeypatch):
     import hymem.reconciler as reconciler_module
     from hymem.subjects import canonical_subject
@@ -528,8 +545,8 @@ def test_reconcile_candidates_wrong_when_retrieval_drops_one(monkeypatch):
                            "expected 5 (6 live, 5 candidates per fact)")
 
 
-def test_the_kate_and_six_memory_cases_are_clean_on_a_correct_engine():
-    run = replay(KATE)
+def test_the_kate_and_six_memory_cases_are_clean_on_a_correct_engine(clean_kate):
+    run = clean_kate
     assert [a for f in run.faults for a in f.anomalies] == [] and run.findings == []
     injected = {f.kind: f.injected.get("target_text") for f in run.faults if f.site == "lm.reconcile" and f.injected}
     assert set(injected.values()) == {"John lives in Rome."}  # the named-vs-named pair, not the user's memory
@@ -554,15 +571,15 @@ def test_profile_update_lost_when_the_stored_profile_wins_over_the_new_values(mo
                        "has 'Paris' after it: {'name': 'Tim', 'location': 'Paris'}")]
 
 
-def test_a_value_only_a_named_human_said_is_not_required_in_the_profile():
+def test_a_value_only_a_named_human_said_is_not_required_in_the_profile(clean_john):
     # The engine's documented filter drops John's city; the user's own name is still required, and kept.
-    run = replay(JOHN)
+    run = clean_john
     assert findings(run, AnomalyKind.PROFILE_UPDATE_LOST) == [] and run.profile.get("location") is None
     assert run.profile["name"] == "Tim"
 
 
-def test_the_john_case_is_clean_on_a_correct_engine():
-    run = replay(JOHN)
+def test_the_john_case_is_clean_on_a_correct_engine(clean_john):
+    run = clean_john
     assert [a for f in run.faults for a in f.anomalies] == [] and run.findings == []
 
 

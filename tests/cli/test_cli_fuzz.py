@@ -143,9 +143,13 @@ def stubbed(monkeypatch, files):
     monkeypatch.setattr(evals.arms.serve, "wait_forever", no_wait)
     monkeypatch.setattr(evals.arms.proxy, "wait_forever", no_wait)
     monkeypatch.setattr(evals.tuning.tune, "tune", no_tune)
-    # where `matcher fit` calls it: a fuzzed `matcher fit` without --out targets the committed parameters file
+    # where `matcher fit` calls it: matcher_eval imports the name, so patching evals.scoring.semantic missed it
+    # whenever an earlier test had imported matcher_eval (a real fit, minutes long, over the committed parameters)
     monkeypatch.setattr(evals.scoring.matcher_eval, "fit_semantic", no_fit)
     monkeypatch.chdir(files["root"])  # default outputs (./reports) land in the fuzz directory
+    committed = evals.scoring.matcher_eval.PARAMS_FILE.read_bytes()
+    yield
+    assert evals.scoring.matcher_eval.PARAMS_FILE.read_bytes() == committed, "the fuzz rewrote the committed parameters"
 
 
 def _exit_code(argv: list[str]) -> int:

@@ -4,6 +4,7 @@ never a traceback; checks that need no model answer before it loads; a torn reco
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -181,15 +182,21 @@ def test_a_full_disk_mid_run_is_one_line_and_exit_1(dataset, tmpfs, capsys):
 
 # ---- 4, 6 and 11: --resume ----------------------------------------------------------------------------------
 
-@pytest.fixture
-def finished(dataset, tmp_path, capsys) -> Path:
-    out = tmp_path / "run"
+@pytest.fixture(scope="module")
+def finished_once(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("finished")
+    out = root / "run"
     # One unit at a time (`--concurrency 1` alone keeps two in flight over its one connection): the Chinese
     # case "b" is the last record (the torn-record test cuts inside it).
-    assert main(_run("--dataset", str(dataset), "--faults", "none", "--out", str(out), "--concurrency", "1",
-                     "--units-in-flight", "1")) == 0
-    capsys.readouterr()
+    assert main(_run("--dataset", str(_write(root / "d.jsonl", CASES)), "--faults", "none", "--out", str(out),
+                     "--concurrency", "1", "--units-in-flight", "1")) == 0
     return out
+
+
+@pytest.fixture
+def finished(finished_once, tmp_path) -> Path:
+    """A copy of one finished run of the dataset, made once for the module: each test damages its own copy."""
+    return Path(shutil.copytree(finished_once, tmp_path / "run"))
 
 
 def test_resume_with_a_truncated_manifest_is_one_line_and_exit_2(dataset, finished, capsys, no_model_load):
@@ -209,9 +216,7 @@ def test_resume_with_a_foreign_or_garbage_middle_line_is_one_line_and_exit_2(dat
     _one_line_error(capsys, code, 2, "units.jsonl:2: not a CaseRun record")
 
 
-@pytest.mark.parametrize("change", [  # a finished run each: one in the default run, the others ci_heavy (nox -s heavy)
-    {"case_id": "not-in-this-run"}, pytest.param({"provider": "another"}, marks=pytest.mark.ci_heavy),
-    pytest.param({"epoch": 1}, marks=pytest.mark.ci_heavy)])
+@pytest.mark.parametrize("change", [{"case_id": "not-in-this-run"}, {"provider": "another"}, {"epoch": 1}])
 def test_resume_refuses_a_record_of_a_unit_the_run_does_not_plan(dataset, finished, capsys, no_model_load, change):
     units = finished / "units.jsonl"
     lines = units.read_text(encoding="utf-8").splitlines()
