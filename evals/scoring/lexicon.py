@@ -165,7 +165,6 @@ class Cilin:
     ending in `=` groups synonyms (医生 / 大夫), `#` related words, `@` a word alone."""
 
     def __init__(self, tree_file: Path):
-        self._codes: dict[str, frozenset[str]] = {}
         codes: dict[str, set[str]] = {}
 
         def walk(tree: dict, prefix: str) -> None:
@@ -178,7 +177,7 @@ class Cilin:
 
         for key, tree in json.loads(tree_file.read_text(encoding="utf-8")).items():
             walk(tree, key)
-        self._codes = {w: frozenset(c) for w, c in codes.items()}
+        self._codes = codes  # word -> its codes (read only)
 
     def knows(self, word: str) -> bool:
         return word in self._codes
