@@ -17,6 +17,7 @@ as an attribution error rather than as a missing fact plus an extra one.
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -114,10 +115,11 @@ def negated(text: str) -> bool:
 
 def _dice(ua: dict[str, float], ub: dict[str, float], neg_a: bool, neg_b: bool) -> float:
     weight = {u: max(ua.get(u, 0.0), ub.get(u, 0.0)) for u in ua.keys() | ub.keys()}
-    total = sum(weight[u] for u in ua) + sum(weight[u] for u in ub)
+    # math.fsum: exact, so the same in any order (a set's order follows the process's string hashing)
+    total = math.fsum(weight[u] for u in ua) + math.fsum(weight[u] for u in ub)
     if total == 0:
         return 0.0
-    score = 2 * sum(weight[u] for u in ua.keys() & ub.keys()) / total
+    score = 2 * math.fsum(weight[u] for u in ua.keys() & ub.keys()) / total
     if neg_a != neg_b:
         score *= _PENALTY
     heavy_only = [{u for u in mine.keys() - theirs.keys() if mine[u] == _HEAVY} for mine, theirs in ((ua, ub), (ub, ua))]
