@@ -330,9 +330,19 @@ def verb_form(word: str) -> bool:
 
 
 @functools.lru_cache(maxsize=65_536)
+def same_verb(a: str, b: str) -> bool:
+    """Two English words are forms of one verb: they share a frequent WordNet verb sense ("wrote" / "written",
+    "taught" / "teaches")."""
+    if not (_LATIN.match(a) and _LATIN.match(b)):
+        return False
+    verbs = [{k for k in _wordnet().senses(w) if k.startswith("v")} for w in (a, b)]
+    return bool(verbs[0] & verbs[1])
+
+
+@functools.lru_cache(maxsize=65_536)
 def knows(word: str) -> bool:
     """The thesaurus of the word's script lists it."""
     return _wordnet().knows(word) if _LATIN.match(word) else _cilin().knows(word)
 
 
-__all__ = ["Cedict", "Cilin", "LexiconMissing", "WordNet", "gloss_overlap", "installed", "knows", "opposite", "person", "verb_form", "require", "same_sense"]
+__all__ = ["Cedict", "Cilin", "LexiconMissing", "WordNet", "gloss_overlap", "installed", "knows", "opposite", "person", "verb_form", "require", "same_sense", "same_verb"]

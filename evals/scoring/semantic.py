@@ -480,7 +480,7 @@ def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.
     return ([cosine, words, bigrams, zh, zh * cosine, zh * words, zh * bigrams, diff.substitution, flags["polarity"],
             max(flags["modality"], diff.tense), float(a.periods != b.periods), float(not same_quantities(a.quantities, b.quantities)),
             flags["relation"], float(names_substituted(a.names, a.predicate, b.names, b.predicate)), align, unmatched, zh * unmatched,
-            diff.shared, diff.slot_abbrev, diff.voice * float(a.subject is not None and b.subject is not None), diff.direction,
+            diff.shared, diff.slot_abbrev, diff.voice * float(a.subject is not None and a.subject == b.subject), diff.direction,
             *_lexical(changes), float(bool(a.quantities) and bool(b.quantities) and same_quantities(a.quantities, b.quantities))],
            (_opposed(a, b, changes) or _persons_swapped(changes) or _order_swapped(a, b)
                                      or _identity_swapped(a, b)
