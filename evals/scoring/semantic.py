@@ -55,7 +55,7 @@ from evals.scoring.checks import (
     negative_verb,
     unquoted,
 )
-from evals.scoring.lexicon import gloss_overlap, knows, opposite, person, require, same_sense, verb_form
+from evals.scoring.lexicon import gloss_overlap, knows, opposite, person, phrase_verbs, require, same_sense, verb_form
 from evals.scoring.matcher import Matcher, _dice, negated, subject_rule, texts_name_same_subject, units
 from evals.scoring.quantities import quantities, same_quantities
 from evals.scoring.rulebook import FROZEN_DIR, RuleSet, compiled, frozen, live, use
@@ -366,10 +366,14 @@ def _opposed(a: _Prepared, b: _Prepared, changes: _Units) -> bool:
     """The explicit antonym check: a word only one side has is a WordNet antonym of a word only the other
     has ("sells" / "buys", "lent" / "borrowed", "employer" / "employee", "likes" / "dislikes"; Chinese
     words through their CC-CEDICT glosses: 卖 / 买), and no negation on one side alone turns it back
-    ("does not like" / "dislikes")."""
+    ("does not like" / "dislikes"). A verb one side states through a phrase the other lacks counts as its word
+    ("teaches yoga" / "takes yoga classes": teach / learn; `lexicon.phrase_verbs`)."""
     if a.negated != b.negated:
         return False
     unmatched_a, unmatched_b = ([w for u in side for w in u] for side in changes)
+    phrased_a, phrased_b = phrase_verbs(a.predicate), phrase_verbs(b.predicate)
+    unmatched_a += sorted(phrased_a - phrased_b)
+    unmatched_b += sorted(phrased_b - phrased_a)
     return any(opposite(x, y) for x in unmatched_a for y in unmatched_b)
 
 

@@ -82,3 +82,25 @@ def test_the_matcher_takes_an_active_passive_paraphrase_for_the_same_fact(semant
 def test_the_matcher_rules_out_a_swap_of_roles(semantic, a, b):
     assert not semantic.same_fact(a, "user", b, "user")
     assert not semantic.same_fact(b, "user", a, "user")
+
+
+@pytest.mark.parametrize(("predicate", "verbs"), [
+    ("takes yoga classes", {"learn"}), ("is taking harp lessons", {"learn"}), ("attends pottery classes", {"learn"}),
+    ("gives piano lessons", {"teach"}), ("runs a yoga class on Sundays", {"teach"}), ("teaches yoga", set()),
+    ("takes the bus to class", set()),
+])
+def test_a_light_verb_and_its_noun_state_a_verb(predicate, verbs):
+    from evals.scoring.lexicon import phrase_verbs
+
+    assert phrase_verbs(predicate) == verbs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("a", "b", "same"), [
+    ("The user teaches yoga.", "Takes yoga classes", False),  # teacher / learner
+    ("The user gives yoga classes.", "The user takes yoga classes.", False),
+    ("The user teaches piano.", "The user gives piano lessons.", True),
+    ("The user is learning piano.", "The user takes piano lessons.", True),
+])
+def test_teaching_and_taking_classes_are_other_roles(semantic, a, b, same):
+    assert semantic.same_fact(a, "user", b, "user") is same
