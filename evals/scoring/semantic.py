@@ -598,6 +598,12 @@ class SemanticMatcher(Matcher):
     def embedder(self) -> Any:
         return self._embedder
 
+    def same_fact(self, a_text: str, a_subject: str | None, b_text: str, b_subject: str | None) -> bool:
+        """`Matcher.same_fact` with the subject half under this matcher's rules too: a frozen baseline's files have
+        no `[voice]` tables, so it reads no active/passive pair (`evals.scoring.voice`), as in its day."""
+        with use(self.rules):
+            return super().same_fact(a_text, a_subject, b_text, b_subject)
+
     def fingerprint(self) -> str:
         """The spec, and a digest of the parameters and the rule files: a card measured with other words is not
         this matcher's."""

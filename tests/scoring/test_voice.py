@@ -104,3 +104,25 @@ def test_a_light_verb_and_its_noun_state_a_verb(predicate, verbs):
 ])
 def test_teaching_and_taking_classes_are_other_roles(semantic, a, b, same):
     assert semantic.same_fact(a, "user", b, "user") is same
+
+
+@pytest.mark.parametrize(("a", "b", "direction"), [
+    ("rents a room to a student", "rents a room from a student", 1.0),  # a person noun, to / from
+    ("把房子租给了一个大学生", "向一个大学生租了房子", 1.0),  # 给 / 向, past the numeral and classifier
+    ("rents a room to a student", "lets a room to a student", 0.0),
+    ("suffers from migraines", "is a migraine sufferer", 0.0),  # no person
+])
+def test_a_person_reached_from_one_side_and_to_the_other_is_a_direction_flip(a, b, direction):
+    from evals.scoring.alignment import difference, words_of
+
+    assert difference(words_of(a), words_of(b)).direction == direction
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("a", "b", "same"), [
+    ("The user rents a room to a student.", "The user rents a room from a student.", False),
+    ("用户把房子租给了一个大学生。", "用户向一个大学生租了房子", False),
+    ("用户把房子租给了一个大学生。", "用户把房子租给了一名大学生", True),
+])
+def test_renting_to_and_renting_from_are_other_roles(semantic, a, b, same):
+    assert semantic.same_fact(a, "user", b, "user") is same
