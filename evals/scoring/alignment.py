@@ -51,17 +51,18 @@ def _build(r: RuleSet) -> SimpleNamespace:
         SOURCE=frozenset(r.words("shared", "alignment.source")),
         GOAL=frozenset(r.words("shared", "alignment.goal")),
         ZH_PASSIVE=re.compile(rf"^(?:[^被让]{{0,3}})(?:{r.alternatives('zh', 'alignment.passive_markers')})"),
-        DETERMINERS=frozenset(r.words("en", "alignment.determiners")) | _zh_determiners(r),
+        DETERMINERS=frozenset(r.words("en", "alignment.determiners")) | _optional(r, "zh", "alignment.determiners"),
+        PARTICIPANT_KINDS=_optional(r, "en", "alignment.participant_kinds"),
         PRESENT=frozenset(r.words("en", "alignment.present")),
         PAST=frozenset(r.words("en", "alignment.past")),
     )
 
 
-def _zh_determiners(r: RuleSet) -> frozenset[str]:
-    """Numerals, classifiers and aspect particles between a Chinese marker and its person (租给了一个大学生); none in
-    a rule set written before the list (a frozen baseline)."""
+def _optional(r: RuleSet, file: str, key: str) -> frozenset[str]:
+    """A list added after a frozen baseline's files were written (the Chinese determiners between a marker and
+    its person, 租给了一个大学生; the participant kinds): empty for such a rule set, which reads as in its day."""
     try:
-        return frozenset(r.words("zh", "alignment.determiners"))
+        return frozenset(r.words(file, key))
     except RulesError:
         return frozenset()
 
@@ -189,7 +190,7 @@ def _participant(w: Words, i: int) -> bool:
     if re.match(f"[{_CJK}]", raw):
         return bool(_ZH_PARTICIPANT.match("".join(w.raw[i:i + 4])))
     return ((i > 0 and raw[:1].isupper()) or raw.casefold().removesuffix("'s") in _EN_PARTICIPANTS
-            or (raw.islower() and installed() and person(raw)))  # "rents a room to a student"
+            or (raw.islower() and "person" in _k().PARTICIPANT_KINDS and installed() and person(raw)))
 
 
 def _marks(w: Words) -> dict[str, str]:
