@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 from evals.scoring.abbreviations import abbreviated_runs, zh_abbreviates
+from evals.scoring.lexicon import installed, person
 from evals.scoring.matcher import _stem, light_words
-from evals.scoring.rulebook import RuleSet, compiled
+from evals.scoring.rulebook import RulesError, RuleSet, compiled
 from hymem.subjects import _EN_RELATION_WORDS, _ZH_RELATIONS
 
 _CJK = "\u3400-\u9fff\uf900-\ufaff"
@@ -50,10 +51,20 @@ def _build(r: RuleSet) -> SimpleNamespace:
         SOURCE=frozenset(r.words("shared", "alignment.source")),
         GOAL=frozenset(r.words("shared", "alignment.goal")),
         ZH_PASSIVE=re.compile(rf"^(?:[^被让]{{0,3}})(?:{r.alternatives('zh', 'alignment.passive_markers')})"),
-        DETERMINERS=frozenset(r.words("en", "alignment.determiners")),
+        DETERMINERS=frozenset(r.words("en", "alignment.determiners")) | _optional(r, "zh", "alignment.determiners"),
+        PARTICIPANT_KINDS=_optional(r, "en", "alignment.participant_kinds"),
         PRESENT=frozenset(r.words("en", "alignment.present")),
         PAST=frozenset(r.words("en", "alignment.past")),
     )
+
+
+def _optional(r: RuleSet, file: str, key: str) -> frozenset[str]:
+    """A list added after a frozen baseline's files were written (the Chinese determiners between a marker and
+    its person, 租给了一个大学生; the participant kinds): empty for such a rule set, which reads as in its day."""
+    try:
+        return frozenset(r.words(file, key))
+    except RulesError:
+        return frozenset()
 
 
 _k = compiled(_build)
@@ -172,12 +183,14 @@ _ZH_PARTICIPANT = re.compile(rf"(?:{_ZH_RELATIONS}|{_ZH_PERSON}|用户|助手)")
 
 
 def _participant(w: Words, i: int) -> bool:
-    """Token i starts a person: a name (capitalised past the first word), a relation, the user or the
-    assistant; in Chinese a relation, a name opening with a surname or 小/老/阿, 用户 or 助手."""
+    """Token i starts a person: a name (capitalised past the first word), a relation, the user, the
+    assistant or a noun WordNet files as a kind of person (student, tenant); in Chinese a relation, a name
+    opening with a surname or 小/老/阿/大, 用户 or 助手."""
     raw = w.raw[i]
     if re.match(f"[{_CJK}]", raw):
         return bool(_ZH_PARTICIPANT.match("".join(w.raw[i:i + 4])))
-    return (i > 0 and raw[:1].isupper()) or raw.casefold().removesuffix("'s") in _EN_PARTICIPANTS
+    return ((i > 0 and raw[:1].isupper()) or raw.casefold().removesuffix("'s") in _EN_PARTICIPANTS
+            or (raw.islower() and "person" in _k().PARTICIPANT_KINDS and installed() and person(raw)))
 
 
 def _marks(w: Words) -> dict[str, str]:

@@ -28,7 +28,7 @@ import re
 import threading
 from pathlib import Path
 
-from evals.scoring.rulebook import RuleSet, compiled
+from evals.scoring.rulebook import RulesError, RuleSet, compiled
 
 TOP_SENSES = 3  # senses of a lemma that count, most frequent first
 _POS = (("n", "noun"), ("v", "verb"), ("a", "adj"), ("r", "adv"))
@@ -366,10 +366,38 @@ def verb_form(word: str) -> bool:
     return bool(_LATIN.match(word)) and any(k.startswith("v") for k in _wordnet().senses(word))
 
 
+def _phrase_patterns(r: RuleSet) -> tuple[tuple[str, re.Pattern[str]], ...]:
+    try:
+        table = r.table("en", "lexicon.phrase_verbs")
+    except RulesError:  # a rule set written before the table (a frozen baseline) states no phrase verbs
+        return ()
+    return tuple((verb, re.compile(pattern, re.IGNORECASE)) for verb, pattern in table.items())
+
+
+_phrases = compiled(_phrase_patterns)
+
+
+def phrase_verbs(predicate: str) -> frozenset[str]:
+    """The verbs an English predicate states through a light verb and a noun, from the rule files'
+    `lexicon.phrase_verbs` ("takes piano lessons": learn, "gives yoga classes": teach): a thesaurus lists words,
+    and "takes" and "lessons" alone are no learner."""
+    return frozenset(verb for verb, pattern in _phrases() if pattern.search(predicate))
+
+
+@functools.lru_cache(maxsize=65_536)
+def same_verb(a: str, b: str) -> bool:
+    """Two English words are forms of one verb: they share a frequent WordNet verb sense ("wrote" / "written",
+    "taught" / "teaches")."""
+    if not (_LATIN.match(a) and _LATIN.match(b)):
+        return False
+    verbs = [{k for k in _wordnet().senses(w) if k.startswith("v")} for w in (a, b)]
+    return bool(verbs[0] & verbs[1])
+
+
 @functools.lru_cache(maxsize=65_536)
 def knows(word: str) -> bool:
     """The thesaurus of the word's script lists it."""
     return _wordnet().knows(word) if _LATIN.match(word) else _cilin().knows(word)
 
 
-__all__ = ["Cedict", "Cilin", "LexiconMissing", "WordNet", "gloss_overlap", "installed", "knows", "opposite", "person", "verb_form", "require", "same_sense"]
+__all__ = ["Cedict", "Cilin", "LexiconMissing", "WordNet", "gloss_overlap", "installed", "knows", "opposite", "person", "phrase_verbs", "verb_form", "require", "same_sense", "same_verb"]

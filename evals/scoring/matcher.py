@@ -31,6 +31,7 @@ from evals.core.subject_reading import person_class as subject_class
 from evals.core.subject_reading import read_subject as subject_of
 from evals.core.subject_reading import same_person as same_subject
 from evals.scoring.rulebook import RuleSet, compiled
+from evals.scoring.voice import converse
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _UNIT = re.compile(rf"\d+(?:[.:]\d+)*|[{_CJK}]|(?:(?![{_CJK}])[^\W\d_])+")
@@ -157,9 +158,11 @@ def subject_rule(a_text: str, a_subject: str | None, b_text: str, b_subject: str
 
 def texts_name_same_subject(a: str, b: str) -> bool:
     """False when both sentences name a subject and they differ ("The user's mother is a nurse" is
-    not "The user is a nurse", whatever the labels say)."""
+    not "The user is a nurse", whatever the labels say), unless one tells the other's event in the other voice
+    with each person in the same role ("The user was raised by their grandmother" / "User's grandmother raised
+    them": `evals.scoring.voice.converse`)."""
     sa, sb = subject_of(a), subject_of(b)
-    return sa is None or sb is None or same_subject(sa, sb)
+    return sa is None or sb is None or same_subject(sa, sb) or converse(a, b)
 
 
 class Matcher:

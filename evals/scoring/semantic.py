@@ -55,7 +55,7 @@ from evals.scoring.checks import (
     negative_verb,
     unquoted,
 )
-from evals.scoring.lexicon import gloss_overlap, knows, opposite, person, require, same_sense, verb_form
+from evals.scoring.lexicon import gloss_overlap, knows, opposite, person, phrase_verbs, require, same_sense, verb_form
 from evals.scoring.matcher import Matcher, _dice, negated, subject_rule, texts_name_same_subject, units
 from evals.scoring.quantities import quantities, same_quantities
 from evals.scoring.rulebook import FROZEN_DIR, RuleSet, compiled, frozen, live, use
@@ -366,10 +366,14 @@ def _opposed(a: _Prepared, b: _Prepared, changes: _Units) -> bool:
     """The explicit antonym check: a word only one side has is a WordNet antonym of a word only the other
     has ("sells" / "buys", "lent" / "borrowed", "employer" / "employee", "likes" / "dislikes"; Chinese
     words through their CC-CEDICT glosses: 卖 / 买), and no negation on one side alone turns it back
-    ("does not like" / "dislikes")."""
+    ("does not like" / "dislikes"). A verb one side states through a phrase the other lacks counts as its word
+    ("teaches yoga" / "takes yoga classes": teach / learn; `lexicon.phrase_verbs`)."""
     if a.negated != b.negated:
         return False
     unmatched_a, unmatched_b = ([w for u in side for w in u] for side in changes)
+    phrased_a, phrased_b = phrase_verbs(a.predicate), phrase_verbs(b.predicate)
+    unmatched_a += sorted(phrased_a - phrased_b)
+    unmatched_b += sorted(phrased_b - phrased_a)
     return any(opposite(x, y) for x in unmatched_a for y in unmatched_b)
 
 
@@ -480,7 +484,7 @@ def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.
     return ([cosine, words, bigrams, zh, zh * cosine, zh * words, zh * bigrams, diff.substitution, flags["polarity"],
             max(flags["modality"], diff.tense), float(a.periods != b.periods), float(not same_quantities(a.quantities, b.quantities)),
             flags["relation"], float(names_substituted(a.names, a.predicate, b.names, b.predicate)), align, unmatched, zh * unmatched,
-            diff.shared, diff.slot_abbrev, diff.voice * float(a.subject is not None and b.subject is not None), diff.direction,
+            diff.shared, diff.slot_abbrev, diff.voice * float(a.subject is not None and a.subject == b.subject), diff.direction,
             *_lexical(changes), float(bool(a.quantities) and bool(b.quantities) and same_quantities(a.quantities, b.quantities))],
            (_opposed(a, b, changes) or _persons_swapped(changes) or _order_swapped(a, b)
                                      or _identity_swapped(a, b)
@@ -593,6 +597,12 @@ class SemanticMatcher(Matcher):
     @property
     def embedder(self) -> Any:
         return self._embedder
+
+    def same_fact(self, a_text: str, a_subject: str | None, b_text: str, b_subject: str | None) -> bool:
+        """`Matcher.same_fact` with the subject half under this matcher's rules too: a frozen baseline's files have
+        no `[voice]` tables, so it reads no active/passive pair (`evals.scoring.voice`), as in its day."""
+        with use(self.rules):
+            return super().same_fact(a_text, a_subject, b_text, b_subject)
 
     def fingerprint(self) -> str:
         """The spec, and a digest of the parameters and the rule files: a card measured with other words is not

@@ -17,7 +17,21 @@ from evals.scoring.rulebook import LIVE_DIR, RulesError, RuleSet, frozen, live, 
 DECISIONS = Path(__file__).parents[1] / "data" / "semantic_v1_decisions.json"
 # Pairs on which the live rules are meant to decide otherwise than semantic-v1 (id -> why); a rule change that
 # moves a decision is declared here, with the agreement it gains on pairs written after it.
-LIVE_CHANGES: dict[str, str] = {}
+LIVE_CHANGES: dict[str, str] = {
+    # an active/passive paraphrase with each person in the same role (evals/scoring/voice.py, the subject check and
+    # the voice feature); blind batch 8 (in-sample: it showed the error) gained 2 of 120
+    "en-paraphrase_passive-25": "voice: 'was hired by Accenture' / 'Accenture hired the user' now matches",
+    "en-paraphrase_passive-31": "voice: 'uncle taught the user' / 'was taught by their uncle' now matches",
+    "en-paraphrase_passive-32": "voice: 'was headhunted by Siemens' / 'Siemens headhunted the user' now matches",
+    # a verb stated through a light verb and a noun (lexicon.phrase_verbs) in the antonym check; batches 7 and 8
+    # (in-sample) gained 1 each
+    "en-role-27": "phrase verbs: 'teaches piano' / 'takes piano lessons' is ruled out (teach / learn)",
+    "en-role-69": "phrase verbs: 'teaches ceramics' / 'takes ceramics classes' is ruled out",
+    "en-role-93": "phrase verbs: 'teaches yoga at …' / 'Takes yoga classes at …' is ruled out",
+    # a person noun (WordNet) reached 'to' / 给 on one side and 'from' / 向 on the other (alignment direction);
+    # batch 8 (in-sample) gained 1
+    "en-role-44": "direction: 'lets a room to a student' / 'rents a room from a student' no longer matches",
+}
 
 
 def _copy(tmp_path: Path) -> Path:
