@@ -8,11 +8,12 @@ and the checks compare those states, so the state is a shared type of both, not 
 from __future__ import annotations
 
 import json
+import operator
 import sqlite3
 from bisect import bisect_left, insort
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import accumulate, chain
+from itertools import accumulate, chain, compress, repeat
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -52,6 +53,7 @@ class StoreState:
     canonical_form: dict[str, list[str]] | None = field(default=None, repr=False, compare=False)  # memo
     row_keys: dict[str, set[str]] | None = field(default=None, repr=False, compare=False)  # memo
     key_lists: dict[str, list[str]] | None = field(default=None, repr=False, compare=False)  # `row_keys`' source
+    derived: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)  # memos of the helpers below
     live_memories: list[dict[str, Any]] | None = field(default=None, repr=False, compare=False)  # memo
 
 
@@ -559,6 +561,48 @@ def logical_diff(before: StoreState, after: StoreState) -> dict[str, dict[str, l
         if old != new:
             out[table] = {"added": sorted((new - old).elements()), "removed": sorted((old - new).elements())}
     return out
+
+
+def rows_by_id(state: StoreState, table: str = "memories") -> dict[Any, dict[str, Any]]:
+    """A table's rows by their `id` (the last row of an id, in table order), made once per state at C speed:
+    the checks of a write look rows up in the states before and after it."""
+    key = ("by_id", table)
+    if key not in state.derived:
+        rows = state.tables.get(table, [])
+        state.derived[key] = dict(zip(map(dict.get, rows, repeat("id")), rows, strict=True))
+    return state.derived[key]
+
+
+def all_have(state: StoreState, table: str, columns: tuple[str, ...]) -> bool:
+    """Whether every row of `table` has each of `columns` (once per state, at C speed)."""
+    key = ("all_have", table, columns)
+    if key not in state.derived:
+        rows = state.tables.get(table, [])
+        state.derived[key] = all(all(map(operator.contains, rows, repeat(c))) for c in columns)
+    return state.derived[key]
+
+
+def user_live_memories(state: StoreState, user_id: str) -> list[dict[str, Any]]:
+    """The user's live memory rows of the state, in the table's order (once per state, at C speed)."""
+    key = ("user_live", user_id)
+    if key not in state.derived:
+        live = live_memories(state)
+        state.derived[key] = list(compress(live, map(operator.eq, map(dict.get, live, repeat("user_id")),
+                                                     repeat(user_id))))
+    return state.derived[key]
+
+
+def changed_row_ids(before: StoreState, after: StoreState, table: str = "memories") -> set[Any]:
+    """A superset of the ids whose row (as `rows_by_id` gives it) is not the same object in both states: the
+    ids of the rows at the positions where the two tables' lists hold different objects, and of the rows past
+    the shorter one's end. Found at C speed: the rows a read reuses are the same objects, so a write's
+    changed rows are found in O(changed) Python work. (An id whose last row moved shows where its old
+    position or its new one holds another row.)"""
+    old, new = before.tables.get(table, []), after.tables.get(table, [])
+    shared = min(len(old), len(new))
+    moved = list(compress(range(shared), map(operator.is_not, old, new)))
+    rows = [old[i] for i in moved] + [new[i] for i in moved] + old[shared:] + new[shared:]
+    return set(map(dict.get, rows, repeat("id")))
 
 
 def live_memories(state: StoreState) -> list[dict[str, Any]]:
