@@ -347,9 +347,11 @@ def _reread_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: str,
         if leaf is None:
             return None
         parts[i] = leaf[1]
-        if any(where.get(p) != i for p, _ in leaf[0]):  # new overflow pages (old ones that are no longer its
-            where = dict(where) if where is before.where else where  # stay mapped: a change there only reads
-            where.update((p, i) for p, _ in leaf[0])  # this leaf again)
+        new_pages = [p for p, _ in leaf[0] if where.get(p) != i]
+        if new_pages:  # overflow pages new to it (those no longer its stay mapped: a change there reads it again)
+            if where is before.where:
+                where = dict(where)  # copied only when some leaf has new overflow pages
+            where.update(dict.fromkeys(new_pages, i))
     memo.reads["leaves_read"] += len(read_here)
     leaves.update(read_here)
     changed = ([before.parts[i] for i in dirty], [parts[i] for i in dirty])
