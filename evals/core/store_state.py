@@ -101,6 +101,7 @@ class _TableRead:
     leaves: list[int]  # the leaf pages in rowid order
     where: dict[int, int]  # a leaf page or an overflow page -> the index of its leaf in `leaves`
     parts: list[_Part]  # each leaf's rows
+    overflow: list[tuple[tuple[int, bytes], ...]]  # each leaf's overflow pages (and their SHA-256)
     table: _Table
 
 
@@ -304,9 +305,8 @@ def _table_by_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: st
     (see `_TableRead`)."""
     try:
         root = int(root or 0)
-        same_tree = before is not None and changed is not None and before.root == root and before.sql == sql
-        if same_tree:
-            assert before is not None and changed is not None
+        dirty: set[int] | None = None  # the leaves of `before` whose page or overflow pages changed
+        if before is not None and changed is not None and before.root == root and before.sql == sql:
             dirty = {before.where[p] for p in changed if p in before.where}
             if not dirty and not (changed & before.interior):
                 return before  # not one of its pages changed
@@ -317,19 +317,26 @@ def _table_by_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: st
         if pages is None:
             return None
         parts: list[_Part] = []
+        overflow: list[tuple[tuple[int, bytes], ...]] = []
         where: dict[int, int] = {}
         read_here: dict[_LeafKey, _LeafRows] = {}  # kept only when the whole table reads so
         for i, pgno in enumerate(pages):
-            leaf = _leaf_rows(db, view, memo, name, sql, pgno, read_here)
+            j = before.where.get(pgno) if before is not None and dirty is not None else None
+            if before is not None and dirty is not None and j is not None and before.leaves[j] == pgno \
+                    and j not in dirty:
+                leaf: _LeafRows | None = (before.overflow[j], before.parts[j])  # the same bytes as then
+            else:
+                leaf = _leaf_rows(db, view, memo, name, sql, pgno, read_here)
             if leaf is None:
                 return None
+            overflow.append(leaf[0])
             parts.append(leaf[1])
             where[pgno] = i
             where.update((p, i) for p, _ in leaf[0])
         memo.reads["leaves_read"] += len(read_here)
         leaves.update(read_here)
         return _TableRead(root=root, sql=sql, interior=seen.difference(pages), leaves=pages, where=where,
-                          parts=parts, table=_assemble(parts, before))
+                          parts=parts, overflow=overflow, table=_assemble(parts, before))
     except (ValueError, IndexError):  # a pointer out of the database or a page cut short: not a b-tree we read
         return None
 
@@ -338,7 +345,7 @@ def _reread_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: str,
                    leaves: dict[_LeafKey, _LeafRows], before: _TableRead, dirty: list[int]) -> _TableRead | None:
     """`before` with the leaves at the `dirty` indices read again (the b-tree's interior pages unchanged, so
     the same leaf pages in the same order)."""
-    parts = list(before.parts)
+    parts, overflow = list(before.parts), list(before.overflow)
     where = before.where
     read_here: dict[_LeafKey, _LeafRows] = {}
     for i in dirty:
@@ -346,7 +353,7 @@ def _reread_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: str,
         leaf = _leaf_rows(db, view, memo, name, sql, pgno, read_here)
         if leaf is None:
             return None
-        parts[i] = leaf[1]
+        overflow[i], parts[i] = leaf
         new_pages = [p for p, _ in leaf[0] if where.get(p) != i]
         if new_pages:  # overflow pages new to it (those no longer its stay mapped: a change there reads it again)
             if where is before.where:
@@ -356,7 +363,7 @@ def _reread_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: str,
     leaves.update(read_here)
     changed = ([before.parts[i] for i in dirty], [parts[i] for i in dirty])
     return _TableRead(root=before.root, sql=sql, interior=before.interior, leaves=before.leaves, where=where,
-                      parts=parts, table=_assemble(parts, before, changed, dirty[0]))
+                      parts=parts, overflow=overflow, table=_assemble(parts, before, changed, dirty[0]))
 
 
 def _leaf_rows(db: sqlite3.Connection, view: View, memo: RowMemo, name: str, sql: str, pgno: int,
