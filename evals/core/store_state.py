@@ -62,7 +62,7 @@ _Vector = tuple[Any, bytes, str]  # a live memory's (id, vector bytes, its key i
 # live rows' vectors and their sorted FAISS keys
 _Rows = tuple[dict[str, list[dict[str, Any]]], dict[str, list[str]], dict[str, list[str]], dict[str, str],
               dict[str, list[dict[str, Any]]], dict[str, list[_Vector]], dict[str, list[str]],
-              dict[str, dict[Any, bytes]]]
+              dict[str, dict[Any, bytes]], dict[Any, Any]]
 # a row as a dict, its key for diffs, its key for `canonical`, live, and its vector when it is a live memory
 _Row = tuple[dict[str, Any], str, str, bool, _Vector | None]
 _LeafKey = tuple[str, str, bytes]  # (table, its CREATE statement, the leaf page's SHA-256)
@@ -83,6 +83,7 @@ class _Table(NamedTuple):
     vector_keys: list[str]  # their canonical keys, sorted
     faiss: dict[Any, bytes]  # id -> vector, as an index rebuilt from these rows holds them
     ends: tuple[list[int], list[int], list[int]]  # where each leaf's rows, live rows and vectors end
+    by_id: dict[Any, dict[str, Any]] | None = None  # the rows by id (`rows_by_id`), for the memories table
 
 
 @dataclass
@@ -237,7 +238,7 @@ def read_state(store_dir: Path, memo: RowMemo | None = None) -> StoreState:
             memo.keep_read(str(db_path), view.digests, read_tables)
     else:
         memo.reads["reused"] += 1
-    tables, keys, shared_canon, meta, live, vectors, vector_keys, rebuilt_faiss = rows
+    tables, keys, shared_canon, meta, live, vectors, vector_keys, rebuilt_faiss, derived = rows
     canon = dict(shared_canon)  # this state's own: its FAISS part is added below
     live_memories = live.get("memories", [])
     read = _read_faiss(store_dir, int(meta.get("generation", 0)), memo)
@@ -249,7 +250,7 @@ def read_state(store_dir: Path, memo: RowMemo | None = None) -> StoreState:
     else:
         faiss_vectors, canon["faiss"] = read
     return StoreState(tables=tables, faiss=faiss_vectors, faiss_stale=read is None, canonical_form=canon,
-                      key_lists=keys, live_memories=live_memories)
+                      key_lists=keys, live_memories=live_memories, derived=dict(derived))
 
 
 def _read_rows(db_path: Path, view: View | None, memo: RowMemo, leaves: dict[_LeafKey, _LeafRows],
@@ -268,6 +269,8 @@ def _read_rows(db_path: Path, view: View | None, memo: RowMemo, leaves: dict[_Le
     vectors: dict[str, list[_Vector]] = {}
     vector_keys: dict[str, list[str]] = {}
     faiss: dict[str, dict[Any, bytes]] = {}
+    derived: dict[Any, Any] = {}  # `StoreState.derived` memos this read knows: every table's rows have the same
+    # columns (one SELECT * of one schema), and the memories by id (updated from the file's last read)
     last = memo.last_read(str(db_path)) if view is not None else None
     changed = changed_pages(last[0], view.digests) if last is not None and view is not None else None
     try:
@@ -289,10 +292,13 @@ def _read_rows(db_path: Path, view: View | None, memo: RowMemo, leaves: dict[_Le
                 table = _assemble([_part([memo.row(name, columns, raw) for raw in cursor.fetchall()])])
             tables[name], keys[name], canon[name], live[name], vectors[name], vector_keys[name] = table[:6]
             faiss[name] = table.faiss
+            derived[("uniform", name)] = True
+            if table.by_id is not None:
+                derived[("by_id", name)] = table.by_id
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall()) if "meta" in names else {}
     finally:
         db.close()
-    return tables, keys, canon, meta, live, vectors, vector_keys, faiss
+    return tables, keys, canon, meta, live, vectors, vector_keys, faiss, derived
 
 
 def _table_by_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: str, root: Any, sql: str,
@@ -336,7 +342,7 @@ def _table_by_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: st
         memo.reads["leaves_read"] += len(read_here)
         leaves.update(read_here)
         return _TableRead(root=root, sql=sql, interior=seen.difference(pages), leaves=pages, where=where,
-                          parts=parts, overflow=overflow, table=_assemble(parts, before))
+                          parts=parts, overflow=overflow, table=_assemble(parts, before, by_id=name == "memories"))
     except (ValueError, IndexError):  # a pointer out of the database or a page cut short: not a b-tree we read
         return None
 
@@ -363,7 +369,8 @@ def _reread_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: str,
     leaves.update(read_here)
     changed = ([before.parts[i] for i in dirty], [parts[i] for i in dirty])
     return _TableRead(root=before.root, sql=sql, interior=before.interior, leaves=before.leaves, where=where,
-                      parts=parts, overflow=overflow, table=_assemble(parts, before, changed, dirty[0]))
+                      parts=parts, overflow=overflow,
+                      table=_assemble(parts, before, changed, dirty[0], by_id=name == "memories"))
 
 
 def _leaf_rows(db: sqlite3.Connection, view: View, memo: RowMemo, name: str, sql: str, pgno: int,
@@ -390,11 +397,13 @@ def _leaf_rows(db: sqlite3.Connection, view: View, memo: RowMemo, name: str, sql
 
 
 def _assemble(parts: list[_Part], before: _TableRead | None = None,
-              changed: tuple[list[_Part], list[_Part]] | None = None, first: int = 0) -> _Table:
+              changed: tuple[list[_Part], list[_Part]] | None = None, first: int = 0, *, by_id: bool = False
+              ) -> _Table:
     """A table's lists from its leaves' parts, joined at C speed; from `before`'s, when the leaves are the same
     pages as its: its lists up to the `first` leaf that changed, the parts from there on. Its sorted keys and
     FAISS vectors updated from `before`'s (the changed leaves' taken out and put in) when few changed, else
-    made whole. `changed`: (the parts of `before` no longer there, the parts that are new), when known."""
+    made whole. `changed`: (the parts of `before` no longer there, the parts that are new), when known.
+    `by_id`: the rows by id too (`rows_by_id`), updated from `before`'s the same way."""
     joined = (_joined(parts, 0, first, before.table.rows, before.table.ends[0]) if before is not None and first
               else _joined(parts, 0))
     live = (_joined(parts, 3, first, before.table.live, before.table.ends[1]) if before is not None and first
@@ -406,6 +415,7 @@ def _assemble(parts: list[_Part], before: _TableRead | None = None,
     canon: list[str] | None = None
     vector_keys: list[str] | None = None
     faiss: dict[Any, bytes] | None = None
+    ids: dict[Any, dict[str, Any]] | None = None
     if before is not None:
         if changed is None:
             now, was = set(map(id, parts)), set(map(id, before.parts))
@@ -424,13 +434,25 @@ def _assemble(parts: list[_Part], before: _TableRead | None = None,
             faiss.update((vector[0], vector[1]) for vector in new_vectors)
             if len(faiss) != len(vectors[0]):
                 faiss = None  # an id twice now: the dict keeps the last, as one made whole does
+        old_ids = before.table.by_id
+        if by_id and old_ids is not None and len(old_ids) == len(before.table.rows):  # no id twice
+            ids = dict(old_ids)
+            for row in chain.from_iterable(map(itemgetter(0), gone)):
+                del ids[row.get("id")]
+            added = list(chain.from_iterable(map(itemgetter(0), new)))
+            ids.update(zip(map(dict.get, added, repeat("id")), added, strict=True))
+            if len(ids) != len(joined[0]):
+                ids = None  # an id twice now: made whole, the last row of an id kept
     if canon is None:
         canon = sorted(chain.from_iterable(map(itemgetter(2), parts)))
     if vector_keys is None:
         vector_keys = sorted(map(itemgetter(2), vectors[0]))
     if faiss is None:
         faiss = dict(zip(map(itemgetter(0), vectors[0]), map(itemgetter(1), vectors[0]), strict=True))
-    return _Table(joined[0], keys, canon, live[0], vectors[0], vector_keys, faiss, (joined[1], live[1], vectors[1]))
+    if by_id and ids is None:
+        ids = dict(zip(map(dict.get, joined[0], repeat("id")), joined[0], strict=True))
+    return _Table(joined[0], keys, canon, live[0], vectors[0], vector_keys, faiss, (joined[1], live[1], vectors[1]),
+                  ids)
 
 
 def _joined(parts: list[_Part], at: int, first: int = 0, old: list[Any] | None = None,
@@ -587,7 +609,10 @@ def all_have(state: StoreState, table: str, columns: tuple[str, ...]) -> bool:
     key = ("all_have", table, columns)
     if key not in state.derived:
         rows = state.tables.get(table, [])
-        state.derived[key] = all(all(map(operator.contains, rows, repeat(c))) for c in columns)
+        if state.derived.get(("uniform", table)):  # every row has the same columns (`read_state`)
+            state.derived[key] = not rows or all(c in rows[0] for c in columns)
+        else:
+            state.derived[key] = all(all(map(operator.contains, rows, repeat(c))) for c in columns)
     return state.derived[key]
 
 
