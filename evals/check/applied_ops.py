@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from evals.core.rows import is_live
-from evals.core.store_state import StoreState
+from evals.core.store_state import StoreState, all_have, changed_row_ids, rows_by_id
 from evals.record import AnomalyKind, Witnessed
 
 _CONTENT = ("text", "subject", "owner", "kind")  # what an op carries from its fact, and a row holds
@@ -37,7 +37,7 @@ def _get(op: Any, field: str) -> Any:
 def _memories(state: StoreState | None) -> dict[Any, dict[str, Any]] | None:
     if state is None:
         return None
-    return {row.get("id"): row for row in state.tables.get("memories", [])}
+    return rows_by_id(state, "memories")
 
 
 def _live(row: dict[str, Any] | None) -> bool:
@@ -53,8 +53,7 @@ def _show(row: dict[str, Any] | None) -> str:
 
 def hymem_rows(state: StoreState) -> bool:
     """The state holds hymem's memory rows (the columns these checks read)."""
-    rows = state.tables.get("memories")
-    return rows is not None and all("superseded_by" in row and "deleted_at" in row for row in rows)
+    return "memories" in state.tables and all_have(state, "memories", ("superseded_by", "deleted_at"))
 
 
 def applied_op_anomalies(ops: list[Any], proposed_ops: list[dict[str, Any]], proposed_facts: list[dict[str, Any]],
@@ -137,9 +136,10 @@ def applied_op_anomalies(ops: list[Any], proposed_ops: list[dict[str, Any]], pro
             if problem is not None:
                 wrong(op, problem)
     if old is not None:
-        changed = sorted((mid for mid in set(old) | set(new)  # `is not`: a row read once is one object, unchanged
-                          if old.get(mid) is not new.get(mid) and old.get(mid) != new.get(mid) and mid not in touched),
-                         key=str)
+        assert before is not None
+        changed = sorted((mid for mid in changed_row_ids(before, after, "memories")  # every id whose row is
+                          if old.get(mid) is not new.get(mid)  # another object (a row read once is one object)
+                          and old.get(mid) != new.get(mid) and mid not in touched), key=str)
         for mid in changed[:3]:
             found.append((AnomalyKind.APPLIED_OP_WRONG, f"{where}: memory {mid} changed with no op reporting it: "
                           f"{_show(old.get(mid))} -> {_show(new.get(mid))}"))

@@ -4,6 +4,8 @@ case's raw messages, read by `evals.core.prompt_reading` (not by `hymem.render`,
 from __future__ import annotations
 
 import difflib
+from collections import Counter
+from itertools import repeat
 from typing import Any
 
 from evals.core.prompt_reading import (
@@ -127,15 +129,16 @@ def check_candidates(prompts: list[dict[str, str]], proposed: list[dict[str, Any
             continue
         call = f"{where}, call {number + 1} (lm.reconcile)"
         kinds = [str(f.get("kind") or "fact") for f in proposed]
-        by_id = {m.get("id"): str(m.get("kind") or "fact") for m in live}
+        by_id = _kinds_by_id(live)
+        live_of = _kind_counts(by_id)
         shown = [e.get("id") if isinstance(e, dict) else None for e in existing]
-        strays = [i for i in shown if by_id.get(i) not in kinds]
+        strays = [i for i in shown if _kind(by_id.get(i, _ABSENT)) not in kinds]
         if strays:
             found.append((AnomalyKind.RECONCILE_CANDIDATES_WRONG, f"{call}: existing memories {strays} are not live "
                                                                   f"memories of the user of a new fact's kind"))
         for kind in sorted(set(kinds)):
-            n, total = kinds.count(kind), sum(1 for v in by_id.values() if v == kind)
-            count = sum(1 for i in shown if by_id.get(i) == kind)
+            n, total = kinds.count(kind), live_of[kind]
+            count = sum(1 for i in shown if i in by_id and _kind(by_id[i]) == kind)
             low, high = min(k, total), min(n * k, total)
             if not low <= count <= high:
                 want = f"{low}" if low == high else f"{low} to {high}"
@@ -143,6 +146,30 @@ def check_candidates(prompts: list[dict[str, str]], proposed: list[dict[str, Any
                               f"{call}: {count} existing {kind} memories shown for {n} new {kind}(s), expected {want} "
                               f"({total} live, {k} candidates per fact)"))
     return found
+
+
+_ABSENT = object()  # an id that is no live memory's: of no kind
+
+
+def _kind(raw: Any) -> str | None:
+    """A memory's kind as the reconcile contract reads it ("fact" when it has none)."""
+    return None if raw is _ABSENT else str(raw or "fact")
+
+
+def _kinds_by_id(live: list[dict[str, Any]]) -> dict[Any, Any]:
+    """Each live memory's raw kind by its id (the last memory of an id), at C speed: per write, over every live
+    memory of the user."""
+    return dict(zip(map(dict.get, live, repeat("id")), map(dict.get, live, repeat("kind")), strict=True))
+
+
+def _kind_counts(by_id: dict[Any, Any]) -> Counter[str]:
+    """How many live memories there are of each kind: counted at C speed by raw kind, then read as kinds."""
+    out: Counter[str] = Counter()
+    for raw, n in Counter(by_id.values()).items():
+        kind = _kind(raw)
+        assert kind is not None
+        out[kind] += n
+    return out
 
 
 __all__ = ["check_candidates", "check_conversation", "check_prompts"]

@@ -8,18 +8,28 @@ and the checks compare those states, so the state is a shared type of both, not 
 from __future__ import annotations
 
 import json
+import operator
 import sqlite3
+from bisect import bisect_left, insort
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import accumulate, chain, compress, repeat
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from evals.core.rows import is_live
-from evals.core.store_view import PageDigests, View, leaf_cells, read_view, table_leaves
+from evals.core.store_view import (
+    PageDigests,
+    View,
+    changed_pages,
+    is_table_leaf,
+    leaf_cells,
+    read_view,
+    table_leaves,
+)
 from hymem.store import DB_FILE, INDEX_FILE, SIDECAR_FILE
 
 _IGNORED_TABLES = {"meta", "migrations", "sqlite_sequence"}
@@ -42,14 +52,17 @@ class StoreState:
     notes: list[str] = field(default_factory=list)
     canonical_form: dict[str, list[str]] | None = field(default=None, repr=False, compare=False)  # memo
     row_keys: dict[str, set[str]] | None = field(default=None, repr=False, compare=False)  # memo
+    key_lists: dict[str, list[str]] | None = field(default=None, repr=False, compare=False)  # `row_keys`' source
+    derived: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)  # memos of the helpers below
     live_memories: list[dict[str, Any]] | None = field(default=None, repr=False, compare=False)  # memo
 
 
 _Vector = tuple[Any, bytes, str]  # a live memory's (id, vector bytes, its key in the FAISS part of `canonical`)
-# every table's rows, diff keys and sorted canonical keys, the meta table, each table's live rows, and each table's
-# live rows' vectors
-_Rows = tuple[dict[str, list[dict[str, Any]]], dict[str, set[str]], dict[str, list[str]], dict[str, str],
-              dict[str, list[dict[str, Any]]], dict[str, list[_Vector]]]
+# every table's rows, diff keys and sorted canonical keys, the meta table, each table's live rows, each table's
+# live rows' vectors and their sorted FAISS keys
+_Rows = tuple[dict[str, list[dict[str, Any]]], dict[str, list[str]], dict[str, list[str]], dict[str, str],
+              dict[str, list[dict[str, Any]]], dict[str, list[_Vector]], dict[str, list[str]],
+              dict[str, dict[Any, bytes]], dict[Any, Any]]
 # a row as a dict, its key for diffs, its key for `canonical`, live, and its vector when it is a live memory
 _Row = tuple[dict[str, Any], str, str, bool, _Vector | None]
 _LeafKey = tuple[str, str, bytes]  # (table, its CREATE statement, the leaf page's SHA-256)
@@ -59,17 +72,55 @@ _Part = tuple[list[dict[str, Any]], list[str], list[str], list[dict[str, Any]], 
 _LeafRows = tuple[tuple[tuple[int, bytes], ...], _Part]  # ((overflow page, its SHA-256), ...), the leaf's rows
 
 
+class _Table(NamedTuple):
+    """A table's rows as a state holds them, and each leaf's end in its lists (to join the next read's)."""
+
+    rows: list[dict[str, Any]]
+    keys: list[str]  # each row's diff key
+    canon: list[str]  # the rows' canonical keys, sorted
+    live: list[dict[str, Any]]
+    vectors: list[_Vector]  # the live memories' vectors
+    vector_keys: list[str]  # their canonical keys, sorted
+    faiss: dict[Any, bytes]  # id -> vector, as an index rebuilt from these rows holds them
+    ends: tuple[list[int], list[int], list[int]]  # where each leaf's rows, live rows and vectors end
+    by_id: dict[Any, dict[str, Any]] | None = None  # the rows by id (`rows_by_id`), for the memories table
+
+
+@dataclass
+class _TableRead:
+    """A table as the last read of its database file assembled it, leaf page by leaf page.
+
+    Why: a long case reads its store after every write, and a write changes a few pages of a store that
+    grows with the case. A later read of the same file compares every page's SHA-256 with this read's (at C
+    speed, `changed_pages`) and reads again only the leaves whose page or overflow pages changed; the b-tree is
+    walked again only when one of its interior pages changed. Still bytes only: an unchanged page is the
+    same bytes, so it holds the same rows."""
+
+    root: int
+    sql: str
+    interior: set[int]  # the b-tree's interior pages: one changed and the leaves are walked again
+    leaves: list[int]  # the leaf pages in rowid order
+    where: dict[int, int]  # a leaf page or an overflow page -> the index of its leaf in `leaves`
+    parts: list[_Part]  # each leaf's rows
+    overflow: list[tuple[tuple[int, bytes], ...]]  # each leaf's overflow pages (and their SHA-256)
+    table: _Table
+
+
 class RowMemo:
     """Rows already read, for one case: each distinct database's, each distinct leaf page's, each distinct row's.
 
     Why: a sweep reads the store after every faulted write, retry and repeat, so reading every row each time
-    costs O(store) per faulted unit. A read trusts nothing the engine reports and nothing but bytes:
+    costs O(store) per faulted unit. A read trusts nothing the engine reports and nothing but bytes (and, for
+    a main database file unchanged since a read that found it settled, its stat: `PageDigests.settled`):
     - a database whose pages are all the same bytes as an earlier read's (a failed write rolled back, an
       idempotent repeat, a close that checkpointed the same pages) reuses that read's rows, found by a digest
       of every page a reader sees (`evals.core.store_view`): no SQL at all;
     - otherwise each table's b-tree is walked from its root page, and a leaf page (with its overflow pages)
       that is the same bytes as one read before holds the same rows; only the rows of the other leaves are
       read through SQL, by their rowid range, and the rowids must be the ones the page holds;
+    - a later read of the same database file reuses that file's last read table by table: a table none of
+      whose pages changed is taken whole, and of the others only the leaves whose pages changed are looked
+      up again (`_TableRead`), so a long case's read after each write costs O(changed), not O(store);
     - a row is looked up by its full raw content (every column, the vector's bytes too), so a changed row is
       always a new entry.
     """
@@ -84,6 +135,9 @@ class RowMemo:
         self._leaves: dict[_LeafKey, _LeafRows] = {}
         self._max_leaves = max_leaves
         self.pages = PageDigests()
+        # each database file's last read kept: (its pages' digests, its tables) -> `_TableRead`
+        self._files: dict[str, tuple[bytes, dict[str, _TableRead]]] = {}
+        self._max_files = 16
         # state reads that read SQL / reused a whole database's rows; leaf pages read through SQL / reused
         self.reads = {"rows": 0, "reused": 0, "leaves_read": 0, "leaves_reused": 0}
 
@@ -110,10 +164,26 @@ class RowMemo:
 
     def leaf(self, key: _LeafKey, view: View) -> _Part | None:
         """The rows of a leaf page read before, if its overflow pages are the same bytes too."""
+        hit = self.leaf_rows(key, view)
+        return hit[1] if hit is not None else None
+
+    def leaf_rows(self, key: _LeafKey, view: View) -> _LeafRows | None:
+        """A leaf page read before (its overflow pages and rows), if its overflow pages are the same bytes too."""
         hit = self._leaves.get(key)
         if hit is None or any(view.page_digest(pgno) != digest for pgno, digest in hit[0]):
             return None
-        return hit[1]
+        return hit
+
+    def last_read(self, path: str) -> tuple[bytes, dict[str, _TableRead]] | None:
+        """The last kept read of this database file: its pages' digests and its tables as read."""
+        return self._files.get(path)
+
+    def keep_read(self, path: str, digests: bytes, tables: dict[str, _TableRead]) -> None:
+        """Keep a read of a database file (one whose pages did not change while it was read) for the next."""
+        self._files.pop(path, None)
+        if len(self._files) >= self._max_files:
+            self._files.pop(next(iter(self._files)))
+        self._files[path] = (digests, tables)
 
     def row(self, table: str, columns: tuple[str, ...], raw: tuple[Any, ...]) -> _Row:
         """(the row as a dict, its key for diffs, its key for `canonical`, whether it is live, and a live
@@ -159,96 +229,263 @@ def read_state(store_dir: Path, memo: RowMemo | None = None) -> StoreState:
     rows = memo.database(view.digest if view is not None else None)
     if rows is None:
         leaves: dict[_LeafKey, _LeafRows] = {}
-        rows = _read_rows(db_path, view, memo, leaves)
+        read_tables: dict[str, _TableRead] = {}
+        rows = _read_rows(db_path, view, memo, leaves, read_tables)
         memo.reads["rows"] += 1
         after = read_view(db_path, memo.pages) if view is not None else None
         if view is not None and after is not None and after.digest == view.digest:  # unchanged while read
             memo.remember(view.digest, rows, leaves)
+            memo.keep_read(str(db_path), view.digests, read_tables)
     else:
         memo.reads["reused"] += 1
-    tables, keys, shared_canon, meta, live, vectors = rows
+    tables, keys, shared_canon, meta, live, vectors, vector_keys, rebuilt_faiss, derived = rows
     canon = dict(shared_canon)  # this state's own: its FAISS part is added below
     live_memories = live.get("memories", [])
     read = _read_faiss(store_dir, int(meta.get("generation", 0)), memo)
     if read is None:  # stale or missing: the engine rebuilds from SQLite on open, so that is the index it will use
         rebuilt = vectors.get("memories", [])  # each live memory's, found once per row (`RowMemo.row`)
-        faiss_vectors = dict(zip(map(itemgetter(0), rebuilt), map(itemgetter(1), rebuilt), strict=True))
-        canon["faiss"] = (sorted(map(itemgetter(2), rebuilt)) if len(faiss_vectors) == len(rebuilt)
+        faiss_vectors = rebuilt_faiss.get("memories", {})  # shared by the states of this read, never changed
+        canon["faiss"] = (vector_keys.get("memories", []) if len(faiss_vectors) == len(rebuilt)
                           else _faiss_canonical(faiss_vectors))  # an id twice: the dict keeps one, as before
     else:
         faiss_vectors, canon["faiss"] = read
     return StoreState(tables=tables, faiss=faiss_vectors, faiss_stale=read is None, canonical_form=canon,
-                      row_keys=keys, live_memories=live_memories)
+                      key_lists=keys, live_memories=live_memories, derived=dict(derived))
 
 
-def _read_rows(db_path: Path, view: View | None, memo: RowMemo, leaves: dict[_LeafKey, _LeafRows]) -> _Rows:
+def _read_rows(db_path: Path, view: View | None, memo: RowMemo, leaves: dict[_LeafKey, _LeafRows],
+               read_tables: dict[str, _TableRead]) -> _Rows:
     """Every table's rows (as dicts, diff keys and sorted canonical keys) and the meta table.
 
-    A table is read leaf page by leaf page when `view` (the pages this read sees) is known: the rows of a leaf
-    read before are reused, the others read through SQL; their entries are added to `leaves`. Else, and for
-    a table that is not a plain rowid table, whole through SQL."""
+    A table is read leaf page by leaf page when `view` (the pages this read sees) is known: a table none of
+    whose pages changed since the last read of the same file is that read's; of the others, the rows of a leaf
+    read before are reused, the others read through SQL; their entries are added to `leaves`, and each table
+    so read to `read_tables`. Else, and for a table that is not a plain rowid table, whole through SQL."""
     db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     tables: dict[str, list[dict[str, Any]]] = {}
-    keys: dict[str, set[str]] = {}
+    keys: dict[str, list[str]] = {}
     canon: dict[str, list[str]] = {}
     live: dict[str, list[dict[str, Any]]] = {}
     vectors: dict[str, list[_Vector]] = {}
+    vector_keys: dict[str, list[str]] = {}
+    faiss: dict[str, dict[Any, bytes]] = {}
+    derived: dict[Any, Any] = {}  # `StoreState.derived` memos this read knows: every table's rows have the same
+    # columns (one SELECT * of one schema), and the memories by id (updated from the file's last read)
+    last = memo.last_read(str(db_path)) if view is not None else None
+    changed = changed_pages(last[0], view.digests) if last is not None and view is not None else None
     try:
         schema = db.execute("SELECT name, rootpage, sql FROM sqlite_master WHERE type='table' ORDER BY name").fetchall()
         names = [name for name, _, _ in schema]
         for name, root, sql in schema:
             if name in _IGNORED_TABLES:
                 continue
-            parts = _table_by_leaves(db, view, memo, name, root, sql or "", leaves) if view is not None else None
-            if parts is None:
+            table: _Table | None = None
+            if view is not None:
+                before = last[1].get(name) if last is not None else None
+                read = _table_by_leaves(db, view, memo, name, root, sql or "", leaves, before, changed)
+                if read is not None:
+                    read_tables[name] = read
+                    table = read.table
+            if table is None:
                 cursor = db.execute(f'SELECT * FROM "{name}"')
                 columns = tuple(d[0] for d in cursor.description)
-                parts = [_part([memo.row(name, columns, raw) for raw in cursor.fetchall()])]
-            tables[name] = list(chain.from_iterable(part[0] for part in parts))  # no Python work per row
-            keys[name] = set(chain.from_iterable(part[1] for part in parts))
-            canon[name] = sorted(chain.from_iterable(part[2] for part in parts))
-            live[name] = list(chain.from_iterable(part[3] for part in parts))  # found once per distinct leaf
-            vectors[name] = list(chain.from_iterable(part[4] for part in parts))
+                table = _assemble([_part([memo.row(name, columns, raw) for raw in cursor.fetchall()])])
+            tables[name], keys[name], canon[name], live[name], vectors[name], vector_keys[name] = table[:6]
+            faiss[name] = table.faiss
+            derived[("uniform", name)] = True
+            if table.by_id is not None:
+                derived[("by_id", name)] = table.by_id
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall()) if "meta" in names else {}
     finally:
         db.close()
-    return tables, keys, canon, meta, live, vectors
+    return tables, keys, canon, meta, live, vectors, vector_keys, faiss, derived
 
 
 def _table_by_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: str, root: Any, sql: str,
-                     leaves: dict[_LeafKey, _LeafRows]) -> list[_Part] | None:
+                     leaves: dict[_LeafKey, _LeafRows], before: _TableRead | None = None,
+                     changed: set[int] | None = None) -> _TableRead | None:
     """A rowid table's rows in rowid order, one part per leaf page; None when the table cannot be read so
-    (not a rowid b-tree, a page out of place, rowids that are not the page's): the caller reads it whole."""
+    (not a rowid b-tree, a page out of place, rowids that are not the page's): the caller reads it whole.
+
+    `before`, `changed`: the table as the last read of the same file read it, and the pages changed since
+    (see `_TableRead`)."""
     try:
-        pages = table_leaves(view, int(root or 0), memo.pages.btree)
+        root = int(root or 0)
+        dirty: set[int] | None = None  # the leaves of `before` whose page or overflow pages changed
+        if before is not None and changed is not None and before.root == root and before.sql == sql:
+            dirty = {before.where[p] for p in changed if p in before.where}
+            if not dirty and not (changed & before.interior):
+                return before  # not one of its pages changed
+            if not changed & before.interior and all(is_table_leaf(view, before.leaves[i]) for i in dirty):
+                return _reread_leaves(db, view, memo, name, sql, leaves, before, sorted(dirty))
+        seen: set[int] = set()
+        pages = table_leaves(view, root, memo.pages.btree, seen)
         if pages is None:
             return None
         parts: list[_Part] = []
+        overflow: list[tuple[tuple[int, bytes], ...]] = []
+        where: dict[int, int] = {}
         read_here: dict[_LeafKey, _LeafRows] = {}  # kept only when the whole table reads so
-        for pgno in pages:
-            key = (name, sql, view.page_digest(pgno))
-            known = memo.leaf(key, view)
-            if known is not None:
-                memo.reads["leaves_reused"] += 1
-                parts.append(known)
-                continue
-            cells = leaf_cells(view, pgno)
-            read: _Part = ([], [], [], [], [])
-            if cells.rowids:
-                cursor = db.execute(f'SELECT rowid, * FROM "{name}" WHERE rowid BETWEEN ? AND ? ORDER BY rowid',
-                                    (cells.rowids[0], cells.rowids[-1]))
-                columns = tuple(d[0] for d in cursor.description[1:])
-                fetched = cursor.fetchall()
-                if {c.lower() for c in columns} & _ROWID_NAMES or [r[0] for r in fetched] != cells.rowids:
-                    return None  # a column that hides the rowid, or the page and SQL disagree: read it whole
-                read = _part([memo.row(name, columns, raw[1:]) for raw in fetched])
-            read_here[key] = (tuple((p, view.page_digest(p)) for p in cells.overflow), read)
-            parts.append(read)
+        for i, pgno in enumerate(pages):
+            j = before.where.get(pgno) if before is not None and dirty is not None else None
+            if before is not None and dirty is not None and j is not None and before.leaves[j] == pgno \
+                    and j not in dirty:
+                leaf: _LeafRows | None = (before.overflow[j], before.parts[j])  # the same bytes as then
+            else:
+                leaf = _leaf_rows(db, view, memo, name, sql, pgno, read_here)
+            if leaf is None:
+                return None
+            overflow.append(leaf[0])
+            parts.append(leaf[1])
+            where[pgno] = i
+            where.update((p, i) for p, _ in leaf[0])
         memo.reads["leaves_read"] += len(read_here)
         leaves.update(read_here)
-        return parts
+        return _TableRead(root=root, sql=sql, interior=seen.difference(pages), leaves=pages, where=where,
+                          parts=parts, overflow=overflow, table=_assemble(parts, before, by_id=name == "memories"))
     except (ValueError, IndexError):  # a pointer out of the database or a page cut short: not a b-tree we read
         return None
+
+
+def _reread_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: str, sql: str,
+                   leaves: dict[_LeafKey, _LeafRows], before: _TableRead, dirty: list[int]) -> _TableRead | None:
+    """`before` with the leaves at the `dirty` indices read again (the b-tree's interior pages unchanged, so
+    the same leaf pages in the same order)."""
+    parts, overflow = list(before.parts), list(before.overflow)
+    where = before.where
+    read_here: dict[_LeafKey, _LeafRows] = {}
+    for i in dirty:
+        pgno = before.leaves[i]
+        leaf = _leaf_rows(db, view, memo, name, sql, pgno, read_here)
+        if leaf is None:
+            return None
+        overflow[i], parts[i] = leaf
+        new_pages = [p for p, _ in leaf[0] if where.get(p) != i]
+        if new_pages:  # overflow pages new to it (those no longer its stay mapped: a change there reads it again)
+            if where is before.where:
+                where = dict(where)  # copied only when some leaf has new overflow pages
+            where.update(dict.fromkeys(new_pages, i))
+    memo.reads["leaves_read"] += len(read_here)
+    leaves.update(read_here)
+    changed = ([before.parts[i] for i in dirty], [parts[i] for i in dirty])
+    return _TableRead(root=before.root, sql=sql, interior=before.interior, leaves=before.leaves, where=where,
+                      parts=parts, overflow=overflow,
+                      table=_assemble(parts, before, changed, dirty[0], by_id=name == "memories"))
+
+
+def _leaf_rows(db: sqlite3.Connection, view: View, memo: RowMemo, name: str, sql: str, pgno: int,
+               read_here: dict[_LeafKey, _LeafRows]) -> _LeafRows | None:
+    """A leaf page's overflow pages and rows: reused when the same bytes were read before, else read through
+    SQL by its rowid range (and added to `read_here`); None when SQL does not give the page's rowids."""
+    key = (name, sql, view.page_digest(pgno))
+    known = memo.leaf_rows(key, view)
+    if known is not None:
+        memo.reads["leaves_reused"] += 1
+        return known
+    cells = leaf_cells(view, pgno)
+    read: _Part = ([], [], [], [], [])
+    if cells.rowids:
+        cursor = db.execute(f'SELECT rowid, * FROM "{name}" WHERE rowid BETWEEN ? AND ? ORDER BY rowid',
+                            (cells.rowids[0], cells.rowids[-1]))
+        columns = tuple(d[0] for d in cursor.description[1:])
+        fetched = cursor.fetchall()
+        if {c.lower() for c in columns} & _ROWID_NAMES or [r[0] for r in fetched] != cells.rowids:
+            return None  # a column that hides the rowid, or the page and SQL disagree: read it whole
+        read = _part([memo.row(name, columns, raw[1:]) for raw in fetched])
+    leaf = read_here[key] = (tuple((p, view.page_digest(p)) for p in cells.overflow), read)
+    return leaf
+
+
+def _assemble(parts: list[_Part], before: _TableRead | None = None,
+              changed: tuple[list[_Part], list[_Part]] | None = None, first: int = 0, *, by_id: bool = False
+              ) -> _Table:
+    """A table's lists from its leaves' parts, joined at C speed; from `before`'s, when the leaves are the same
+    pages as its: its lists up to the `first` leaf that changed, the parts from there on. Its sorted keys and
+    FAISS vectors updated from `before`'s (the changed leaves' taken out and put in) when few changed, else
+    made whole. `changed`: (the parts of `before` no longer there, the parts that are new), when known.
+    `by_id`: the rows by id too (`rows_by_id`), updated from `before`'s the same way."""
+    joined = (_joined(parts, 0, first, before.table.rows, before.table.ends[0]) if before is not None and first
+              else _joined(parts, 0))
+    live = (_joined(parts, 3, first, before.table.live, before.table.ends[1]) if before is not None and first
+            else _joined(parts, 3))
+    vectors = (_joined(parts, 4, first, before.table.vectors, before.table.ends[2]) if before is not None and first
+               else _joined(parts, 4))
+    keys = (before.table.keys[:before.table.ends[0][first - 1]] + list(chain.from_iterable(map(itemgetter(1),
+            parts[first:]))) if before is not None and first else list(chain.from_iterable(map(itemgetter(1), parts))))
+    canon: list[str] | None = None
+    vector_keys: list[str] | None = None
+    faiss: dict[Any, bytes] | None = None
+    ids: dict[Any, dict[str, Any]] | None = None
+    if before is not None:
+        if changed is None:
+            now, was = set(map(id, parts)), set(map(id, before.parts))
+            changed = [p for p in before.parts if id(p) not in now], [p for p in parts if id(p) not in was]
+        gone, new = changed
+        canon = _resorted(before.table.canon, chain.from_iterable(map(itemgetter(2), gone)),
+                          chain.from_iterable(map(itemgetter(2), new)))
+        gone_vectors = list(chain.from_iterable(map(itemgetter(4), gone)))
+        new_vectors = list(chain.from_iterable(map(itemgetter(4), new)))
+        vector_keys = _resorted(before.table.vector_keys, map(itemgetter(2), gone_vectors),
+                                map(itemgetter(2), new_vectors))
+        if len(before.table.faiss) == len(before.table.vectors):  # no id twice: ids leave and come exactly
+            faiss = dict(before.table.faiss)
+            for vector in gone_vectors:
+                del faiss[vector[0]]
+            faiss.update((vector[0], vector[1]) for vector in new_vectors)
+            if len(faiss) != len(vectors[0]):
+                faiss = None  # an id twice now: the dict keeps the last, as one made whole does
+        old_ids = before.table.by_id
+        if by_id and old_ids is not None and len(old_ids) == len(before.table.rows):  # no id twice
+            ids = dict(old_ids)
+            for row in chain.from_iterable(map(itemgetter(0), gone)):
+                del ids[row.get("id")]
+            added = list(chain.from_iterable(map(itemgetter(0), new)))
+            ids.update(zip(map(dict.get, added, repeat("id")), added, strict=True))
+            if len(ids) != len(joined[0]):
+                ids = None  # an id twice now: made whole, the last row of an id kept
+    if canon is None:
+        canon = sorted(chain.from_iterable(map(itemgetter(2), parts)))
+    if vector_keys is None:
+        vector_keys = sorted(map(itemgetter(2), vectors[0]))
+    if faiss is None:
+        faiss = dict(zip(map(itemgetter(0), vectors[0]), map(itemgetter(1), vectors[0]), strict=True))
+    if by_id and ids is None:
+        ids = dict(zip(map(dict.get, joined[0], repeat("id")), joined[0], strict=True))
+    return _Table(joined[0], keys, canon, live[0], vectors[0], vector_keys, faiss, (joined[1], live[1], vectors[1]),
+                  ids)
+
+
+def _joined(parts: list[_Part], at: int, first: int = 0, old: list[Any] | None = None,
+            old_ends: list[int] | None = None) -> tuple[list[Any], list[int]]:
+    """The `at`-th list of every part joined, and where each part's ends; `old`'s items up to where its part
+    `first` began kept (sliced at C speed), when given."""
+    start = old_ends[first - 1] if old is not None and old_ends is not None and first else 0
+    out = old[:start] if old is not None and first else []
+    tail = list(map(itemgetter(at), parts[first:]))
+    out.extend(chain.from_iterable(tail))
+    ends = (old_ends[:first] if old_ends is not None and first else []) + list(accumulate(map(len, tail),
+                                                                                        initial=start))[1:]
+    return out, ends
+
+
+def _resorted(old: list[str], removed: Any, added: Any) -> list[str] | None:
+    """The sorted list `old` with the keys `removed` taken out and `added` put in (as multisets), or None
+    when many changed (sorting whole is then as cheap) or a removed key is not in `old`."""
+    out_, in_ = Counter(removed), Counter(added)
+    out_, in_ = out_ - in_, in_ - out_  # the leaves read again mostly hold the same rows
+    if sum(out_.values()) + sum(in_.values()) > max(32, len(old) // 32):
+        return None
+    result = list(old)
+    for key, n in out_.items():
+        for _ in range(n):
+            i = bisect_left(result, key)
+            if i == len(result) or result[i] != key:
+                return None
+            del result[i]
+    for key, n in in_.items():
+        for _ in range(n):
+            insort(result, key)
+    return result
 
 
 def _part(rows: list[_Row]) -> _Part:
@@ -309,8 +546,10 @@ def _canonical_row_key(row: dict[str, Any]) -> str:
 
 
 def _keys(state: StoreState) -> dict[str, set[str]]:
+    """Each table's diff keys: made when a diff is asked for (most reads are only compared canonically)."""
     if state.row_keys is None:
-        state.row_keys = {t: {_row_key(r) for r in rows} for t, rows in state.tables.items()}
+        state.row_keys = ({t: set(keys) for t, keys in state.key_lists.items()} if state.key_lists is not None
+                          else {t: {_row_key(r) for r in rows} for t, rows in state.tables.items()})
     return state.row_keys
 
 
@@ -353,6 +592,51 @@ def logical_diff(before: StoreState, after: StoreState) -> dict[str, dict[str, l
         if old != new:
             out[table] = {"added": sorted((new - old).elements()), "removed": sorted((old - new).elements())}
     return out
+
+
+def rows_by_id(state: StoreState, table: str = "memories") -> dict[Any, dict[str, Any]]:
+    """A table's rows by their `id` (the last row of an id, in table order), made once per state at C speed:
+    the checks of a write look rows up in the states before and after it."""
+    key = ("by_id", table)
+    if key not in state.derived:
+        rows = state.tables.get(table, [])
+        state.derived[key] = dict(zip(map(dict.get, rows, repeat("id")), rows, strict=True))
+    return state.derived[key]
+
+
+def all_have(state: StoreState, table: str, columns: tuple[str, ...]) -> bool:
+    """Whether every row of `table` has each of `columns` (once per state, at C speed)."""
+    key = ("all_have", table, columns)
+    if key not in state.derived:
+        rows = state.tables.get(table, [])
+        if state.derived.get(("uniform", table)):  # every row has the same columns (`read_state`)
+            state.derived[key] = not rows or all(c in rows[0] for c in columns)
+        else:
+            state.derived[key] = all(all(map(operator.contains, rows, repeat(c))) for c in columns)
+    return state.derived[key]
+
+
+def user_live_memories(state: StoreState, user_id: str) -> list[dict[str, Any]]:
+    """The user's live memory rows of the state, in the table's order (once per state, at C speed)."""
+    key = ("user_live", user_id)
+    if key not in state.derived:
+        live = live_memories(state)
+        state.derived[key] = list(compress(live, map(operator.eq, map(dict.get, live, repeat("user_id")),
+                                                     repeat(user_id))))
+    return state.derived[key]
+
+
+def changed_row_ids(before: StoreState, after: StoreState, table: str = "memories") -> set[Any]:
+    """A superset of the ids whose row (as `rows_by_id` gives it) is not the same object in both states: the
+    ids of the rows at the positions where the two tables' lists hold different objects, and of the rows past
+    the shorter one's end. Found at C speed: the rows a read reuses are the same objects, so a write's
+    changed rows are found in O(changed) Python work. (An id whose last row moved shows where its old
+    position or its new one holds another row.)"""
+    old, new = before.tables.get(table, []), after.tables.get(table, [])
+    shared = min(len(old), len(new))
+    moved = list(compress(range(shared), map(operator.is_not, old, new)))
+    rows = [old[i] for i in moved] + [new[i] for i in moved] + old[shared:] + new[shared:]
+    return set(map(dict.get, rows, repeat("id")))
 
 
 def live_memories(state: StoreState) -> list[dict[str, Any]]:

@@ -11,6 +11,10 @@ last commit the wal-index (`-shm`) publishes, which is how SQLite's readers find
 of the per-page SHA-256 digests, and a page's digest is recomputed only when its bytes differ from the same
 file's at the last call. Anything unexpected (a WAL without its index, index headers that disagree, salts
 that do not match, a page found nowhere) gives None: the caller reads the rows instead.
+
+The main file is read whole unless a read found it settled (unchanged for `SETTLED_NS` before it) and its
+stat (device, inode, size, mtime, ctime) is the same now: in WAL mode SQLite writes it only when it
+checkpoints, and reading it whole made every read of a long case O(store) (`PageDigests.settled`).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -46,6 +51,35 @@ class PageDigests:
         # a WAL's published frames as its last read parsed them: (path, frame size) -> (salts, mxFrame, page ->
         # (offset, digest)); kept only when that read's `of_pages` call was the file's last (see _published_frames)
         self.frames: dict[tuple[str, int], tuple[bytes, int, dict[int, tuple[int, bytes]]]] = {}
+        self._stats: dict[str, tuple[tuple[int, ...], int]] = {}  # a settled main file -> (its stat, page size)
+
+    def settled(self, name: str, stat: os.stat_result) -> tuple[bytes, int, list[bytes]] | None:
+        """The bytes, page size and page digests of a main database file as its last read found them, when
+        that read found it settled (`read_whole`) and its stat is the same now; else None: read it.
+
+        Why: in WAL mode SQLite writes the main file only when it checkpoints, so most reads of a long case
+        find it as it was, and reading and comparing it whole made every read O(store). This trusts the
+        file's change time, not its bytes: a write, truncation, rename over it or utime after the read sets
+        the ctime to the time of that change (the kernel's, not settable by a process), which is past the
+        quiet period `SETTLED_NS` that the recorded ctime had to be behind the read's start, so the stat
+        differs. A file changed within that period of a read is read whole again at the next."""
+        known = self._stats.get(name)
+        if known is None or known[0] != _signature(stat):
+            return None
+        last = self._files.get((name, known[1]))
+        if last is None or last[1] != 0:
+            return None
+        return last[0], known[1], last[2]
+
+    def read_whole(self, name: str, stat: os.stat_result, started: int, page_size: int) -> None:
+        """Note a read of the whole main file, `stat` taken before it at `started` (time.time_ns): settled
+        when its last change (mtime and ctime) was `SETTLED_NS` or more before."""
+        self._stats.pop(name, None)
+        if max(stat.st_mtime_ns, stat.st_ctime_ns) > started - SETTLED_NS or (name, page_size) not in self._files:
+            return
+        if len(self._stats) >= _MAX_WALS:
+            self._stats.pop(next(iter(self._stats)))
+        self._stats[name] = (_signature(stat), page_size)
 
     def of_pages(self, name: str, data: bytes, start: int, stride: int, header: int, count: int) -> list[bytes]:
         """The SHA-256 of each of `count` pages of `data`: the i-th is the `stride - header` bytes after a
@@ -62,8 +96,9 @@ class PageDigests:
             was = np.frombuffer(old_data, np.uint64, shared * words, old_start).reshape(shared, words)
             same = ~(now != was).any(axis=1)
             self.same_prefix = int(shared if same.all() else np.argmin(same))
-            digests = [old[i] if same[i] else _digest(data, start + i * stride + header, stride - header)
-                       for i in range(shared)]
+            digests = old[:shared]  # the unchanged pages' digests copied at C speed, the others hashed again
+            for i in np.flatnonzero(~same).tolist():
+                digests[i] = _digest(data, start + i * stride + header, stride - header)
         digests += [_digest(data, start + i * stride + header, stride - header) for i in range(len(digests), count)]
         if last is not None:
             self._bytes -= len(self._files.pop(key)[0])
@@ -73,6 +108,13 @@ class PageDigests:
             self._files[key] = (data, start, digests)  # the newest last
             self._bytes += len(data)
         return digests
+
+
+SETTLED_NS = 200_000_000  # a main file unchanged this long before a read is trusted unchanged while its stat is
+
+
+def _signature(stat: os.stat_result) -> tuple[int, ...]:
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
 
 
 def _digest(data: bytes, at: int, size: int) -> bytes:
@@ -94,7 +136,8 @@ class View:
         for pgno, (_, frame_digest) in frames.items():
             if pgno <= count:
                 pages[pgno - 1] = frame_digest  # read_view: every page past the main file's end is a frame
-        self.digest = hashlib.sha256(struct.pack(">II", page_size, count) + b"".join(pages)).digest()
+        self.digests = b"".join(pages)  # each page's SHA-256 in page order: what `changed_pages` compares
+        self.digest = hashlib.sha256(struct.pack(">II", page_size, count) + self.digests).digest()
 
     def page_digest(self, pgno: int) -> bytes:
         frame = self._frames.get(pgno)
@@ -115,15 +158,22 @@ def read_view(db_path: str | Path, pages: PageDigests | None = None) -> View | N
     pages = pages if pages is not None else PageDigests()
     db = str(db_path)
     try:
-        with open(db, "rb") as f:
-            data = f.read()
+        started = time.time_ns()
+        stat = os.stat(db)
+        known = pages.settled(db, stat)
+        if known is None:
+            with open(db, "rb") as f:
+                data = f.read()
     except OSError:
         return None
-    if len(data) < 100 or not data.startswith(_DB_MAGIC):
-        return None
-    page_size = _page_size(int.from_bytes(data[16:18], "big"))
-    if len(data) % page_size:
-        return None
+    if known is not None:
+        data, page_size, file_digests = known
+    else:
+        if len(data) < 100 or not data.startswith(_DB_MAGIC):
+            return None
+        page_size = _page_size(int.from_bytes(data[16:18], "big"))
+        if len(data) % page_size:
+            return None
     wal_path, shm_path = db + "-wal", db + "-shm"
     wal: bytes = b""
     frames: dict[int, tuple[int, bytes]] = {}
@@ -135,7 +185,9 @@ def read_view(db_path: str | Path, pages: PageDigests | None = None) -> View | N
         wal, frames, n_page = published
         if n_page:  # 0: no commit in this WAL; the main file's size is the database's
             count = n_page
-    file_digests = pages.of_pages(db, data, 0, page_size, 0, len(data) // page_size)
+    if known is None:
+        file_digests = pages.of_pages(db, data, 0, page_size, 0, len(data) // page_size)
+        pages.read_whole(db, stat, started, page_size)
     if any(pgno not in frames for pgno in range(len(file_digests) + 1, count + 1)):
         return None  # a page neither the WAL nor the main file holds: not a state a reader can see
     return View(page_size, page_size - data[20], count, data, file_digests, wal, frames)
@@ -148,15 +200,16 @@ class Leaf(NamedTuple):
     overflow: list[int]
 
 
-def table_leaves(view: View, root: int, parsed: dict[tuple[bool, bytes], tuple[int, list[int]]] | None = None
-                 ) -> list[int] | None:
+def table_leaves(view: View, root: int, parsed: dict[tuple[bool, bytes], tuple[int, list[int]]] | None = None,
+                 seen: set[int] | None = None) -> list[int] | None:
     """The leaf pages of the rowid table whose b-tree starts at `root`, in rowid order: the pages a full scan
     of the table reads its rows from. None when a page is not a table b-tree page or one is reached twice.
 
     `parsed`: each page's kind and children, by (page 1 or not, its SHA-256), shared between reads, so a page
-    that is the same bytes as one walked before is not parsed again."""
+    that is the same bytes as one walked before is not parsed again. `seen`: filled with every page walked
+    (interior and leaf)."""
     leaves: list[int] = []
-    seen: set[int] = set()
+    seen = seen if seen is not None else set()
     stack = [root]
     while stack:
         pgno = stack.pop()
@@ -177,6 +230,11 @@ def table_leaves(view: View, root: int, parsed: dict[tuple[bool, bytes], tuple[i
         else:
             return None
     return leaves
+
+
+def is_table_leaf(view: View, pgno: int) -> bool:
+    """Whether page `pgno` is a table b-tree leaf page."""
+    return view.page(pgno)[100 if pgno == 1 else 0] == _LEAF_TABLE
 
 
 _MAX_PARSED = 20_000  # pages whose parse `table_leaves` keeps
@@ -228,6 +286,21 @@ def _varint(page: memoryview, at: int) -> tuple[int, int]:
         if byte < 0x80:
             return value, at + i + 1
     return (value << 8) | page[at + 8], at + 9
+
+
+def changed_pages(before: bytes, after: bytes) -> set[int]:
+    """The pages (numbers from 1) whose SHA-256 differs between two views' `digests`, with every page that
+    only one of them has: compared at C speed, so a read finds what changed since the last one in O(changed)
+    Python work."""
+    if len(before) % 32 or len(after) % 32:
+        raise ValueError("page digests are 32 bytes each")
+    old, new = len(before) // 32, len(after) // 32
+    shared = min(old, new)
+    was = np.frombuffer(before, np.uint8, shared * 32).reshape(shared, 32)
+    now = np.frombuffer(after, np.uint8, shared * 32).reshape(shared, 32)
+    changed = set((np.flatnonzero((was != now).any(axis=1)) + 1).tolist())
+    changed.update(range(shared + 1, max(old, new) + 1))
+    return changed
 
 
 def view_digest(db_path: str | Path, pages: PageDigests | None = None) -> bytes | None:
@@ -294,4 +367,4 @@ def _published_frames(wal_path: str, shm_path: str, page_size: int, pages: PageD
     return wal, newest, n_page
 
 
-__all__ = ["Leaf", "PageDigests", "View", "leaf_cells", "read_view", "table_leaves", "view_digest"]
+__all__ = ["Leaf", "PageDigests", "View", "changed_pages", "is_table_leaf", "leaf_cells", "read_view", "table_leaves", "view_digest"]

@@ -47,7 +47,7 @@ from evals.check.op_walk import walk_case
 from evals.check.write_contract import changed_payloads, history_block, live_rows, stated_profile
 from evals.core.prompt_reading import Said
 from evals.core.rows import is_live
-from evals.core.store_state import StoreState, live_memories
+from evals.core.store_state import StoreState, user_live_memories
 from evals.faults.adversarial import ADVERSARIAL_KINDS
 from evals.faults.plan import Fault, FaultPlan
 from evals.record import (
@@ -290,8 +290,7 @@ class CaseReplayer:
 
     def _user_live(self, state: StoreState) -> list[dict[str, Any]]:
         """The case user's live memory rows of `state`, in the table's order (found once per leaf page)."""
-        user = self.case.user_id
-        return [row for row in live_memories(state) if row.get("user_id") == user]
+        return user_live_memories(state, self.case.user_id)
 
     def _ops_before(self, index: int) -> StoreState | None:
         """The store before write `index`, as the previous write's checks settled it (an empty store before the

@@ -3,8 +3,10 @@ the reuse equal reads of the files from scratch, on real SQLite files in WAL mod
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +16,8 @@ from hypothesis import strategies as st
 
 import evals.arms.hymem_system as hymem_system
 from evals.cases.dataset import Case
-from evals.core.store_state import RowMemo, StoreState, _canonical_row_key, _row_key, canonical, read_state
-from evals.core.store_view import PageDigests, view_digest
+from evals.core.store_state import RowMemo, StoreState, _canonical_row_key, _keys, _row_key, canonical, read_state
+from evals.core.store_view import SETTLED_NS, PageDigests, view_digest
 from evals.faults.plan import FaultPlan
 from evals.run.replay import CaseReplayer
 from hymem import HashEmbedder
@@ -24,8 +26,8 @@ from hymem.store import DB_FILE
 
 
 def same(a: StoreState, b: StoreState) -> bool:
-    return (a.tables, a.row_keys, a.canonical_form, a.faiss, a.faiss_stale) == \
-        (b.tables, b.row_keys, b.canonical_form, b.faiss, b.faiss_stale)
+    return (a.tables, _keys(a), a.canonical_form, a.faiss, a.faiss_stale) == \
+        (b.tables, _keys(b), b.canonical_form, b.faiss, b.faiss_stale)
 
 
 def from_sql(store: Path) -> dict[str, list[dict[str, Any]]]:
@@ -48,7 +50,7 @@ def as_read_from_scratch(state: StoreState, store: Path) -> bool:
     tables = from_sql(store)
     fresh = read_state(store, RowMemo())
     return (state.tables == tables
-            and state.row_keys == {t: {_row_key(r) for r in rows} for t, rows in tables.items()}
+            and _keys(state) == {t: {_row_key(r) for r in rows} for t, rows in tables.items()}
             and canonical(state) == {**{t: sorted(_canonical_row_key(r) for r in rows) for t, rows in tables.items()},
                                      "faiss": canonical(fresh)["faiss"]}
             and (state.faiss, state.faiss_stale) == (fresh.faiss, fresh.faiss_stale))
@@ -223,3 +225,61 @@ def test_any_history_of_writes_reads_as_a_read_from_scratch(tmp_path_factory, op
             conn = writer(path)
         assert as_read_from_scratch(read_state(path, memo), path)
     conn.close()
+
+
+def test_every_read_of_a_long_case_equals_a_read_from_scratch_and_reads_only_changed_leaves(monkeypatch):
+    """A case long enough for its tables' b-trees to grow interior pages: each state read after a write (table
+    by table from the file's last read, `_TableRead`) equals the files read from scratch, FAISS part and keys
+    too; and after the first writes a read looks up a few leaves, not every leaf of the store."""
+    case = Case.model_validate({"id": "long", "lang": "en", "user_id": "ana", "turns": [
+        [{"role": "user", "name": "Ana", "content": f"I visited city {i} in year {1000 + i}."}] for i in range(60)]})
+    memos: list[RowMemo] = []
+    looked_up: list[int] = []
+
+    def checked(store_dir: Path, memo: RowMemo | None = None) -> StoreState:
+        before = (memo.reads["leaves_read"] + memo.reads["leaves_reused"]) if memo is not None else 0
+        state = read_state(store_dir, memo)
+        assert as_read_from_scratch(state, store_dir), store_dir
+        if memo is not None:
+            looked_up.append(memo.reads["leaves_read"] + memo.reads["leaves_reused"] - before)
+            if all(m is not memo for m in memos):
+                memos.append(memo)
+        return state
+
+    monkeypatch.setattr(hymem_system, "read_state", checked)
+    run = CaseReplayer(case, "view", "offline", lambda c: offline_lm(), HashEmbedder(), FaultPlan.parse("none"),
+                       seed=0).run()
+    assert run.status == "ok", run.error
+    assert len(run.memories) == 60
+    (memo,) = memos
+    late = [n for n in looked_up[len(looked_up) // 2:] if n]  # the reads that read rows, in the case's second half
+    assert late and sorted(late)[len(late) // 2] < 12  # a few leaves per read: a store of 60 memories has ~30
+
+
+def test_a_settled_main_file_is_trusted_by_its_stat_until_it_changes(store):
+    """A main database file unchanged for `SETTLED_NS` before a read is not read again while its stat is the
+    same; a checkpoint, or bytes written into it behind SQLite's back (the same size), are read."""
+    path, conn = store
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    memo = RowMemo()
+    db = path / DB_FILE
+    read_state(path, memo)  # changed just now: not settled
+    assert memo.pages.settled(str(db), os.stat(db)) is None
+    time.sleep(SETTLED_NS / 1e9 + 0.05)
+    read_state(path, memo)
+    assert memo.pages.settled(str(db), os.stat(db)) is not None
+    conn.execute("UPDATE notes SET text = 'note 7777' WHERE id = 7")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the main file written at once
+    state = read_state(path, memo)
+    assert as_read_from_scratch(state, path) and state.tables["notes"][6]["text"] == "note 7777"
+    conn.close()
+    time.sleep(SETTLED_NS / 1e9 + 0.05)
+    read_state(path, memo)
+    assert memo.pages.settled(str(db), os.stat(db)) is not None
+    data = db.read_bytes()
+    at = data.rindex(b"note 0012")
+    with open(db, "r+b") as f:  # the same size and mtime untouched by SQLite: only the file's own stat says
+        f.seek(at)
+        f.write(b"note 0099")
+    state = read_state(path, memo)
+    assert as_read_from_scratch(state, path) and state.tables["notes"][12]["text"] == "note 0099"
