@@ -106,6 +106,7 @@ class _Prepared:
     subject: str | None  # the subject split off, canonical (voice flips count only when both keep theirs)
     objects: frozenset[str]  # without a subject: who it names as acted on (`_objects`)
     persons: dict[str, frozenset[str]]  # each person noun heading a phrase -> how it is held (`_persons_held`)
+    phrase_verbs: frozenset[str]  # verbs stated through a light verb and a noun (`lexicon.phrase_verbs`)
 
 
 # How extractors report what was said, which is not part of the fact: "The user mentioned (that) …",
@@ -274,7 +275,8 @@ def prepare_text(text: str) -> _Prepared:
     return _Prepared(predicate, units(predicate), negated(predicate), _bigrams(predicate), qualifiers,
                      zh, words_of(predicate), found, frozenset(periods), name_table(predicate),
                      chinese_words(predicate) if zh else (), subject,
-                     _objects(predicate, zh) if subject is None else frozenset(), _persons_held(predicate, zh))
+                     _objects(predicate, zh) if subject is None else frozenset(), _persons_held(predicate, zh),
+                     phrase_verbs(predicate))
 
 
 def _latin_content(p: _Prepared) -> list[str]:
@@ -371,9 +373,8 @@ def _opposed(a: _Prepared, b: _Prepared, changes: _Units) -> bool:
     if a.negated != b.negated:
         return False
     unmatched_a, unmatched_b = ([w for u in side for w in u] for side in changes)
-    phrased_a, phrased_b = phrase_verbs(a.predicate), phrase_verbs(b.predicate)
-    unmatched_a += sorted(phrased_a - phrased_b)
-    unmatched_b += sorted(phrased_b - phrased_a)
+    unmatched_a += sorted(a.phrase_verbs - b.phrase_verbs)
+    unmatched_b += sorted(b.phrase_verbs - a.phrase_verbs)
     return any(opposite(x, y) for x in unmatched_a for y in unmatched_b)
 
 
