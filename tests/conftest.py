@@ -17,6 +17,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HYMEM_MATCHER", "text")
 
 _CHECKOUT = Path(__file__).resolve().parent.parent
+_CHECKOUT_KEY = pytest.StashKey[dict[str, str] | None]()
 
 
 def _checkout_files() -> dict[str, str] | None:
@@ -53,8 +54,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             reporter.write_sep("=", message, red=True, bold=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
-
-_CHECKOUT_KEY = pytest.StashKey[dict[str, str] | None]()
 
 
 def extract_reply(facts: list[tuple[str, str, str]] = (), profile: dict | None = None) -> str:
