@@ -124,8 +124,10 @@ def zh_leading_name(text: str) -> str | None:
     _quiet_jieba()
     clause = re.split(r"[，,。.！!？?；;：:（(\s]", text, maxsplit=1)[0]
     name = _zh_name(clause, [(w.word, w.flag) for w in jieba.posseg.cut(clause)])
-    if name is None and _tag(clause[:1]) != "p":  # 向小刘借了…: a preposition, not a surname
-        name = unknown_name(clause, UNKNOWN_NAME_MARGIN)
+    if _tag(clause[:1]) != "p" and (name is None or len(name) == 2):  # 向小刘借了…: a preposition, not a surname
+        unknown = unknown_name(clause, UNKNOWN_NAME_MARGIN)
+        if name is None or (unknown is not None and len(unknown) > len(name) and unknown.startswith(name)):
+            name = unknown  # 花蕾|蕾, 喻晓|光: the dictionary's (or jieba's) word was only part of the name
     return name if name is not None and _predicate_follows(clause, name) else None
 
 
@@ -134,7 +136,7 @@ def _predicate_opens(text: str) -> bool:
     import jieba.posseg
 
     first = next(iter(jieba.posseg.cut(text)), None) if text else None
-    return first is not None and first.flag.startswith(("v", "d", "p", "t"))
+    return first is not None and first.flag.startswith(("v", "d", "p", "t", "f"))
 
 
 def _predicate_follows(clause: str, name: str) -> bool:

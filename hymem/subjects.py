@@ -71,7 +71,7 @@ _EN_RELATION = re.compile(rf"^(?:(?:the\s+)?(?:current\s+)?user(?:'s|s'|(?=\s+(?
                           rf"best|close|old|new|late|former|ex-)\s*)*({_EN_RELATIONS})\b(?:[\s,]+(?-i:({EN_PERSON}|"
                           r"[^\W\d_A-Za-z][^\s,.]*)))?", re.IGNORECASE)
 # "用户的姐姐" / "他的同事": a relation; the relative's name after it is read by `zh_name_after_relation`.
-_ZH_RELATION = re.compile(rf"^(?:{_ZH_USER_WORD}|(?:他|她)们?)的?(?:(?:大|小|亲|好|前|老))?({_ZH_RELATIONS})")
+_ZH_RELATION = re.compile(rf"^(?:{_ZH_USER_WORD}|(?:他|她)们?)的?(?:(?:大学|高中|初中|小学|大|小|亲|好|前|老))?({_ZH_RELATIONS})")
 # A relative's name in Latin letters ("用户的朋友Anna是…", "用户的同事Dr. Smith…"), as the English name reader reads
 # one: its letters exclude the Chinese that runs on after it ("用户的朋友Jack是厨师" is Jack's, not "Jack是厨"'s).
 _ZH_LATIN_NAME = re.compile(rf"^[,，]?\s*({EN_PERSON}|[a-z][a-z'-]*)(?=[,，\s\u4e00-\u9fff])")

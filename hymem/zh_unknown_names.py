@@ -60,11 +60,11 @@ def _dictionary_words(clause: str) -> list[tuple[str, str]]:
     return [(w.word, w.flag) for w in jieba.posseg.cut(clause, HMM=False)]
 
 
-# A name does not begin with a conjunction, a particle or a numeral (和|老公, 半|马), nor end with a verb, or with a
-# one-character adverb or preposition (祝|开业, 台词|挺, 小李|教): those are the clause's grammar around a name.
-_NOT_FIRST = ("c", "u", "m", "q")
-_NOT_LAST_WORD = ("v",)
-_NOT_LAST_CHARACTER = ("d", "p", "c", "u")
+# A name does not begin with a conjunction, a particle or a measure word (和|老公), nor end with a one-character
+# verb, adverb or preposition (台词|挺, 小李|教, 卜凡|会): those are the clause's grammar around a name. A given name
+# may be a dictionary verb (齐|远航) and a surname a dictionary numeral (左|宏伟).
+_NOT_FIRST = ("c", "u", "q")
+_NOT_LAST_CHARACTER = ("v", "d", "p", "c", "u")
 
 
 # A span that opens with a common word of two characters or more is that word (高中|时在学校…), not a surname and a
@@ -93,9 +93,9 @@ def unknown_name(clause: str, margin: float) -> str | None:
     for length in (3, 2):
         span = clause[:length]
         if len(clause) <= length or not _HAN.match(span) or span in known or length not in last_word:
-            continue
+            continue  # a span that cuts a dictionary word is not read (高峰|期, 马可|领养; also 喻晓|光是, a miss)
         word, flag = last_word[length]
-        if flag.startswith(_NOT_LAST_WORD) or (len(word) == 1 and flag.startswith(_NOT_LAST_CHARACTER)):
+        if len(word) == 1 and flag.startswith(_NOT_LAST_CHARACTER):
             continue
         if (gap := name_margin(span)) <= margin:
             fits.append((gap, -length, span))

@@ -252,6 +252,9 @@ def _zh_person(text: str) -> str | None:
         name = first.word
         if len(name) == 3 and (name[0] in "小老阿" or jieba.posseg.dt.word_tag_tab.get(name[:2], "").startswith("nr")):
             name = name[:2]  # jieba's model runs a known name into its verb: 张伟爱, 老贺会
+        elif len(name) == 2 and len(words) > 1 and len(words[1].word) == 1 and words[1].flag[:1] in ("n", "x") \
+                and _name_like(name + words[1].word):
+            name += words[1].word  # 花蕾|蕾, 麦冬|梅: a dictionary word and the character that ends the name
     if name is None:
         name = _unlisted_name(re.split(r"[，,。；;！!？?：:]", text, maxsplit=1)[0])
     if name is None:
@@ -302,9 +305,10 @@ def _unlisted_name(clause: str) -> str | None:
             (len(pieces[0][0]) >= 2 and jieba.dt.FREQ.get(pieces[0][0], 0) >= _COMMON_COUNT):
         return None
     span, found = "", None
-    for word, flag in pieces[:3]:
+    for index, (word, flag) in enumerate(pieces[:3]):
         span += word
-        if len(span) > 4 or not re.fullmatch(r"[\u4e00-\u9fff]+", span) or (span != word and (
+        verb_given_name = index == 1 and len(word) == 2 and flag[:1] == "v"  # 齐|远航, a given name that is a verb
+        if len(span) > 4 or not re.fullmatch(r"[\u4e00-\u9fff]+", span) or (span != word and not verb_given_name and (
                 flag[:1] in ("v", "p", "c", "u", "t", "m", "r", "f") or (len(word) == 1 and flag[:1] == "d"))):
             break  # a verb, a preposition or a time word ends the name (焦阳|喜欢, 卜凡|会)
         if len(span) >= 2 and len(span) < len(clause) and span not in jieba.posseg.dt.word_tag_tab and _name_like(span):

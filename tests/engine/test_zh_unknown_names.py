@@ -7,12 +7,18 @@ as objects, 40 negatives whose opening characters are no name). First reading on
 The rows either reader still gets wrong are listed below as strict expected failures: each is a dictionary word
 jieba tags as a person's name (石家庄, 马拉松), a compound surname the engine's closed list holds (上官网, 东方明珠),
 or, for the scorer, a compound surname it has no list for. A fix turns its row into an unexpected pass.
-`subject_shapes_zh_unknown_names_heldout.jsonl` was written after the change, not run before it was committed.
+Two held-out tables were written after the change and committed before they were run (first readings, engine /
+scorer: `_heldout` 42/50 / 41/50, the same as the old rule, as its names turned out to be ones jieba's model already
+tags; `_heldout3`, surnames that are everyday words, 31/38 / 30/38, also unchanged). Their misses then shaped a
+second change (a surname the dictionary calls a numeral, 左; a given name that is a verb, 远航; a dictionary word and
+the character that ends the name, 花蕾|蕾; a compound surname before a time word; 用户的大学同学), so both are
+in-sample for it now: engine 43/50 and 36/38, scorer 41/50 and 32/38. The floors below hold those figures.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -40,7 +46,7 @@ def _marked(rows: list[dict], misreads: set[str]) -> list:
                          if r["text"] in misreads else ()) for r in rows]
 
 
-def _agrees(got: str | None, want: str | None, same) -> bool:  # type: ignore[no-untyped-def]
+def _agrees(got: str | None, want: str | None, same: Callable[[str | None, str | None], bool]) -> bool:
     return got is None if want is None else got is not None and same(got, want)
 
 
@@ -77,3 +83,12 @@ def test_no_negative_reads_as_a_name_it_did_not_read_before():
 ])
 def test_the_engine_reads_a_name_where_one_is_and_not_where_none_is(text, subject):
     assert _agrees(subject_of(text), subject, same_subject), subject_of(text)
+
+
+@pytest.mark.parametrize(("table", "engine_floor", "scorer_floor"), [
+    ("subject_shapes_zh_unknown_names_heldout.jsonl", 43, 41), ("subject_shapes_zh_unknown_names_heldout3.jsonl", 36, 32)])
+def test_the_held_out_tables_are_read_as_measured(table, engine_floor, scorer_floor):
+    rows = _rows(table)
+    engine = sum(_agrees(subject_of(r["text"], r["participants"], r["user_name"]), r["subject"], same_subject) for r in rows)
+    scorer = sum(_agrees(read_subject(r["text"]), r["subject"], same_person) for r in rows)
+    assert engine >= engine_floor and scorer >= scorer_floor, (engine, scorer)
