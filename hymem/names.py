@@ -15,6 +15,8 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
+from hymem.zh_unknown_names import model_first_word, name_margin, unknown_name
+
 # Two-character surnames, which jieba reads as a place or a word (欧阳 ns) or joins to the next word: a
 # closed class of a few dozen, unlike the open class of single-character surnames jieba's model already knows.
 COMPOUND_SURNAMES = ("欧阳", "司马", "诸葛", "上官", "司徒", "东方", "皇甫", "尉迟", "公孙", "慕容", "长孙", "宇文", "夏侯",
@@ -122,12 +124,33 @@ def zh_leading_name(text: str) -> str | None:
     _quiet_jieba()
     clause = re.split(r"[，,。.！!？?；;：:（(\s]", text, maxsplit=1)[0]
     name = _zh_name(clause, [(w.word, w.flag) for w in jieba.posseg.cut(clause)])
-    if name is None:
-        return None
+    if _tag(clause[:1]) != "p" and (name is None or len(name) == 2):  # 向小刘借了…: a preposition, not a surname
+        unknown = unknown_name(clause, UNKNOWN_NAME_MARGIN)
+        if name is None or (unknown is not None and len(unknown) > len(name) and unknown.startswith(name)):
+            name = unknown  # 花蕾|蕾, 喻晓|光: the dictionary's (or jieba's) word was only part of the name
+    return name if name is not None and _predicate_follows(clause, name) else None
+
+
+def _predicate_opens(text: str) -> bool:
+    """Whether a text opens with a verb, an adverb, a preposition or a time word, as a predicate does."""
+    import jieba.posseg
+
+    first = next(iter(jieba.posseg.cut(text)), None) if text else None
+    return first is not None and first.flag.startswith(("v", "d", "p", "t", "f"))
+
+
+def _predicate_follows(clause: str, name: str) -> bool:
+    """Whether what follows a name in its clause holds a predicate (or 的): "爱喝|酸梅汤" has none."""
+    import jieba.posseg
+
     rest = [w.flag for w in jieba.posseg.cut(clause[len(name):])] if len(clause) > len(name) else []
-    if rest and not any(flag.startswith(_PREDICATE_TAGS) or flag == "uj" for flag in rest):
-        return None
-    return name
+    return not rest or any(flag.startswith(_PREDICATE_TAGS) or flag == "uj" for flag in rest)
+
+
+# How far jieba's character model may prefer another reading of an unknown span over "one person's name" (nats,
+# `hymem.zh_unknown_names`): at a sentence's start, and right after a relation word, where a name is expected.
+UNKNOWN_NAME_MARGIN = 2.0
+UNKNOWN_NAME_MARGIN_AFTER_RELATION = 4.0
 
 
 def _zh_name(clause: str, words: list[tuple[str, str]]) -> str | None:
@@ -147,6 +170,11 @@ def _zh_name(clause: str, words: list[tuple[str, str]]) -> str | None:
                 return None
             # jieba may run the given name into the next word (诸葛明在 → 明在): one or two characters of it
             word = given.word if len(given.word) <= 2 and given.flag in _PERSON_TAGS + ("n", "nz", "a", "ns") else given.word[:1]
+            two = clause[len(surname):len(surname) + 2]
+            if len(word) == 1 and len(two) == 2 and _HAN.match(two[1]) and _predicate_opens(clause[len(surname) + 2:]) \
+                    and (not _predicate_opens(clause[len(surname) + 1:])
+                         or name_margin(surname + two) <= name_margin(surname + word)):
+                word = two  # 慕容|立新|喜欢, 诸葛|文静|养了; not 司马|光|小时候, 司马婷|在读 (jieba's model: not a name)
             return surname + word
     if len(first) == 1 and flag in _PERSON_TAGS and following[0] in ZH_ADDRESS_TERMS:
         return first + following[0]  # 王 + 阿姨
@@ -156,6 +184,11 @@ def _zh_name(clause: str, words: list[tuple[str, str]]) -> str | None:
     if first in _NICKNAME_PREFIXES and len(following[0]) == 1 and following[1] in _PERSON_TAGS:
         return first + following[0]  # 小 + 陈
     if flag in _PERSON_TAGS and 2 <= len(first) <= 4 and all(_HAN.match(c) for c in first):
+        if first in jieba.posseg.dt.word_tag_tab and model_first_word(clause)[1] not in ("nr", "nrfg"):
+            # a dictionary word tagged as a name is one only when jieba's character model also reads a name starting
+            # there: the dictionary tags 华为, 戴眼镜 and 阿里巴巴 as names; the model reads 华|为, 戴|眼镜, and a
+            # transliteration (nrt) for the last
+            return None
         if jieba.posseg.dt.word_tag_tab.get(first) is None:  # found by jieba's model, not in its dictionary
             if _tag(first[0]) == "p":
                 return None  # 向小刘借了…: a preposition, not a surname
@@ -198,7 +231,8 @@ def zh_name_after_relation(text: str) -> str | None:
     if 2 <= len(first) <= 3 and all(_HAN.match(c) for c in first) and flag in _GIVEN_NAME_TAGS \
             and after.startswith(_PREDICATE_TAGS) and not first.startswith(_NICKNAME_PREFIXES[:2]):
         return first
-    return None
+    name = unknown_name(clause, UNKNOWN_NAME_MARGIN_AFTER_RELATION)  # 用户的表弟|时立新很喜欢钓鱼
+    return name if name is not None and _predicate_follows(clause, name) else None
 
 
 __all__ = ["COMPOUND_SURNAMES", "EN_PERSON", "LATIN_WORD", "PARTICLE", "TITLE", "TITLES", "fold", "name_words",

@@ -71,7 +71,7 @@ _EN_RELATION = re.compile(rf"^(?:(?:the\s+)?(?:current\s+)?user(?:'s|s'|(?=\s+(?
                           rf"best|close|old|new|late|former|ex-)\s*)*({_EN_RELATIONS})\b(?:[\s,]+(?-i:({EN_PERSON}|"
                           r"[^\W\d_A-Za-z][^\s,.]*)))?", re.IGNORECASE)
 # "用户的姐姐" / "他的同事": a relation; the relative's name after it is read by `zh_name_after_relation`.
-_ZH_RELATION = re.compile(rf"^(?:{_ZH_USER_WORD}|(?:他|她)们?)的?(?:(?:大|小|亲|好|前|老))?({_ZH_RELATIONS})")
+_ZH_RELATION = re.compile(rf"^(?:{_ZH_USER_WORD}|(?:他|她)们?)的?(?:(?:大学|高中|初中|小学|大|小|亲|好|前|老))?({_ZH_RELATIONS})")
 # A relative's name in Latin letters ("用户的朋友Anna是…", "用户的同事Dr. Smith…"), as the English name reader reads
 # one: its letters exclude the Chinese that runs on after it ("用户的朋友Jack是厨师" is Jack's, not "Jack是厨"'s).
 _ZH_LATIN_NAME = re.compile(rf"^[,，]?\s*({EN_PERSON}|[a-z][a-z'-]*)(?=[,，\s\u4e00-\u9fff])")
@@ -126,7 +126,7 @@ _ZH_NAMED_AGENT = re.compile(r"^(?P<head>[^，,。被由]{1,30}?)(?:是)?(?:被|
 _EN_THING_OPENER = re.compile(r"^(?i:the|a|an|this|that|these|those|its|his|her|their|our|my|your)\b")
 _ZH_AGENT = re.compile(rf"^(?P<head>[^，,。]{{1,30}}?)(?:被|由|让)(?P<agent>{_ZH_USER_WORD}(?:的?(?:{_ZH_RELATIONS}))?|{_ZH_ASSISTANT_WORD})(?P<tail>.*)$")
 _ZH_INVERTED = re.compile(rf"^(?P<head>[^，,。]{{1,30}}?)是(?P<owner>{_ZH_USER_WORD}|{_ZH_ASSISTANT_WORD})"
-                          rf"(?!的?(?:大|小|亲|好|前|老)?(?:{_ZH_RELATIONS}))(?P<tail>.*)$")
+                          rf"(?!的?(?:大学|高中|初中|小学|大|小|亲|好|前|老)?(?:{_ZH_RELATIONS}))(?P<tail>.*)$")
 _ZH_HAS_RELATION = re.compile(rf"^{_ZH_USER_WORD}有(?:一)?(?:个|位|名)?(?P<relation>{_ZH_RELATIONS})"
                               r"(?:叫(?P<name>[\u4e00-\u9fff]{2,3}))?[，,]?(?P<tail>[是在住喜做会每].*)$")
 # Capitalised words that open a sentence without naming anyone.
@@ -357,7 +357,7 @@ def _participant_subject(stripped: str, names: list[str], user_name: str | None)
     return subject, rest
 
 
-_ZH_IS_RELATIVE = re.compile(rf"^([\u4e00-\u9fff]{{2,4}}?)是{_ZH_USER_WORD}的(?:大|小|亲|好|前|老)?(?:{_ZH_RELATIONS})")
+_ZH_IS_RELATIVE = re.compile(rf"^([\u4e00-\u9fff]{{2,4}}?)是{_ZH_USER_WORD}的(?:大学|高中|初中|小学|大|小|亲|好|前|老)?(?:{_ZH_RELATIONS})")
 _POSSESSIVE_OPENER = re.compile(rf"^(?:(?:the\s+)?(?:current\s+)?user's|(?:the\s+)?(?:ai\s+)?assistant's|"
                                 rf"{_ZH_USER_WORD}的|{_ZH_ASSISTANT_WORD}的)", re.IGNORECASE)
 
@@ -409,7 +409,10 @@ def _relatives_name(match: re.Match[str], text: str, zh: bool) -> tuple[str | No
     if latin := _ZH_LATIN_NAME.match(rest):
         return latin.group(1), rest[latin.end():]
     if (given := zh_name_after_relation(rest)) is not None:
-        return given, rest[rest.index(given) + len(given):]
+        after = rest[rest.index(given) + len(given):]
+        if relation := _ZH_SECOND.match(after):  # "用户的同事王磊的女儿…" is about 王磊's daughter
+            return f"{given}的{_fold_relation(relation.group(1), True)}", after[relation.end():]
+        return given, after
     return None, rest
 
 

@@ -11,6 +11,7 @@ for Chinese, jieba's person-name tags), or nobody (mem0-style "Works at Stripe",
 from __future__ import annotations
 
 import functools
+import math
 import re
 import unicodedata
 from typing import Literal
@@ -72,6 +73,7 @@ _ZH_USER_KIN = re.compile(rf"^(?:当前|该|这位|此)?用户(?:的[\u4e00-\u9f
 # A memory with no "the user's" that opens with a relative ("Mother is a nurse", "wife teaches Cornish", "母亲是护士").
 _EN_BARE_KIN = re.compile(rf"(?i)^(?:my\s+)?{_EN_QUALIFIERS}({_EN_KIN_WORDS})(?:'s\b|\s+(?:is|are|was|were|has|had|will|"
                           r"can|does|did|[a-z]+s|[a-z]+ed)\b)")
+_ZH_KIN_THEN_NAME = re.compile(rf"^(?:(?:我|他|她)们?的)?(?:大|小|亲|好|老)?(?:{_ZH_KIN_WORDS})(?=[\u4e00-\u9fff])")
 _ZH_BARE_KIN = re.compile(rf"^(?:我的?)?({_ZH_KIN_WORDS})(?=是|在|住|喜欢|有|叫|今年|很|每|会)")
 # The user reporting on a relative ("The user mentioned that their aunt …", "用户提到儿子…"), or having one who …
 _EN_REPORTED_KIN = re.compile(rf"(?i)^(?:the\s+)?user\s+(?:has\s+)?(?:mentioned|said|says|noted|stated|explained|shared|"
@@ -160,6 +162,8 @@ def read_subject(text: str) -> str | None:
         return agent  # "The user's bathroom was tiled by Dario."
     if _EN_USER.match(cleaned) or _ZH_USER.match(cleaned):
         return "user"
+    if (match := _ZH_KIN_THEN_NAME.match(cleaned)) and (person := _zh_person(cleaned[match.end():])) is not None:
+        return person  # mem0's "朋友戴美玲是一名老师", "他的妻子向美玲是一名医生"
     if match := _EN_BARE_KIN.match(cleaned):
         return f"the user's {_EN_KIN[match.group(1).casefold()]}"
     if match := _ZH_BARE_KIN.match(cleaned):
@@ -248,6 +252,11 @@ def _zh_person(text: str) -> str | None:
         name = first.word
         if len(name) == 3 and (name[0] in "小老阿" or jieba.posseg.dt.word_tag_tab.get(name[:2], "").startswith("nr")):
             name = name[:2]  # jieba's model runs a known name into its verb: 张伟爱, 老贺会
+        elif len(name) == 2 and len(words) > 1 and len(words[1].word) == 1 and words[1].flag[:1] in ("n", "x") \
+                and _name_like(name + words[1].word):
+            name += words[1].word  # 花蕾|蕾, 麦冬|梅: a dictionary word and the character that ends the name
+    if name is None:
+        name = _unlisted_name(re.split(r"[，,。；;！!？?：:]", text, maxsplit=1)[0])
     if name is None:
         return None
     after = [w.flag for w in jieba.posseg.cut(text[len(name):])]
@@ -256,6 +265,55 @@ def _zh_person(text: str) -> str | None:
     if kin := re.match(rf"(?:的|(?:提到|说|表示)(?:自己的?)?)({_ZH_KIN_WORDS})", text[len(name):]):
         return f"{name}的{_ZH_KIN[kin.group(1)]}"  # "王芳的儿子…" is about 王芳's son, as "John's sister …"
     return name
+
+
+# A character belongs in a name's position when jieba's character model gives that reading at least e^-4 (about
+# 2%) of its weight against every other reading of the character in that position (begin, middle or end of a word
+# of any part of speech): 温 to begin a name, 立 inside one, 新 to end one; not 不 inside a name (钱不够), 眼 (戴眼镜).
+_NAME_POSITION_FLOOR = -4.0
+# A span that opens with a word this common in jieba's counts (周末, 高中) is that word.
+_COMMON_COUNT = 200
+
+
+def _name_like(span: str) -> bool:
+    """Whether each character of a span reads as its place in a person's name (first, inside, last) by jieba's
+    character model, each character weighed on its own against the other readings of it in that place."""
+    from jieba.posseg import emit_P, start_P
+
+    places = ["B"] + ["M"] * (len(span) - 2) + ["E"]
+    for char, place in zip(span, places, strict=True):
+        weights = {state: emit_P[state][char] + (start_P.get(state, -1e9) if place == "B" else 0.0)
+                   for state in emit_P if state[0] == place and char in emit_P[state]}
+        if (place, "nr") not in weights:
+            return False
+        top = max(weights.values())
+        total = top + math.log(sum(math.exp(w - top) for w in weights.values()))
+        if weights[(place, "nr")] - total < _NAME_POSITION_FLOOR:
+            return False
+    return True
+
+
+def _unlisted_name(clause: str) -> str | None:
+    """A name of two to four characters that jieba's dictionary does not hold (温立新, 甘美玲, 焦阳): no dictionary
+    word, made of whole dictionary-cut pieces (温|立新, not 高峰|期), not opening with a common word, not ending in a
+    one-character verb, adverb or preposition (卜凡, not 卜凡会), with each character name-like (`_name_like`)."""
+    import jieba
+    import jieba.posseg
+
+    pieces = [(w.word, w.flag) for w in jieba.posseg.cut(clause, HMM=False)]
+    if not pieces or pieces[0][1][:1] in ("c", "u", "m", "q", "p") or \
+            (len(pieces[0][0]) >= 2 and jieba.dt.FREQ.get(pieces[0][0], 0) >= _COMMON_COUNT):
+        return None
+    span, found = "", None
+    for index, (word, flag) in enumerate(pieces[:3]):
+        span += word
+        verb_given_name = index == 1 and len(word) == 2 and flag[:1] == "v"  # 齐|远航, a given name that is a verb
+        if len(span) > 4 or not re.fullmatch(r"[\u4e00-\u9fff]+", span) or (span != word and not verb_given_name and (
+                flag[:1] in ("v", "p", "c", "u", "t", "m", "r", "f") or (len(word) == 1 and flag[:1] == "d"))):
+            break  # a verb, a preposition or a time word ends the name (焦阳|喜欢, 卜凡|会)
+        if len(span) >= 2 and len(span) < len(clause) and span not in jieba.posseg.dt.word_tag_tab and _name_like(span):
+            found = span  # the longest such span
+    return found
 
 
 def canonical(subject: str | None) -> str:
