@@ -92,3 +92,30 @@ def test_the_held_out_tables_are_read_as_measured(table, engine_floor, scorer_fl
     engine = sum(_agrees(subject_of(r["text"], r["participants"], r["user_name"]), r["subject"], same_subject) for r in rows)
     scorer = sum(_agrees(read_subject(r["text"]), r["subject"], same_person) for r in rows)
     assert engine >= engine_floor and scorer >= scorer_floor, (engine, scorer)
+
+
+BLIND = "subject_shapes_zh_blind.jsonl"
+
+
+def _names_no_one(got: str | None, named: Callable[[str], str]) -> bool:
+    """A user note (subjectless, 该用户…) or a fact about no one is read right when no named person is read."""
+    return got is None or named(got) != "named"
+
+
+def test_the_blind_table_is_read_as_first_measured():
+    """`subject_shapes_zh_blind.jsonl` (90 rows: 55 named third parties, 35 user notes or facts about no one that open
+    with a place, brand, dish, time word or wish) was written by a helper who read neither reader's code, after both
+    changes, and measured once on the merge: engine 57/90 on main before → 72/90 (names 33 → 45 of 55, no-one rows
+    24 → 27 of 35); scorer 42/90 → 61/90 (names 18 → 37, no-one rows 24 → 24). The floors hold that reading; a rule
+    fitted to this table's misses makes it in-sample (say so where its figure is reported)."""
+    rows = _rows(BLIND)
+    named_rows = [r for r in rows if r["subject"] not in (None, "user")]
+    engine = sum(_agrees(subject_of(r["text"], r["participants"], r["user_name"]), r["subject"], same_subject)
+                 for r in named_rows)
+    scorer = sum(_agrees(read_subject(r["text"]), r["subject"], same_person) for r in named_rows)
+    no_one = [r for r in rows if r["subject"] in (None, "user")]
+    engine_no_one = sum(_names_no_one(subject_of(r["text"]), subject_class) for r in no_one)
+    scorer_no_one = sum(_names_no_one(read_subject(r["text"]), person_class) for r in no_one)
+    assert (len(named_rows), len(no_one)) == (55, 35)
+    assert engine >= 45 and engine_no_one >= 27, (engine, engine_no_one)
+    assert scorer >= 37 and scorer_no_one >= 24, (scorer, scorer_no_one)
