@@ -3,8 +3,11 @@
 units.jsonl holds a unit's record only once the unit ends, so a long unit that crashes or is interrupted at
 write 9,000 of 10,000 would leave nothing. While it runs, each control write's part of the record (its
 WriteRecord, the findings and the attempts its checks added) is appended to the unit's journal as one line,
-flushed and fsynced, after a first line naming the unit and its writes in all. A kill -9 leaves every
-finished write readable (at most the line in flight is torn, and skipped).
+after a first line naming the unit and its writes in all. Each line is flushed to the OS as it is written, so a
+kill -9 or Ctrl-C leaves every finished write readable (at most the line in flight is torn, and skipped); it is
+fsynced at most every FSYNC_SECONDS (a unit shorter than that never is: its record in units.jsonl is), so a
+power loss or kernel crash loses at most that long's writes. Why not an fsync per line: it cost ~6 ms a write on this disk under load, about a tenth of a
+long case's per-write time (BENCHMARKS.md, "A long unit's finished writes saved").
 
 A journal is scaffolding, not the record: the unit's line in units.jsonl is. The runner removes a unit's
 journal once that line is fsynced, and the directory once it is empty, so a finished run's directory is what
@@ -29,6 +32,7 @@ from evals.record._records import Attempt, Finding, WriteRecord
 from evals.record._version import SCHEMA_VERSION
 
 JOURNAL_DIR = "journal"
+FSYNC_SECONDS = 1.0  # a journal is fsynced at most this often (and at its close); every line is flushed at once
 _LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})  # as units.jsonl
 
 
@@ -79,17 +83,19 @@ def _line(model: BaseModel) -> str:
 
 
 class JournalWriter:
-    """Appends one unit's finished writes to its journal, each line flushed and fsynced before the next write.
+    """Appends one unit's finished writes to its journal, each line flushed before the next write (fsynced at
+    most every `fsync_seconds`).
 
     One writer per unit, used by the unit's own thread only (the run directory's lock keeps other processes
     out). Opening truncates: a unit replayed again (a resumed run, sweep:fast's faulted pass) starts afresh."""
 
-    def __init__(self, run_dir: Path, head: JournalHead):
+    def __init__(self, run_dir: Path, head: JournalHead, fsync_seconds: float = FSYNC_SECONDS):
         self.path = journal_path(run_dir, head.provider, head.case_id, head.epoch)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file: TextIO = self.path.open("w", encoding="utf-8")
         self._findings = self._attempts = 0
         self._error: OSError | None = None
+        self._fsync_seconds, self._synced = fsync_seconds, time.monotonic()  # a short unit: no fsync
         self._append(_line(head))
         if self._error is not None:
             self.close()
@@ -108,13 +114,15 @@ class JournalWriter:
         try:
             self._file.write(line)
             self._file.flush()
-            os.fsync(self._file.fileno())
+            if (now := time.monotonic()) - self._synced >= self._fsync_seconds:
+                os.fsync(self._file.fileno())
+                self._synced = now
         except OSError as exc:
             self._error = exc
 
     def close(self) -> None:
         try:
-            self._file.close()
+            self._file.close()  # no fsync: the unit's record, fsynced in units.jsonl, is what outlives it
         except OSError as exc:
             self._error = self._error or exc
         if self._error is not None:
