@@ -4,7 +4,8 @@ one fsynced after every write, the three alternated in one process.
 
 Why alternated: the machine is shared, so a lone time says little; the two ways back to back, repeated, give
 medians and their ratio under the same load (reported with them). The time spent inside the journal's own
-`write_done` is measured too, as a share of the per-write time: the part of the ratio that is the journal's.
+`write_done` is measured too (wall, and the thread's CPU), as a share of the per-write time: the journal's own
+part, which the whole replay's ratio can hide under a shared machine's noise.
 
 Run: `python -m evals.bench.journal_cost --turns 1000 --repeat 2`.
 """
@@ -28,7 +29,6 @@ from evals.run.replay import CaseReplayer
 from hymem.embedder import HashEmbedder
 from hymem.offline import offline_lm
 
-
 WAYS: dict[str, float | None] = {"without": None, "journal": FSYNC_SECONDS, "fsync_each_write": 0.0}
 
 
@@ -37,7 +37,7 @@ def replay(turns: int, fsync_seconds: float | None) -> dict[str, Any]:
     (`fsync_seconds` None: no journal)."""
     journaled = fsync_seconds is not None
     case = long_case(turns)
-    inside = [0.0]
+    inside = [0.0, 0.0]  # wall, thread CPU
     with tempfile.TemporaryDirectory(prefix="hymem-journal-bench-", dir=os.environ.get("JOURNAL_BENCH_DIR")) as tmp:
         journal = JournalWriter(Path(tmp), JournalHead(provider="offline", case_id=case.id, epoch=0, dataset="long",
                                                        writes_total=turns),
@@ -45,9 +45,10 @@ def replay(turns: int, fsync_seconds: float | None) -> dict[str, Any]:
 
         def timed(*args: Any) -> None:
             assert journal is not None
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.thread_time()
             journal.write_done(*args)
             inside[0] += time.perf_counter() - start
+            inside[1] += time.thread_time() - cpu
 
         start, cpu = time.perf_counter(), time.process_time()
         run = CaseReplayer(case, "long", "offline", lambda c: offline_lm(), HashEmbedder(), FaultPlan.parse("none"),
@@ -61,6 +62,7 @@ def replay(turns: int, fsync_seconds: float | None) -> dict[str, Any]:
     if run.status != "ok":
         raise RuntimeError(run.error)
     return {"wall_per_write": wall / turns, "cpu_per_write": cpu / turns, "journal_per_write": inside[0] / turns,
+            "journal_cpu_per_write": inside[1] / turns,
             "journal_bytes_per_write": size / turns}
 
 
@@ -80,7 +82,9 @@ def journal_ratio(turns: int, repeat: int) -> dict[str, Any]:
             "ratio_over_without": {way: {k: round(med[way][k] / med["without"][k], 3)
                                          for k in ("wall_per_write", "cpu_per_write")} for way in WAYS},
             "journal_share_of_write": {way: round(med[way]["journal_per_write"] / med[way]["wall_per_write"], 4)
-                                       for way in WAYS}}
+                                       for way in WAYS},
+            "journal_cpu_share_of_write": {way: round(med[way]["journal_cpu_per_write"] / med[way]["cpu_per_write"], 4)
+                                           for way in WAYS}}
 
 
 def main(argv: list[str] | None = None) -> None:
