@@ -13,11 +13,13 @@ from evals.record import UNITS_FILE, Manifest, RunDirError, incomplete_units, re
 
 
 def unfinished_lines(run_dir: Path, manifest: Manifest) -> list[str]:
-    """`N of M units finished and saved`, then one line per unit that began and did not finish."""
+    """`N of M units finished and saved` (when the directory keeps units.jsonl), then one line per unit that
+    began and did not finish."""
     run_dir = Path(run_dir)
+    if not (run_dir / UNITS_FILE).is_file():  # a directory that keeps only tables: no unit count to give
+        return incomplete_units(run_dir, set())
     try:
-        saved = {(r.provider, r.case_id, r.epoch) for r in read_units(run_dir)} \
-            if (run_dir / UNITS_FILE).is_file() else set()
+        saved = {(r.provider, r.case_id, r.epoch) for r in read_units(run_dir)}
     except (RunDirError, OSError) as exc:
         return [f"{UNITS_FILE}: unreadable ({str(exc).splitlines()[0]})"]
     planned = len(manifest.providers) * manifest.n_cases * manifest.epochs

@@ -28,6 +28,8 @@ from evals.record import (
     unit_journals,
 )
 from evals.report.compare import show
+from evals.report.view_data import load, verdict_and_reasons
+from tests.report.test_compare import RUN_B, write_run
 
 REPO = Path(__file__).resolve().parents[2]
 LONG_TURNS = 200  # a few hundred one-message turns: seconds of replay with the hash embedder
@@ -148,3 +150,17 @@ def test_a_journal_cut_inside_a_line_reads_back_its_whole_lines(tmp_path):
     again = JournalWriter(tmp_path, head)  # the unit replayed from its start: its journal starts afresh
     again.close()
     assert read_journal(again.path).done == 0 and again.path == journal.path
+
+
+def test_a_run_stopped_while_writing_its_tables_names_its_half_done_units_in_show_and_view(tmp_path):
+    """A run with (partial) tables and a journal left: `show` and the page's reasons both name the unit."""
+    killed = write_run(tmp_path / "killed", RUN_B, finished=None, verdict=None)
+    journal = JournalWriter(killed, JournalHead(provider="p", case_id="c9", epoch=0, dataset="d1", writes_total=7))
+    for i in range(2):
+        journal.write_done(WriteRecord(index=i, path="chat", request_id=f"r{i}", success=True,
+                                       codes=Codes(success=True)), [], [])
+    journal.close()
+    line = "p · c9 · epoch 0: INCOMPLETE, 2 of 7 writes saved in journal/"
+    assert show(killed).startswith("run killed: UNFINISHED") and line in show(killed)
+    verdict, reasons = verdict_and_reasons(load(killed))
+    assert verdict == "unfinished" and any(r.startswith(line) for r in reasons)
