@@ -154,6 +154,18 @@ def unit_journals(run_dir: Path) -> list[Path]:
     return sorted(directory.glob("*.jsonl")) if directory.is_dir() else []
 
 
+def journaled_writes(run_dir: Path) -> list[int]:
+    """The finished writes each journal holds (its whole lines after the head), without parsing them: what an
+    interrupted run tells its user at once."""
+    counts = []
+    for path in unit_journals(run_dir):
+        try:
+            counts.append(max(0, path.read_bytes().count(b"\n") - 1))
+        except OSError:  # removed in between: its unit was saved
+            continue
+    return counts
+
+
 def remove_journal(run_dir: Path, provider: str, case_id: str, epoch: int) -> None:
     """Drop a unit's journal once its record is saved in units.jsonl (nothing to do when it kept none)."""
     journal_path(run_dir, provider, case_id, epoch).unlink(missing_ok=True)
@@ -187,4 +199,4 @@ def incomplete_units(run_dir: Path, saved: set[tuple[str, str, int]]) -> list[st
 
 
 __all__ = ["JOURNAL_DIR", "JournalHead", "JournalWrite", "JournalWriter", "UnitJournal", "incomplete_units",
-           "journal_path", "read_journal", "remove_journal", "remove_journal_dir", "unit_journals"]
+           "journal_path", "journaled_writes", "read_journal", "remove_journal", "remove_journal_dir", "unit_journals"]
