@@ -53,6 +53,7 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     from evals.core.errors import UsageError
     from evals.pipeline import RunInterrupted, RunIOError, run_eval
+    from evals.record import JOURNAL_DIR, journaled_writes
     from evals.run.runner import RunConfig
 
     config = RunConfig(datasets=args.dataset or [], providers=args.lm or [], embedder=args.embedder,
@@ -74,9 +75,14 @@ def _run(args: argparse.Namespace) -> int:
         print(f"hymem-eval run: {exc}", file=sys.stderr)
         return 1
     except RunInterrupted as exc:
+        journaled = [n for n in journaled_writes(exc.run_dir) if n]  # units in flight: their finished writes
+        writes = (f"; {sum(journaled)} finished writes of {len(journaled)} unfinished units are in "
+                  f"{exc.run_dir / JOURNAL_DIR} (--resume re-runs those units from their start)") if journaled else ""
         if exc.saved:
             print(f"hymem-eval run: interrupted; {exc.saved} finished units are saved in {exc.run_dir} "
-                  "(continue with --resume)", file=sys.stderr)
+                  f"(continue with --resume){writes}", file=sys.stderr)
+        elif journaled:
+            print(f"hymem-eval run: interrupted before any unit finished{writes}", file=sys.stderr)
         else:
             print("hymem-eval run: interrupted before any unit finished; nothing was saved", file=sys.stderr)
         return 130

@@ -6,6 +6,18 @@ plots can read a run without loading the engine. Implementation lives in the pri
 """
 
 from evals.record._gold import CaseGold, FlaggedLabels, GoldStatement, GoldUpdate
+from evals.record._journal import (
+    JOURNAL_DIR,
+    JournalHead,
+    JournalWriter,
+    UnitJournal,
+    incomplete_units,
+    journaled_writes,
+    read_journal,
+    remove_journal,
+    remove_journal_dir,
+    unit_journals,
+)
 from evals.record._manifest import Manifest, epoch_seed
 from evals.record._records import (
     CODE_KINDS,
@@ -52,6 +64,7 @@ from evals.record._version import SCHEMA_VERSION, SchemaError, migrate
 
 __all__ = [
     "CODE_KINDS",
+    "JOURNAL_DIR",
     "MANIFEST_FILE",
     "RETRY_KINDS",
     "SCHEMA_VERSION",
@@ -73,6 +86,8 @@ __all__ = [
     "FlaggedLabels",
     "GoldStatement",
     "GoldUpdate",
+    "JournalHead",
+    "JournalWriter",
     "Manifest",
     "MetricRow",
     "Outcome",
@@ -82,6 +97,7 @@ __all__ = [
     "RunDirError",
     "SchemaError",
     "Status",
+    "UnitJournal",
     "UnitsWriter",
     "Witnessed",
     "WriteFailure",
@@ -93,12 +109,18 @@ __all__ = [
     "epoch_seed",
     "frame",
     "in_report_order",
+    "incomplete_units",
+    "journaled_writes",
     "migrate",
     "pandas_dtypes",
     "parse_unit",
+    "read_journal",
     "read_manifest",
     "read_table",
     "read_units",
+    "remove_journal",
+    "remove_journal_dir",
+    "unit_journals",
     "write_manifest",
     "write_table",
 ]

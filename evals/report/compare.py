@@ -21,6 +21,7 @@ from evals.core.redact import write_parquet, write_text
 from evals.core.stats import paired_bootstrap_delta
 from evals.record import Manifest, RunDirError, columns, read_manifest, read_table
 from evals.record.catalogue import HEADLINE, REPEAT_METRICS, find, format_ci, format_value
+from evals.report.in_flight import unfinished_lines, unfinished_text
 from evals.report.rescore import RescoreError, rescore
 from evals.report.run_report import markdown_table
 from evals.scoring.matcher_resolution import MATCHED_METRICS, error_rates, explainable_gap, rates_sentence, within
@@ -515,8 +516,26 @@ def headline(run: Run, dataset: str = "all") -> str:
 
 
 def show(run_dir: Path) -> str:
-    """The headline of a run, unfinished ones too (saying so first): show is for looking, not for judging."""
-    return headline(load_run(run_dir, allow_unfinished=True))
+    """The headline of a run, unfinished ones too (saying so first): show is for looking, not for judging.
+    An unfinished run also lists its saved units and the units it left half done (`evals.report.in_flight`)."""
+    try:
+        text = headline(load_run(run_dir, allow_unfinished=True))
+    except RunDirError:
+        manifest = _manifest_or_none(run_dir)
+        if manifest is None or manifest.finished is not None:
+            raise
+        return unfinished_text(run_dir, manifest)  # stopped while running: units and journals, no tables yet
+    manifest = _manifest_or_none(run_dir)
+    if manifest is not None and manifest.finished is None:
+        text += "\n".join(["", *unfinished_lines(run_dir, manifest)]) + "\n"
+    return text
+
+
+def _manifest_or_none(run_dir: Path) -> Manifest | None:
+    try:
+        return read_manifest(Path(run_dir))
+    except RunDirError:
+        return None
 
 
 __all__ = ["CASE_COLUMNS", "CASE_METRICS_COLUMNS", "DELTA_COLUMNS", "HEADLINE", "METRICS_COLUMNS", "Arm",

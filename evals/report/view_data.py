@@ -19,6 +19,7 @@ import pandas as pd
 from evals.record import UNITS_FILE, CaseRun, Manifest, read_units
 from evals.record.catalogue import HEADLINE, REPEAT_METRICS, find, format_ci, format_value
 from evals.report.compare import Run, RunInputError, compare_runs, load_run
+from evals.report.in_flight import unfinished_lines
 from evals.report.run_report import run_verdict
 from evals.scoring.agreement import card_line
 from evals.scoring.epochs import flaky_cases
@@ -360,7 +361,8 @@ def verdict_and_reasons(loaded: LoadedRun) -> tuple[str, list[str]]:
     recorded = loaded.manifest.verdict
     if loaded.manifest.finished is None:
         return "unfinished", ["the run has not finished (stopped while running or writing its report): the tables "
-                              "may be partial; continue it with --resume", *reasons]
+                              "may be partial; continue it with --resume",
+                              *unfinished_lines(loaded.path, loaded.manifest), *reasons]
     return recorded or verdict, reasons
 
 

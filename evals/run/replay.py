@@ -89,19 +89,22 @@ class CaseReplayer:
     None replays hymem with `lm_factory`, `embedder` and the accounting arguments.
     `on_write`: called with (writes done, writes in the case) after each control write and its checks, so a
     long unit shows progress from inside (issue 35).
+    `journal`: called with (the write's record, the unit's findings, its attempts) after the same point, so the
+    runner saves each finished write while the unit runs (`evals.record.JournalWriter.write_done`).
     """
 
     def __init__(self, case: Case, dataset: str, provider: str, lm_factory: Callable[[Case], Any],
                  embedder: Any, plan: FaultPlan, seed: int, program: Any = None, *, accounting: Any = None,
                  cache: Any = None, system: Callable[[Case, AttemptLog], MemorySystem] | None = None,
-                 epoch: int = 0, on_write: Callable[[int, int], None] | None = None):
+                 epoch: int = 0, on_write: Callable[[int, int], None] | None = None,
+                 journal: Callable[[WriteRecord, list[Finding], list[Any]], None] | None = None):
         self.case, self.dataset, self.provider, self.epoch = case, dataset, provider, epoch
         self.lm_factory, self.embedder, self.plan, self.seed = lm_factory, embedder, plan, seed
         self.program = program.deepcopy() if program is not None else None
         self.accounting = accounting  # the evals.arms.providers.Provider: attempts, connection limit, retries
         self.cache = cache  # ResponseCache for HTTP providers, or None
         self.log = AttemptLog(provider, case.id)
-        self.on_write = on_write
+        self.on_write, self.journal = on_write, journal
         self._prompts: dict[int, list[dict[str, str]]] = {}  # control write → its model calls (and replies)
         self._stated: dict[str, str] = {}  # profile field -> the value the user stated last (control writes)
         self._settled: tuple[int, StoreState] | None = None  # (write, the store's state once its checks were done)
@@ -161,6 +164,8 @@ class CaseReplayer:
                 elif record.failure is not None and record.failure.cause != "engine":
                     latest = self._natural_failure(tmp, store, index, path, payload, record, before,
                                                    result.findings)
+                if self.journal is not None:
+                    self.journal(record, result.findings, self.log.rows)
                 if self.on_write is not None:
                     self.on_write(index + 1, len(writes))
             last = schedule.pending()

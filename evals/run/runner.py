@@ -40,6 +40,8 @@ from evals.faults.plan import FaultPlan
 from evals.record import (
     UNITS_FILE,
     CaseRun,
+    JournalHead,
+    JournalWriter,
     RunDirError,
     UnitsWriter,
     atomic_write_text,
@@ -47,12 +49,14 @@ from evals.record import (
     in_report_order,
     read_manifest,
     read_units,
+    remove_journal,
+    remove_journal_dir,
     write_manifest,
 )
 from evals.run.executors import EXECUTORS, UnitTask, run_local
 from evals.run.executors.ray_executor import RayUnavailable, _ray, check_address, run_ray
 from evals.run.provenance import Manifest, git_state, package_versions
-from evals.run.replay import CaseReplayer
+from evals.run.replay import CaseReplayer, case_writes
 from evals.run.rundir_lock import LOCK_FILE, RunDirBusy, RunDirLock
 from evals.run.scratch import drain as drain_scratch
 from hymem import __version__
@@ -444,6 +448,8 @@ def run_units(config: RunConfig, prepared: Prepared, state: dict[str, int]) -> U
     run_dir.mkdir(parents=True, exist_ok=True)
     lock_run_dir(run_dir, "the run directory")  # the default one is made here; --out was locked when checked
     done = _done_units(run_dir) if config.resume else {}
+    for unit in done:  # saved, but the run stopped before their journals were removed
+        remove_journal(run_dir, *unit)
     state["saved"] = len(done)
     names = [arm.label for arm in arms]
     todo = [(a, c, e) for a in arms for e in range(config.epochs) for c in cases if (a.label, c.id, e) not in done]
@@ -462,10 +468,17 @@ def run_units(config: RunConfig, prepared: Prepared, state: dict[str, int]) -> U
             lm = provider.sampling(sampling_seed(config, epoch), config.temperature)
             system = partial(arm.make, seed=sampling_seed(config, epoch), temperature=config.temperature) \
                 if arm.make is not None else None  # another engine samples each epoch as hymem does
-            return CaseReplayer(case, prepared.datasets[case.id], arm.label, lm, embedder, unit_plan, config.seed,
-                                program=program, accounting=provider, epoch=epoch,
-                                cache=cache if provider.config.is_http else None, system=system,
-                                on_write=_unit_progress(bar, case.id, config.progress)).run()
+            journal = JournalWriter(run_dir, JournalHead(provider=arm.label, case_id=case.id, epoch=epoch,
+                                                         dataset=prepared.datasets[case.id],
+                                                         writes_total=len(case_writes(case))))
+            try:  # each finished write saved while the unit runs; dropped once its record is in units.jsonl
+                return CaseReplayer(case, prepared.datasets[case.id], arm.label, lm, embedder, unit_plan, config.seed,
+                                    program=program, accounting=provider, epoch=epoch,
+                                    cache=cache if provider.config.is_http else None, system=system,
+                                    on_write=_unit_progress(bar, case.id, config.progress),
+                                    journal=journal.write_done).run()
+            finally:
+                journal.close()
         return one
 
     bar = _progress(len(todo), config.progress, total_done=len(done))
@@ -481,6 +494,7 @@ def run_units(config: RunConfig, prepared: Prepared, state: dict[str, int]) -> U
             results = run_local(todo, replay_with(plan), _units_in_flight(config))
         for result in results:
             units_file.append(result)
+            remove_journal(run_dir, result.provider, result.case_id, result.epoch)
             state["saved"] += 1
             runs.append(result)
             calls += sum(1 for a in result.attempts if a.site != "embed" and not a.cache_hit)
@@ -500,6 +514,7 @@ def run_units(config: RunConfig, prepared: Prepared, state: dict[str, int]) -> U
             cache.close()
         for arm in arms:
             arm.close()
+    remove_journal_dir(run_dir)  # every unit's record is saved: no journal is left
     drain_scratch()  # the units' scratch directories, removed in the background, are gone too
     units_seconds = time.monotonic() - started
     return UnitsRun(runs=in_report_order(runs, names), seconds=units_seconds)

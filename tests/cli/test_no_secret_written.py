@@ -202,6 +202,7 @@ def test_url_credentials_are_redacted_by_shape_and_ordinary_paths_are_not_taken_
 DIRECT_WRITERS = {
     "evals/core/redact.py": "the redaction point itself",
     "evals/record/_rundir.py": "redacts every manifest, unit line and table before writing it",
+    "evals/record/_journal.py": "redacts every journal line (a unit's finished writes) as _rundir does a unit line",
     "evals/arms/proxy.py": "redacts each fault record before appending it",
     "evals/report/plots.py": "PNG images of tables already redacted",
     "evals/run/runner.py": "an empty probe file proving --out is writable",

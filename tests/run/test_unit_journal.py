@@ -1,0 +1,168 @@
+"""A long unit's finished writes are saved while it runs (issue 35): a real `hymem-eval run` killed mid-unit
+(SIGKILL, or Ctrl-C) leaves them readable in RUN/journal/, `show` names the unit INCOMPLETE with its writes
+done of its writes in all, and `--resume` ends with the record an uninterrupted run gives."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from evals.bench.long_case import long_case
+from evals.record import (
+    JOURNAL_DIR,
+    Codes,
+    JournalHead,
+    JournalWriter,
+    WriteRecord,
+    read_journal,
+    read_units,
+    unit_journals,
+)
+from evals.report.compare import show
+from evals.report.view_data import load, verdict_and_reasons
+from tests.report.test_compare import RUN_B, write_run
+
+REPO = Path(__file__).resolve().parents[2]
+LONG_TURNS = 200  # a few hundred one-message turns: seconds of replay with the hash embedder
+KILL_AFTER = 12  # writes saved in the journal before the signal
+# Wall-clock fields (timings, a memory's timestamps), and whether an embedding was found in the embedder's shared
+# cache: the two cases share texts, and which unit embeds one first depends on thread timing (BENCHMARKS.md).
+UNSTABLE = {"seconds", "latency_s", "created_at", "updated_at", "cache_hit"}
+
+
+def _default_sigint() -> None:
+    """In the child: Ctrl-C as a terminal delivers it, even when this suite runs in the background."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _untimed(value: Any) -> Any:
+    """A record's JSON without the fields two replays of a case may differ in (UNSTABLE)."""
+    if isinstance(value, dict):
+        return {k: _untimed(v) for k, v in value.items() if k not in UNSTABLE}
+    if isinstance(value, list):
+        return [_untimed(v) for v in value]
+    return value
+
+
+def _units(run_dir: Path) -> dict[str, Any]:
+    return {r.case_id: _untimed(r.model_dump(mode="json")) for r in read_units(run_dir)}
+
+
+def _cmd(dataset: Path, out: Path) -> list[str]:
+    return [sys.executable, "-m", "evals.cli.main", "run", "--dataset", str(dataset), "--faults", "none",
+            "--embedder", "hash", "--matcher", "text", "--out", str(out), "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("journal") / "long.jsonl"
+    cases = [long_case(LONG_TURNS, "long"), long_case(3, "short")]
+    path.write_text("".join(c.model_dump_json(exclude_none=True) + "\n" for c in cases), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(dataset, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("journal") / "whole"
+    done = subprocess.run(_cmd(dataset, out), cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def _journal_writes(out: Path) -> int:
+    journals = [p for p in unit_journals(out) if p.name.startswith("offline_long_")]
+    return journals[0].read_bytes().count(b"\n") - 1 if journals else 0  # less the head line
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, pytest.param(signal.SIGINT, marks=pytest.mark.slow)],
+                         ids=["kill-9", "ctrl-c"])
+def test_a_unit_stopped_mid_way_leaves_its_finished_writes_and_resume_gives_the_whole_record(
+        dataset, uninterrupted, tmp_path, sig):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(_cmd(dataset, out), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=_default_sigint)
+    deadline = time.monotonic() + 600  # a loaded machine can take minutes to start
+    while time.monotonic() < deadline and proc.poll() is None and _journal_writes(out) < KILL_AFTER:
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()[1]  # still inside the long unit
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == (130 if sig == signal.SIGINT else -signal.SIGKILL), err
+    if sig == signal.SIGINT:  # the message names the journals (the short unit may still be running too)
+        said = re.search(rf"; (\d+) finished writes of (\d+) unfinished units are in {re.escape(str(out / JOURNAL_DIR))}",
+                         err)
+        assert said is not None and int(said.group(1)) >= KILL_AFTER, err
+        assert int(said.group(2)) in (1, 2), err  # the long unit, and the short one if it was still writing
+
+    # the journal: the unit, its size, and every finished write as the uninterrupted run recorded it
+    (path,) = [p for p in unit_journals(out) if p.name.startswith("offline_long_")]
+    journal = read_journal(path)
+    assert (journal.head.provider, journal.head.case_id, journal.head.epoch) == ("offline", "long", 0)
+    assert journal.head.writes_total == LONG_TURNS
+    assert KILL_AFTER <= journal.done < LONG_TURNS
+    whole = _units(uninterrupted)["long"]
+    assert [_untimed(w.write.model_dump(mode="json")) for w in journal.writes] == whole["writes"][:journal.done]
+    attempts = [_untimed(a.model_dump(mode="json")) for w in journal.writes for a in w.attempts]
+    assert attempts and attempts == whole["attempts"][:len(attempts)]
+    assert [f for w in journal.writes for f in w.findings] == []  # a clean engine: no finding on these writes
+    assert "long" not in {r.case_id for r in read_units(out)}  # never counted as finished
+
+    shown = show(out)
+    assert "UNFINISHED" in shown
+    assert f"long · epoch 0: INCOMPLETE, {journal.done} of {LONG_TURNS} writes saved in {JOURNAL_DIR}/" in shown
+    assert f"{len(read_units(out))} of 2 units finished and saved" in shown
+
+    resumed = subprocess.run(_cmd(dataset, out) + ["--resume"], cwd=REPO, capture_output=True, text=True,
+                             timeout=900)
+    assert resumed.returncode == 0, resumed.stderr
+    assert not (out / JOURNAL_DIR).exists()  # every unit saved: no journal left
+    assert _units(out) == _units(uninterrupted)
+    for table in ("facts", "anomalies", "cases"):
+        mine, theirs = pd.read_parquet(out / f"{table}.parquet"), pd.read_parquet(uninterrupted / f"{table}.parquet")
+        keep = [c for c in mine.columns if c not in UNSTABLE]
+        pd.testing.assert_frame_equal(mine[keep].sort_values(list(keep[:3])).reset_index(drop=True),
+                                      theirs[keep].sort_values(list(keep[:3])).reset_index(drop=True))
+
+
+def test_a_finished_run_keeps_no_journal(uninterrupted):
+    assert not (uninterrupted / JOURNAL_DIR).exists()
+    assert "INCOMPLETE" not in show(uninterrupted)
+
+
+def test_a_journal_cut_inside_a_line_reads_back_its_whole_lines(tmp_path):
+    head = JournalHead(provider="p/x:1", case_id="c 1", epoch=2, dataset="d", writes_total=5)
+    journal = JournalWriter(tmp_path, head)
+    for i in range(3):
+        journal.write_done(WriteRecord(index=i, path="chat", request_id=f"r{i}", success=True, codes=Codes(success=True)), [], [])
+    journal.close()
+    with journal.path.open("a", encoding="utf-8") as f:
+        f.write('{"write": {"index": 3, "pa')  # the write in flight when the process died
+    read = read_journal(journal.path)
+    assert read.torn and read.done == 3 and [w.write.index for w in read.writes] == [0, 1, 2]
+    assert read.head.case_id == "c 1" and read.head.writes_total == 5
+    again = JournalWriter(tmp_path, head)  # the unit replayed from its start: its journal starts afresh
+    again.close()
+    assert read_journal(again.path).done == 0 and again.path == journal.path
+
+
+def test_a_run_stopped_while_writing_its_tables_names_its_half_done_units_in_show_and_view(tmp_path):
+    """A run with (partial) tables and a journal left: `show` and the page's reasons both name the unit."""
+    killed = write_run(tmp_path / "killed", RUN_B, finished=None, verdict=None)
+    journal = JournalWriter(killed, JournalHead(provider="p", case_id="c9", epoch=0, dataset="d1", writes_total=7))
+    for i in range(2):
+        journal.write_done(WriteRecord(index=i, path="chat", request_id=f"r{i}", success=True,
+                                       codes=Codes(success=True)), [], [])
+    journal.close()
+    line = "p · c9 · epoch 0: INCOMPLETE, 2 of 7 writes saved in journal/"
+    assert show(killed).startswith("run killed: UNFINISHED") and line in show(killed)
+    verdict, reasons = verdict_and_reasons(load(killed))
+    assert verdict == "unfinished" and any(r.startswith(line) for r in reasons)
