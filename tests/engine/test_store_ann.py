@@ -226,6 +226,9 @@ def test_past_the_sampled_size_a_search_answers_as_a_count_of_every_row_does(tmp
         recall = np.mean([len({i for i, _ in found} & exact_top(ids, vectors, q, K)) / K
                           for found, q in zip(sampled[K], queries, strict=True)])
         assert recall >= 0.9, recall
+        for q, found in zip(queries[:3], sampled[40][:3], strict=True):  # the hits' scores are the exact scan's
+            exact = {m.id: m.score for m in store.search("u1", q, k=rows // 8)}  # a k this large scans every row
+            assert all(exact[memory_id] == score for memory_id, score in found)
     (path / INDEX_FILE).unlink()
     with Store(path, DIM) as store:
         assert {k: answers(store, "u1", queries, k) for k in (1, K, 40)} == sampled
