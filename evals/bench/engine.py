@@ -7,6 +7,9 @@
   units in flight unless --units-per-connection says more).
 - minilm throughput: sentences/s of the numpy MiniLM over the torch one on the bundled data's sentences.
 - write growth: time of a write into a store already holding N memories / into a fresh store (flat → 1.0).
+- interleaved write growth (`--only growth-interleaved`): the same ratio with every store open in one process and
+  written one write at a time in turn, so a change of load hits them alike; medians and means, and the share of
+  writes that waited for the scheduler.
 Run with `nox -s bench` or `python -m evals.bench.engine [--writes N] [--repeat R]`.
 """
 
@@ -267,6 +270,54 @@ def write_growth(sizes: list[int], writes: int, repeat: int, synchronous: str = 
             for n, users in layouts]
 
 
+def interleaved_growth(sizes: list[int], writes: int, synchronous: str = "NORMAL") -> dict[str, Any]:
+    """A fresh store and one-user stores of N memories open in one process, written one write at a time in turn
+    (the order reversed every other turn): the ratios of their writes' wall and thread CPU, medians and means.
+
+    Why: on a loaded 2-core machine about half of all 2-5 ms writes wait a whole scheduler tick, so a block of
+    writes' median wall lands on either side of a tick by chance (issue 35); alternating single writes exposes
+    every store to the same load, and the means count the rare costs (the index file's rewrites) too."""
+    from hymem.client import HyMemoryClient
+
+    dim = HashEmbedder().dim
+    tags: list[str] = ["fresh"] + [str(n) for n in sizes]
+    with tempfile.TemporaryDirectory() as tmp:
+        dirs = {"fresh": Path(tmp) / "fresh"}
+        for n in sizes:
+            dirs[str(n)] = Path(tmp) / f"seed-{n}"
+            _seed_store(dirs[str(n)], n, 1, dim)
+        os.sync()  # the seeded files' writeback is not a write's cost
+        load = [os.getloadavg()[0]]
+        case = synthetic_case(writes)
+        wall: dict[str, list[float]] = {t: [] for t in tags}
+        cpu: dict[str, list[float]] = {t: [] for t in tags}
+        with contextlib.ExitStack() as stack:
+            clients = {t: stack.enter_context(HyMemoryClient(path=dirs[t], lm="offline", embedder="hash",
+                                                             synchronous=synchronous)) for t in tags}
+            for client in clients.values():
+                client.add(case.turns[0], user_id="warmup")
+            for i, turn in enumerate(case.turns):
+                for t in tags if i % 2 == 0 else tags[::-1]:
+                    start, cpu_start = time.perf_counter(), time.thread_time()
+                    assert clients[t].add(turn, user_id="u0", request_id=f"g{i}").success
+                    wall[t].append(time.perf_counter() - start)
+                    cpu[t].append(time.thread_time() - cpu_start)
+        load.append(os.getloadavg()[0])
+
+    def waited(t: str) -> float:
+        return sum(w - c > 0.001 for w, c in zip(wall[t], cpu[t], strict=True)) / len(wall[t])
+
+    med = {t: (statistics.median(wall[t]), statistics.median(cpu[t])) for t in tags}
+    mean = {t: (statistics.mean(wall[t]), statistics.mean(cpu[t])) for t in tags}
+    return {"writes": writes, "synchronous": synchronous, "load_average_1min": _spread(load),
+            "fresh_share_waited_over_1ms": waited("fresh"), "goal_at_10000": 1.2,
+            "stores": [{"writer_memories": n, "share_waited_over_1ms": waited(str(n)),
+                        "wall_median_over_fresh": med[str(n)][0] / med["fresh"][0],
+                        "cpu_median_over_fresh": med[str(n)][1] / med["fresh"][1],
+                        "wall_mean_over_fresh": mean[str(n)][0] / mean["fresh"][0],
+                        "cpu_mean_over_fresh": mean[str(n)][1] / mean["fresh"][1]} for n in sizes]}
+
+
 def minilm_throughput(repeat: int) -> dict[str, Any]:
     """Sentences per second of `minilm` (numpy) over `minilm-torch`, alternating, on the bundled datasets' texts;
     plus each one's load time (import + weights) in a fresh process, as a ratio."""
@@ -366,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="store sizes N for write_growth (memories already stored); none skips it")
     parser.add_argument("--synchronous", choices=["NORMAL", "FULL"], default="NORMAL",
                         help="write_growth: the stores' SQLite synchronous level (the engine's default: NORMAL)")
-    parser.add_argument("--only", choices=["sweep", "overhead", "runner", "growth", "minilm"], action="append", default=None,
+    parser.add_argument("--only", choices=["sweep", "overhead", "runner", "growth", "growth-interleaved", "minilm"], action="append", default=None,
                         help="run only these benchmarks (repeatable)")
     parser.add_argument("--units-per-connection", type=float, default=None, metavar="X",
                         help="runner_vs_ideal: units in flight (--units-in-flight) = ceil(C × X), over C connections "
@@ -395,6 +446,8 @@ def main(argv: list[str] | None = None) -> int:
             results["minilm_throughput"] = "skipped: needs the minilm and minilm-torch extras"
     if "growth" in only and args.growth_sizes:
         results["write_growth"] = write_growth(args.growth_sizes, 4 * args.writes, args.repeat, args.synchronous)
+    if "growth-interleaved" in only and args.growth_sizes:
+        results["interleaved_growth"] = interleaved_growth(args.growth_sizes, 32 * args.writes, args.synchronous)
     print(json.dumps(results, indent=2))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

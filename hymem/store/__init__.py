@@ -6,7 +6,8 @@ FAISS changes it recorded are applied only after COMMIT. If that FAISS update
 fails, the write still happened and the index is rebuilt from SQLite. Hence the
 one rule callers rely on: `store.write()` raises if and only if nothing was committed.
 
-The FAISS file is persisted lazily (on close and every `persist_every` commits),
+The FAISS file is persisted lazily (on close, and every `persist_every` commits or a tenth of its
+rows in commits, whichever is more),
 together with a sidecar holding the SQLite `generation` it reflects (bumped in
 every write transaction) and a checksum. On open a missing, stale, corrupt or
 mismatching file is rebuilt from SQLite, so a `kill -9` at any point of a write

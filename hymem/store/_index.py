@@ -33,7 +33,7 @@ import faiss
 import numpy as np
 
 from hymem.failpoints import failpoint
-from hymem.store._ann import CENTRE_PREFIX, Centre, candidates, code_bytes, key_of, nearest_rows, sketch
+from hymem.store._ann import CENTRE_PREFIX, Centre, candidates, code_bytes, key_of, nearest_rows, sketch, sketch_one
 from hymem.store._schema import DB_FILE, LIVE
 from hymem.store._vectors import checksum_of, from_blob
 
@@ -81,7 +81,7 @@ class _Group:
         row = self.n
         self.vectors[row], self.ids[row] = vector, memory_id
         if self.centre is not None:
-            self.codes[row] = sketch(self.vectors[row], self.centre.vector)[0]
+            self.codes[row] = sketch_one(self.vectors[row], self.centre.vector)
         self.norms[row] = _norms(self.vectors[row : row + 1])[0]
         if self.half is not None:
             if self.norms[row] < _HALF_RANGE:
@@ -134,8 +134,8 @@ class _Group:
     def _top_through_sketch(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The best k (and ties) of the rows nearest the query by sign sketch, scored exactly (approximate)."""
         assert self.centre is not None
-        rows = nearest_rows(self.codes[: self.n], sketch(query, self.centre.vector)[0], candidates(k))
-        scores = _inner_products(np.ascontiguousarray(self.vectors[rows]), query, len(rows))
+        rows = nearest_rows(self.codes[: self.n], sketch_one(query, self.centre.vector), candidates(k))
+        scores = _inner_products_at(self.vectors, query, rows)
         if len(rows) > k:
             best = _best(scores, k)
             return self.ids[rows[best]], scores[best]
@@ -210,6 +210,23 @@ def _inner_products(matrix: np.ndarray, query: np.ndarray, n: int) -> np.ndarray
     scores = np.empty(n, dtype=np.float32)
     faiss.fvec_inner_products_ny(faiss.swig_ptr(scores), faiss.swig_ptr(query), faiss.swig_ptr(matrix),  # type: ignore[attr-defined]  # SWIG, no stub
                                  matrix.shape[1], n)
+    return scores
+
+
+def _inner_products_at(matrix: np.ndarray, query: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """`_inner_products` of the given rows only, read in place (no copy of the rows): FAISS's by-index loop runs
+    the same per-row kernel as `fvec_inner_products_ny`, so a row scores the same as in the exact scan."""
+    if matrix.shape[1] in _FAISS_SPECIAL_DIMS:
+        return _inner_products(np.ascontiguousarray(matrix[rows]), query, len(rows))
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    scores = np.empty(len(rows), dtype=np.float32)
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)  # its loop over queries is an OpenMP one, even for our one query
+    try:
+        faiss.fvec_inner_products_by_idx(faiss.swig_ptr(scores), faiss.swig_ptr(query), faiss.swig_ptr(matrix),  # type: ignore[attr-defined]  # SWIG, no stub
+                                         faiss.swig_ptr(rows), matrix.shape[1], 1, len(rows))
+    finally:
+        faiss.omp_set_num_threads(threads)
     return scores
 
 

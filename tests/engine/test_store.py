@@ -332,6 +332,26 @@ def test_index_is_persisted_lazily_every_n_commits(tmp_path):
     assert persisted_generation() == 4
 
 
+def test_a_large_index_file_is_rewritten_a_tenth_of_its_rows_in_commits_apart(tmp_path):
+    """Each rewrite of the index file costs O(rows); spaced by ntotal / 10 commits it costs about one row's
+    bytes per commit, whatever the store's size (issue 35)."""
+    def persisted_generation() -> int:
+        return json.loads((tmp_path / SIDECAR_FILE).read_text())["generation"]
+
+    with Store(tmp_path, DIM, persist_every=1) as s:
+        with s.write() as tx:  # commit 1: 100 live rows, so 10 commits between two rewrites
+            for i in range(100):
+                tx.add_memory("u1", f"m{i}", "user", "user", "fact", vec(i), "r")
+        for commit in range(2, 10):
+            add(s, "u1", f"n{commit}", 1000 + commit)
+        assert persisted_generation() == 0  # written by the open, not since
+        add(s, "u1", "n10", 1010)
+        assert persisted_generation() == 10
+        add(s, "u1", "n11", 1011)
+        assert persisted_generation() == 10
+    assert persisted_generation() == 11  # and on close, as ever
+
+
 def test_opening_with_another_dim_raises_a_clear_error(tmp_path):
     Store(tmp_path, DIM).close()
     with pytest.raises(DimensionMismatchError, match="8-dimensional.*dim=16"):

@@ -202,6 +202,38 @@ def test_the_centre_is_recomputed_as_the_group_grows_and_kept_when_it_empties(tm
         assert {m.id for m in store.live_memories("u3")} == set(refill)
 
 
+@pytest.mark.slow
+def test_past_the_sampled_size_a_search_answers_as_a_count_of_every_row_does(tmp_path, monkeypatch):
+    """Past `_SAMPLED_ROWS` rows the sketch's cut-off distance is guessed from a sample of the rows' distances
+    and then read from the rows within the guess: the answers (ids and scores) must be those of counting every
+    row, for a small and a larger k, and stay so after a reopen that rebuilds the index from SQLite."""
+    from hymem.store import _ann
+
+    rng = np.random.default_rng(40)
+    rows = _ann._SAMPLED_ROWS + 7000
+    vectors = clustered(rng, rows)
+    queries = np.concatenate([clustered(np.random.default_rng(41), 40), vectors[::997][:20]])
+    path = tmp_path / "s"
+    with Store(path, DIM) as store:
+        ids: list[int] = []
+        for start in range(0, rows, 8192):
+            ids += fill(store, "u1", vectors[start:start + 8192])
+        sampled = {k: answers(store, "u1", queries, k) for k in (1, K, 40)}
+        monkeypatch.setattr(_ann, "_SAMPLED_ROWS", 10 * rows)  # every row's distance counted
+        counted = {k: answers(store, "u1", queries, k) for k in (1, K, 40)}
+        monkeypatch.undo()
+        assert sampled == counted
+        recall = np.mean([len({i for i, _ in found} & exact_top(ids, vectors, q, K)) / K
+                          for found, q in zip(sampled[K], queries, strict=True)])
+        assert recall >= 0.9, recall
+        for q, found in zip(queries[:3], sampled[40][:3], strict=True):  # the hits' scores are the exact scan's
+            exact = {m.id: m.score for m in store.search("u1", q, k=rows // 8)}  # a k this large scans every row
+            assert all(exact[memory_id] == score for memory_id, score in found)
+    (path / INDEX_FILE).unlink()
+    with Store(path, DIM) as store:
+        assert {k: answers(store, "u1", queries, k) for k in (1, K, 40)} == sampled
+
+
 CRASH_AFTER_WRITE = """
 import os, signal, sys
 import numpy as np
