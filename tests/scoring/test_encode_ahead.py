@@ -1,0 +1,59 @@
+"""Texts encoded while a run replays (issue 35): the same scores and report, bit for bit, and nothing encoded twice."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from evals.cli.main import main
+from tests.scoring.test_matcher_cost import _fresh_matcher
+
+FIRST = (["The user lives in New York City.", "The user is learning machine learning."],
+         ["The user lives in NYC.", "The user studies ML at night.", "The user plays the cello."])
+SECOND = (["用户住在深圳。", "Maria, the user's sister, teaches piano."],
+          ["用户现在住在深圳。", "The user's sister Maria is a piano teacher.", "The user lives in NYC."])
+
+
+def test_texts_prepared_ahead_in_another_order_score_the_same_and_are_not_encoded_again():
+    plain, plain_words, plain_sentences = _fresh_matcher(None)
+    expected = [plain.scores(*FIRST), plain.scores(*SECOND)]
+    ahead, words, sentences = _fresh_matcher(None)
+    worker = threading.Thread(target=lambda: [ahead.prepare_ahead(*case) for case in (SECOND, FIRST)])
+    worker.start()
+    worker.join()
+    assert sentences.texts == plain_sentences.texts > 0 and words.texts == 0  # the words wait for scoring
+    got = [ahead.scores(*FIRST), ahead.scores(*SECOND)]
+    assert sentences.texts == plain_sentences.texts  # scoring encoded no sentence again
+    assert words.texts == plain_words.texts  # the same word batches, in scoring's order
+    for want, have in zip(expected, got, strict=True):
+        assert np.array_equal(want, have)
+
+
+@pytest.mark.ci_heavy  # two runs with the semantic matcher
+def test_a_run_encoding_ahead_reports_what_a_run_scoring_afterwards_reports(tmp_path, monkeypatch):
+    import evals.pipeline as pipeline
+    from evals.scoring import semantic
+    from evals.scoring.ahead import EncodeAhead
+
+    monkeypatch.delenv("HYMEM_MATCHER", raising=False)  # conftest sets `text` for every other test
+    used: list[EncodeAhead] = []
+
+    def recorded(matcher):
+        used.append(EncodeAhead(matcher))
+        return used[-1]
+
+    args = ["run", "--dataset", "datasets/chat_en.jsonl", "--limit", "4", "--faults", "none", "--embedder", "hash",
+            "--no-cache", "--no-progress"]
+    monkeypatch.setattr(pipeline, "EncodeAhead", recorded)
+    semantic._shared.cache_clear()  # each run with a fresh matcher: nothing kept from another test or run
+    assert main([*args, "--out", str(tmp_path / "ahead")]) == 0
+    assert used[-1].prepared == 4 and used[-1].failed == 0
+    monkeypatch.setattr(pipeline, "EncodeAhead", lambda matcher: EncodeAhead(None))  # nothing ahead
+    semantic._shared.cache_clear()
+    assert main([*args, "--out", str(tmp_path / "after")]) == 0
+    for table in ("facts.parquet", "case_metrics.parquet"):
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "ahead" / table),
+                                      pd.read_parquet(tmp_path / "after" / table), check_exact=True)
