@@ -181,7 +181,7 @@ def _seconds_to_embed(embedder: Any, batches: list[list[str]]) -> tuple[float, i
     return spent, len(seen)
 
 
-def locomo_ratio(sample: int, seed: int = 1, path: Path = LOCOMO) -> dict[str, Any]:
+def locomo_ratio(sample: int, seed: int = 1, path: Path = LOCOMO, keep: Path | None = None) -> dict[str, Any]:
     """A LoCoMo replay (`--sample N --seed S --faults none`, minilm, the semantic matcher, a cold vector cache) over
     encoding texts alone, in the same process right after, each model loaded and warmed first. Two denominators:
 
@@ -190,6 +190,8 @@ def locomo_ratio(sample: int, seed: int = 1, path: Path = LOCOMO) -> dict[str, A
     - `run_over_matcher_encoding_alone` (the earlier sessions' figure): the matcher's models alone on the matcher's
       texts: each case's distinct predicates with e5 and their content words with MiniLM, one batch per model per
       case, as the matcher does (`run_over_e5_alone`: e5's part only).
+
+    `keep`: the run's directory (its parquet files, to compare two codes' decisions); else a temporary one.
     """
     from evals.cases.adapters import load_spec
     from evals.pipeline import run_eval
@@ -202,7 +204,7 @@ def locomo_ratio(sample: int, seed: int = 1, path: Path = LOCOMO) -> dict[str, A
     spent, undo = _timed_scoring()
     engine_calls, undo_recording = _recorded_engine_embeds()
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "run"
+        out = keep if keep is not None else Path(tmp) / "run"
         started = time.perf_counter()
         try:
             outcome = run_eval(RunConfig(datasets=[f"locomo:{path}"], sample=sample, seed=seed, faults="none", out=out,
@@ -280,13 +282,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--locomo", type=int, metavar="N", help="only: a LoCoMo replay of N sampled cases over "
                         "encoding its texts alone (issue 35)")
+    parser.add_argument("--keep", type=Path, help="--locomo: keep the run in this directory")
     parser.add_argument("--fast-share", action="store_true", help="only: scoring's share of a sweep:fast run")
     parser.add_argument("--cache", type=Path, help="--fast-share: keep the vectors in this directory (run twice: warm)")
     args = parser.parse_args(argv)
     if args.locomo or args.fast_share:
         out: dict[str, Any] = {}
         if args.locomo:
-            out["locomo"] = locomo_ratio(args.locomo)
+            out["locomo"] = locomo_ratio(args.locomo, keep=args.keep)
         if args.fast_share:
             out["sweep_fast"] = fast_share(args.cache)
         print(json.dumps(out, indent=1))
