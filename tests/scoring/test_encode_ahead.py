@@ -57,3 +57,44 @@ def test_a_run_encoding_ahead_reports_what_a_run_scoring_afterwards_reports(tmp_
     for table in ("facts.parquet", "case_metrics.parquet"):
         pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "ahead" / table),
                                       pd.read_parquet(tmp_path / "after" / table), check_exact=True)
+
+
+class _Recording:
+    """A matcher's `prepare_ahead` that records the texts it is handed, or fails."""
+
+    def __init__(self, fail: bool = False):
+        self.calls: list[tuple[list[str], list[str]]] = []
+        self.fail = fail
+
+    def prepare_ahead(self, gold, pred):
+        if self.fail:
+            raise RuntimeError("the sentence model is gone")
+        self.calls.append((list(gold), list(pred)))
+
+
+def _finished_unit(status: str = "ok"):
+    from evals.cases.gold import case_gold
+    from tests.scoring.test_scoring import fact, make_case, make_run
+
+    case = make_case([fact("The user lives in Berlin.")])
+    run = make_run(case, [], [{"proposed_facts": [fact("The user lives in Berlin, Germany.")]}], status=status)
+    return run.model_copy(update={"gold": case_gold(case)})
+
+
+def test_the_worker_hands_a_finished_units_texts_to_the_matcher_and_a_failure_to_scoring():
+    from evals.scoring.ahead import EncodeAhead
+
+    matcher = _Recording()
+    ahead = EncodeAhead(matcher)
+    ahead.submit(_finished_unit())
+    ahead.submit(_finished_unit(status="infra_error"))  # scored without its texts: none to encode
+    ahead.close()
+    assert ahead.prepared == 1 and matcher.calls == [(["The user lives in Berlin."], ["The user lives in Berlin, Germany."])]
+    failing = EncodeAhead(_Recording(fail=True))
+    failing.submit(_finished_unit())
+    failing.close()  # no exception here: scoring does the work again and raises where it always did
+    assert failing.prepared == 0 and failing.failed == 1
+    none = EncodeAhead(object())  # a matcher with nothing to do ahead (text, the LLM judge): no thread
+    none.submit(_finished_unit())
+    none.close()
+    assert none.prepared == 0 and none.failed == 0
