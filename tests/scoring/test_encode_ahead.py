@@ -32,6 +32,19 @@ def test_texts_prepared_ahead_in_another_order_score_the_same_and_are_not_encode
         assert np.array_equal(want, have)
 
 
+def test_a_sentence_model_whose_vectors_depend_on_the_batch_is_not_used_ahead():
+    from evals.scoring.semantic import PARAMS_FILE, SemanticMatcher, SemanticParams
+    from hymem.embedder import make_embedder
+    from tests.scoring.test_matcher_cost import _Counting
+
+    params = SemanticParams.model_validate_json(PARAMS_FILE.read_text(encoding="utf-8"))
+    minilm = _Counting(make_embedder("minilm"))  # MiniLM as the sentence model too: its last bits follow the batch
+    matcher = SemanticMatcher(params.model_copy(update={"sentence_embedder": "minilm"}), minilm)
+    matcher.prepare_ahead(*FIRST)
+    assert minilm.texts == 0  # texts prepared, nothing encoded: scoring encodes in its own order
+    assert matcher.scores(*FIRST).shape == (2, 3) and minilm.texts > 0
+
+
 @pytest.mark.ci_heavy  # two runs with the semantic matcher
 def test_a_run_encoding_ahead_reports_what_a_run_scoring_afterwards_reports(tmp_path, monkeypatch):
     import evals.pipeline as pipeline
@@ -54,6 +67,7 @@ def test_a_run_encoding_ahead_reports_what_a_run_scoring_afterwards_reports(tmp_
     monkeypatch.setattr(pipeline, "EncodeAhead", lambda matcher: EncodeAhead(None))  # nothing ahead
     semantic._shared.cache_clear()
     assert main([*args, "--out", str(tmp_path / "after")]) == 0
+    semantic._shared.cache_clear()  # no warm matcher left for a later test (it would find these texts encoded)
     for table in ("facts.parquet", "case_metrics.parquet"):
         pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "ahead" / table),
                                       pd.read_parquet(tmp_path / "after" / table), check_exact=True)
