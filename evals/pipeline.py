@@ -24,6 +24,7 @@ from evals.report.score_run import report_run
 from evals.report.view import write_view
 from evals.run.executors.ray_executor import RayUnavailable
 from evals.run.runner import RunConfig, prepare, release_run_dir, run_units
+from evals.scoring.ahead import EncodeAhead
 from evals.scoring.choose_matcher import make_matcher_spec, open_matcher
 from evals.tuning.saved import fitted_cases, load_program
 
@@ -86,7 +87,13 @@ def run_eval(config: RunConfig) -> RunOutcome:
         matcher = open_matcher(manifest, run_dir, config.cache_dir and config.cache_dir.parent, config.providers_file,
                                prepared.embedder if prepared.embedder_name == "minilm" else None,  # one model load
                                use_cache=config.cache)
-        units = run_units(config, prepared, state)
+        ahead = EncodeAhead(matcher)  # finished units' texts encoded while the others replay
+        try:
+            units = run_units(config, prepared, state, on_unit=ahead.submit)
+        except BaseException:
+            ahead.close(cancel=True)
+            raise
+        ahead.close()
         runs = with_gold(units.runs, prepared.cases)  # units a resumed pre-v5 run recorded without their gold
         verdict = report_run(run_dir, manifest, runs, matcher)
         write_plots(run_dir)

@@ -430,9 +430,11 @@ class UnitsRun:
     seconds: float  # wall time of the unit phase (replay + checks), without loading and reporting
 
 
-def run_units(config: RunConfig, prepared: Prepared, state: dict[str, int]) -> UnitsRun:
+def run_units(config: RunConfig, prepared: Prepared, state: dict[str, int],
+              on_unit: Callable[[CaseRun], None] | None = None) -> UnitsRun:
     """Replay every unit not already done, appending each to `units.jsonl` as it finishes (`state["saved"]`
-    counts them for an interrupt's message). The manifest (with the matcher's card) is written before the first."""
+    counts them for an interrupt's message) and handing it to `on_unit` (the scorer's work ahead). The manifest
+    (with the matcher's card) is written before the first."""
     cases, plan, factories, manifest, run_dir, program = (prepared.cases, prepared.plan, prepared.factories,
                                                           prepared.manifest, prepared.run_dir, prepared.program)
     embedder_name, embedder = prepared.embedder_name, prepared.embedder
@@ -496,6 +498,8 @@ def run_units(config: RunConfig, prepared: Prepared, state: dict[str, int]) -> U
             units_file.append(result)
             remove_journal(run_dir, result.provider, result.case_id, result.epoch)
             state["saved"] += 1
+            if on_unit is not None:
+                on_unit(result)
             runs.append(result)
             calls += sum(1 for a in result.attempts if a.site != "embed" and not a.cache_hit)
             faults += len(result.faults)

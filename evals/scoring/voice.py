@@ -18,7 +18,7 @@ import re
 from types import SimpleNamespace
 
 from evals.core.subject_reading import read_subject, same_person
-from evals.scoring.lexicon import installed, same_verb
+from evals.scoring.lexicon import installed_in_process, same_verb
 from evals.scoring.rulebook import RulesError, RuleSet, compiled
 
 
@@ -110,7 +110,7 @@ def _en_converse(k: SimpleNamespace, passive: str, active: str) -> bool:
 def _same_verb(a: str, b: str) -> bool:
     """The two words are forms of one verb: the same word, or (with the thesaurus) a shared WordNet verb
     sense ("wrote" / "written")."""
-    return a == b or (installed() and same_verb(a, b))
+    return a == b or (installed_in_process() and same_verb(a, b))
 
 
 def _zh_forms(person: str, k: SimpleNamespace) -> list[str]:
