@@ -38,6 +38,12 @@ _ZH_AGE_HALF = re.compile(r"(\d+|[一二两三四五六七八九十]+)岁半")
 _ZH_AGE_MONTHS = re.compile(r"(\d+|[一二两三四五六七八九十]+)个月大")
 # "一岁零三个月" is 1.25 years, as "15个月大" is
 _ZH_AGE_YEARS_MONTHS = re.compile(r"(\d+|[一二两三四五六七八九十]+)岁零?(\d+|[一二两三四五六七八九十]+)个月")
+# "一小时十五分钟" is 75 minutes, "两个小时零五分" 125: hours and minutes are one duration
+_ZH_HOURS_MINUTES = re.compile(r"(\d+|[一二两三四五六七八九十]+)个?(?:小时|钟头)零?(\d+|[一二两三四五六七八九十]+)分(?:钟)?")
+# "1 hour 15 minutes", "an hour and fifteen minutes", "two hours 5 mins": one duration
+_EN_HOURS_MINUTES = re.compile(r"(?i)\b(?P<h>\d+|an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)\s+hours?,?\s+"
+                               r"(?:and\s+)?(?P<m>\d+|(?:twenty|thirty|forty|fifty)(?:[\s-](?:one|two|three|four|five|six|seven|"
+                               r"eight|nine))?|five|ten|fifteen|forty-five)\s+min(?:ute)?s?\b")
 _ZH_AND_A_HALF = re.compile(r"(\d+|[一二两三四五六七八九十]+)个半(小时|钟头|月)")
 # "一米八" is 1.8 m, "一米五二" 1.52 m, "一米零五" 1.05 m: the digits after 米 are its decimals
 _ZH_METRES = re.compile(r"(\d|[一二两])米([零〇一二三四五六七八九]|\d)([零〇一二三四五六七八九]|\d)?(?![\d零一二三四五六七八九十百千万米])")
@@ -306,6 +312,7 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
     t = _ZH_AGE_HALF.sub(lambda m: f"{_number(m.group(1)) + 0.5:g}岁", t)
     t = _ZH_AGE_YEARS_MONTHS.sub(lambda m: f"{_number(m.group(1)) + _number(m.group(2)) / 12:.4g}岁", t)
     t = _ZH_AGE_MONTHS.sub(lambda m: f"{_number(m.group(1)) / 12:.4g}岁", t)
+    t = _ZH_HOURS_MINUTES.sub(lambda m: f"{_number(m.group(1)) * 60 + _number(m.group(2)):g}分钟", t)
     t = _ZH_AND_A_HALF.sub(lambda m: f"{_number(m.group(1)) + 0.5:g}{'个月' if m.group(2) == '月' else m.group(2)}", t)
     t = _ZH_METRES.sub(lambda m: f"{_number(m.group(1)) + _number(m.group(2)) / 10 + _number(m.group(3) or '0') / 100:g}米", t)
     t = _k().ZH_NOT_NUMBER.sub(" ", t)
@@ -324,7 +331,7 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
             found.append(("", value))
         return " "
 
-    t = re.sub(rf"(?<![\d.,])(\d+(?:[.,]\d+)*(?![\d.,a-zA-Z])|[零〇一二两俩三四五六七八九十百千万亿]+(?={_k().ZH_COUNTED})|{_ZH_PLACE_VALUE}|半)"
+    t = re.sub(rf"(?<![\d.,])(\d+(?:[.,]\d+)*(?![\d.,a-zA-Z])|[零〇一二两俩三四五六七八九十百千万亿]+(?={_k().ZH_COUNTED})|{_ZH_PLACE_VALUE}|半|俩)"
                rf"\s*(?:个(?!月))?\s*({_k().ZH_UNIT_RE})?(?![a-zA-Z])"
                if re.search(r"[\u4e00-\u9fff]", t) else r"(?!x)x", zh, t)
     def and_a_half(m: re.Match[str]) -> str:
@@ -337,6 +344,13 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
         return f" {(ft * 12 + inches) * 0.0254:.6g} metres "
 
     t = _k().EN_FEET_INCHES.sub(feet_inches, t)
+
+    def hours_minutes(m: re.Match[str]) -> str:
+        h, mins = (1.0 if x.casefold() in ("a", "an") else float(x) if x[0].isdigit() else _en_words_value(x)
+                   for x in (m.group("h"), m.group("m")))
+        return f"{h * 60 + mins:g} minutes"
+
+    t = _EN_HOURS_MINUTES.sub(hours_minutes, t)
     t = _k().EN_ORDINAL.sub(_ordinal, t)
     t = _k().EN_AND_A_HALF.sub(and_a_half, t)
     t = _k().EN_HALF_A.sub(lambda m: f"0.5 {m.group('u')}", t)
@@ -360,6 +374,8 @@ def quantities(text: str) -> tuple[tuple[str, float], ...]:
         if unit in ("in", "s", "m", "g", "l", "h", "k") and not (after and after.group(0).strip().casefold() == unit
                                                                  and m.group("digits")):
             dim, factor = "", 1.0  # one-letter units only straight after digits ("2 L", "5k")
+        if unit == "in" and after is not None and re.match(r"\s+[A-Za-z]", t[after.end():]):
+            dim, factor = "", 1.0  # "turned 93 in March": a preposition, not inches
         if dim == "duration" and re.match(r"\s*old\b", t[after.end():] if after else ""):
             dim, factor = "", factor / _YEAR  # an age in years: "34 years old" is "thirty-four", "18 months old" 1.5
         if m.group("article") and after and t[after.end():after.end() + 1] == "-":
