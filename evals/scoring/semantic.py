@@ -473,8 +473,9 @@ def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.
     """The pair's features, and whether a role check rules it out whatever they say: an antonym
     (`_opposed`), a person noun swapped for an unpaired one (`_persons_swapped`), two steps in the other
     order (`_order_swapped`), a kind of person the subject is on one side and acts on on the other
-    (`_identity_swapped`), the subject turned into the one acted on (`_displaced`) or a passive that
-    swaps the roles (`_voice_swapped`)."""
+    (`_identity_swapped`), the subject turned into the one acted on (`_displaced`), a passive that
+    swaps the roles (`_voice_swapped`) or another life event on each side (`events.events_differ`: born /
+    married, lives / works, moved / visited)."""
     words = _dice(a.words, b.words, False, False) if (a.words or b.words) else float(a.predicate == b.predicate)
     union = a.bigrams | b.bigrams
     bigrams = len(a.bigrams & b.bigrams) / len(union) if union else 1.0
