@@ -55,6 +55,7 @@ from evals.scoring.checks import (
     negative_verb,
     unquoted,
 )
+from evals.scoring.events import events_differ, told_as_one_event
 from evals.scoring.lexicon import gloss_overlap, knows, opposite, person, phrase_verbs, require, same_sense, verb_form
 from evals.scoring.matcher import Matcher, _dice, negated, subject_rule, texts_name_same_subject, units
 from evals.scoring.quantities import quantities, same_quantities
@@ -338,9 +339,10 @@ def _changed_units(a: _Prepared, b: _Prepared) -> _Units:
     return out
 
 
-def _lexical(changes: _Units) -> tuple[float, float]:
+def _lexical(changes: _Units, a: str = "", b: str = "") -> tuple[float, float]:
     """Of the changes (`_changes`): the share that a thesaurus pairs with a word of the other side (a
-    synonym), and the share that it lists but cannot pair (a different word)."""
+    synonym), or that states the same event kind as one of the other side's (`events.told_as_one_event`, given
+    the predicates `a` and `b`), and the share that it lists but cannot pair (a different word)."""
     units_a, units_b = changes
     n = len(units_a) + len(units_b)
     if not n:
@@ -349,8 +351,8 @@ def _lexical(changes: _Units) -> tuple[float, float]:
     def paired(unit: tuple[str, ...], others: list[tuple[str, ...]]) -> bool:
         return any(same_sense(x, y) for x in unit for other in others for y in other)
 
-    paired_a = [u for u in units_a if paired(u, units_b)]
-    paired_b = [u for u in units_b if paired(u, units_a)]
+    paired_a = [u for u in units_a if paired(u, units_b) or told_as_one_event(u, units_b, a, b)]
+    paired_b = [u for u in units_b if paired(u, units_a) or told_as_one_event(u, units_a, b, a)]
     unexplained = (sum(1 for u in units_a if u not in paired_a and any(knows(w) for w in u))
                    + sum(1 for u in units_b if u not in paired_b and any(knows(w) for w in u)))
     return (len(paired_a) + len(paired_b)) / n, unexplained / n
@@ -372,6 +374,10 @@ def _opposed(a: _Prepared, b: _Prepared, changes: _Units) -> bool:
     ("teaches yoga" / "takes yoga classes": teach / learn; `lexicon.phrase_verbs`)."""
     if a.negated != b.negated:
         return False
+    if a.zh or b.zh:  # a Chinese change that states one event with one of the other side's is no antonym through
+        # its glosses (工作 / 员工: "work" / "employee"; `events.told_as_one_event`)
+        changes = ([u for u in changes[0] if not told_as_one_event(u, changes[1], a.predicate, b.predicate)],
+                   [u for u in changes[1] if not told_as_one_event(u, changes[0], b.predicate, a.predicate)])
     unmatched_a, unmatched_b = ([w for u in side for w in u] for side in changes)
     unmatched_a += sorted(a.phrase_verbs - b.phrase_verbs)
     unmatched_b += sorted(b.phrase_verbs - a.phrase_verbs)
@@ -467,8 +473,9 @@ def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.
     """The pair's features, and whether a role check rules it out whatever they say: an antonym
     (`_opposed`), a person noun swapped for an unpaired one (`_persons_swapped`), two steps in the other
     order (`_order_swapped`), a kind of person the subject is on one side and acts on on the other
-    (`_identity_swapped`), the subject turned into the one acted on (`_displaced`) or a passive that
-    swaps the roles (`_voice_swapped`)."""
+    (`_identity_swapped`), the subject turned into the one acted on (`_displaced`), a passive that
+    swaps the roles (`_voice_swapped`) or another life event on each side (`events.events_differ`: born /
+    married, lives / works, moved / visited)."""
     words = _dice(a.words, b.words, False, False) if (a.words or b.words) else float(a.predicate == b.predicate)
     union = a.bigrams | b.bigrams
     bigrams = len(a.bigrams & b.bigrams) / len(union) if union else 1.0
@@ -486,8 +493,9 @@ def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.
             max(flags["modality"], diff.tense), float(a.periods != b.periods), float(not same_quantities(a.quantities, b.quantities)),
             flags["relation"], float(names_substituted(a.names, a.predicate, b.names, b.predicate)), align, unmatched, zh * unmatched,
             diff.shared, diff.slot_abbrev, diff.voice * float(a.subject is not None and a.subject == b.subject), diff.direction,
-            *_lexical(changes), float(bool(a.quantities) and bool(b.quantities) and same_quantities(a.quantities, b.quantities))],
+            *_lexical(changes, a.predicate, b.predicate), float(bool(a.quantities) and bool(b.quantities) and same_quantities(a.quantities, b.quantities))],
            (_opposed(a, b, changes) or _persons_swapped(changes) or _order_swapped(a, b)
+                                     or events_differ(a.predicate, b.predicate)
                                      or _identity_swapped(a, b)
                                      or _displaced(a, b) or _displaced(b, a)
                                      or _voice_swapped(a, b) or _voice_swapped(b, a)))

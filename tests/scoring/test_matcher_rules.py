@@ -31,6 +31,36 @@ LIVE_CHANGES: dict[str, str] = {
     # a person noun (WordNet) reached 'to' / 给 on one side and 'from' / 向 on the other (alignment direction);
     # batch 8 (in-sample) gained 1
     "en-role-44": "direction: 'lets a room to a student' / 'rents a room from a student' no longer matches",
+    # life-event kinds (evals/scoring/events.py, [events] in the rule files): two events that share a place, date or
+    # organisation are ruled out, two words for one event are paired; built from batches 7-9 (in-sample), held-out
+    # 0.919 -> 0.926 (10 fixed, 1 broken), calibration 0.961 -> 0.964 (7 fixed)
+    "en-role-02": "events: 'works at Google' / 'interviewed at Google' is ruled out (work / interview)",
+    "en-role-28": "events: 'interviewed at Netflix' / 'works at Netflix' is ruled out",
+    "en-role-38": "events: 'interviewed at Rolls-Royce' / 'works at Rolls-Royce' is ruled out",
+    "en-role-68": "events: 'coaches the office cricket team' / 'plays on …' is ruled out (coach / play)",
+    "en-modality-51": "events: 'works in Shenzhen' / 'is moving to Shenzhen for work' is ruled out (work / move)",
+    "zh-role-02": "events: 在华为工作 / 参加过华为的面试 is ruled out",
+    "zh-role-18": "events: 面试过网易 / 在网易上班 is ruled out",
+    "zh-role-50": "events: 面试过美团 / 在美团上班 is ruled out",
+    "zh-role-06": "events: 把房子租出去了 / 租了一套房子 is ruled out (rent out / rent)",
+    "zh-role-48": "events: 把房子租给了表弟 / 租了表弟的房子 is ruled out",
+    "zh-role-68": "events: 把车租给了邻居 / 租了邻居的车 is ruled out",
+    "en-paraphrase_nominal-56": "events: 'works for Deloitte' / 'User's employer: Deloitte' now matches (one event)",
+    "en-paraphrase_nominal-66": "events: 'was born in …' / 'User's birthplace: …' now matches",
+    "en-paraphrase_nominal-90": "events: 'was born in …' / 'Birthplace: …' now matches",
+    "zh-paraphrase_qualifier-16": "events: 去日本旅行 / 去日本旅游 now matches",
+    "zh-paraphrase_qualifier-58": "events: 考虑搬到… / 考虑移居… now matches",
+    "zh-entity_sub-74": "events: 在叠纸游戏工作 / 在莉莉丝游戏上班 now matches (wrongly: 工作 / 上班 are paired and the "
+                        "company names are not read as names)",
+    # quantities: "in" after a number followed by a word is a preposition, not inches
+    "en-paraphrase_number-10": "quantities: '$1,200 in rent monthly' no longer reads 1,200 inches",
+}
+# Pairs whose rule reading (features) changed without their decision changing (id -> why)
+LIVE_READINGS: dict[str, str] = {
+    "zh-role-57": "events: 从老林那里转租 / 把房间转租给了老林 is ruled out (rent / rent out); rejected before too",
+    "zh-paraphrase_synonym-70": "events: 在大疆工作 / 在大疆上班: 工作 / 上班 are paired as one event; matched before too",
+    "zh-time-81": "time words: 中秋节 / 端午节 now read as two festivals; rejected before too",
+    "zh-number_sub-53": "quantities: 一小时五十分 / 1小时15分 read as 110 / 75 minutes (v1: 五十 as 5); rejected before too",
 }
 
 
@@ -156,7 +186,7 @@ def test_the_live_rules_read_a_sixteenth_of_the_labelled_pairs_as_v1_does():
             return out
 
     now, v1 = read(live()), read(frozen("v1"))
-    differing = sorted(k for k in now if now[k] != v1[k] and k not in LIVE_CHANGES)
+    differing = sorted(k for k in now if now[k] != v1[k] and k not in LIVE_CHANGES and k not in LIVE_READINGS)
     assert not differing, differing[:10]
 
 

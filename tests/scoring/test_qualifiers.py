@@ -159,6 +159,11 @@ def test_a_change_of_modality_is_different(a, b):
     ("The user's suitcase weighs 44 lb.", "The user's suitcase weighs 20 kg."),
     ("用户的外甥一岁零六个月。", "用户的外甥18个月大"),
     ("助手学到，请求超过三秒就要重试。", "助手经验：请求>3s即重试"),
+    ("The user's father turned seventy-one in May.", "father turned 71 in May"),  # "in" after a number: a preposition
+    ("用户每天跑步一小时二十分钟。", "用户每天跑步80分钟。"),
+    ("The user's flight lasted 2 hours 10 minutes.", "The user's flight lasted 130 minutes."),
+    ("The user's flight lasted an hour and ten minutes.", "The user's flight lasted 70 minutes."),
+    ("助手学到，日志文件不能超过五十兆。", "助手备注：日志上限50MB"),
 ])
 def test_a_measure_in_another_unit_or_form_is_the_same(a, b):
     assert _same_quantities(a, b), (quantities(a), quantities(b))
@@ -170,6 +175,8 @@ def test_a_measure_in_another_unit_or_form_is_the_same(a, b):
     ("The user's suitcase weighs 20 kg.", "The user's suitcase weighs 21 kg."),
     ("用户家是三室一厅。", "用户家是两室一厅。"),
     ("用户的外甥一岁零六个月。", "用户的外甥一岁零八个月。"),
+    ("用户每天跑步一小时二十分钟。", "用户每天跑步70分钟。"),
+    ("The upload cap is 25 MB.", "The upload cap is 25 GB."),
 ])
 def test_a_different_measure_stays_different(a, b):
     assert not _same_quantities(a, b), (quantities(a), quantities(b))
