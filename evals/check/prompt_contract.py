@@ -119,6 +119,8 @@ def check_candidates(prompts: list[dict[str, str]], proposed: list[dict[str, Any
     drops or adds a candidate is seen whatever the memories say. `live` is the user's live memories before the
     write, `proposed` the write's proposed facts (their kinds), `k` the candidates per fact the harness set."""
     found: list[Witnessed] = []
+    by_id: dict[Any, Any] | None = None
+    live_of: Counter[str] = Counter()
     for number, prompt in enumerate(prompts):
         if prompt.get("site") != "lm.reconcile":
             continue
@@ -129,8 +131,9 @@ def check_candidates(prompts: list[dict[str, str]], proposed: list[dict[str, Any
             continue
         call = f"{where}, call {number + 1} (lm.reconcile)"
         kinds = [str(f.get("kind") or "fact") for f in proposed]
-        by_id = _kinds_by_id(live)
-        live_of = _kind_counts(by_id)
+        if by_id is None:  # once per write, not per reconcile prompt: each reads every live memory
+            by_id = _kinds_by_id(live)
+            live_of = _kind_counts(by_id)
         shown = [e.get("id") if isinstance(e, dict) else None for e in existing]
         strays = [i for i in shown if _kind(by_id.get(i, _ABSENT)) not in kinds]
         if strays:

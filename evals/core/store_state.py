@@ -341,8 +341,10 @@ def _table_by_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: st
             where.update((p, i) for p, _ in leaf[0])
         memo.reads["leaves_read"] += len(read_here)
         leaves.update(read_here)
+        first, changed_parts = (_common_prefix(before.parts, parts) if before is not None else (0, None))
         return _TableRead(root=root, sql=sql, interior=seen.difference(pages), leaves=pages, where=where,
-                          parts=parts, overflow=overflow, table=_assemble(parts, before, by_id=name == "memories"))
+                          parts=parts, overflow=overflow,
+                          table=_assemble(parts, before, changed_parts, first, by_id=name == "memories"))
     except (ValueError, IndexError):  # a pointer out of the database or a page cut short: not a b-tree we read
         return None
 
@@ -394,6 +396,17 @@ def _leaf_rows(db: sqlite3.Connection, view: View, memo: RowMemo, name: str, sql
         read = _part([memo.row(name, columns, raw[1:]) for raw in fetched])
     leaf = read_here[key] = (tuple((p, view.page_digest(p)) for p in cells.overflow), read)
     return leaf
+
+
+def _common_prefix(old: list[_Part], new: list[_Part]) -> tuple[int, tuple[list[_Part], list[_Part]]]:
+    """How many leading parts are the same objects in both (compared at C speed: a walked b-tree's unchanged
+    leaves are the last read's parts), and (the parts of `old` after them not in `new`'s, those of `new` after
+    them not in `old`'s): a table that grows at its end is joined from its last read's lists in O(changed)."""
+    shared = min(len(old), len(new))
+    first = next(compress(range(shared), map(operator.is_not, old, new)), shared)
+    old_tail, new_tail = old[first:], new[first:]
+    was, now = set(map(id, old_tail)), set(map(id, new_tail))
+    return first, ([p for p in old_tail if id(p) not in now], [p for p in new_tail if id(p) not in was])
 
 
 def _assemble(parts: list[_Part], before: _TableRead | None = None,
