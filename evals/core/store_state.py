@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from evals.core.row_passes import ListMemo
 from evals.core.rows import is_live
 from evals.core.store_view import (
     PageDigests,
@@ -630,13 +631,28 @@ def all_have(state: StoreState, table: str, columns: tuple[str, ...]) -> bool:
 
 
 def user_live_memories(state: StoreState, user_id: str) -> list[dict[str, Any]]:
-    """The user's live memory rows of the state, in the table's order (once per state, at C speed)."""
+    """The user's live memory rows of the state, in the table's order (once per state, at C speed, from the
+    first row that is not the last state's read: `ListMemo`)."""
     key = ("user_live", user_id)
     if key not in state.derived:
         live = live_memories(state)
-        state.derived[key] = list(compress(live, map(operator.eq, map(dict.get, live, repeat("user_id")),
-                                                     repeat(user_id))))
+        start, at, rows = 0, [], []  # from the last state's list: the rows before `start` are its objects
+        hit = _USER_LIVE.last(user_id, live)
+        if hit is not None:
+            start, _, (old_at, old_rows) = hit
+            kept = bisect_left(old_at, start)
+            at, rows = old_at[:kept], old_rows[:kept]
+        mine = list(compress(range(start, len(live)), map(operator.eq, map(dict.get, live[start:], repeat("user_id")),
+                                                          repeat(user_id))))
+        at += mine
+        rows += map(live.__getitem__, mine)
+        _USER_LIVE.keep(user_id, live, (at, list(rows)))
+        state.derived[key] = rows
     return state.derived[key]
+
+
+# the last live rows `user_live_memories` read per user: (positions of the user's rows in them, those rows)
+_USER_LIVE: ListMemo[tuple[list[int], list[dict[str, Any]]]] = ListMemo()
 
 
 def changed_row_ids(before: StoreState, after: StoreState, table: str = "memories") -> set[Any]:
