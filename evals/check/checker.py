@@ -57,6 +57,8 @@ def superseded_by_problems(state: StoreState) -> list[str]:
     no other memory of the same user, or starts a chain that comes back to itself: the record of which memory
     replaced which is lost. Rows without the column (another engine's state) have nothing to check."""
     rows = state.tables.get("memories", [])
+    if state.live_memories is not None and len(state.live_memories) == len(rows):
+        return []  # every row live (`read_state` found each one so): none has a superseded_by
     pointing = [row for row in rows if row.get("superseded_by") is not None]
     if not pointing:
         return []

@@ -20,6 +20,7 @@ from evals.core.prompt_reading import (
     structure,
     user_name,
 )
+from evals.core.row_passes import ListMemo
 from evals.record import AnomalyKind, Witnessed
 
 
@@ -119,6 +120,8 @@ def check_candidates(prompts: list[dict[str, str]], proposed: list[dict[str, Any
     drops or adds a candidate is seen whatever the memories say. `live` is the user's live memories before the
     write, `proposed` the write's proposed facts (their kinds), `k` the candidates per fact the harness set."""
     found: list[Witnessed] = []
+    by_id: dict[Any, Any] | None = None
+    live_of: Counter[str] = Counter()
     for number, prompt in enumerate(prompts):
         if prompt.get("site") != "lm.reconcile":
             continue
@@ -129,8 +132,9 @@ def check_candidates(prompts: list[dict[str, str]], proposed: list[dict[str, Any
             continue
         call = f"{where}, call {number + 1} (lm.reconcile)"
         kinds = [str(f.get("kind") or "fact") for f in proposed]
-        by_id = _kinds_by_id(live)
-        live_of = _kind_counts(by_id)
+        if by_id is None:  # once per write, not per reconcile prompt: each reads every live memory
+            by_id, raw_counts = _kinds_by_id(live)
+            live_of = _kind_counts(raw_counts)
         shown = [e.get("id") if isinstance(e, dict) else None for e in existing]
         strays = [i for i in shown if _kind(by_id.get(i, _ABSENT)) not in kinds]
         if strays:
@@ -156,16 +160,39 @@ def _kind(raw: Any) -> str | None:
     return None if raw is _ABSENT else str(raw or "fact")
 
 
-def _kinds_by_id(live: list[dict[str, Any]]) -> dict[Any, Any]:
-    """Each live memory's raw kind by its id (the last memory of an id), at C speed: per write, over every live
-    memory of the user."""
-    return dict(zip(map(dict.get, live, repeat("id")), map(dict.get, live, repeat("kind")), strict=True))
+def _kinds_by_id(live: list[dict[str, Any]]) -> tuple[dict[Any, Any], Counter[Any]]:
+    """Each live memory's raw kind by its id (the last memory of an id), and how many ids have each raw kind:
+    per write, over every live memory of the user, so made from the last write's list (`ListMemo`) from its
+    first row that is not the same object, when no id was there twice; else at C speed over the whole list.
+    Both are kept for the next write's: read them, never change them."""
+    hit = _KINDS.last("live", live)
+    if (hit is not None and len(hit[2][0]) == len(hit[1])  # no id twice in the last list: each row its own entry
+            and len(hit[1]) + len(live) - 2 * hit[0] <= 64 + len(live) // 8):  # few rows to take out and put in
+        start, old, (old_by_id, old_counts) = hit
+        by_id, counts = dict(old_by_id), Counter(old_counts)
+        for row in old[start:]:
+            counts[by_id.pop(row.get("id"))] -= 1
+        for row in live[start:]:
+            by_id[row.get("id")] = raw = row.get("kind")
+            counts[raw] += 1
+        if len(by_id) == len(live):  # still no id twice: the same as made whole
+            counts = +counts  # kinds no id has any more left out, as a count made whole has them
+            _KINDS.keep("live", live, (by_id, counts))
+            return by_id, counts
+    by_id = dict(zip(map(dict.get, live, repeat("id")), map(dict.get, live, repeat("kind")), strict=True))
+    counts = Counter(by_id.values())
+    _KINDS.keep("live", live, (by_id, counts))
+    return by_id, counts
 
 
-def _kind_counts(by_id: dict[Any, Any]) -> Counter[str]:
-    """How many live memories there are of each kind: counted at C speed by raw kind, then read as kinds."""
+# the last live rows `_kinds_by_id` read: (their kinds by id, how many ids have each raw kind)
+_KINDS: ListMemo[tuple[dict[Any, Any], Counter[Any]]] = ListMemo(max_keys=1)
+
+
+def _kind_counts(raw_counts: Counter[Any]) -> Counter[str]:
+    """How many live memories there are of each kind, from the counts by raw kind."""
     out: Counter[str] = Counter()
-    for raw, n in Counter(by_id.values()).items():
+    for raw, n in raw_counts.items():
         kind = _kind(raw)
         assert kind is not None
         out[kind] += n

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from evals.core.row_passes import ListMemo
 from evals.core.rows import is_live
 from evals.core.store_view import (
     PageDigests,
@@ -341,8 +342,10 @@ def _table_by_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: st
             where.update((p, i) for p, _ in leaf[0])
         memo.reads["leaves_read"] += len(read_here)
         leaves.update(read_here)
+        first, changed_parts = (_common_prefix(before.parts, parts) if before is not None else (0, None))
         return _TableRead(root=root, sql=sql, interior=seen.difference(pages), leaves=pages, where=where,
-                          parts=parts, overflow=overflow, table=_assemble(parts, before, by_id=name == "memories"))
+                          parts=parts, overflow=overflow,
+                          table=_assemble(parts, before, changed_parts, first, by_id=name == "memories"))
     except (ValueError, IndexError):  # a pointer out of the database or a page cut short: not a b-tree we read
         return None
 
@@ -394,6 +397,17 @@ def _leaf_rows(db: sqlite3.Connection, view: View, memo: RowMemo, name: str, sql
         read = _part([memo.row(name, columns, raw[1:]) for raw in fetched])
     leaf = read_here[key] = (tuple((p, view.page_digest(p)) for p in cells.overflow), read)
     return leaf
+
+
+def _common_prefix(old: list[_Part], new: list[_Part]) -> tuple[int, tuple[list[_Part], list[_Part]]]:
+    """How many leading parts are the same objects in both (compared at C speed: a walked b-tree's unchanged
+    leaves are the last read's parts), and (the parts of `old` after them not in `new`'s, those of `new` after
+    them not in `old`'s): a table that grows at its end is joined from its last read's lists in O(changed)."""
+    shared = min(len(old), len(new))
+    first = next(compress(range(shared), map(operator.is_not, old, new)), shared)
+    old_tail, new_tail = old[first:], new[first:]
+    was, now = set(map(id, old_tail)), set(map(id, new_tail))
+    return first, ([p for p in old_tail if id(p) not in now], [p for p in new_tail if id(p) not in was])
 
 
 def _assemble(parts: list[_Part], before: _TableRead | None = None,
@@ -617,13 +631,28 @@ def all_have(state: StoreState, table: str, columns: tuple[str, ...]) -> bool:
 
 
 def user_live_memories(state: StoreState, user_id: str) -> list[dict[str, Any]]:
-    """The user's live memory rows of the state, in the table's order (once per state, at C speed)."""
+    """The user's live memory rows of the state, in the table's order (once per state, at C speed, from the
+    first row that is not the last state's read: `ListMemo`)."""
     key = ("user_live", user_id)
     if key not in state.derived:
         live = live_memories(state)
-        state.derived[key] = list(compress(live, map(operator.eq, map(dict.get, live, repeat("user_id")),
-                                                     repeat(user_id))))
+        start, at, rows = 0, [], []  # from the last state's list: the rows before `start` are its objects
+        hit = _USER_LIVE.last(user_id, live)
+        if hit is not None:
+            start, _, (old_at, old_rows) = hit
+            kept = bisect_left(old_at, start)
+            at, rows = old_at[:kept], old_rows[:kept]
+        mine = list(compress(range(start, len(live)), map(operator.eq, map(dict.get, live[start:], repeat("user_id")),
+                                                          repeat(user_id))))
+        at += mine
+        rows += map(live.__getitem__, mine)
+        _USER_LIVE.keep(user_id, live, (at, list(rows)))
+        state.derived[key] = rows
     return state.derived[key]
+
+
+# the last live rows `user_live_memories` read per user: (positions of the user's rows in them, those rows)
+_USER_LIVE: ListMemo[tuple[list[int], list[dict[str, Any]]]] = ListMemo()
 
 
 def changed_row_ids(before: StoreState, after: StoreState, table: str = "memories") -> set[Any]:

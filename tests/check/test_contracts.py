@@ -359,9 +359,13 @@ def _memories_state(rows):
 ], ids=["ok", "itself", "dangling", "other-user", "loop"])
 def test_superseded_by_must_name_another_memory_of_the_same_user(rows, problem):
     from evals.check.checker import consistency_anomalies, superseded_by_problems
+    from evals.core.store_state import live_memories
 
     found = superseded_by_problems(_memories_state(rows))
     assert (found == []) if problem is None else (problem in found[0])
+    read = _memories_state(rows)
+    live_memories(read)  # its live rows known, as `read_state` gives them: the same problems found
+    assert superseded_by_problems(read) == found
     assert [a.kind for a in consistency_anomalies(_memories_state(rows), 4)
             if a.kind == "SUPERSEDED_BY_WRONG"] == (["SUPERSEDED_BY_WRONG"] * len(found))
 
