@@ -346,6 +346,8 @@ def _participant_subject(stripped: str, names: list[str], user_name: str | None)
                 return _relative(relation.group(1), None, zh), rest.lstrip()[relation.end():]
             return (f"{name}的{folded}" if zh else f"{name}'s {folded}"), (rest.lstrip() if zh else rest)[relation.end():]
         return own(name), re.sub(r"^'s\b", "", rest)
+    if (inside := _participant_inside(stripped, names, user_name)) is not None:
+        return inside
     subject, rest = split_subject(stripped)
     if subject is not None and ("的" in subject or "'s " in subject) and \
             (named := opening_participant(re.sub(r"^[,，]?\s*", "", rest), names)) is not None \
@@ -355,6 +357,72 @@ def _participant_subject(stripped: str, names: list[str], user_name: str | None)
             and "的" not in subject and (person := participant_named(subject, names)) is not None:
         return own(person), rest
     return subject, rest
+
+
+# A report around a participant's fact: "The user said that Jack …", "According to Jack, he …", "用户说李娜…",
+# "据用户说，邻居苗秀芝…". `source`: who reported it, when the frame names them.
+_EN_FRAME = re.compile(rf"^(?:(?:the\s+)?(?:current\s+)?user\s+{EN_REPORTING}(?:\s+that)?|"
+                       r"(?:according\s+to|per)\s+(?P<source>[^,]{1,40}?)\s*,)\s*", re.IGNORECASE)
+_ZH_FRAME = re.compile(rf"^(?:{_ZH_USER_WORD}{ZH_REPORTING}了?[，,:：]?|据(?P<zh_source>[^，,]{{1,8}}?)所?(?:说|称|透露|介绍)?[，,])\s*")
+_PRONOUN = re.compile(r"(?i:he|she|they)\b\s*|[他她]")
+# Words between "the user's" and a participant's name that make the name an apposition of a relation ("The user's
+# old deskmate Jack"), not an object ("the user's meeting with Jack"): lower-case words, no preposition.
+_EN_OPENER = re.compile(r"^(?i:the\s+)?(?i:current\s+)?(?i:user)'s\s+")
+_EN_NOT_RELATION = {"with", "to", "for", "from", "by", "at", "of", "and", "or", "about", "on", "in", "than", "like",
+                    "is", "was", "are", "were", "has", "had"}
+_ZH_OPENER = re.compile(rf"^{_ZH_USER_WORD}的")
+_ZH_NOT_RELATION = re.compile(r"[和跟与把被给对向在从为比说让叫请找帮替的了是]")
+
+
+def _participant_inside(stripped: str, names: list[str], user_name: str | None) -> tuple[str, str] | None:
+    """A participant named after a report's frame or after a relation that is not in the rule's list ("The user's
+    deskmate Jack …", "同事亓瑞雪…", "该用户的大学同桌李娜…"): that participant's. The conversation's name is the
+    evidence, so this runs only with names, and only a participant (or a participant's relative) is taken."""
+    def taken(found: tuple[str | None, str]) -> tuple[str, str] | None:
+        subject = found[0]
+        if subject is None or canonical_subject(subject) in ("user", "assistant"):
+            return None
+        person = subject.split("的")[0].split("'s ")[0]
+        return (subject, found[1]) if participant_named(person, names) == person else None
+
+    if frame := (_EN_FRAME.match(stripped) or _ZH_FRAME.match(stripped)):
+        rest = stripped[frame.end():]
+        source = frame.groupdict().get("source") or frame.groupdict().get("zh_source")
+        if source and (pronoun := _PRONOUN.match(rest)) and (person := participant_named(source.strip(), names)):
+            own = user_name is not None and person.casefold() == user_name.strip().casefold()
+            return ("user" if own else person), (" " if not _HAN_START.match(rest) else "") + rest[pronoun.end():]
+        return taken(_participant_subject(rest, names, user_name)) if rest else None
+    if opener := _EN_OPENER.match(stripped):
+        words = stripped[opener.end():].split(" ")
+        for count in range(1, 4):
+            lead = [w.strip(",") for w in words[:count]]
+            if not all(re.fullmatch(r"[a-z][a-z-]*", w) and w not in _EN_NOT_RELATION for w in lead):
+                return None
+            if opening_participant(" ".join(words[count:]).lstrip(", "), names) is not None:
+                return taken(_participant_subject(" ".join(words[count:]).lstrip(", "), names, user_name))
+        return None
+    opener = _ZH_OPENER.match(stripped)
+    start = opener.end() if opener else 0
+    for end in range(start + 1, min(len(stripped), start + (6 if opener else 4)) + 1):
+        between = stripped[start:end]
+        if not _HAN_START.fullmatch(between) or _ZH_NOT_RELATION.search(between):
+            return None
+        after = stripped[end:].lstrip("，, ")
+        if opening_participant(after, names) is not None and (opener or re.fullmatch(_ZH_RELATIONS, between)
+                                                              or _all_nouns(between)):
+            return taken(_participant_subject(after, names, user_name))
+    return None
+
+
+_HAN_START = re.compile(r"[\u4e00-\u9fff]+")
+
+
+def _all_nouns(words: str) -> bool:
+    """Every word jieba cuts `words` into is a common noun ("同桌", "大学同桌"), not a time, place or verb (jieba
+    tags 邻居 a verb: the relations the rule lists are taken before this is asked)."""
+    import jieba.posseg  # lazy: jieba loads its dictionary on first use
+
+    return all(w.flag in ("n", "ng") for w in jieba.posseg.cut(words))
 
 
 _ZH_IS_RELATIVE = re.compile(rf"^([\u4e00-\u9fff]{{2,4}}?)是{_ZH_USER_WORD}的(?:大学|高中|初中|小学|大|小|亲|好|前|老)?(?:{_ZH_RELATIONS})")
