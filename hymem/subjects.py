@@ -390,7 +390,7 @@ def _participant_inside(stripped: str, names: list[str], user_name: str | None) 
         source = frame.groupdict().get("source") or frame.groupdict().get("zh_source")
         if source and (pronoun := _PRONOUN.match(rest)) and (person := participant_named(source.strip(), names)):
             own = user_name is not None and person.casefold() == user_name.strip().casefold()
-            return ("user" if own else person), (" " if not _HAN_START.match(rest) else "") + rest[pronoun.end():]
+            return ("user" if own else person), (" " if not _HAN_RUN.match(rest) else "") + rest[pronoun.end():]
         return taken(_participant_subject(rest, names, user_name)) if rest else None
     if opener := _EN_OPENER.match(stripped):
         words = stripped[opener.end():].split(" ")
@@ -405,7 +405,7 @@ def _participant_inside(stripped: str, names: list[str], user_name: str | None) 
     start = opener.end() if opener else 0
     for end in range(start + 1, min(len(stripped), start + (6 if opener else 4)) + 1):
         between = stripped[start:end]
-        if not _HAN_START.fullmatch(between) or _ZH_NOT_RELATION.search(between):
+        if not _HAN_RUN.fullmatch(between) or _ZH_NOT_RELATION.search(between):
             return None
         after = stripped[end:].lstrip("，, ")
         if opening_participant(after, names) is not None and (opener or re.fullmatch(_ZH_RELATIONS, between)
@@ -414,7 +414,7 @@ def _participant_inside(stripped: str, names: list[str], user_name: str | None) 
     return None
 
 
-_HAN_START = re.compile(r"[\u4e00-\u9fff]+")
+_HAN_RUN = re.compile(r"[\u4e00-\u9fff]+")
 
 
 def _all_nouns(words: str) -> bool:
