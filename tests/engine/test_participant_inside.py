@@ -9,9 +9,12 @@ acting on a participant, a time or place before the name, and a participant as a
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
-from hymem.subjects import subject_of
+from hymem.subjects import same_subject, subject_of
 
 NAMES = ["Jack", "李娜", "安志鹏", "亓瑞雪", "苗秀芝"]
 
@@ -51,3 +54,20 @@ def test_the_user_acting_on_a_participant_stays_the_users(text, subject):
 
 def test_the_users_own_name_after_a_frame_is_the_user():
     assert subject_of("According to Jack, he is learning guitar.", ["李娜"], user_name="Jack") == "user"
+
+
+def test_the_blind_participant_table_is_read_as_first_measured():
+    """`tests/data/subject_participants_blind.jsonl` (80 rows, 40 en / 40 zh: 56 facts about a participant in
+    extractors' phrasings, 24 of the user's that name a participant) was written by a helper who read no engine
+    code, after this rule, and measured once: 64/80 before the rule → 79/80 (participants 40 → 55 of 56, the
+    user's rows 24 of 24 both times). The one miss: a subjectless report, 提到宋洁每周打两次羽毛球。"""
+    rows = [json.loads(line) for line in (Path(__file__).parents[1] / "data" / "subject_participants_blind.jsonl")
+            .read_text(encoding="utf-8").splitlines() if line.strip()]
+    right = 0
+    for row in rows:
+        got = subject_of(row["text"], row["participants"], row["user_name"])
+        if row["subject"] == "user":
+            right += got is None or same_subject(got, "user")
+        else:
+            right += got is not None and same_subject(got, row["subject"])
+    assert len(rows) == 80 and right >= 79, right
