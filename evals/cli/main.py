@@ -311,14 +311,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _show(args: argparse.Namespace) -> int:
-    from evals.report.compare import RunInputError, show
+    from evals.report.compare import RunInputError, show_run
 
     try:
-        print(show(args.run), end="")
+        text, measured = show_run(args.run)
     except RunInputError as exc:
         print(f"hymem-eval show: {exc}", file=sys.stderr)
         return 2
-    return 0
+    print(text, end="")
+    return 0 if measured else 1  # a run stopped before its first table: its units are listed, nothing is measured
 
 
 def _compare(args: argparse.Namespace) -> int:

@@ -518,17 +518,23 @@ def headline(run: Run, dataset: str = "all") -> str:
 def show(run_dir: Path) -> str:
     """The headline of a run, unfinished ones too (saying so first): show is for looking, not for judging.
     An unfinished run also lists its saved units and the units it left half done (`evals.report.in_flight`)."""
+    return show_run(run_dir)[0]
+
+
+def show_run(run_dir: Path) -> tuple[str, bool]:
+    """`show`'s text, and whether the run has tables to show (False: stopped before it wrote any, so there is
+    nothing measured yet; `hymem-eval show` then exits 1, as every subcommand that measured nothing does)."""
     try:
         text = headline(load_run(run_dir, allow_unfinished=True))
     except RunDirError:
         manifest = _manifest_or_none(run_dir)
         if manifest is None or manifest.finished is not None:
             raise
-        return unfinished_text(run_dir, manifest)  # stopped while running: units and journals, no tables yet
+        return unfinished_text(run_dir, manifest), False  # stopped while running: units and journals, no tables
     manifest = _manifest_or_none(run_dir)
     if manifest is not None and manifest.finished is None:
         text += "\n".join(["", *unfinished_lines(run_dir, manifest)]) + "\n"
-    return text
+    return text, True
 
 
 def _manifest_or_none(run_dir: Path) -> Manifest | None:
@@ -540,5 +546,5 @@ def _manifest_or_none(run_dir: Path) -> Manifest | None:
 
 __all__ = ["CASE_COLUMNS", "CASE_METRICS_COLUMNS", "DELTA_COLUMNS", "HEADLINE", "METRICS_COLUMNS", "Arm",
            "Comparison", "Run", "RunInputError", "arm_pairs", "case_values", "compare_runs", "comparison_markdown",
-           "embedder_note", "judge_note", "matcher_version_note", "headline", "is_count", "load_run", "lower_is_better", "metric_row", "show", "shown",
+           "embedder_note", "judge_note", "matcher_version_note", "headline", "is_count", "load_run", "lower_is_better", "metric_row", "show", "show_run", "shown",
            "write_comparison"]

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from evals.bench.long_case import long_case
+from evals.cli.main import main
 from evals.record import (
     JOURNAL_DIR,
     Codes,
@@ -120,6 +121,7 @@ def test_a_unit_stopped_mid_way_leaves_its_finished_writes_and_resume_gives_the_
     assert "UNFINISHED" in shown
     assert f"long · epoch 0: INCOMPLETE, {journal.done} of {LONG_TURNS} writes saved in {JOURNAL_DIR}/" in shown
     assert f"{len(read_units(out))} of 2 units finished and saved" in shown
+    assert main(["show", str(out)]) == 1  # no table yet: listed, but nothing measured
 
     resumed = subprocess.run(_cmd(dataset, out) + ["--resume"], cwd=REPO, capture_output=True, text=True,
                              timeout=900)
