@@ -36,16 +36,7 @@ _k = compiled(_build)
 
 def events(text: str) -> frozenset[str]:
     """The event kinds a predicate (or a word of one) states, in its own language's table."""
-    k = _k()
-    if k is None or not text:
-        return frozenset()
-    hit = k.cache.get(("kinds", text))
-    if hit is None:
-        table, read = (k.zh, text) if _HAN.search(text) else (k.en, text[:1].lower() + text[1:])
-        hit = frozenset(kind for kind, pattern in table.items() if pattern.search(read))
-        if len(k.cache) < 65_536:
-            k.cache[("kinds", text)] = hit
-    return hit
+    return frozenset(_spans(text))
 
 
 def same_event(a: str, b: str) -> bool:
