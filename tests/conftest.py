@@ -134,6 +134,19 @@ def store_dir(tmp_path: Path) -> Path:
     return tmp_path / "store"
 
 
+@pytest.fixture(scope="session")
+def chat_en_six_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished run of chat_en's first six cases (offline model, hash embedder, no faults, text matcher), made once
+    for the whole session: the tests that read such a run share it, and a test that writes into one copies it."""
+    from evals.pipeline import run_eval
+    from evals.run.runner import RunConfig
+
+    out = tmp_path_factory.mktemp("chat_en_six") / "run"
+    run_eval(RunConfig(datasets=[str(_CHECKOUT / "datasets" / "chat_en.jsonl")], embedder="hash", faults="none",
+                       out=out, progress=False, matcher="text", limit=6))
+    return out
+
+
 # Two small chat cases (a named user's two facts in one write; an unnamed user's over two writes): what the CLI
 # tests of secrets, overwrites and the redaction point run on.
 TWO_CASES = [

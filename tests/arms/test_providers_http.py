@@ -173,6 +173,7 @@ def test_a_sweep_over_http_faults_the_wire_and_the_checker_finds_hymem_valid(dat
     assert {"embed", "store.commit"} <= set(faults.site)  # the rest stays in-process
 
 
+@pytest.mark.ci_heavy  # six runs over HTTP (run by `nox -s heavy`)
 def test_resume_refuses_a_provider_whose_model_endpoint_or_prices_changed(dataset, tmp_path, server, capsys,
                                                                           monkeypatch):
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)

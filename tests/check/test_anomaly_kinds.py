@@ -136,6 +136,7 @@ def test_degraded_success_when_a_failed_reconcile_adds_everything(monkeypatch):
     assert all(w.startswith("success=true under a fault that must fail; ops=") for _, _, w in found)
 
 
+@pytest.mark.ci_heavy  # a second planted DEGRADED_SUCCESS; the default run keeps the add-all one (run by `nox -s heavy`)
 def test_degraded_success_when_a_null_list_field_is_read_as_no_changes(monkeypatch):
     # The bug (tests/mutants/30): the strict adapter takes `{"ops": null}` / `{"facts": null}` for [] ("some
     # models say null for nothing"), so a broken reply becomes a successful "no changes" / "nothing to remember".
@@ -154,6 +155,7 @@ def test_degraded_success_when_a_null_list_field_is_read_as_no_changes(monkeypat
     assert all(w.startswith("success=true under a fault that must fail") for _, _, w in found)
 
 
+@pytest.mark.ci_heavy  # a second planted WRONG_ERROR_CODE; the default run keeps the mislabelled one (run by `nox -s heavy`)
 def test_wrong_error_code_when_a_non_json_200_body_is_called_empty(monkeypatch):
     # The bug (tests/mutants/31): classify_failure calls every HTTP-200 provider error "empty", so a gateway's HTML
     # page behind a 200 returns EMPTY_RESPONSE instead of JSON_PARSE_FAILED. In-process kind non_json_200.
@@ -334,6 +336,7 @@ def test_concurrent_write_interleaved_when_history_groups_messages_by_speaker(mo
     assert found[0][2].startswith("history message 0 (user: ") and found[0][2].endswith("starts no written block whole")
 
 
+@pytest.mark.ci_heavy  # a sweep of JOHN; the default run keeps the KATE one (run by `nox -s heavy`)
 def test_cross_subject_merge_applied_when_the_reconcile_guard_is_gone(monkeypatch):
     import hymem.reconciler as reconciler_module
 
@@ -347,7 +350,7 @@ def test_cross_subject_merge_applied_when_the_reconcile_guard_is_gone(monkeypatc
     assert all(" was applied: the memory is " in w for _, _, w in found)
 
 
-@pytest.mark.ci_heavy  # a second planted cross-subject merge; the default run keeps the guard-gone one (run by `nox -s heavy`)
+@pytest.mark.ci_heavy  # a second planted cross-subject merge; the default run keeps the KATE one (run by `nox -s heavy`)
 def test_cross_subject_merge_applied_when_a_refused_merge_drops_its_fact(monkeypatch):
     import hymem.reconciler as reconciler_module
     from hymem.reconciler import PlannedOp
@@ -377,7 +380,7 @@ MOTHER = Case.model_validate({
 })
 
 
-@pytest.mark.ci_heavy  # two sweeps of MOTHER; the default run keeps the guard-gone and KATE ones (run by `nox -s heavy`)
+@pytest.mark.ci_heavy  # two sweeps of MOTHER; the default run keeps the KATE one (run by `nox -s heavy`)
 def test_cross_subject_merge_applied_when_the_guard_trusts_a_mislabelled_relative(monkeypatch):
     import hymem.reconciler as reconciler_module
 
@@ -504,7 +507,7 @@ def test_cross_subject_merge_applied_when_the_update_guard_compares_subject_clas
             "Berlin.') was applied: the memory is now 'Kate lives in Berlin.' (Kate)") in found
 
 
-@pytest.mark.ci_heavy  # a fourth planted cross-subject merge; the default run keeps two (run by `nox -s heavy`)
+@pytest.mark.ci_heavy  # a fourth planted cross-subject merge; the default run keeps the KATE one (run by `nox -s heavy`)
 def test_cross_subject_merge_applied_when_same_subject_compares_first_words(monkeypatch):
     import hymem.reconciler as reconciler_module
     from hymem.subjects import canonical_subject
@@ -821,6 +824,7 @@ def test_update_wrong_when_a_second_update_of_one_memory_overwrites_the_first(mo
                       "changed must be refused and its fact added, never overwrite the first)")]
 
 
+@pytest.mark.ci_heavy  # a second planted UPDATE_WRONG; the default run keeps the overwrite one (run by `nox -s heavy`)
 def test_update_wrong_when_an_update_stamps_created_at(monkeypatch):
     from hymem.store import WriteTx
 
@@ -840,6 +844,7 @@ def test_update_wrong_when_an_update_stamps_created_at(monkeypatch):
     assert double.startswith("memory 1 updated in place to 'The user lives in Berlin.': created_at ")
 
 
+@pytest.mark.ci_heavy  # a third planted PROFILE_UPDATE_LOST; the default run keeps two (run by `nox -s heavy`)
 def test_profile_update_lost_when_the_models_name_wins_over_the_user_message(monkeypatch):
     # The bug (new mutant profile-model-name-wins): the role=user name only fills a name the model left out.
     real = client_module._profile_updates

@@ -138,6 +138,7 @@ def test_frames_no_reader_was_shown_make_the_digest_unknown(store, tmp_path):
     conn.close()
 
 
+@pytest.mark.ci_heavy  # a default sweep, each state read twice (run by `nox -s heavy`); the random histories stay
 def test_a_sweep_reads_every_state_as_a_read_from_scratch_would(monkeypatch):
     """Through the replayer: every state a sweep reads with the reuse equals the files read from scratch, and
     most reads are reused (a failed write's rollback, the idempotent repeat, the close)."""
@@ -227,6 +228,7 @@ def test_any_history_of_writes_reads_as_a_read_from_scratch(tmp_path_factory, op
     conn.close()
 
 
+@pytest.mark.ci_heavy  # 60 writes, each state read twice (run by `nox -s heavy`)
 def test_every_read_of_a_long_case_equals_a_read_from_scratch_and_reads_only_changed_leaves(monkeypatch):
     """A case long enough for its tables' b-trees to grow interior pages: each state read after a write (table
     by table from the file's last read, `_TableRead`) equals the files read from scratch, FAISS part and keys

@@ -174,6 +174,7 @@ def test_bad_dataset_line_refuses_to_start_with_file_line_field(tmp_path, capsys
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.ci_heavy  # a run of three cases; tests/run/test_run_verdict.py's headline test checks the same lines on one (run by `nox -s heavy`)
 def test_run_cli_prints_verdict_and_report_path(dataset, tmp_path, capsys):
     code = main(["run", "--dataset", str(dataset), "--embedder", "hash", "--faults", "none", "--out",
                  str(tmp_path / "o"), "--no-progress"])

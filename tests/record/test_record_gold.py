@@ -69,6 +69,7 @@ def _assert_same_tables(a: Path, b: Path, timed_again: bool = False) -> None:
         assert_frame_equal(*frames, obj=table)
 
 
+@pytest.mark.ci_heavy  # the run_dir fixture: a run of 30 cases (run by `nox -s heavy`)
 def test_every_unit_records_its_cases_gold_once(run_dir: Path):
     cases = {c.id: c for c in load_cases([run_dir.parent / "data" / "suite.jsonl"])}
     runs = read_units(run_dir)
@@ -82,6 +83,7 @@ def test_every_unit_records_its_cases_gold_once(run_dir: Path):
     assert all("gold" not in fault for fault in line["faults"])  # per unit, never per faulted run
 
 
+@pytest.mark.ci_heavy  # the run_dir fixture: a run of 30 cases (run by `nox -s heavy`)
 def test_a_run_is_rescored_from_its_record_after_its_dataset_file_is_moved_away(run_dir: Path, tmp_path: Path):
     # reference: the same units re-scored the old way, from the dataset file (present), checked by its hash
     old = _copy(run_dir, tmp_path / "old")
@@ -101,6 +103,7 @@ def test_a_run_is_rescored_from_its_record_after_its_dataset_file_is_moved_away(
     assert json.loads((rescored / "manifest.json").read_text())["matcher_spec"] == "text"
 
 
+@pytest.mark.ci_heavy  # the run_dir fixture: a run of 30 cases (run by `nox -s heavy`)
 def test_a_schema_4_unit_reads_without_gold_and_rescores_from_the_dataset_files(run_dir: Path, tmp_path: Path,
                                                                                  capsys):
     old = _copy(run_dir, tmp_path / "old")
@@ -121,6 +124,7 @@ def test_a_schema_4_unit_reads_without_gold_and_rescores_from_the_dataset_files(
         shutil.move(str(moved), str(data))
 
 
+@pytest.mark.ci_heavy  # the run_dir fixture: a run of 30 cases (run by `nox -s heavy`)
 def test_a_resumed_schema_4_run_scores_its_old_units_from_the_dataset(run_dir: Path, tmp_path: Path):
     resumed = _copy(run_dir, tmp_path / "resumed")
     manifest = json.loads((resumed / "manifest.json").read_text())

@@ -140,6 +140,7 @@ def test_a_providers_file_limit_holds_whatever_the_concurrency(upstream, dataset
     assert read_manifest(tmp_path / "run").max_connections == {"local": 1}
 
 
+@pytest.mark.ci_heavy  # a third run against the counting server; the default run keeps the concurrency one (run by `nox -s heavy`)
 def test_units_in_flight_can_be_set_and_never_raises_the_connections(upstream, dataset, tmp_path):
     server = _served(upstream, 2, dataset, tmp_path / "run", "--concurrency", "2", "--units-in-flight", "6")
     assert server.peak == 2

@@ -128,6 +128,7 @@ class _SlowHandler(BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.ci_heavy  # a `hymem-eval run` subprocess, as tests/run/test_interrupt.py (run by `nox -s heavy`)
 def test_ctrl_c_leaves_within_seconds_and_does_not_claim_unsaved_units(dataset, tmp_path):
     handler = type("Slow", (_SlowHandler,), {"started": threading.Event()})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)

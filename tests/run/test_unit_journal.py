@@ -84,7 +84,9 @@ def _journal_writes(out: Path) -> int:
     return journals[0].read_bytes().count(b"\n") - 1 if journals else 0  # less the head line
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, pytest.param(signal.SIGINT, marks=pytest.mark.slow)],
+# three runs of a 200-turn case in subprocesses: kill -9 in CI's heavy session (`nox -s heavy`), Ctrl-C in `slow`
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGKILL, marks=pytest.mark.ci_heavy),
+                                 pytest.param(signal.SIGINT, marks=pytest.mark.slow)],
                          ids=["kill-9", "ctrl-c"])
 def test_a_unit_stopped_mid_way_leaves_its_finished_writes_and_resume_gives_the_whole_record(
         dataset, uninterrupted, tmp_path, sig):
@@ -135,6 +137,7 @@ def test_a_unit_stopped_mid_way_leaves_its_finished_writes_and_resume_gives_the_
                                       theirs[keep].sort_values(list(keep[:3])).reset_index(drop=True))
 
 
+@pytest.mark.ci_heavy  # reads the uninterrupted fixture's 200-turn run (run by `nox -s heavy`)
 def test_a_finished_run_keeps_no_journal(uninterrupted):
     assert not (uninterrupted / JOURNAL_DIR).exists()
     assert "INCOMPLETE" not in show(uninterrupted)

@@ -252,6 +252,7 @@ class _Recorder:
         self.httpd.server_close()
 
 
+@pytest.mark.ci_heavy  # runs over HTTP through `serve` (run by `nox -s heavy`)
 def test_http_epochs_send_their_own_seed_and_the_temperature_and_never_share_a_cached_reply(tmp_path: Path):
     from evals.arms.serve import start_server
 

@@ -425,15 +425,10 @@ def test_matcher_eval_counts_pairs_a_failed_judge_left_undecided_against_it(tmp_
 
 
 # ------------------------------------------------------------------ runs name their matcher and its agreement
-@pytest.fixture(scope="module")
-def text_run(tmp_path_factory) -> Path:
-    from evals.pipeline import run_eval
-    from evals.run.runner import RunConfig
-
-    out = tmp_path_factory.mktemp("runs") / "text"
-    run_eval(RunConfig(datasets=["datasets/chat_en.jsonl"], embedder="hash", faults="none", out=out, progress=False,
-                       matcher="text", limit=6))
-    return out
+@pytest.fixture
+def text_run(chat_en_six_run) -> Path:
+    """Six chat_en cases scored by `text` (the session's shared run, tests/conftest.py: the tests copy it to change it)."""
+    return chat_en_six_run
 
 
 def test_a_run_names_its_matcher_and_held_out_agreement_with_ci(text_run):
