@@ -1,0 +1,104 @@
+"""The cost of a Ray unit's journal (issue 35): the same long units run by the Ray executor without a journal and
+with one (each worker sends its finished writes' lines to the run's relay actor; the driver appends them to
+RUN/journal/), the two alternated on one local Ray instance in one process.
+
+Why alternated on one instance: the machine is shared, so a lone time says little, and a Ray instance's start-up
+(seconds) would swamp the difference; back to back, repeated, the two give medians and their ratio under the same
+load (reported with them). Measured per run: the run's wall (`run_ray`, from the first task submitted to the last
+unit returned), the units' own wall (their `CaseRun.seconds`, inside the workers: where a line is made and sent),
+and the driver's CPU (where lines are taken and appended).
+
+Run: `python -m evals.bench.ray_journal_cost --turns 500 --units 2 --repeat 3`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from evals.arms.providers import parse_lm_spec
+from evals.bench.long_case import long_case
+from evals.record import read_journal, unit_journals
+from evals.run.executors import UnitTask
+from evals.run.executors.ray_executor import connect, run_ray
+from evals.run.replay import case_writes
+
+WORKERS = 2
+
+
+def _tasks(turns: int, units: int) -> list[UnitTask]:
+    return [UnitTask(case=long_case(turns, f"long{i}"), dataset="long", label="offline", system="hymem",
+                     provider=parse_lm_spec("offline"), embedder="hash", plan="none", seed=0) for i in range(units)]
+
+
+def run(tasks: list[UnitTask], journal: bool) -> dict[str, Any]:
+    """One run of the units: wall, the units' summed wall, the driver's CPU, and the journal's bytes."""
+    writes = sum(len(case_writes(t.case)) for t in tasks)
+    with tempfile.TemporaryDirectory(prefix="hymem-ray-journal-bench-") as tmp:
+        start, cpu = time.perf_counter(), time.process_time()
+        runs = list(run_ray(tasks, workers=WORKERS, address=None, limits={"offline": 1}, cases=[t.case for t in tasks],
+                            run_token="bench", run_dir=Path(tmp) if journal else None))
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+        size = 0
+        if journal:
+            journals = [read_journal(p) for p in unit_journals(Path(tmp))]
+            assert sorted(j.done for j in journals) == sorted(len(case_writes(t.case)) for t in tasks), "a journal is short"
+            size = sum(p.stat().st_size for p in unit_journals(Path(tmp)))
+    bad = [r.error for r in runs if r.status != "ok"]
+    if bad:
+        raise RuntimeError(bad[0])
+    return {"wall": wall, "units_wall": sum(r.seconds for r in runs), "driver_cpu": cpu,
+            "journal_bytes_per_write": size / writes}
+
+
+def ray_journal_ratio(turns: int, units: int, repeat: int) -> dict[str, Any]:
+    import ray  # the optional extra
+
+    started = time.perf_counter()
+    connect(None, WORKERS)  # one local instance for both ways: its start-up belongs to neither
+    startup = time.perf_counter() - started
+    tasks = _tasks(turns, units)
+    ways: dict[str, list[dict[str, Any]]] = {"without": [], "journal": []}
+    load = [os.getloadavg()[0]]
+    try:
+        run(_tasks(3, WORKERS), True)  # warm the workers (imports, the offline model) and the relay's code
+        for i in range(repeat):
+            order = ["without", "journal"] if i % 2 == 0 else ["journal", "without"]  # neither always goes first
+            for way in order:
+                ways[way].append(run(tasks, way == "journal"))
+                load.append(os.getloadavg()[0])
+    finally:
+        ray.shutdown()
+    med = {way: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for way, rs in ways.items()}
+    writes = turns * units
+    return {"turns": turns, "units": units, "workers": WORKERS, "repeat": repeat, "ray_startup_s": round(startup, 1),
+            "load_1min": [round(x, 1) for x in load],
+            "median_s": {way: {k: round(v, 3) for k, v in m.items() if k != "journal_bytes_per_write"}
+                         for way, m in med.items()},
+            "ms_per_write": {way: {k: round(m[k] / writes * 1000, 3) for k in ("wall", "units_wall", "driver_cpu")}
+                             for way, m in med.items()},
+            "journal_bytes_per_write": round(med["journal"]["journal_bytes_per_write"]),
+            "ratio_journal_over_without": {k: round(med["journal"][k] / med["without"][k], 3)
+                                           for k in ("wall", "units_wall", "driver_cpu")},
+            "ratios_per_repeat": {k: [round(j[k] / w[k], 3) for j, w in zip(ways["journal"], ways["without"],
+                                                                              strict=True)]
+                                  for k in ("wall", "units_wall")}}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=500)
+    parser.add_argument("--units", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args(argv)
+    print(json.dumps(ray_journal_ratio(args.turns, args.units, args.repeat), indent=1))
+
+
+if __name__ == "__main__":
+    main()
