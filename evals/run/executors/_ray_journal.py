@@ -129,15 +129,18 @@ class JournalIntake:
                     show(done + 1, total)
 
     def _begin(self, unit: UnitKey, head: JournalHead) -> None:
-        if unit in self._open:  # a retried task begins again: its journal starts afresh
-            self.end(unit)
         task = self._tasks.get(unit)
-        show = self._progress(task) if self._progress is not None and task is not None else None
+        if task is None:  # a head that came late (its worker's wait for the relay timed out): the unit is saved
+            return
+        if unit in self._open:  # a retried task begins again: its journal starts afresh
+            self._open.pop(unit)[0].close()
+        show = self._progress(task) if self._progress is not None else None
         self._open[unit] = (JournalWriter(self.run_dir, head), 0, head.writes_total, show)
 
     def end(self, unit: UnitKey) -> None:
         """The unit finished (or failed for good): close its journal; the runner removes it once the unit's
         record is saved. A failed write (disk full) is raised: the run's I/O failure, as with a local unit."""
+        self._tasks.pop(unit, None)  # nothing of it is appended after this
         if unit in self._open:
             self._open.pop(unit)[0].close()
 
