@@ -8,8 +8,9 @@ load (reported with them). Measured per run: the run's wall (`run_ray`, from the
 unit returned), the units' own wall (their `CaseRun.seconds`, inside the workers: where a line is made and sent),
 and the driver's CPU (where lines are taken and appended). Then the journal's own part, which the whole runs'
 ratios can hide under a shared machine's noise: one journaled unit's writes fed again, in this process, through a
-worker's `RelayedJournal` to a relay (a line made and sent; the wait for the relay at the unit's end apart) and
-through a local unit's `JournalWriter` (a line made, written and flushed), wall and thread CPU per write.
+worker's `RelayedJournal` to a relay (a line made and sent; the wait for the relay at the unit's end apart; the
+relay process's own CPU) and through a local unit's `JournalWriter` (a line made, written and flushed), wall and
+thread CPU per write.
 
 Run: `python -m evals.bench.ray_journal_cost --turns 500 --units 2 --repeat 3`.
 """
@@ -67,8 +68,18 @@ def run(tasks: list[UnitTask], journal: bool, kept: list[UnitJournal] | None = N
 def inside(journal: UnitJournal, task: UnitTask) -> dict[str, float]:
     """Wall and thread-CPU ms per write inside the journal: a Ray worker's (make the line, send it to a relay) and
     a local unit's (make the line, append and flush it), on the same writes; and the relay wait at a unit's end."""
-    relayed = RelayedJournal(relay_actor(), task)
+    import ray
+
+    relay = relay_actor()
+    relayed = RelayedJournal(relay, task)
     relayed.flush()  # the relay is up: its start-up is the run's, not a write's
+    stat = Path(f"/proc/{ray.get(relay.__ray_call__.remote(lambda _: os.getpid()))}/stat")
+
+    def relay_cpu() -> float:  # the relay process's user + system CPU seconds (Linux)
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    relay_start = relay_cpu()
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="hymem-ray-journal-bench-") as tmp:
         local = JournalWriter(Path(tmp), JournalHead(provider=task.label, case_id=task.case.id, epoch=0,
@@ -89,6 +100,7 @@ def inside(journal: UnitJournal, task: UnitTask) -> dict[str, float]:
                 start = time.perf_counter()
                 relayed.flush()
                 out["ray_end_of_unit_wait_ms"] = (time.perf_counter() - start) * 1000
+                out["relay_process_cpu_ms"] = (relay_cpu() - relay_start) / journal.done * 1000
         local.close()
     return {k: round(v, 3) for k, v in out.items()}
 
