@@ -19,6 +19,7 @@ truncates its journal; a journal of a unit units.jsonl already holds (a crash be
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import time
@@ -28,7 +29,7 @@ from typing import TextIO
 from pydantic import BaseModel, Field, ValidationError
 from pydantic_core import to_json
 
-from evals.core.redact import redact
+from evals.core.redact import redact, redact_text
 from evals.record._records import Attempt, Finding, WriteRecord
 from evals.record._version import SCHEMA_VERSION
 
@@ -80,7 +81,11 @@ def journal_path(run_dir: Path, provider: str, case_id: str, epoch: int) -> Path
 
 
 def _line(model: BaseModel) -> str:
-    return to_json(redact(model.model_dump(mode="json"))).decode("utf-8").translate(_LINE_BREAKS) + "\n"
+    return _json_line(model.model_dump(mode="json"))
+
+
+def _json_line(value: object) -> str:
+    return to_json(redact(value)).decode("utf-8").translate(_LINE_BREAKS) + "\n"
 
 
 class JournalLines:
@@ -123,7 +128,13 @@ class JournalWriter:
         self._append(self._lines.write_done(record, findings, attempts))
 
     def append_line(self, line: str) -> None:
-        """Save a write whose line `JournalLines` made elsewhere (a Ray worker's)."""
+        """Save a write whose line `JournalLines` made elsewhere (a Ray worker's), redacted again with this
+        process's secrets: the worker redacted it with its own, and the driver's (its environment, the run's
+        endpoint URLs) are what every other file of the run is redacted with. A line in which none of them shows,
+        as a text, is saved as it came (one regex pass); one in which one does is parsed, redacted and written
+        anew, so the redaction never cuts a JSON escape in two."""
+        if redact_text(line) != line:
+            line = _json_line(json.loads(line))
         self._append(line)
 
     def _append(self, line: str) -> None:
