@@ -9,8 +9,8 @@ unit returned), the units' own wall (their `CaseRun.seconds`, inside the workers
 and the driver's CPU (where lines are taken and appended). Then the journal's own part, which the whole runs'
 ratios can hide under a shared machine's noise: one journaled unit's writes fed again, in this process, through a
 worker's `RelayedJournal` to a relay (a line made and sent; the wait for the relay at the unit's end apart; the
-relay process's own CPU) and through a local unit's `JournalWriter` (a line made, written and flushed), wall and
-thread CPU per write.
+relay process's own CPU), the driver's `append_line` of those lines (redacted again, written and flushed), and
+through a local unit's `JournalWriter` (a line made, written and flushed), wall and thread CPU per write.
 
 Run: `python -m evals.bench.ray_journal_cost --turns 500 --units 2 --repeat 3`.
 """
@@ -28,7 +28,16 @@ from typing import Any
 
 from evals.arms.providers import parse_lm_spec
 from evals.bench.long_case import long_case
-from evals.record import Attempt, Finding, JournalHead, JournalWriter, UnitJournal, read_journal, unit_journals
+from evals.record import (
+    Attempt,
+    Finding,
+    JournalHead,
+    JournalLines,
+    JournalWriter,
+    UnitJournal,
+    read_journal,
+    unit_journals,
+)
 from evals.run.executors import UnitTask
 from evals.run.executors._ray_journal import RelayedJournal, relay_actor
 from evals.run.executors.ray_executor import connect, run_ray
@@ -82,9 +91,18 @@ def inside(journal: UnitJournal, task: UnitTask) -> dict[str, float]:
     relay_start = relay_cpu()
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="hymem-ray-journal-bench-") as tmp:
-        local = JournalWriter(Path(tmp), JournalHead(provider=task.label, case_id=task.case.id, epoch=0,
-                                                     dataset=task.dataset, writes_total=journal.done))
-        for way, write_done in (("ray", relayed.write_done), ("local", local.write_done)):
+        head = JournalHead(provider=task.label, case_id=task.case.id, epoch=0, dataset=task.dataset,
+                           writes_total=journal.done)
+        local, driver = JournalWriter(Path(tmp) / "local", head), JournalWriter(Path(tmp) / "driver", head)
+        made, lines, all_findings, all_attempts = JournalLines(), [], [], []
+        for saved in journal.writes:  # the lines a worker sends, for the driver's way
+            all_findings += saved.findings
+            all_attempts += saved.attempts
+            lines.append(made.write_done(saved.write, all_findings, all_attempts))
+        pending = iter(lines)
+        ways = (("ray", relayed.write_done), ("driver", lambda *_: driver.append_line(next(pending))),
+                ("local", local.write_done))
+        for way, write_done in ways:
             findings: list[Finding] = []
             attempts: list[Attempt] = []
             wall = cpu = 0.0
@@ -102,6 +120,7 @@ def inside(journal: UnitJournal, task: UnitTask) -> dict[str, float]:
                 out["ray_end_of_unit_wait_ms"] = (time.perf_counter() - start) * 1000
                 out["relay_process_cpu_ms"] = (relay_cpu() - relay_start) / journal.done * 1000
         local.close()
+        driver.close()
     return {k: round(v, 3) for k, v in out.items()}
 
 

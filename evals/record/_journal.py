@@ -29,7 +29,7 @@ from typing import TextIO
 from pydantic import BaseModel, Field, ValidationError
 from pydantic_core import to_json
 
-from evals.core.redact import redact, redact_text
+from evals.core.redact import holds_registered_secret, redact
 from evals.record._records import Attempt, Finding, WriteRecord
 from evals.record._version import SCHEMA_VERSION
 
@@ -128,12 +128,13 @@ class JournalWriter:
         self._append(self._lines.write_done(record, findings, attempts))
 
     def append_line(self, line: str) -> None:
-        """Save a write whose line `JournalLines` made elsewhere (a Ray worker's), redacted again with this
-        process's secrets: the worker redacted it with its own, and the driver's (its environment, the run's
-        endpoint URLs) are what every other file of the run is redacted with. A line in which none of them shows,
-        as a text, is saved as it came (one regex pass); one in which one does is parsed, redacted and written
-        anew, so the redaction never cuts a JSON escape in two."""
-        if redact_text(line) != line:
+        """Save a write whose line `JournalLines` made elsewhere (a Ray worker's), redacted with this process's
+        secrets too: the worker redacted it with the shapes and its own secrets, and the driver's (its environment's
+        keys, the run's endpoint URLs) are what every other file of the run is redacted with. A line in which none
+        of them occurs is saved as it came (a search of its text: redacting the whole line again cost as much as
+        making it); one in which one does is parsed, redacted and written anew, so no JSON escape is cut in two.
+        (A secret holding a character JSON escapes, a quote or a backslash, would not be found in the text.)"""
+        if holds_registered_secret(line):
             line = _json_line(json.loads(line))
         self._append(line)
 
