@@ -85,6 +85,14 @@ def redact_text(text: str) -> str:
     return redact_url(_SHAPES.sub(_shape, text))
 
 
+def holds_registered_secret(text: str) -> bool:
+    """Whether a registered secret's value occurs in `text` as written. The shapes are left out: every process
+    redacts them alike, so a text another process redacted (a Ray worker's journal line) differs from this one's
+    redaction only by the secrets this process registered and it did not."""
+    pattern = _pattern
+    return pattern is not None and pattern.search(text) is not None
+
+
 def redact_url(text: str) -> str:
     """`text` with the credentials of every URL in it (`user:password@`, `?key=…`) replaced by [REDACTED]: how
     an endpoint is named in reports (`http://[REDACTED]@host/v1`), the same every time it is named."""

@@ -9,6 +9,7 @@ from evals.record._gold import CaseGold, FlaggedLabels, GoldStatement, GoldUpdat
 from evals.record._journal import (
     JOURNAL_DIR,
     JournalHead,
+    JournalLines,
     JournalWriter,
     UnitJournal,
     incomplete_units,
@@ -87,6 +88,7 @@ __all__ = [
     "GoldStatement",
     "GoldUpdate",
     "JournalHead",
+    "JournalLines",
     "JournalWriter",
     "Manifest",
     "MetricRow",

@@ -19,6 +19,7 @@ truncates its journal; a journal of a unit units.jsonl already holds (a crash be
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import time
@@ -28,7 +29,7 @@ from typing import TextIO
 from pydantic import BaseModel, Field, ValidationError
 from pydantic_core import to_json
 
-from evals.core.redact import redact
+from evals.core.redact import holds_registered_secret, redact
 from evals.record._records import Attempt, Finding, WriteRecord
 from evals.record._version import SCHEMA_VERSION
 
@@ -80,21 +81,42 @@ def journal_path(run_dir: Path, provider: str, case_id: str, epoch: int) -> Path
 
 
 def _line(model: BaseModel) -> str:
-    return to_json(redact(model.model_dump(mode="json"))).decode("utf-8").translate(_LINE_BREAKS) + "\n"
+    return _json_line(model.model_dump(mode="json"))
+
+
+def _json_line(value: object) -> str:
+    return to_json(redact(value)).decode("utf-8").translate(_LINE_BREAKS) + "\n"
+
+
+class JournalLines:
+    """A unit's finished writes as journal lines: each write's record with only the findings and attempts the
+    unit's lists gained since the write before.
+
+    Apart from the writer so the lines can be made where the unit runs and appended where the run directory is
+    (a Ray worker makes them; the driver appends them: `evals.run.executors._ray_journal`)."""
+
+    def __init__(self) -> None:
+        self._findings = self._attempts = 0
+
+    def write_done(self, record: WriteRecord, findings: list[Finding], attempts: list[Attempt]) -> str:
+        new_findings, new_attempts = findings[self._findings:], attempts[self._attempts:]
+        self._findings, self._attempts = len(findings), len(attempts)
+        return _line(JournalWrite(write=record, findings=new_findings, attempts=new_attempts))
 
 
 class JournalWriter:
     """Appends one unit's finished writes to its journal, each line flushed before the next write (fsynced at
     most every `fsync_seconds`).
 
-    One writer per unit, used by the unit's own thread only (the run directory's lock keeps other processes
-    out). Opening truncates: a unit replayed again (a resumed run, sweep:fast's faulted pass) starts afresh."""
+    One writer per unit, used by one thread at a time (the run directory's lock keeps other processes out).
+    Opening truncates: a unit replayed again (a resumed run, sweep:fast's faulted pass, a Ray task retried)
+    starts afresh."""
 
     def __init__(self, run_dir: Path, head: JournalHead, fsync_seconds: float = FSYNC_SECONDS):
         self.path = journal_path(run_dir, head.provider, head.case_id, head.epoch)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file: TextIO = self.path.open("w", encoding="utf-8")
-        self._findings = self._attempts = 0
+        self._lines = JournalLines()
         self._error: OSError | None = None
         self._fsync_seconds, self._synced = fsync_seconds, time.monotonic()  # a short unit: no fsync
         self._append(_line(head))
@@ -103,9 +125,18 @@ class JournalWriter:
 
     def write_done(self, record: WriteRecord, findings: list[Finding], attempts: list[Attempt]) -> None:
         """Save `record`, with the findings and attempts added to the unit's lists since the last write saved."""
-        new_findings, new_attempts = findings[self._findings:], attempts[self._attempts:]
-        self._findings, self._attempts = len(findings), len(attempts)
-        self._append(_line(JournalWrite(write=record, findings=new_findings, attempts=new_attempts)))
+        self._append(self._lines.write_done(record, findings, attempts))
+
+    def append_line(self, line: str) -> None:
+        """Save a write whose line `JournalLines` made elsewhere (a Ray worker's), redacted with this process's
+        secrets too: the worker redacted it with the shapes and its own secrets, and the driver's (its environment's
+        keys, the run's endpoint URLs) are what every other file of the run is redacted with. A line in which none
+        of them occurs is saved as it came (a search of its text: redacting the whole line again cost as much as
+        making it); one in which one does is parsed, redacted and written anew, so no JSON escape is cut in two.
+        (A secret holding a character JSON escapes, a quote or a backslash, would not be found in the text.)"""
+        if holds_registered_secret(line):
+            line = _json_line(json.loads(line))
+        self._append(line)
 
     def _append(self, line: str) -> None:
         """A failed write (disk full) stops the journal and is raised by `close`: the run's I/O failure, not
@@ -198,5 +229,5 @@ def incomplete_units(run_dir: Path, saved: set[tuple[str, str, int]]) -> list[st
     return out
 
 
-__all__ = ["JOURNAL_DIR", "JournalHead", "JournalWrite", "JournalWriter", "UnitJournal", "incomplete_units",
+__all__ = ["JOURNAL_DIR", "JournalHead", "JournalLines", "JournalWrite", "JournalWriter", "UnitJournal", "incomplete_units",
            "journal_path", "journaled_writes", "read_journal", "remove_journal", "remove_journal_dir", "unit_journals"]

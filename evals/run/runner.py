@@ -489,7 +489,8 @@ def run_units(config: RunConfig, prepared: Prepared, state: dict[str, int],
     try:
         if config.executor == "ray":
             results = _ray_results(todo, config, factories, embedder_name, plan, cases, cache, program, manifest,
-                                   prepared.datasets)
+                                   prepared.datasets, run_dir, lambda task: _unit_progress(bar, task.case.id,
+                                                                                           config.progress))
         elif plan.fast:
             results = _fast_sweep(todo, replay_with, plan, config, run_dir)
         else:
@@ -555,8 +556,10 @@ def _fast_sweep(units: list[tuple[Any, Case, int]], replay_with: Callable[[Fault
 
 def _ray_results(todo: list[tuple[Any, Case, int]], config: RunConfig, factories: dict[str, Any], embedder_spec: str,
                  plan: FaultPlan, cases: list[Case], cache: Any, program: Any, manifest: Manifest,
-                 datasets: dict[str, str]) -> Generator[CaseRun, None, None]:
-    """The units as Ray tasks: each carries its case; the driver keeps writing `units.jsonl` itself."""
+                 datasets: dict[str, str], run_dir: Path, progress: Callable[[UnitTask], Any]
+                 ) -> Generator[CaseRun, None, None]:
+    """The units as Ray tasks: each carries its case; the driver keeps writing `units.jsonl` itself, and each
+    unit's journal from the lines its worker sends back (with `write i/N` on the bar)."""
     tasks = [UnitTask(case=case, dataset=datasets[case.id], label=arm.label, system=arm.system,
                       provider=factories[arm.provider].config, embedder=embedder_spec, plan=str(plan),
                       seed=config.seed, epoch=epoch, sampling_seed=sampling_seed(config, epoch),
@@ -566,7 +569,8 @@ def _ray_results(todo: list[tuple[Any, Case, int]], config: RunConfig, factories
              for arm, case, epoch in todo]
     limits = {name: p.config.max_connections for name, p in factories.items()}
     return run_ray(tasks, workers=config.workers or config.concurrency, address=config.ray_address,
-                   limits=limits, cases=cases, run_token=manifest.manifest_hash + str(manifest.created))
+                   limits=limits, cases=cases, run_token=manifest.manifest_hash + str(manifest.created),
+                   run_dir=run_dir, progress=progress)
 
 
 LONG_UNIT_SECONDS = 2.0  # a unit still writing after this long shows its writes on the bar, at most this often

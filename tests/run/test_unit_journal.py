@@ -171,3 +171,30 @@ def test_a_run_stopped_while_writing_its_tables_names_its_half_done_units_in_sho
     assert show(killed).startswith("run killed: UNFINISHED") and line in show(killed)
     verdict, reasons = verdict_and_reasons(load(killed))
     assert verdict == "unfinished" and any(r.startswith(line) for r in reasons)
+
+
+def test_a_line_made_in_another_process_is_redacted_again_with_this_ones_secrets(tmp_path):
+    """A Ray worker redacts its lines with the secrets it knows; the driver appends them redacted with its own (its
+    environment's keys, the run's endpoint URLs), as every other file of the run is."""
+    import secrets
+
+    from evals.core.redact import register_secret
+    from evals.record import Attempt, JournalLines
+
+    driver_only = "zq-" + secrets.token_hex(12)  # a key the worker never saw
+    write = WriteRecord(index=0, path="chat", request_id="r0", success=True, codes=Codes(success=True))
+    said = Attempt(provider="p", model="m", case_id="c", site="lm.extract", status="AuthenticationError",
+                   error=f'401: key {driver_only} refused; "api_key=sk-abcdefgh" \\ {{"x": 1}}')
+    lines = JournalLines()
+    clean, leaky = lines.write_done(write, [], []), lines.write_done(write, [], [said])
+    assert driver_only in leaky and "sk-abcdefgh" not in leaky  # the worker's redaction: the shapes only
+    register_secret(driver_only)
+    journal = JournalWriter(tmp_path, JournalHead(provider="p", case_id="c", epoch=0, dataset="d", writes_total=2))
+    journal.append_line(clean)
+    journal.append_line(leaky)
+    journal.close()
+    text = journal.path.read_text(encoding="utf-8")
+    assert driver_only not in text and text.splitlines()[1] + "\n" == clean  # a clean line is kept as it came
+    read = read_journal(journal.path)
+    assert read.done == 2 and not read.torn
+    assert read.writes[1].attempts[0].error == '401: key [REDACTED] refused; "api_key=[REDACTED]" \\ {"x": 1}'

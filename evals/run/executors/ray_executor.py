@@ -9,7 +9,9 @@ transfer and joining a cluster are Ray's job. What stays ours:
 - one `ProviderSlots` actor holds every provider's connection limit and its rate-limit pause for the
   whole cluster, so `max_connections` and a 429's Retry-After hold across all workers;
 - a task lost with its worker is retried by Ray; if it still fails, the unit is an infra error with the
-  reason, never silently missing.
+  reason, never silently missing;
+- a worker sends each finished write's journal line back, and the driver appends it to the run directory's
+  journal, as a local unit does itself (`_ray_journal`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import time
 from collections.abc import Generator, Sequence
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from evals.arms.accounting import ResponseCache
@@ -27,6 +30,7 @@ from evals.arms.embedders import resolve_embedder
 from evals.arms.providers import Provider
 from evals.arms.registry import open_arm
 from evals.faults.plan import FaultPlan
+from evals.run.executors._ray_journal import JournalIntake, Progress, RelayedJournal, relay_actor, unit_key
 from evals.run.executors._unit import UnitTask, failed_unit
 from evals.run.replay import CaseReplayer
 from evals.run.scratch import drain as drain_scratch
@@ -163,19 +167,24 @@ def _arm(task: UnitTask, provider: Any) -> Any:
     return _WorkerState.arms[key]
 
 
-def run_unit(task: UnitTask, run_token: str, cases_ref: list, slots: Any) -> Any:
-    """A worker runs one unit exactly as the local executor would, and returns its `CaseRun`."""
+def run_unit(task: UnitTask, run_token: str, cases_ref: list, slots: Any, relay: Any = None) -> Any:
+    """A worker runs one unit exactly as the local executor would, and returns its `CaseRun`; with a `relay`, each
+    finished write's journal line goes to it as the unit runs (all of them before the record is returned)."""
     logging.getLogger("hymem.store").setLevel(logging.CRITICAL)  # injected FAISS faults are logged by design
     provider = _provider(task, run_token, cases_ref, slots)
     arm = _arm(task, provider)
     cache = _cache(task.cache_path, task.prompt_hash) if task.provider.is_http else None
     lm = provider.sampling(task.sampling_seed, task.temperature)
     system = partial(arm.make, seed=task.sampling_seed, temperature=task.temperature) if arm.make is not None else None
+    journal = RelayedJournal(relay, task) if relay is not None else None
     try:
         return CaseReplayer(task.case, task.dataset, task.label, lm, _embedder(task.embedder),
                             FaultPlan.parse(task.plan), task.seed, program=task.program, accounting=provider,
-                            cache=cache, system=system, epoch=task.epoch).run()
+                            cache=cache, system=system, epoch=task.epoch,
+                            journal=journal.write_done if journal is not None else None).run()
     finally:
+        if journal is not None:
+            journal.flush()
         drain_scratch()  # a worker may be stopped without running exit handlers: leave no scratch behind
 
 
@@ -237,9 +246,12 @@ def slots_actor(limits: dict[str, int]) -> Any:
 
 
 def run_ray(tasks: Sequence[UnitTask], *, workers: int, address: str | None, limits: dict[str, int],
-            cases: Sequence[Any], run_token: str, max_retries: int = MAX_RETRIES) -> Generator[Any, None, None]:
+            cases: Sequence[Any], run_token: str, max_retries: int = MAX_RETRIES, run_dir: Path | None = None,
+            progress: Progress | None = None) -> Generator[Any, None, None]:
     """Yield each unit's `CaseRun` as it finishes, in any order. At most `workers` tasks are in flight.
 
+    With `run_dir`, each unit's finished writes are appended to its journal there while it runs (and, with
+    `progress`, shown as `write i/N`); a unit's journal is closed before its `CaseRun` is yielded.
     An interrupt (or the consumer closing the generator) cancels every task still running; what was
     yielded before is the caller's to keep, so the run can be resumed.
     """
@@ -247,6 +259,8 @@ def run_ray(tasks: Sequence[UnitTask], *, workers: int, address: str | None, lim
     started = connect(address, workers)
     try:
         slots = slots_actor(limits)
+        relay = relay_actor() if run_dir is not None else None
+        journals = JournalIntake(run_dir, relay, progress) if run_dir is not None else None
         remote = ray.remote(run_unit).options(num_cpus=1, max_retries=max_retries)
         cases_ref = [ray.put(list(cases))]  # nested in a list: a worker resolves it only when it needs it
         queue = list(reversed(tasks))
@@ -255,16 +269,26 @@ def run_ray(tasks: Sequence[UnitTask], *, workers: int, address: str | None, lim
             while queue or pending:
                 while queue and len(pending) < workers:
                     task = queue.pop()
-                    pending[remote.remote(task, run_token, cases_ref, slots)] = task
+                    if journals is not None:
+                        journals.expect(task)
+                    pending[remote.remote(task, run_token, cases_ref, slots, relay)] = task
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
+                if journals is not None:
+                    journals.take()  # after the wait: a finished unit's worker had sent its lines before it returned
                 for ref in ready:
                     task = pending.pop(ref)
                     slots.release_task.remote(ref.task_id().hex())  # a slot its dead worker held is free again
                     try:
-                        yield ray.get(ref)
+                        result = ray.get(ref)
                     except ray.exceptions.RayError as exc:  # the worker died max_retries + 1 times, or the task raised
-                        yield failed_unit(task, f"ray: {type(exc).__name__}: {_last_line(exc)}")
+                        result = failed_unit(task, f"ray: {type(exc).__name__}: {_last_line(exc)}")
+                    if journals is not None:
+                        journals.end(unit_key(task))
+                    yield result
         except BaseException:
+            if journals is not None:  # keep the lines the relay still holds: the finished writes of the units stopped
+                journals.take(timeout=5)
+                journals.close()
             if not started:  # a cluster's tasks outlive this driver: cancel them; a local instance we
                 # started is shut down below, which stops its workers. (Cancelling there too races a
                 # task's reply in Ray's own task manager, which then aborts the driver: seen under load.)
