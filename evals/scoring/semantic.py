@@ -860,8 +860,10 @@ class SemanticMatcher(Matcher):
         return steps.aligned + terms if steps.aligned + terms < limit else None
 
     def scores(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
-        """`probabilities`, except that a pair the cheap features already put below the threshold
-        (`_bound_logit`) gets the bound's probability, below the threshold too: every decision is the same."""
+        """`probabilities`, except that a pair a step of the bound already puts below the threshold (`_decided`: the
+        cheap features, the alignment's floor, all but the thesaurus) gets that bound's probability, below the
+        threshold too: every decision, and every score at or above the threshold, is the same. A match's score is
+        never taken early: it is written to the facts table and weighs the one-to-one assignment."""
         if not gold or not pred:
             return np.zeros((len(gold), len(pred)))
         with use(self.rules):
