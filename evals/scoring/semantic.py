@@ -543,14 +543,16 @@ def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.
 
 
 # The bound (`_bound_logit`) in three steps, each asked only when the one before leaves the pair above the threshold:
-# the cheap features (the texts' overlaps, the qualifier flags, the slot's shared share), with the rest at the end
-# of its range its weight favours; then the least the alignment's closeness can be (`_align_floor`, word vectors,
-# no abbreviations); then every feature but the thesaurus's (`_aligned`: the abbreviations). A pair left above
+# the cheap features (the texts' overlaps, time, quantities, the slot's shared share), with the rest at the end of its
+# range its weight favours; then the qualifier flags, the names and the least the alignment's closeness can be
+# (`_bound_with_floor`: word vectors, no abbreviations); then every feature but the thesaurus's (`_aligned`: the
+# abbreviations). A pair left above
 # the threshold by all three is computed whole, from the third step's work.
 
 # The range of each feature the cheap step does not compute: (low, high), the high end times `zh` where marked.
 _RANGES: dict[str, tuple[float, float | str]] = {
-    "substitution": (0.0, 1.0), "align": (-1.0, 1.0), "unmatched": (0.0, 1.0), "zh_unmatched": (0.0, "zh"),
+    "substitution": (0.0, 1.0), "polarity": (0.0, 1.0), "modality": (0.0, 1.0), "relation": (0.0, 1.0),
+    "name": (0.0, 1.0), "align": (-1.0, 1.0), "unmatched": (0.0, 1.0), "zh_unmatched": (0.0, "zh"),
     "slot_abbrev": (0.0, 1.0), "voice": (0.0, 1.0), "direction": (0.0, 1.0), "lex_same": (0.0, 1.0),
     "lex_unexplained": (0.0, 1.0)}
 
@@ -562,8 +564,8 @@ _LEX_SAME, _LEX_UNEXPLAINED = FEATURES.index("lex_same"), FEATURES.index("lex_un
 
 def _bound_logit(a: _Prepared, b: _Prepared, cosine: float, weights: np.ndarray, intercept: float) -> float:
     """An upper bound on the regression's logit of a pair, from its cheap features (the cosine, the word and bigram
-    overlaps, time and quantities, the qualifier flags, the names, the shared share of the slot) and the range of
-    the rest (the alignment, the abbreviations, the thesaurus): when it is below the threshold's logit the pair is
+    overlaps, time and quantities, the shared share of the slot) and the range of the rest (the qualifier flags, the
+    alignment, the abbreviations, the thesaurus): when it is below the threshold's logit the pair is
     "not the same" whatever those say, and the word alignment, the abbreviations and the thesaurus are never asked."""
     rest, zh = _bound_without_cosine(a, b, weights, intercept)
     return rest + _cosine_terms(cosine, zh, weights)
@@ -586,13 +588,10 @@ def _bound_without_cosine(a: _Prepared, b: _Prepared, weights: np.ndarray, inter
     zh = float(a.zh or b.zh)
     same_q = same_quantities(a.quantities, b.quantities)
     wa, wb = a.words_in_order, b.words_in_order
-    flags = mismatches(a.qualifiers, b.qualifiers, a.predicate, b.predicate)
-    _, _, shared = _slot(wa.tokens, wb.tokens)  # as `difference` computes them, from the tokens alone
+    _, _, shared = _slot(wa.tokens, wb.tokens)  # as `difference` computes it, from the tokens alone
     exact = {"cosine": 0.0, "words": words, "bigrams": bigrams, "zh": zh, "zh_cosine": 0.0,
              "zh_words": zh * words, "zh_bigrams": zh * bigrams, "time": float(a.periods != b.periods),
              "number": float(not same_q), "quantities_agree": float(bool(a.quantities) and bool(b.quantities) and same_q),
-             "modality": max(flags["modality"], _tense(wa, wb)), "relation": flags["relation"],
-             "name": float(names_substituted(a.names, a.predicate, b.names, b.predicate)),
              "shared": shared / max(len(wa.tokens), len(wb.tokens), 1)}
     if not (wa.zh or wb.zh):
         exact["slot_abbrev"] = 0.0  # a Chinese slot's abbreviation only
@@ -600,8 +599,6 @@ def _bound_without_cosine(a: _Prepared, b: _Prepared, weights: np.ndarray, inter
     for name, w in zip(FEATURES, weights, strict=True):
         if name in exact:
             total += w * exact[name]
-        elif name == "polarity":  # as flagged, or cleared when both verbs are negative (`_finish`)
-            total += _favoured(w, 0.0 if _polarity_may_reset(a, b, flags) else flags["polarity"], flags["polarity"])
         else:
             low, high = _RANGES[name]
             total += _favoured(w, low, zh if isinstance(high, str) else high)
@@ -619,11 +616,21 @@ def _align_floor(a: _Prepared, b: _Prepared, word_vectors: dict[str, np.ndarray]
     return min(_alignment(only_a, _latin_content(b), word_vectors), _alignment(only_b, _latin_content(a), word_vectors))
 
 
-def _bound_with_floor(cheap: float, floor: float, weights: np.ndarray) -> float:
-    """The cheap bound (`_bound_without_cosine`) with `align` in [floor, 1] instead of its whole range."""
-    w = float(weights[_ALIGN])
-    low, high = _RANGES["align"]
-    return cheap - _favoured(w, low, float(high)) + _favoured(w, floor, 1.0)
+def _bound_with_floor(a: _Prepared, b: _Prepared, cheap: float, floor: float, weights: np.ndarray) -> float:
+    """The cheap bound (`_bound_without_cosine`) with `align` in [floor, 1] instead of its whole range, and the
+    qualifier flags, the tense and the names as they are (the polarity flag as it is or cleared, `_finish`)."""
+    flags = mismatches(a.qualifiers, b.qualifiers, a.predicate, b.predicate)
+    polarity_low = 0.0 if _polarity_may_reset(a, b, flags) else flags["polarity"]
+    known = {"align": (floor, 1.0), "polarity": (polarity_low, flags["polarity"]),
+             "modality": (max(flags["modality"], _tense(a.words_in_order, b.words_in_order)),) * 2,
+             "relation": (flags["relation"],) * 2,
+             "name": (float(names_substituted(a.names, a.predicate, b.names, b.predicate)),) * 2}
+    total = cheap
+    for name, (low, high) in known.items():
+        w = float(weights[FEATURES.index(name)])
+        range_low, range_high = _RANGES[name]
+        total += _favoured(w, low, high) - _favoured(w, range_low, float(range_high))
+    return total
 
 
 def _bound_aligned(a: _Prepared, b: _Prepared, x: _Aligned, base: list[float], weights: np.ndarray,
@@ -846,7 +853,7 @@ class SemanticMatcher(Matcher):
         if steps.cheap + terms < limit:
             return steps.cheap + terms
         if steps.floor is None:
-            steps.floor = _bound_with_floor(steps.cheap, _align_floor(a, b, self._word_vectors), w)
+            steps.floor = _bound_with_floor(a, b, steps.cheap, _align_floor(a, b, self._word_vectors), w)
         if steps.floor + terms < limit:
             return steps.floor + terms
         if steps.aligned is None:

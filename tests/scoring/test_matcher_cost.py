@@ -113,7 +113,7 @@ def test_a_pair_the_cheap_features_rule_out_is_one_the_full_features_rule_out():
         a, b = matcher._texts[g], matcher._texts[p]
         cosine = float(matcher._vectors[a.predicate] @ matcher._vectors[b.predicate])
         cheap, zh = _bound_without_cosine(a, b, w, intercept)
-        floor = _bound_with_floor(cheap, _align_floor(a, b, matcher._word_vectors), w)
+        floor = _bound_with_floor(a, b, cheap, _align_floor(a, b, matcher._word_vectors), w)
         aligned = _aligned(a, b, matcher._word_vectors)
         last = _bound_aligned(a, b, aligned, _values(a, b, 0.0, aligned, aligned.flags["polarity"], (0.0, 0.0)), w,
                               intercept)
