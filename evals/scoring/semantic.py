@@ -546,8 +546,7 @@ def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.
 # the cheap features (the texts' overlaps, time, quantities, the slot's shared share), with the rest at the end of its
 # range its weight favours; then the qualifier flags, the names and the least the alignment's closeness can be
 # (`_bound_with_floor`: word vectors, no abbreviations); then every feature but the thesaurus's (`_aligned`: the
-# abbreviations). A pair left above
-# the threshold by all three is computed whole, from the third step's work.
+# abbreviations). A pair left above the threshold by all three is computed whole, from the third step's work.
 
 # The range of each feature the cheap step does not compute: (low, high), the high end times `zh` where marked.
 _RANGES: dict[str, tuple[float, float | str]] = {
@@ -558,7 +557,7 @@ _RANGES: dict[str, tuple[float, float | str]] = {
 
 
 _COSINE, _ZH, _ZH_COSINE = FEATURES.index("cosine"), FEATURES.index("zh"), FEATURES.index("zh_cosine")
-_POLARITY, _ALIGN = FEATURES.index("polarity"), FEATURES.index("align")
+_POLARITY = FEATURES.index("polarity")
 _LEX_SAME, _LEX_UNEXPLAINED = FEATURES.index("lex_same"), FEATURES.index("lex_unexplained")
 
 
