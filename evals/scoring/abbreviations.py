@@ -97,6 +97,11 @@ def _abbreviated_runs(rules: str, short: str, words: tuple[str, ...]) -> tuple[t
         return ()
     any_start = not s.rstrip("s")  # "ssss" is a prefix of every word: no first letter to require
     latin = [bool(_LATIN.match(w)) for w in words]
+    letters = frozenset(s)
+    # A word with a part that cannot be skipped and whose first letter `s` lacks spells no run of two or more
+    # words: that part would have to give `s` at least its first letter (`_spelt`).
+    blocks = [any(p[0] not in letters for p in (q.casefold() for q in w.split("-") if q) if p not in skippable)
+              for w in words]
     found = []
     for start, word in enumerate(words):
         if not latin[start]:
@@ -111,8 +116,8 @@ def _abbreviated_runs(rules: str, short: str, words: tuple[str, ...]) -> tuple[t
             if not latin[end - 1]:
                 break
             unskippable += sum(p.casefold() not in skippable for p in words[end - 1].split("-") if p)
-            if end - start >= 2 and unskippable > len(s):
-                break  # more words to spell than letters to spell them with, however long the run
+            if end - start >= 2 and (unskippable > len(s) or blocks[start] or blocks[end - 1]):
+                break  # more words to spell than letters to spell them with, or a word `s` cannot spell, however long
             if abbreviates(short, list(words[start:end])):
                 found.append((start, end))
     return tuple(found)

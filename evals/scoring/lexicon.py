@@ -66,6 +66,8 @@ class WordNet:
         self._senses: dict[tuple[str, str], tuple[str, ...]] = {}  # (pos, lemma) -> synset keys, by frequency
         self._links: dict[str, tuple[tuple[str, str], ...]] = {}  # synset key -> (symbol, target key)
         self._exceptions: dict[tuple[str, str], list[str]] = {}
+        self._word_senses: dict[str, frozenset[str]] = {}  # word -> `senses` (a pair's words are asked many times)
+        self._linked_sets: dict[tuple[frozenset[str], frozenset[str]], frozenset[str]] = {}  # -> `_linked`
         for pos, name in _POS:
             with open(root / f"index.{name}", encoding="latin-1") as f:
                 for line in f:
@@ -120,6 +122,12 @@ class WordNet:
 
     def senses(self, word: str) -> frozenset[str]:
         """The frequent senses of every lemma the word can be an inflection of (any part of speech)."""
+        hit = self._word_senses.get(word)
+        if hit is None:
+            hit = self._word_senses[word] = self._senses_of_word(word)
+        return hit
+
+    def _senses_of_word(self, word: str) -> frozenset[str]:
         w = word.casefold().replace(" ", "_")
         out: set[str] = set()
         for pos, _ in _POS:
@@ -139,8 +147,12 @@ class WordNet:
         bases.update(w[:len(w) - len(s)] + r for s, r in _RULES["n"] if w.endswith(s))
         return any(self._is_person(senses[0]) for base in bases if (senses := self._senses_of("n", base)))
 
-    def _linked(self, keys: frozenset[str], symbols: frozenset[str]) -> set[str]:
-        return {target for k in keys for symbol, target in self._links_of(k) if symbol in symbols}
+    def _linked(self, keys: frozenset[str], symbols: frozenset[str]) -> frozenset[str]:
+        hit = self._linked_sets.get((keys, symbols))
+        if hit is None:
+            hit = self._linked_sets[(keys, symbols)] = frozenset(
+                target for k in keys for symbol, target in self._links_of(k) if symbol in symbols)
+        return hit
 
     def same_sense(self, a: str, b: str) -> bool:
         """A shared frequent sense, a derived form (employ / employee), a similar adjective, or one

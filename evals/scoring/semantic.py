@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from evals.scoring.alignment import Difference, Words, chinese_words, difference, words_of
+from evals.scoring.alignment import Difference, Words, _slot, _tense, chinese_words, difference, words_of
 from evals.scoring.checks import (
     Qualifiers,
     is_chinese,
@@ -469,13 +469,22 @@ def _voice_swapped(a: _Prepared, b: _Prepared) -> bool:
     return any(w[:n] == verb[:n] for w in words[:words.index(head)])
 
 
-def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.ndarray]) -> tuple[list[float], bool]:
-    """The pair's features, and whether a role check rules it out whatever they say: an antonym
-    (`_opposed`), a person noun swapped for an unpaired one (`_persons_swapped`), two steps in the other
-    order (`_order_swapped`), a kind of person the subject is on one side and acts on on the other
-    (`_identity_swapped`), the subject turned into the one acted on (`_displaced`), a passive that
-    swaps the roles (`_voice_swapped`) or another life event on each side (`events.events_differ`: born /
-    married, lives / works, moved / visited)."""
+@dataclass(frozen=True)
+class _Aligned:
+    """A pair's features up to the alignment (`_aligned`), before the thesaurus and the role checks (`_finish`)."""
+
+    words: float
+    bigrams: float
+    zh: float
+    flags: dict[str, float]  # `checks.mismatches`; polarity before `_negative_verb_paired`
+    diff: Difference
+    changes: _Units
+    align: float
+    unmatched: float
+
+
+def _aligned(a: _Prepared, b: _Prepared, word_vectors: dict[str, np.ndarray]) -> _Aligned:
+    """The part of `_pair` that the abbreviations and the word vectors give, not the thesaurus."""
     words = _dice(a.words, b.words, False, False) if (a.words or b.words) else float(a.predicate == b.predicate)
     union = a.bigrams | b.bigrams
     bigrams = len(a.bigrams & b.bigrams) / len(union) if union else 1.0
@@ -483,46 +492,91 @@ def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.
     flags = mismatches(a.qualifiers, b.qualifiers, a.predicate, b.predicate)
     diff = difference(a.words_in_order, b.words_in_order)
     changes = _changes(a, b, diff)
-    if flags["polarity"] and a.qualifiers.polarity[0] == b.qualifiers.polarity[0] and _negative_verb_paired(changes):
-        flags["polarity"] = 0.0  # "has never broken a bone" / "has never fractured a bone": both verbs negative
     align = min(_alignment(diff.unmatched_a, _latin_content(b), word_vectors),
                 _alignment(diff.unmatched_b, _latin_content(a), word_vectors))
     n_content = len(a.words_in_order.content) + len(b.words_in_order.content)
     unmatched = (len(diff.unmatched_a) + len(diff.unmatched_b)) / max(n_content, 1)
-    return ([cosine, words, bigrams, zh, zh * cosine, zh * words, zh * bigrams, diff.substitution, flags["polarity"],
+    return _Aligned(words, bigrams, zh, flags, diff, changes, align, unmatched)
+
+
+def _values(a: _Prepared, b: _Prepared, cosine: float, x: _Aligned, polarity: float,
+            lexical: tuple[float, float]) -> list[float]:
+    """The features in `FEATURES`' order, given the polarity flag and the thesaurus's two shares."""
+    words, bigrams, zh, flags, diff = x.words, x.bigrams, x.zh, x.flags, x.diff
+    return [cosine, words, bigrams, zh, zh * cosine, zh * words, zh * bigrams, diff.substitution, polarity,
             max(flags["modality"], diff.tense), float(a.periods != b.periods), float(not same_quantities(a.quantities, b.quantities)),
-            flags["relation"], float(names_substituted(a.names, a.predicate, b.names, b.predicate)), align, unmatched, zh * unmatched,
+            flags["relation"], float(names_substituted(a.names, a.predicate, b.names, b.predicate)), x.align, x.unmatched, zh * x.unmatched,
             diff.shared, diff.slot_abbrev, diff.voice * float(a.subject is not None and a.subject == b.subject), diff.direction,
-            *_lexical(changes, a.predicate, b.predicate), float(bool(a.quantities) and bool(b.quantities) and same_quantities(a.quantities, b.quantities))],
-           (_opposed(a, b, changes) or _persons_swapped(changes) or _order_swapped(a, b)
-                                     or events_differ(a.predicate, b.predicate)
-                                     or _identity_swapped(a, b)
-                                     or _displaced(a, b) or _displaced(b, a)
-                                     or _voice_swapped(a, b) or _voice_swapped(b, a)))
+            *lexical, float(bool(a.quantities) and bool(b.quantities) and same_quantities(a.quantities, b.quantities))]
 
 
-# The range of each feature `_bound_logit` does not compute: (low, high), the high end times `zh` where marked.
+def _polarity_may_reset(a: _Prepared, b: _Prepared, flags: dict[str, float]) -> bool:
+    """`_finish` may clear the polarity flag (both verbs negative: `_negative_verb_paired`)."""
+    return bool(flags["polarity"]) and a.qualifiers.polarity[0] == b.qualifiers.polarity[0]
+
+
+def _finish(a: _Prepared, b: _Prepared, x: _Aligned, base: list[float]) -> tuple[list[float], bool]:
+    """`_pair` from its aligned part and `base` (`_values` with the flagged polarity and no thesaurus): the
+    thesaurus's features and the role checks."""
+    changes = x.changes
+    values = list(base)
+    if _polarity_may_reset(a, b, x.flags) and _negative_verb_paired(changes):
+        values[_POLARITY] = 0.0  # "has never broken a bone" / "has never fractured a bone": both verbs negative
+    values[_LEX_SAME], values[_LEX_UNEXPLAINED] = _lexical(changes, a.predicate, b.predicate)
+    return (values,
+            (_opposed(a, b, changes) or _persons_swapped(changes) or _order_swapped(a, b)
+             or events_differ(a.predicate, b.predicate)
+             or _identity_swapped(a, b)
+             or _displaced(a, b) or _displaced(b, a)
+             or _voice_swapped(a, b) or _voice_swapped(b, a)))
+
+
+def _pair(a: _Prepared, b: _Prepared, cosine: float, word_vectors: dict[str, np.ndarray]) -> tuple[list[float], bool]:
+    """The pair's features, and whether a role check rules it out whatever they say: an antonym
+    (`_opposed`), a person noun swapped for an unpaired one (`_persons_swapped`), two steps in the other
+    order (`_order_swapped`), a kind of person the subject is on one side and acts on on the other
+    (`_identity_swapped`), the subject turned into the one acted on (`_displaced`), a passive that
+    swaps the roles (`_voice_swapped`) or another life event on each side (`events.events_differ`: born /
+    married, lives / works, moved / visited)."""
+    x = _aligned(a, b, word_vectors)
+    return _finish(a, b, x, _values(a, b, cosine, x, x.flags["polarity"], (0.0, 0.0)))
+
+
+# The bound (`_bound_logit`) in three steps, each asked only when the one before leaves the pair above the threshold:
+# the cheap features (the texts' overlaps, time, quantities, the slot's shared share), with the rest at the end of its
+# range its weight favours; then the qualifier flags, the names and the least the alignment's closeness can be
+# (`_bound_with_floor`: word vectors, no abbreviations); then every feature but the thesaurus's (`_aligned`: the
+# abbreviations). A pair left above the threshold by all three is computed whole, from the third step's work.
+
+# The range of each feature the cheap step does not compute: (low, high), the high end times `zh` where marked.
 _RANGES: dict[str, tuple[float, float | str]] = {
     "substitution": (0.0, 1.0), "polarity": (0.0, 1.0), "modality": (0.0, 1.0), "relation": (0.0, 1.0),
     "name": (0.0, 1.0), "align": (-1.0, 1.0), "unmatched": (0.0, 1.0), "zh_unmatched": (0.0, "zh"),
-    "shared": (0.0, 1.0), "slot_abbrev": (0.0, 1.0), "voice": (0.0, 1.0), "direction": (0.0, 1.0),
-    "lex_same": (0.0, 1.0), "lex_unexplained": (0.0, 1.0)}
+    "slot_abbrev": (0.0, 1.0), "voice": (0.0, 1.0), "direction": (0.0, 1.0), "lex_same": (0.0, 1.0),
+    "lex_unexplained": (0.0, 1.0)}
 
 
 _COSINE, _ZH, _ZH_COSINE = FEATURES.index("cosine"), FEATURES.index("zh"), FEATURES.index("zh_cosine")
+_POLARITY = FEATURES.index("polarity")
+_LEX_SAME, _LEX_UNEXPLAINED = FEATURES.index("lex_same"), FEATURES.index("lex_unexplained")
 
 
 def _bound_logit(a: _Prepared, b: _Prepared, cosine: float, weights: np.ndarray, intercept: float) -> float:
     """An upper bound on the regression's logit of a pair, from its cheap features (the cosine, the word and bigram
-    overlaps, time and quantities) and the range of the rest (where the predicates differ, the thesaurus, the
-    qualifier flags): when it is below the threshold's logit the pair is "not the same" whatever those say, and
-    the word alignment, the abbreviations and the thesaurus are never asked."""
+    overlaps, time and quantities, the shared share of the slot) and the range of the rest (the qualifier flags, the
+    alignment, the abbreviations, the thesaurus): when it is below the threshold's logit the pair is
+    "not the same" whatever those say, and the word alignment, the abbreviations and the thesaurus are never asked."""
     rest, zh = _bound_without_cosine(a, b, weights, intercept)
     return rest + _cosine_terms(cosine, zh, weights)
 
 
 def _cosine_terms(cosine: float, zh: float, weights: np.ndarray) -> float:
     return float(weights[_COSINE] * cosine + weights[_ZH_COSINE] * (zh * cosine))
+
+
+def _favoured(w: float, low: float, high: float) -> float:
+    """The most a feature in [low, high] adds to the logit with weight w."""
+    return float(max(w * low, w * high))
 
 
 def _bound_without_cosine(a: _Prepared, b: _Prepared, weights: np.ndarray, intercept: float) -> tuple[float, float]:
@@ -532,18 +586,77 @@ def _bound_without_cosine(a: _Prepared, b: _Prepared, weights: np.ndarray, inter
     bigrams = len(a.bigrams & b.bigrams) / len(union) if union else 1.0
     zh = float(a.zh or b.zh)
     same_q = same_quantities(a.quantities, b.quantities)
+    wa, wb = a.words_in_order, b.words_in_order
+    _, _, shared = _slot(wa.tokens, wb.tokens)  # as `difference` computes it, from the tokens alone
     exact = {"cosine": 0.0, "words": words, "bigrams": bigrams, "zh": zh, "zh_cosine": 0.0,
              "zh_words": zh * words, "zh_bigrams": zh * bigrams, "time": float(a.periods != b.periods),
-             "number": float(not same_q), "quantities_agree": float(bool(a.quantities) and bool(b.quantities) and same_q)}
+             "number": float(not same_q), "quantities_agree": float(bool(a.quantities) and bool(b.quantities) and same_q),
+             "shared": shared / max(len(wa.tokens), len(wb.tokens), 1)}
+    if not (wa.zh or wb.zh):
+        exact["slot_abbrev"] = 0.0  # a Chinese slot's abbreviation only
     total = intercept
     for name, w in zip(FEATURES, weights, strict=True):
         if name in exact:
             total += w * exact[name]
         else:
             low, high = _RANGES[name]
-            top = zh if isinstance(high, str) else high
-            total += max(w * low, w * top)
+            total += _favoured(w, low, zh if isinstance(high, str) else high)
     return total, zh
+
+
+def _align_floor(a: _Prepared, b: _Prepared, word_vectors: dict[str, np.ndarray]) -> float:
+    """The least the `align` feature can be: `_alignment` of every content word of each side whose key the other
+    side's tokens lack. The words the abbreviations leave unmatched (`alignment.difference`) are among them, and the
+    closeness of fewer words is never less."""
+    wa, wb = a.words_in_order, b.words_in_order
+    keys_a, keys_b = set(wa.tokens), set(wb.tokens)
+    only_a = [wa.raw[i] for i in wa.content if wa.tokens[i] not in keys_b]
+    only_b = [wb.raw[i] for i in wb.content if wb.tokens[i] not in keys_a]
+    return min(_alignment(only_a, _latin_content(b), word_vectors), _alignment(only_b, _latin_content(a), word_vectors))
+
+
+def _bound_with_floor(a: _Prepared, b: _Prepared, cheap: float, floor: float, weights: np.ndarray) -> float:
+    """The cheap bound (`_bound_without_cosine`) with `align` in [floor, 1] instead of its whole range, and the
+    qualifier flags, the tense and the names as they are (the polarity flag as it is or cleared, `_finish`)."""
+    flags = mismatches(a.qualifiers, b.qualifiers, a.predicate, b.predicate)
+    polarity_low = 0.0 if _polarity_may_reset(a, b, flags) else flags["polarity"]
+    known = {"align": (floor, 1.0), "polarity": (polarity_low, flags["polarity"]),
+             "modality": (max(flags["modality"], _tense(a.words_in_order, b.words_in_order)),) * 2,
+             "relation": (flags["relation"],) * 2,
+             "name": (float(names_substituted(a.names, a.predicate, b.names, b.predicate)),) * 2}
+    total = cheap
+    for name, (low, high) in known.items():
+        w = float(weights[FEATURES.index(name)])
+        range_low, range_high = _RANGES[name]
+        total += _favoured(w, low, high) - _favoured(w, range_low, float(range_high))
+    return total
+
+
+def _bound_aligned(a: _Prepared, b: _Prepared, x: _Aligned, base: list[float], weights: np.ndarray,
+                   intercept: float) -> float:
+    """The bound without the cosine's terms once every feature but the thesaurus's is known (`base`: `_values` with
+    the cosine 0, the flagged polarity and no thesaurus): the thesaurus's two shares in [0, 1], the polarity flag
+    as it is or cleared."""
+    total = intercept
+    for k, (w, v) in enumerate(zip(weights, base, strict=True)):
+        if k in (_LEX_SAME, _LEX_UNEXPLAINED):
+            total += _favoured(float(w), 0.0, 1.0)
+        elif k == _POLARITY and _polarity_may_reset(a, b, x.flags):
+            total += _favoured(float(w), 0.0, v)
+        else:
+            total += float(w) * v
+    return total
+
+
+class _Bounds:
+    """A pair's bound at each step without the cosine's terms (None: not asked yet), and its `zh`."""
+
+    __slots__ = ("aligned", "cheap", "floor", "zh")
+
+    def __init__(self, cheap: float, zh: float):
+        self.cheap, self.zh = cheap, zh
+        self.floor: float | None = None
+        self.aligned: float | None = None
 
 
 class SemanticMatcher(Matcher):
@@ -570,7 +683,7 @@ class SemanticMatcher(Matcher):
         self._vectors: dict[str, np.ndarray] = {}
         self._word_vectors: dict[str, np.ndarray] = {}
         self._pairs: dict[tuple[str, str], tuple[np.ndarray, bool]] = {}  # (gold, pred) -> features, ruled out
-        self._bounded: dict[tuple[str, str], tuple[float, float]] = {}  # (gold, pred) -> `_bound_without_cosine`
+        self._bounded: dict[tuple[str, str], _Bounds] = {}  # (gold, pred) -> the bound's steps (`_decided`)
         self._ahead: dict[str, _Prepared] = {}  # texts prepared by `prepare_ahead`, not yet by `prepare`
         t = params.threshold  # pairs whose logit bound is below this are "not the same" (`_bound_logit`)
         self._logit_limit = float(np.log(t / (1 - t))) - 1e-6 if 0 < t < 1 else -np.inf
@@ -715,13 +828,11 @@ class SemanticMatcher(Matcher):
                 hit = self._pairs.get(key)
                 c = float(cosine[i, j])  # this call's: a float32 product's last bit depends on the matrix's shape
                 if hit is None and bound:
-                    rest = self._bounded.get(key)
-                    if rest is None:
-                        rest = self._bounded[key] = _bound_without_cosine(a, b, self._weights, self.params.intercept)
-                    limit = rest[0] + _cosine_terms(c, rest[1], self._weights)
-                    if limit < self._logit_limit:
+                    limit = self._decided(key, a, b, c)
+                    if limit is not None:
                         bounded[i, j] = limit
                         continue
+                    hit = self._pairs.get(key)  # the bound's last step computed it
                 if hit is None:
                     features, rule = _pair(a, b, c, self._word_vectors)
                     hit = self._pairs[key] = (np.asarray(features, dtype=float), rule)
@@ -729,9 +840,36 @@ class SemanticMatcher(Matcher):
                 out[i, j, _COSINE], out[i, j, _ZH_COSINE] = c, out[i, j, _ZH] * c  # as `_pair` computes them
         return out, ruled_out, bounded
 
+    def _decided(self, key: tuple[str, str], a: _Prepared, b: _Prepared, cosine: float) -> float | None:
+        """The pair's logit bound when a step of it (`_Bounds`) puts the pair below the threshold, else None. The steps
+        are kept per pair of texts; a pair the last step leaves above the threshold has its features computed from
+        that step's work and kept in `_pairs`."""
+        w, intercept, limit = self._weights, self.params.intercept, self._logit_limit
+        steps = self._bounded.get(key)
+        if steps is None:
+            steps = self._bounded[key] = _Bounds(*_bound_without_cosine(a, b, w, intercept))
+        terms = _cosine_terms(cosine, steps.zh, w)
+        if steps.cheap + terms < limit:
+            return steps.cheap + terms
+        if steps.floor is None:
+            steps.floor = _bound_with_floor(a, b, steps.cheap, _align_floor(a, b, self._word_vectors), w)
+        if steps.floor + terms < limit:
+            return steps.floor + terms
+        if steps.aligned is None:
+            x = _aligned(a, b, self._word_vectors)
+            base = _values(a, b, 0.0, x, x.flags["polarity"], (0.0, 0.0))
+            steps.aligned = _bound_aligned(a, b, x, base, w, intercept)
+            if steps.aligned + terms >= limit:
+                features, rule = _finish(a, b, x, base)
+                self._pairs[key] = (np.asarray(features, dtype=float), rule)
+                return None
+        return steps.aligned + terms if steps.aligned + terms < limit else None
+
     def scores(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
-        """`probabilities`, except that a pair the cheap features already put below the threshold
-        (`_bound_logit`) gets the bound's probability, below the threshold too: every decision is the same."""
+        """`probabilities`, except that a pair a step of the bound already puts below the threshold (`_decided`: the
+        cheap features, the alignment's floor, all but the thesaurus) gets that bound's probability, below the
+        threshold too: every decision, and every score at or above the threshold, is the same. A match's score is
+        never taken early: it is written to the facts table and weighs the one-to-one assignment."""
         if not gold or not pred:
             return np.zeros((len(gold), len(pred)))
         with use(self.rules):

@@ -86,24 +86,42 @@ def test_a_fresh_matcher_reads_the_kept_vectors_and_encodes_nothing_again(tmp_pa
 
 @pytest.mark.ci_heavy
 def test_a_pair_the_cheap_features_rule_out_is_one_the_full_features_rule_out():
-    """The bound is an upper bound of the regression's logit on labelled pairs, and `scores` (which skips the
-    alignment where the bound decides) decides every pair as the full features do, with equal scores for matches."""
+    """Each step of the bound (the cheap features; the alignment's floor; every feature but the thesaurus) is an upper
+    bound of the regression's logit, on labelled pairs and on unrelated ones, and `scores` (which stops at the first
+    step that decides) decides every pair as the full features do, with equal scores for matches."""
     from evals.scoring.pairs import load_pairs
-    from evals.scoring.semantic import _bound_logit
+    from evals.scoring.semantic import (
+        _align_floor,
+        _aligned,
+        _bound_aligned,
+        _bound_logit,
+        _bound_with_floor,
+        _bound_without_cosine,
+        _cosine_terms,
+        _values,
+    )
 
     pairs = random.Random(35).sample(load_pairs(split="all"), 150)
     matcher, _, _ = _fresh_matcher(None)
     gold, pred = [p.gold.text for p in pairs], [p.pred.text for p in pairs]
     matcher.prepare(gold, pred)
-    decided = 0
-    for g, p in zip(gold, pred, strict=True):
+    w, intercept = matcher._weights, matcher.params.intercept
+    decided = {"cheap": 0, "floor": 0, "aligned": 0}
+    for g, p in [*zip(gold, pred, strict=True), *zip(gold[:40], pred[40:80], strict=True)]:  # labelled, unrelated
         x, _ = matcher.evaluate([g], [p])
-        logit = float(x[0, 0] @ matcher._weights + matcher.params.intercept)
+        logit = float(x[0, 0] @ w + intercept)
         a, b = matcher._texts[g], matcher._texts[p]
         cosine = float(matcher._vectors[a.predicate] @ matcher._vectors[b.predicate])
-        bound = _bound_logit(a, b, cosine, matcher._weights, matcher.params.intercept)
-        assert bound >= logit - 1e-6, (g, p)
-        decided += bound < 0
+        cheap, zh = _bound_without_cosine(a, b, w, intercept)
+        floor = _bound_with_floor(a, b, cheap, _align_floor(a, b, matcher._word_vectors), w)
+        aligned = _aligned(a, b, matcher._word_vectors)
+        last = _bound_aligned(a, b, aligned, _values(a, b, 0.0, aligned, aligned.flags["polarity"], (0.0, 0.0)), w,
+                              intercept)
+        terms = _cosine_terms(cosine, zh, w)
+        assert _bound_logit(a, b, cosine, w, intercept) == cheap + terms
+        for step, bound in (("cheap", cheap), ("floor", floor), ("aligned", last)):
+            assert bound + terms >= logit - 1e-6, (step, g, p)
+            decided[step] += bound + terms < 0
     fast, _, _ = _fresh_matcher(None)
     fast.prepare(gold, pred)  # the same batch: MiniLM's word vectors differ by ~1e-7 from one batch to another
     for g, p in zip(gold, pred, strict=True):
@@ -111,7 +129,7 @@ def test_a_pair_the_cheap_features_rule_out_is_one_the_full_features_rule_out():
         assert (quick >= fast.threshold) == (exact >= matcher.threshold), (g, p)
         assert quick == exact or exact < matcher.threshold
     unrelated = fast.scores(gold[:60], pred[:60])  # unrelated facts, as a run mostly compares
-    assert decided > 0  # some pairs were decided by the bound alone
+    assert 0 < decided["cheap"] < decided["floor"] < decided["aligned"]  # each step decides more pairs
     assert (unrelated < fast.threshold).mean() > 0.9
 
 
