@@ -269,7 +269,8 @@ class OpWalk:
         what = (f"{'an' if path[0] in 'aeiou' else 'a'} {path} write {'one character over' if over else 'of exactly'} "
                 f"{limit}={size} "
                 f"({len(payload)} {'memories' if path == 'extracted' else 'messages'})")
-        calls, embeds, before = self.engine.calls, self.embedder.calls, self._state()
+        calls, embeds = self.engine.calls, self.embedder.calls
+        before = self._state() if over else None  # only a refused write's store is compared (nothing stored)
         send = {"extracted": client.add_extracted, "working": client.add_working}.get(path, client.add)
         try:
             result = send(payload, user_id=self.user, request_id=rid)
@@ -280,8 +281,8 @@ class OpWalk:
                 self.found.append(("limits", AnomalyKind.SIZE_LIMIT_WRONG, f"{what} was refused without naming "
                                    f"the limit: {exc}"))
             result = None
-        after = self._state()
-        if over:
+        if before is not None:  # one character over: refused before any call, nothing stored
+            after = self._state()
             if result is not None:
                 self.found.append(("limits", AnomalyKind.SIZE_LIMIT_WRONG, f"{what} was not refused: success="
                                    f"{result.success}, error_code={result.error_code}"))
