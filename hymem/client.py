@@ -455,6 +455,16 @@ def _profile_updates(profile: Any, msgs: list[ChatMessage]) -> dict:
     if profile is not None:
         data = profile.model_dump() if hasattr(profile, "model_dump") else dict(profile)
         updates = {k: v for k, v in data.items() if v is not None and str(v).strip()}
+    if updates:  # the speakers' words are read only when a value needs judging (most writes state none)
+        _drop_others_values(updates, msgs)
+    name = next((m.name for m in msgs if m.role == "user" and m.name), None)
+    if name:
+        updates["name"] = name
+    return updates
+
+
+def _drop_others_values(updates: dict, msgs: list[ChatMessage]) -> None:
+    """Drop from `updates` every value that is a named human's name, or that only a named human's words support."""
     others = _words("\n".join(m.content for m in msgs if m.role == "assistant" and m.name and m.name.strip()))
     said = _words("\n".join(m.content for m in msgs if m.role == "user"))
     third = {n.casefold() for n in _named_humans(msgs)}
@@ -464,10 +474,6 @@ def _profile_updates(profile: Any, msgs: list[ChatMessage]) -> dict:
         # when only John said "I am a nurse in Berlin.") is theirs, not the user's
         if str(value).strip().casefold() in third or (words & others and not words & said):
             del updates[key]
-    name = next((m.name for m in msgs if m.role == "user" and m.name), None)
-    if name:
-        updates["name"] = name
-    return updates
 
 
 def _words(text: str) -> set[str]:

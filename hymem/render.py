@@ -27,7 +27,6 @@ round-trips exactly.
 
 from __future__ import annotations
 
-import bisect
 import re
 import unicodedata
 from typing import Literal, cast
@@ -204,10 +203,10 @@ def _escape_content(content: str, tool: bool) -> str:
     a boundary ("[a\\rb]: x") is caught for a reader that splits on "\\n" only, too.
     """
     pieces = _BREAK_RE.split(content)  # segment, boundary, segment, ...: segments at even positions
-    visible = [m.start() for m in _VISIBLE_RE.finditer(content)]  # where each reader's stripped line can begin
     folded = reader_view(content).casefold()
     # No colon and no name word anywhere: no segment can read as a header (a cheap pass over long content).
     judge = any(mark in folded for mark in (":", "：", "name", "called", "用"))
+    visible = _NextVisible(content)
     start = 0
     for i, piece in enumerate(pieces):
         if i % 2 == 0 and (piece.startswith(_ESCAPE) or (tool and i == 0 and piece.startswith("("))
@@ -217,15 +216,33 @@ def _escape_content(content: str, tool: bool) -> str:
     return "".join(pieces)
 
 
-def _reads_as_header(content: str, start: int, visible: list[int]) -> bool:
+class _NextVisible:
+    """Where a reader's stripped line can begin: the first visible character at or after a position, for
+    positions asked in increasing order. One forward search per visible character found, so a content's
+    segments cost one pass over it in all, not a list of every visible character's position (a 100,000-character
+    message is 100,000 positions)."""
+
+    def __init__(self, content: str) -> None:
+        self.content = content
+        self.found = -1  # the last answer: no visible character lies between the position asked then and it
+
+    def at_or_after(self, start: int) -> int:
+        """The first visible character's position at or after `start`; len(content) when there is none."""
+        if self.found < start:
+            match = _VISIBLE_RE.search(self.content, start)
+            self.found = match.start() if match is not None else len(self.content)
+        return self.found
+
+
+def _reads_as_header(content: str, start: int, visible: _NextVisible) -> bool:
     """Whether the line a reader sees from `start` (to the next "\\n", leading blanks skipped) reads as a
     label or a name line."""
     end = content.find("\n", start)
     end = len(content) if end < 0 else end
-    at = bisect.bisect_left(visible, start)
-    if at == len(visible) or visible[at] >= end:
+    first = visible.at_or_after(start)
+    if first >= end:
         return False
-    view = reader_view(content[visible[at] : min(end, visible[at] + _LOOKAHEAD)]).lstrip()
+    view = reader_view(content[first : min(end, first + _LOOKAHEAD)]).lstrip()
     return _LOOKS_LIKE_LABEL.match(view) is not None or _view_is_name_line(view)
 
 

@@ -122,10 +122,11 @@ class OpWalk:
     def _state(self) -> StoreState:
         return read_state(self.work)
 
-    def _write(self, what: str, memory: dict[str, Any], ops: Callable[[set[Any]], list[dict[str, Any]] | None]
-               ) -> tuple[Any, StoreState, StoreState] | None:
+    def _write(self, what: str, memory: dict[str, Any], ops: Callable[[set[Any]], list[dict[str, Any]] | None],
+               before: StoreState | None = None) -> tuple[Any, StoreState, StoreState] | None:
         """One add_extracted of `memory`, its reconcile reply `ops(candidate ids)` (None: the target is not among
-        the candidates, so reply no changes and skip the step); the result and the states around it."""
+        the candidates, so reply no changes and skip the step); the result and the states around it. `before`:
+        the open store's state, read since its last write (else it is read here)."""
         offered: list[bool] = []
 
         def decide(site: str, prompt: str) -> dict[str, Any]:
@@ -136,8 +137,10 @@ class OpWalk:
         self.engine.decide = decide
         self._n += 1
         rid = f"{self.case_id}/walk/{self._n}"
+        opened = self.client is not None
         client = self.client or self._open()
-        before = self._state()
+        if before is None or not opened:  # a state read before this open is not the open store's
+            before = self._state()
         result = client.add_extracted([memory], user_id=self.user, request_id=rid)
         after = self._state()
         if not any(offered):
@@ -203,17 +206,20 @@ class OpWalk:
                                if experience["id"] in ids else None)
             if done is not None:
                 self._applied(what, done[0], "SUPERSEDE", experience["id"])
-        live = live_rows(self._state(), self.user)
+        # after the SUPERSEDE, the store is open and as its write left it: the state read after that write
+        state = done[2] if experience is not None and done is not None else self._state()
+        live = live_rows(state, self.user)
         if live:
             old = live[0]
             what = f"the walk's DELETE of memory {old['id']}"
             gone = {"text": f"{old['text']} (no longer true)", "subject": old["subject"], "owner": old["owner"],
                     "kind": old["kind"]}
             done = self._write(what, gone, lambda ids: [{"op": "DELETE", "fact": 0, "id": old["id"]},
-                                                        {"op": "ADD", "fact": 0}] if old["id"] in ids else None)
+                                                        {"op": "ADD", "fact": 0}] if old["id"] in ids else None,
+                               before=state)
             if done is not None:
                 self._applied(what, done[0], "DELETE", old["id"])
-        self._close()
+        # the client stays open for the limits (`run` closes it): a close and an open less per case
 
     def _probe(self, store: Path, query: str, k: int) -> list[tuple[int, float]]:
         client = self._open(store)
@@ -254,14 +260,22 @@ class OpWalk:
         per_message = limits["max_message_chars"]
         for path in self.paths:
             base = _base_text(path, self.payloads.get(path))
-            for limit, size in limits.items():
-                if size is None or (limit == "max_write_chars" and per_message is None):
-                    continue
-                for over in (False, True):
-                    payload = _sized_payload(path, base, limit, size, per_message, over)
-                    self._limit_write(path, payload, limit, size, over)
+            sized = [(limit, size) for limit, size in limits.items()
+                     if size is not None and not (limit == "max_write_chars" and per_message is None)]
+            # The writes one over first: each must leave the store as it found it, so the state read after one is
+            # the state before the next (nothing runs between them); then the writes of exactly each limit.
+            state: StoreState | None = None
+            for limit, size in sized:
+                payload = _sized_payload(path, base, limit, size, per_message, True)
+                state = self._limit_write(path, payload, limit, size, True, before=state)
+            for limit, size in sized:
+                self._limit_write(path, _sized_payload(path, base, limit, size, per_message, False), limit, size, False)
 
-    def _limit_write(self, path: str, payload: list[dict[str, Any]], limit: str, size: int, over: bool) -> None:
+    def _limit_write(self, path: str, payload: list[dict[str, Any]], limit: str, size: int, over: bool,
+                     before: StoreState | None = None) -> StoreState | None:
+        """One write of exactly the limit (`over` False: accepted) or one character over it (refused before any
+        model or embedding call, nothing stored); `before`: the store's state now, if already read. Returns the
+        state after a write one over (None after one of exactly the limit: not read)."""
         client = self.client or self._open()
         self.engine.decide = lambda site, prompt: _NOTHING.get(site, {})
         self._n += 1
@@ -269,7 +283,9 @@ class OpWalk:
         what = (f"{'an' if path[0] in 'aeiou' else 'a'} {path} write {'one character over' if over else 'of exactly'} "
                 f"{limit}={size} "
                 f"({len(payload)} {'memories' if path == 'extracted' else 'messages'})")
-        calls, embeds, before = self.engine.calls, self.embedder.calls, self._state()
+        calls, embeds = self.engine.calls, self.embedder.calls
+        if over and before is None:  # only a refused write's store is compared (nothing stored)
+            before = self._state()
         send = {"extracted": client.add_extracted, "working": client.add_working}.get(path, client.add)
         try:
             result = send(payload, user_id=self.user, request_id=rid)
@@ -280,8 +296,8 @@ class OpWalk:
                 self.found.append(("limits", AnomalyKind.SIZE_LIMIT_WRONG, f"{what} was refused without naming "
                                    f"the limit: {exc}"))
             result = None
-        after = self._state()
-        if over:
+        if over and before is not None:  # one character over: refused before any call, nothing stored
+            after = self._state()
             if result is not None:
                 self.found.append(("limits", AnomalyKind.SIZE_LIMIT_WRONG, f"{what} was not refused: success="
                                    f"{result.success}, error_code={result.error_code}"))
@@ -292,9 +308,11 @@ class OpWalk:
             if canonical(before) != canonical(after):
                 self.found.append(("limits", AnomalyKind.SIZE_LIMIT_WRONG, f"{what} changed the store: "
                                    + short_diff(diff_states(before, after))))
-        elif result is not None and not result.success:
+            return after
+        if result is not None and not result.success:
             self.found.append(("limits", AnomalyKind.SIZE_LIMIT_WRONG, f"{what} failed: {result.error_code} "
                                f"{result.agent_error_code} {result.message[:200]}"))
+        return None
 
 
 def _base_text(path: str, payload: Any) -> str:
