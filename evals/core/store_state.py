@@ -23,13 +23,15 @@ import numpy as np
 from evals.core.row_passes import ListMemo
 from evals.core.rows import is_live
 from evals.core.store_view import (
+    INTERIOR_TABLE,
+    LEAF_TABLE,
     PageDigests,
     View,
+    btree_page,
     changed_pages,
     is_table_leaf,
     leaf_cells,
     read_view,
-    table_leaves,
 )
 from hymem.store import DB_FILE, INDEX_FILE, SIDECAR_FILE
 
@@ -105,6 +107,18 @@ class _TableRead:
     parts: list[_Part]  # each leaf's rows
     overflow: list[tuple[tuple[int, bytes], ...]]  # each leaf's overflow pages (and their SHA-256)
     table: _Table
+    tree: _Tree  # each interior page's subtree, so a walk again re-walks only the subtrees that changed
+
+
+class _Tree(NamedTuple):
+    """A table b-tree's interior pages as a walk found them: each one's leaves and interior pages below it (itself
+    first), and its parent. A later walk takes an interior page's subtree whole from here when neither it nor
+    any interior page below it changed: the same bytes, so the same children (its leaves, checked to be leaves
+    still where they changed, hold the rows `_TableRead.parts` says)."""
+
+    below: dict[int, list[int]]  # interior page -> the leaves under it, in rowid order
+    inner: dict[int, list[int]]  # interior page -> the interior pages under it, itself first
+    parent: dict[int, int]  # interior page -> its parent (the root has none)
 
 
 class RowMemo:
@@ -309,45 +323,145 @@ def _table_by_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: st
     (not a rowid b-tree, a page out of place, rowids that are not the page's): the caller reads it whole.
 
     `before`, `changed`: the table as the last read of the same file read it, and the pages changed since
-    (see `_TableRead`)."""
+    (see `_TableRead`): the b-tree is walked again only below the interior pages that changed (`_walk`), and
+    of the leaves only those whose page, overflow pages or place changed are looked up again."""
     try:
         root = int(root or 0)
-        dirty: set[int] | None = None  # the leaves of `before` whose page or overflow pages changed
+        dirty: set[int] = set()  # the leaves of `before` whose page or overflow pages changed
         if before is not None and changed is not None and before.root == root and before.sql == sql:
-            dirty = {before.where[p] for p in changed if p in before.where}
+            count = len(before.leaves)
+            dirty = {i for i in map(before.where.get, changed) if i is not None and i < count}
             if not dirty and not (changed & before.interior):
                 return before  # not one of its pages changed
             if not changed & before.interior and all(is_table_leaf(view, before.leaves[i]) for i in dirty):
                 return _reread_leaves(db, view, memo, name, sql, leaves, before, sorted(dirty))
-        seen: set[int] = set()
-        pages = table_leaves(view, root, memo.pages.btree, seen)
-        if pages is None:
+            if not all(is_table_leaf(view, before.leaves[i]) for i in dirty if before.leaves[i] in changed):
+                before = None  # a changed leaf page is a leaf no more: walked whole
+        else:
+            before = None
+        walked = _walk(view, root, memo.pages.btree, before, changed or set())
+        if walked is None:
             return None
-        parts: list[_Part] = []
-        overflow: list[tuple[tuple[int, bytes], ...]] = []
-        where: dict[int, int] = {}
+        pages, tree = walked
         read_here: dict[_LeafKey, _LeafRows] = {}  # kept only when the whole table reads so
-        for i, pgno in enumerate(pages):
-            j = before.where.get(pgno) if before is not None and dirty is not None else None
-            if before is not None and dirty is not None and j is not None and before.leaves[j] == pgno \
-                    and j not in dirty:
-                leaf: _LeafRows | None = (before.overflow[j], before.parts[j])  # the same bytes as then
-            else:
-                leaf = _leaf_rows(db, view, memo, name, sql, pgno, read_here)
-            if leaf is None:
-                return None
-            overflow.append(leaf[0])
-            parts.append(leaf[1])
-            where[pgno] = i
-            where.update((p, i) for p, _ in leaf[0])
+        laid = _lay_out(db, view, memo, name, sql, pages, before, dirty, read_here)
+        if laid is None:
+            return None
+        parts, overflow = laid
         memo.reads["leaves_read"] += len(read_here)
         leaves.update(read_here)
+        where = dict(zip(pages, range(len(pages)), strict=True))
+        where.update(zip(map(itemgetter(0), chain.from_iterable(overflow)),
+                         chain.from_iterable(map(repeat, range(len(pages)), map(len, overflow))), strict=True))
         first, changed_parts = (_common_prefix(before.parts, parts) if before is not None else (0, None))
-        return _TableRead(root=root, sql=sql, interior=seen.difference(pages), leaves=pages, where=where,
+        return _TableRead(root=root, sql=sql, interior=set(tree.inner.get(root, ())), leaves=pages, where=where,
                           parts=parts, overflow=overflow,
-                          table=_assemble(parts, before, changed_parts, first, by_id=name == "memories"))
-    except (ValueError, IndexError):  # a pointer out of the database or a page cut short: not a b-tree we read
-        return None
+                          table=_assemble(parts, before, changed_parts, first, by_id=name == "memories"), tree=tree)
+    except (ValueError, IndexError, _NotATree):  # a pointer out of the database or a page cut short: not a
+        return None  # b-tree we read
+
+
+class _NotATree(Exception):
+    """A page is not a table b-tree page, or one is reached twice."""
+
+
+def _walk(view: View, root: int, parsed: dict[tuple[bool, bytes], tuple[int, list[int]]],
+          before: _TableRead | None, changed: set[int]) -> tuple[list[int], _Tree] | None:
+    """The table's leaf pages in rowid order (as `table_leaves` finds them) and its interior pages' subtrees;
+    the subtree of an interior page of `before` that did not change, and under which no interior page
+    changed, is `before`'s (O(changed) Python work, the leaves joined at C speed). None: not a table b-tree."""
+    hot: set[int] = set()  # the interior pages of `before` that changed, and every one above them
+    if before is not None:
+        for page in changed & before.interior:
+            up: int | None = page
+            while up is not None and up not in hot:
+                hot.add(up)
+                up = before.tree.parent.get(up)
+    old = before.tree if before is not None else _Tree({}, {}, {})
+    below: dict[int, list[int]] = {}
+    inner: dict[int, list[int]] = {}
+    parent: dict[int, int] = {}
+    seen: set[int] = set()
+
+    def walk(pgno: int, depth: int) -> list[int]:
+        if pgno in old.below and pgno not in hot:
+            for page in old.inner[pgno]:
+                below[page], inner[page] = old.below[page], old.inner[page]
+                if page != pgno:
+                    parent[page] = old.parent[page]
+            return old.below[pgno]
+        if pgno in seen or not 1 <= pgno <= view.count or depth > 64:
+            raise _NotATree(pgno)
+        seen.add(pgno)
+        kind, children = btree_page(view, pgno, parsed)
+        if kind == LEAF_TABLE:
+            return [pgno]
+        if kind != INTERIOR_TABLE:
+            raise _NotATree(pgno)
+        found: list[int] = []
+        mine = [pgno]
+        for child in children:
+            found += walk(child, depth + 1)
+            if child in inner:
+                parent[child] = pgno
+                mine += inner[child]
+        below[pgno], inner[pgno] = found, mine
+        return found
+
+    pages = walk(root, 0)
+    interior = inner.get(root, [])
+    every = set(pages)
+    every.update(interior)
+    if len(every) != len(pages) + len(interior):
+        return None  # a page reached twice (a reused subtree's page is also another's)
+    return pages, _Tree(below, inner, parent)
+
+
+def _lay_out(db: sqlite3.Connection, view: View, memo: RowMemo, name: str, sql: str, pages: list[int],
+             before: _TableRead | None, dirty: set[int], read_here: dict[_LeafKey, _LeafRows]
+             ) -> tuple[list[_Part], list[tuple[tuple[int, bytes], ...]]] | None:
+    """Each leaf page's rows and overflow pages: `before`'s where the leaf is the same page and did not change
+    (its leading and trailing leaves, matched at C speed, and any other leaf of `before` not `dirty`), else
+    looked up (`_leaf_rows`)."""
+    if before is None:
+        parts: list[_Part] = []
+        overflow: list[tuple[tuple[int, bytes], ...]] = []
+        for pgno in pages:
+            found = _leaf_rows(db, view, memo, name, sql, pgno, read_here)
+            if found is None:
+                return None
+            overflow.append(found[0])
+            parts.append(found[1])
+        return parts, overflow
+    old = before.leaves
+    n, m = len(old), len(pages)
+    shared = min(n, m)
+    head = next(compress(range(shared), map(operator.ne, old, pages)), shared)
+    tail = next(compress(range(shared - head), map(operator.ne, reversed(old), reversed(pages))), shared - head)
+    parts = before.parts[:head]
+    overflow = before.overflow[:head]
+    for i in range(head, m - tail):  # the leaves in between: `before`'s when the same page, unchanged
+        pgno = pages[i]
+        j = before.where.get(pgno)
+        if j is not None and j < n and old[j] == pgno and j not in dirty:
+            leaf: _LeafRows | None = (before.overflow[j], before.parts[j])
+        else:
+            leaf = _leaf_rows(db, view, memo, name, sql, pgno, read_here)
+        if leaf is None:
+            return None
+        overflow.append(leaf[0])
+        parts.append(leaf[1])
+    parts += before.parts[n - tail:]
+    overflow += before.overflow[n - tail:]
+    for j in dirty:  # the changed leaves among the leading and trailing ones
+        if head <= j < n - tail:
+            continue  # read above
+        i = j if j < head else j + m - n
+        leaf = _leaf_rows(db, view, memo, name, sql, pages[i], read_here)
+        if leaf is None:
+            return None
+        overflow[i], parts[i] = leaf
+    return parts, overflow
 
 
 def _reread_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: str, sql: str,
@@ -373,7 +487,7 @@ def _reread_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: str,
     changed = ([before.parts[i] for i in dirty], [parts[i] for i in dirty])
     return _TableRead(root=before.root, sql=sql, interior=before.interior, leaves=before.leaves, where=where,
                       parts=parts, overflow=overflow,
-                      table=_assemble(parts, before, changed, dirty[0], by_id=name == "memories"))
+                      table=_assemble(parts, before, changed, dirty[0], by_id=name == "memories"), tree=before.tree)
 
 
 def _leaf_rows(db: sqlite3.Connection, view: View, memo: RowMemo, name: str, sql: str, pgno: int,
