@@ -378,6 +378,7 @@ def _walk(view: View, root: int, parsed: dict[tuple[bool, bytes], tuple[int, lis
                 hot.add(up)
                 up = before.tree.parent.get(up)
     old = before.tree if before is not None else _Tree({}, {}, {})
+    old_where, old_leaves = (before.where, before.leaves) if before is not None else ({}, [])
     below: dict[int, list[int]] = {}
     inner: dict[int, list[int]] = {}
     parent: dict[int, int] = {}
@@ -401,6 +402,11 @@ def _walk(view: View, root: int, parsed: dict[tuple[bool, bytes], tuple[int, lis
         found: list[int] = []
         mine = [pgno]
         for child in children:
+            if child not in changed:  # a leaf of `before`, the same bytes: a leaf still (not parsed again)
+                i = old_where.get(child)
+                if i is not None and i < len(old_leaves) and old_leaves[i] == child:
+                    found.append(child)
+                    continue
             found += walk(child, depth + 1)
             if child in inner:
                 parent[child] = pgno
