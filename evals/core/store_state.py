@@ -12,7 +12,9 @@ import operator
 import sqlite3
 from bisect import bisect_left, insort
 from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import accumulate, chain, compress, repeat
 from operator import itemgetter
 from pathlib import Path
@@ -50,22 +52,23 @@ class StoreState:
     """
 
     tables: dict[str, list[dict[str, Any]]]
-    faiss: dict[Any, Any]
+    faiss: Mapping[Any, Any]
     faiss_stale: bool = False  # the FAISS file is behind SQLite and will be rebuilt on open
     notes: list[str] = field(default_factory=list)
-    canonical_form: dict[str, list[str]] | None = field(default=None, repr=False, compare=False)  # memo
+    canonical_form: dict[str, Sequence[str]] | None = field(default=None, repr=False, compare=False)  # memo
     row_keys: dict[str, set[str]] | None = field(default=None, repr=False, compare=False)  # memo
-    key_lists: dict[str, list[str]] | None = field(default=None, repr=False, compare=False)  # `row_keys`' source
+    key_lists: dict[str, Sequence[str]] | None = field(default=None, repr=False, compare=False)  # `row_keys`' source
     derived: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)  # memos of the helpers below
     live_memories: list[dict[str, Any]] | None = field(default=None, repr=False, compare=False)  # memo
 
 
 _Vector = tuple[Any, bytes, str]  # a live memory's (id, vector bytes, its key in the FAISS part of `canonical`)
 # every table's rows, diff keys and sorted canonical keys, the meta table, each table's live rows, each table's
-# live rows' vectors and their sorted FAISS keys
-_Rows = tuple[dict[str, list[dict[str, Any]]], dict[str, list[str]], dict[str, list[str]], dict[str, str],
-              dict[str, list[dict[str, Any]]], dict[str, list[_Vector]], dict[str, list[str]],
-              dict[str, dict[Any, bytes]], dict[Any, Any]]
+# live rows' vectors and the FAISS part of `canonical` for an index rebuilt from them, those vectors by id, and
+# the `StoreState.derived` memos the read knows
+_Rows = tuple[dict[str, list[dict[str, Any]]], dict[str, Sequence[str]], dict[str, Sequence[str]], dict[str, str],
+              dict[str, list[dict[str, Any]]], dict[str, list[_Vector]], dict[str, Sequence[str]],
+              dict[str, Mapping[Any, bytes]], dict[Any, Any]]
 # a row as a dict, its key for diffs, its key for `canonical`, live, and its vector when it is a live memory
 _Row = tuple[dict[str, Any], str, str, bool, _Vector | None]
 _LeafKey = tuple[str, str, bytes]  # (table, its CREATE statement, the leaf page's SHA-256)
@@ -79,14 +82,15 @@ class _Table(NamedTuple):
     """A table's rows as a state holds them, and each leaf's end in its lists (to join the next read's)."""
 
     rows: list[dict[str, Any]]
-    keys: list[str]  # each row's diff key
-    canon: list[str]  # the rows' canonical keys, sorted
-    live: list[dict[str, Any]]
+    keys: Lazy  # each row's diff key
+    canon: Lazy  # the rows' canonical keys, sorted
+    live: list[dict[str, Any]]  # (the memories table's only)
     vectors: list[_Vector]  # the live memories' vectors
-    vector_keys: list[str]  # their canonical keys, sorted
-    faiss: dict[Any, bytes]  # id -> vector, as an index rebuilt from these rows holds them
+    vector_keys: Lazy  # their canonical keys, sorted
+    faiss: LazyMapping  # id -> vector, as an index rebuilt from these rows holds them
     ends: tuple[list[int], list[int], list[int]]  # where each leaf's rows, live rows and vectors end
     by_id: dict[Any, dict[str, Any]] | None = None  # the rows by id (`rows_by_id`), for the memories table
+    faiss_canon: Lazy | None = None  # the FAISS part of `canonical` for an index rebuilt from these rows
 
 
 @dataclass
@@ -253,15 +257,16 @@ def read_state(store_dir: Path, memo: RowMemo | None = None) -> StoreState:
             memo.keep_read(str(db_path), view.digests, read_tables)
     else:
         memo.reads["reused"] += 1
-    tables, keys, shared_canon, meta, live, vectors, vector_keys, rebuilt_faiss, derived = rows
-    canon = dict(shared_canon)  # this state's own: its FAISS part is added below
+    tables, keys, shared_canon, meta, live, _, faiss_canon, rebuilt_faiss, derived = rows
+    canon: dict[str, Sequence[str]] = dict(shared_canon)  # this state's own: its FAISS part is added below
     live_memories = live.get("memories", [])
     read = _read_faiss(store_dir, int(meta.get("generation", 0)), memo)
+    faiss_vectors: Mapping[Any, Any]
     if read is None:  # stale or missing: the engine rebuilds from SQLite on open, so that is the index it will use
-        rebuilt = vectors.get("memories", [])  # each live memory's, found once per row (`RowMemo.row`)
-        faiss_vectors = rebuilt_faiss.get("memories", {})  # shared by the states of this read, never changed
-        canon["faiss"] = (vector_keys.get("memories", []) if len(faiss_vectors) == len(rebuilt)
-                          else _faiss_canonical(faiss_vectors))  # an id twice: the dict keeps one, as before
+        # each live memory's vector, found once per row (`RowMemo.row`), by id: shared by the states of this
+        # read, never changed (an id twice: the dict keeps one, and its canonical keys are the dict's)
+        faiss_vectors = rebuilt_faiss.get("memories", {})
+        canon["faiss"] = faiss_canon.get("memories", [])
     else:
         faiss_vectors, canon["faiss"] = read
     return StoreState(tables=tables, faiss=faiss_vectors, faiss_stale=read is None, canonical_form=canon,
@@ -278,12 +283,12 @@ def _read_rows(db_path: Path, view: View | None, memo: RowMemo, leaves: dict[_Le
     so read to `read_tables`. Else, and for a table that is not a plain rowid table, whole through SQL."""
     db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     tables: dict[str, list[dict[str, Any]]] = {}
-    keys: dict[str, list[str]] = {}
-    canon: dict[str, list[str]] = {}
+    keys: dict[str, Sequence[str]] = {}
+    canon: dict[str, Sequence[str]] = {}
     live: dict[str, list[dict[str, Any]]] = {}
     vectors: dict[str, list[_Vector]] = {}
-    vector_keys: dict[str, list[str]] = {}
-    faiss: dict[str, dict[Any, bytes]] = {}
+    faiss_canon: dict[str, Sequence[str]] = {}
+    faiss: dict[str, Mapping[Any, bytes]] = {}
     derived: dict[Any, Any] = {}  # `StoreState.derived` memos this read knows: every table's rows have the same
     # columns (one SELECT * of one schema), and the memories by id (updated from the file's last read)
     last = memo.last_read(str(db_path)) if view is not None else None
@@ -304,16 +309,17 @@ def _read_rows(db_path: Path, view: View | None, memo: RowMemo, leaves: dict[_Le
             if table is None:
                 cursor = db.execute(f'SELECT * FROM "{name}"')
                 columns = tuple(d[0] for d in cursor.description)
-                table = _assemble([_part([memo.row(name, columns, raw) for raw in cursor.fetchall()])])
-            tables[name], keys[name], canon[name], live[name], vectors[name], vector_keys[name] = table[:6]
-            faiss[name] = table.faiss
+                table = _assemble([_part([memo.row(name, columns, raw) for raw in cursor.fetchall()])],
+                                  by_id=name == "memories")
+            tables[name], keys[name], canon[name], live[name], vectors[name] = table[:5]
+            faiss[name], faiss_canon[name] = table.faiss, table.faiss_canon or []
             derived[("uniform", name)] = True
             if table.by_id is not None:
                 derived[("by_id", name)] = table.by_id
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall()) if "meta" in names else {}
     finally:
         db.close()
-    return tables, keys, canon, meta, live, vectors, vector_keys, faiss, derived
+    return tables, keys, canon, meta, live, vectors, faiss_canon, faiss, derived
 
 
 def _table_by_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: str, root: Any, sql: str,
@@ -535,39 +541,42 @@ def _assemble(parts: list[_Part], before: _TableRead | None = None,
               ) -> _Table:
     """A table's lists from its leaves' parts, joined at C speed; from `before`'s, when the leaves are the same
     pages as its: its lists up to the `first` leaf that changed, the parts from there on. Its sorted keys and
-    FAISS vectors updated from `before`'s (the changed leaves' taken out and put in) when few changed, else
-    made whole. `changed`: (the parts of `before` no longer there, the parts that are new), when known.
-    `by_id`: the rows by id too (`rows_by_id`), updated from `before`'s the same way."""
+    FAISS vectors are made when first asked for (`Lazy`): from `before`'s (the changed leaves' taken out and
+    put in) when those were made and few changed, else whole. `changed`: (the parts of `before` no longer
+    there, the parts that are new), when known. `by_id`: the memories table: its live rows, their vectors and
+    its rows by id (`rows_by_id`, updated from `before`'s the same way) too."""
     joined = (_joined(parts, 0, first, before.table.rows, before.table.ends[0]) if before is not None and first
               else _joined(parts, 0))
-    live = (_joined(parts, 3, first, before.table.live, before.table.ends[1]) if before is not None and first
-            else _joined(parts, 3))
-    vectors = (_joined(parts, 4, first, before.table.vectors, before.table.ends[2]) if before is not None and first
-               else _joined(parts, 4))
-    keys = (before.table.keys[:before.table.ends[0][first - 1]] + list(chain.from_iterable(map(itemgetter(1),
-            parts[first:]))) if before is not None and first else list(chain.from_iterable(map(itemgetter(1), parts))))
-    canon: list[str] | None = None
-    vector_keys: list[str] | None = None
-    faiss: dict[Any, bytes] | None = None
+    live: tuple[list[Any], list[int]] = ([], [])  # only the memories' are read (`live_memories`)
+    vectors: tuple[list[Any], list[int]] = ([], [])
+    if by_id:
+        live = (_joined(parts, 3, first, before.table.live, before.table.ends[1]) if before is not None and first
+                else _joined(parts, 3))
+        vectors = (_joined(parts, 4, first, before.table.vectors, before.table.ends[2])
+                   if before is not None and first else _joined(parts, 4))
+    keys = Lazy(partial(_joined_keys, parts, 1))  # diff keys: made when a diff is asked for (`_keys`)
+    all_rows, rows_vectors = joined[0], vectors[0]
+    canon = Lazy(partial(_sorted_keys, parts))
+    vector_keys = Lazy(partial(sorted, map(itemgetter(2), rows_vectors)))
+    faiss = LazyMapping(partial(_faiss_of, rows_vectors))
     ids: dict[Any, dict[str, Any]] | None = None
     if before is not None:
         if changed is None:
             now, was = set(map(id, parts)), set(map(id, before.parts))
             changed = [p for p in before.parts if id(p) not in now], [p for p in parts if id(p) not in was]
         gone, new = changed
-        canon = _resorted(before.table.canon, chain.from_iterable(map(itemgetter(2), gone)),
-                          chain.from_iterable(map(itemgetter(2), new)))
+        old = before.table
+        if old.canon.made:  # else made whole if ever asked for: a chain of updates would keep every read alive
+            canon = Lazy(partial(_updated_keys, old.canon, list(chain.from_iterable(map(itemgetter(2), gone))),
+                                 list(chain.from_iterable(map(itemgetter(2), new))), canon))
         gone_vectors = list(chain.from_iterable(map(itemgetter(4), gone)))
         new_vectors = list(chain.from_iterable(map(itemgetter(4), new)))
-        vector_keys = _resorted(before.table.vector_keys, map(itemgetter(2), gone_vectors),
-                                map(itemgetter(2), new_vectors))
-        if len(before.table.faiss) == len(before.table.vectors):  # no id twice: ids leave and come exactly
-            faiss = dict(before.table.faiss)
-            for vector in gone_vectors:
-                del faiss[vector[0]]
-            faiss.update((vector[0], vector[1]) for vector in new_vectors)
-            if len(faiss) != len(vectors[0]):
-                faiss = None  # an id twice now: the dict keeps the last, as one made whole does
+        if old.vector_keys.made:
+            vector_keys = Lazy(partial(_updated_keys, old.vector_keys, list(map(itemgetter(2), gone_vectors)),
+                                       list(map(itemgetter(2), new_vectors)), vector_keys))
+        if old.faiss.made:
+            faiss = LazyMapping(partial(_updated_faiss, old.faiss, old.vectors, gone_vectors, new_vectors,
+                                        rows_vectors))
         old_ids = before.table.by_id
         if by_id and old_ids is not None and len(old_ids) == len(before.table.rows):  # no id twice
             ids = dict(old_ids)
@@ -575,18 +584,151 @@ def _assemble(parts: list[_Part], before: _TableRead | None = None,
                 del ids[row.get("id")]
             added = list(chain.from_iterable(map(itemgetter(0), new)))
             ids.update(zip(map(dict.get, added, repeat("id")), added, strict=True))
-            if len(ids) != len(joined[0]):
+            if len(ids) != len(all_rows):
                 ids = None  # an id twice now: made whole, the last row of an id kept
-    if canon is None:
-        canon = sorted(chain.from_iterable(map(itemgetter(2), parts)))
-    if vector_keys is None:
-        vector_keys = sorted(map(itemgetter(2), vectors[0]))
-    if faiss is None:
-        faiss = dict(zip(map(itemgetter(0), vectors[0]), map(itemgetter(1), vectors[0]), strict=True))
     if by_id and ids is None:
-        ids = dict(zip(map(dict.get, joined[0], repeat("id")), joined[0], strict=True))
-    return _Table(joined[0], keys, canon, live[0], vectors[0], vector_keys, faiss, (joined[1], live[1], vectors[1]),
-                  ids)
+        ids = dict(zip(map(dict.get, all_rows, repeat("id")), all_rows, strict=True))
+    faiss_canon = Lazy(partial(_faiss_keys, faiss, rows_vectors, vector_keys))
+    return _Table(all_rows, keys, canon, live[0], rows_vectors, vector_keys, faiss, (joined[1], live[1], vectors[1]),
+                  ids, faiss_canon)
+
+
+class Lazy(Sequence[Any]):
+    """A list made when first read, then kept: a table's sorted canonical keys, its diff keys.
+
+    Why: a long case reads its store after every write, and most reads are compared only with a read of the
+    same database (an idempotent replay changes nothing), whose lists are the same objects: equal at once
+    (`==` on the same object), so sorting or copying O(rows) keys per read was wasted. Compared with anything
+    else, it is made and compared as the list it stands for."""
+
+    __slots__ = ("_make", "_list")
+
+    def __init__(self, make: Callable[[], list[Any]]):
+        self._make: Callable[[], list[Any]] | None = make
+        self._list: list[Any] | None = None
+
+    @property
+    def made(self) -> bool:
+        return self._list is not None
+
+    @property
+    def value(self) -> list[Any]:
+        if self._list is None:
+            assert self._make is not None
+            self._list, self._make = self._make(), None
+        return self._list
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+    def __getitem__(self, at: Any) -> Any:
+        return self.value[at]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if isinstance(other, Lazy):
+            return self.value == other.value
+        return self.value == other if isinstance(other, list) else NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+class LazyMapping(Mapping[Any, Any]):
+    """A dict made when first read, then kept: the FAISS vectors by id an index rebuilt from SQLite holds (see
+    `Lazy`: most reads never look at them)."""
+
+    __slots__ = ("_make", "_dict")
+
+    def __init__(self, make: Callable[[], dict[Any, Any]]):
+        self._make: Callable[[], dict[Any, Any]] | None = make
+        self._dict: dict[Any, Any] | None = None
+
+    @property
+    def made(self) -> bool:
+        return self._dict is not None
+
+    @property
+    def value(self) -> dict[Any, Any]:
+        if self._dict is None:
+            assert self._make is not None
+            self._dict, self._make = self._make(), None
+        return self._dict
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.value[key]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.value)
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.value
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if isinstance(other, LazyMapping):
+            return self.value == other.value
+        return self.value == other if isinstance(other, dict) else NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+def _joined_keys(parts: list[_Part], at: int) -> list[str]:
+    return list(chain.from_iterable(map(itemgetter(at), parts)))
+
+
+def _sorted_keys(parts: list[_Part]) -> list[str]:
+    return sorted(chain.from_iterable(map(itemgetter(2), parts)))
+
+
+def _updated_keys(old: Lazy, removed: list[str], added: list[str], whole: Lazy) -> list[str]:
+    """`old`'s sorted keys with `removed` taken out and `added` put in; `whole`'s when many changed."""
+    updated = _resorted(old.value, removed, added)
+    return updated if updated is not None else whole.value
+
+
+def _faiss_of(vectors: list[_Vector]) -> dict[Any, bytes]:
+    return dict(zip(map(itemgetter(0), vectors), map(itemgetter(1), vectors), strict=True))
+
+
+def _updated_faiss(old: LazyMapping, old_vectors: list[_Vector], gone: list[_Vector], new: list[_Vector],
+                   vectors: list[_Vector]) -> dict[Any, bytes]:
+    """`old`'s vectors by id with `gone`'s ids taken out and `new`'s put in; made whole when an id is there twice
+    (the dict keeps the last, as one made whole does)."""
+    if len(old) != len(old_vectors):
+        return _faiss_of(vectors)
+    faiss = dict(old.value)
+    for vector in gone:
+        del faiss[vector[0]]
+    faiss.update((vector[0], vector[1]) for vector in new)
+    return faiss if len(faiss) == len(vectors) else _faiss_of(vectors)
+
+
+def _faiss_keys(faiss: LazyMapping, vectors: list[_Vector], vector_keys: Lazy) -> list[str]:
+    """The FAISS part of `canonical` for an index rebuilt from these rows: their vectors' sorted keys, or the
+    dict's when an id is there twice (it keeps one)."""
+    return vector_keys.value if len(faiss) == len(vectors) else _faiss_canonical(faiss)
 
 
 def _joined(parts: list[_Part], at: int, first: int = 0, old: list[Any] | None = None,
@@ -657,7 +799,7 @@ def parse_faiss(data: bytes) -> dict[int, bytes]:
     return out
 
 
-def _faiss_canonical(vectors: dict[Any, Any]) -> list[str]:
+def _faiss_canonical(vectors: Mapping[Any, Any]) -> list[str]:
     return sorted(_vector_key(v) for v in vectors.values())
 
 
@@ -702,14 +844,15 @@ def diff_states(before: StoreState, after: StoreState) -> dict[str, dict[str, li
     return out
 
 
-def canonical(state: StoreState) -> dict[str, list[str]]:
+def canonical(state: StoreState) -> dict[str, Sequence[str]]:
     """The logical content with ids, timestamps, request ids and payloads left out (for retry equivalence).
 
     Memoised on the state: a write's pre- and post-control states are compared once per fault.
     """
     if state.canonical_form is not None:
         return state.canonical_form
-    out = {table: sorted(_canonical_row_key(row) for row in rows) for table, rows in state.tables.items()}
+    out: dict[str, Sequence[str]] = {table: sorted(_canonical_row_key(row) for row in rows)
+                                     for table, rows in state.tables.items()}
     out["faiss"] = _faiss_canonical(state.faiss)
     state.canonical_form = out
     return out
