@@ -354,3 +354,24 @@ def test_a_read_after_an_append_to_a_deep_b_tree_parses_a_few_pages(tmp_path, mo
     assert max(walked) < pages // 4, (walked, pages)  # a walk of the whole b-tree parses every page
     assert sum(walked)  # the interior pages changed and were walked again
     conn.close()
+
+
+def test_keys_a_read_never_compared_are_made_whole_when_a_later_read_is(store):
+    """A read's canonical and diff keys are made when first compared: two reads of the same database compare
+    equal without making them (the same lists), and a read after several never compared makes its keys
+    whole, equal to a read from scratch; one after it updates them from its."""
+    path, conn = store
+    memo = RowMemo()
+    first, again = read_state(path, memo), read_state(path, memo)
+    assert canonical(first) == canonical(again) and not first.canonical_form["notes"].made
+    for i in range(5):
+        conn.execute("UPDATE notes SET text = ? WHERE id = ?", (f"changed {i}", 3 + 7 * i))
+        conn.execute("INSERT INTO notes (text, blob) VALUES (?, ?)", (f"added {i}", b"\x03" * 700))
+        state = read_state(path, memo)
+        assert not state.canonical_form["notes"].made
+    assert as_read_from_scratch(state, path)
+    conn.execute("DELETE FROM notes WHERE id = 5")
+    later = read_state(path, memo)
+    assert canonical(later) != canonical(state) and as_read_from_scratch(later, path)
+    assert _keys(state)["notes"] - _keys(later)["notes"] == {_row_key(r) for r in state.tables["notes"] if r["id"] == 5}
+    conn.close()
