@@ -100,8 +100,8 @@ class _TableRead:
     Why: a long case reads its store after every write, and a write changes a few pages of a store that
     grows with the case. A later read of the same file compares every page's SHA-256 with this read's (at C
     speed, `changed_pages`) and reads again only the leaves whose page or overflow pages changed; the b-tree is
-    walked again only when one of its interior pages changed. Still bytes only: an unchanged page is the
-    same bytes, so it holds the same rows."""
+    walked again only below the interior pages that changed (`_Tree`). Still bytes only: an unchanged page is
+    the same bytes, so it holds the same rows (and an unchanged interior page the same children)."""
 
     root: int
     sql: str
