@@ -12,7 +12,9 @@ import operator
 import sqlite3
 from bisect import bisect_left, insort
 from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import accumulate, chain, compress, repeat
 from operator import itemgetter
 from pathlib import Path
@@ -23,13 +25,15 @@ import numpy as np
 from evals.core.row_passes import ListMemo
 from evals.core.rows import is_live
 from evals.core.store_view import (
+    INTERIOR_TABLE,
+    LEAF_TABLE,
     PageDigests,
     View,
+    btree_page,
     changed_pages,
     is_table_leaf,
     leaf_cells,
     read_view,
-    table_leaves,
 )
 from hymem.store import DB_FILE, INDEX_FILE, SIDECAR_FILE
 
@@ -48,22 +52,23 @@ class StoreState:
     """
 
     tables: dict[str, list[dict[str, Any]]]
-    faiss: dict[Any, Any]
+    faiss: Mapping[Any, Any]
     faiss_stale: bool = False  # the FAISS file is behind SQLite and will be rebuilt on open
     notes: list[str] = field(default_factory=list)
-    canonical_form: dict[str, list[str]] | None = field(default=None, repr=False, compare=False)  # memo
+    canonical_form: dict[str, Sequence[str]] | None = field(default=None, repr=False, compare=False)  # memo
     row_keys: dict[str, set[str]] | None = field(default=None, repr=False, compare=False)  # memo
-    key_lists: dict[str, list[str]] | None = field(default=None, repr=False, compare=False)  # `row_keys`' source
+    key_lists: dict[str, Sequence[str]] | None = field(default=None, repr=False, compare=False)  # `row_keys`' source
     derived: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)  # memos of the helpers below
     live_memories: list[dict[str, Any]] | None = field(default=None, repr=False, compare=False)  # memo
 
 
 _Vector = tuple[Any, bytes, str]  # a live memory's (id, vector bytes, its key in the FAISS part of `canonical`)
 # every table's rows, diff keys and sorted canonical keys, the meta table, each table's live rows, each table's
-# live rows' vectors and their sorted FAISS keys
-_Rows = tuple[dict[str, list[dict[str, Any]]], dict[str, list[str]], dict[str, list[str]], dict[str, str],
-              dict[str, list[dict[str, Any]]], dict[str, list[_Vector]], dict[str, list[str]],
-              dict[str, dict[Any, bytes]], dict[Any, Any]]
+# live rows' vectors and the FAISS part of `canonical` for an index rebuilt from them, those vectors by id, and
+# the `StoreState.derived` memos the read knows
+_Rows = tuple[dict[str, list[dict[str, Any]]], dict[str, Sequence[str]], dict[str, Sequence[str]], dict[str, str],
+              dict[str, list[dict[str, Any]]], dict[str, list[_Vector]], dict[str, Sequence[str]],
+              dict[str, Mapping[Any, bytes]], dict[Any, Any]]
 # a row as a dict, its key for diffs, its key for `canonical`, live, and its vector when it is a live memory
 _Row = tuple[dict[str, Any], str, str, bool, _Vector | None]
 _LeafKey = tuple[str, str, bytes]  # (table, its CREATE statement, the leaf page's SHA-256)
@@ -77,14 +82,15 @@ class _Table(NamedTuple):
     """A table's rows as a state holds them, and each leaf's end in its lists (to join the next read's)."""
 
     rows: list[dict[str, Any]]
-    keys: list[str]  # each row's diff key
-    canon: list[str]  # the rows' canonical keys, sorted
-    live: list[dict[str, Any]]
+    keys: Lazy  # each row's diff key
+    canon: Lazy  # the rows' canonical keys, sorted
+    live: list[dict[str, Any]]  # (the memories table's only)
     vectors: list[_Vector]  # the live memories' vectors
-    vector_keys: list[str]  # their canonical keys, sorted
-    faiss: dict[Any, bytes]  # id -> vector, as an index rebuilt from these rows holds them
+    vector_keys: Lazy  # their canonical keys, sorted
+    faiss: LazyMapping  # id -> vector, as an index rebuilt from these rows holds them
     ends: tuple[list[int], list[int], list[int]]  # where each leaf's rows, live rows and vectors end
     by_id: dict[Any, dict[str, Any]] | None = None  # the rows by id (`rows_by_id`), for the memories table
+    faiss_canon: Lazy | None = None  # the FAISS part of `canonical` for an index rebuilt from these rows
 
 
 @dataclass
@@ -94,8 +100,8 @@ class _TableRead:
     Why: a long case reads its store after every write, and a write changes a few pages of a store that
     grows with the case. A later read of the same file compares every page's SHA-256 with this read's (at C
     speed, `changed_pages`) and reads again only the leaves whose page or overflow pages changed; the b-tree is
-    walked again only when one of its interior pages changed. Still bytes only: an unchanged page is the
-    same bytes, so it holds the same rows."""
+    walked again only below the interior pages that changed (`_Tree`). Still bytes only: an unchanged page is
+    the same bytes, so it holds the same rows (and an unchanged interior page the same children)."""
 
     root: int
     sql: str
@@ -105,6 +111,18 @@ class _TableRead:
     parts: list[_Part]  # each leaf's rows
     overflow: list[tuple[tuple[int, bytes], ...]]  # each leaf's overflow pages (and their SHA-256)
     table: _Table
+    tree: _Tree  # each interior page's subtree, so a walk again re-walks only the subtrees that changed
+
+
+class _Tree(NamedTuple):
+    """A table b-tree's interior pages as a walk found them: each one's leaves and interior pages below it (itself
+    first), and its parent. A later walk takes an interior page's subtree whole from here when neither it nor
+    any interior page below it changed: the same bytes, so the same children (its leaves, checked to be leaves
+    still where they changed, hold the rows `_TableRead.parts` says)."""
+
+    below: dict[int, list[int]]  # interior page -> the leaves under it, in rowid order
+    inner: dict[int, list[int]]  # interior page -> the interior pages under it, itself first
+    parent: dict[int, int]  # interior page -> its parent (the root has none)
 
 
 class RowMemo:
@@ -239,15 +257,16 @@ def read_state(store_dir: Path, memo: RowMemo | None = None) -> StoreState:
             memo.keep_read(str(db_path), view.digests, read_tables)
     else:
         memo.reads["reused"] += 1
-    tables, keys, shared_canon, meta, live, vectors, vector_keys, rebuilt_faiss, derived = rows
-    canon = dict(shared_canon)  # this state's own: its FAISS part is added below
+    tables, keys, shared_canon, meta, live, _, faiss_canon, rebuilt_faiss, derived = rows
+    canon: dict[str, Sequence[str]] = dict(shared_canon)  # this state's own: its FAISS part is added below
     live_memories = live.get("memories", [])
     read = _read_faiss(store_dir, int(meta.get("generation", 0)), memo)
+    faiss_vectors: Mapping[Any, Any]
     if read is None:  # stale or missing: the engine rebuilds from SQLite on open, so that is the index it will use
-        rebuilt = vectors.get("memories", [])  # each live memory's, found once per row (`RowMemo.row`)
-        faiss_vectors = rebuilt_faiss.get("memories", {})  # shared by the states of this read, never changed
-        canon["faiss"] = (vector_keys.get("memories", []) if len(faiss_vectors) == len(rebuilt)
-                          else _faiss_canonical(faiss_vectors))  # an id twice: the dict keeps one, as before
+        # each live memory's vector, found once per row (`RowMemo.row`), by id: shared by the states of this
+        # read, never changed (an id twice: the dict keeps one, and its canonical keys are the dict's)
+        faiss_vectors = rebuilt_faiss.get("memories", {})
+        canon["faiss"] = faiss_canon.get("memories", [])
     else:
         faiss_vectors, canon["faiss"] = read
     return StoreState(tables=tables, faiss=faiss_vectors, faiss_stale=read is None, canonical_form=canon,
@@ -264,12 +283,12 @@ def _read_rows(db_path: Path, view: View | None, memo: RowMemo, leaves: dict[_Le
     so read to `read_tables`. Else, and for a table that is not a plain rowid table, whole through SQL."""
     db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     tables: dict[str, list[dict[str, Any]]] = {}
-    keys: dict[str, list[str]] = {}
-    canon: dict[str, list[str]] = {}
+    keys: dict[str, Sequence[str]] = {}
+    canon: dict[str, Sequence[str]] = {}
     live: dict[str, list[dict[str, Any]]] = {}
     vectors: dict[str, list[_Vector]] = {}
-    vector_keys: dict[str, list[str]] = {}
-    faiss: dict[str, dict[Any, bytes]] = {}
+    faiss_canon: dict[str, Sequence[str]] = {}
+    faiss: dict[str, Mapping[Any, bytes]] = {}
     derived: dict[Any, Any] = {}  # `StoreState.derived` memos this read knows: every table's rows have the same
     # columns (one SELECT * of one schema), and the memories by id (updated from the file's last read)
     last = memo.last_read(str(db_path)) if view is not None else None
@@ -290,16 +309,17 @@ def _read_rows(db_path: Path, view: View | None, memo: RowMemo, leaves: dict[_Le
             if table is None:
                 cursor = db.execute(f'SELECT * FROM "{name}"')
                 columns = tuple(d[0] for d in cursor.description)
-                table = _assemble([_part([memo.row(name, columns, raw) for raw in cursor.fetchall()])])
-            tables[name], keys[name], canon[name], live[name], vectors[name], vector_keys[name] = table[:6]
-            faiss[name] = table.faiss
+                table = _assemble([_part([memo.row(name, columns, raw) for raw in cursor.fetchall()])],
+                                  by_id=name == "memories")
+            tables[name], keys[name], canon[name], live[name], vectors[name] = table[:5]
+            faiss[name], faiss_canon[name] = table.faiss, table.faiss_canon or []
             derived[("uniform", name)] = True
             if table.by_id is not None:
                 derived[("by_id", name)] = table.by_id
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall()) if "meta" in names else {}
     finally:
         db.close()
-    return tables, keys, canon, meta, live, vectors, vector_keys, faiss, derived
+    return tables, keys, canon, meta, live, vectors, faiss_canon, faiss, derived
 
 
 def _table_by_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: str, root: Any, sql: str,
@@ -309,45 +329,151 @@ def _table_by_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: st
     (not a rowid b-tree, a page out of place, rowids that are not the page's): the caller reads it whole.
 
     `before`, `changed`: the table as the last read of the same file read it, and the pages changed since
-    (see `_TableRead`)."""
+    (see `_TableRead`): the b-tree is walked again only below the interior pages that changed (`_walk`), and
+    of the leaves only those whose page, overflow pages or place changed are looked up again."""
     try:
         root = int(root or 0)
-        dirty: set[int] | None = None  # the leaves of `before` whose page or overflow pages changed
+        dirty: set[int] = set()  # the leaves of `before` whose page or overflow pages changed
         if before is not None and changed is not None and before.root == root and before.sql == sql:
-            dirty = {before.where[p] for p in changed if p in before.where}
+            count = len(before.leaves)
+            dirty = {i for i in map(before.where.get, changed) if i is not None and i < count}
             if not dirty and not (changed & before.interior):
                 return before  # not one of its pages changed
             if not changed & before.interior and all(is_table_leaf(view, before.leaves[i]) for i in dirty):
                 return _reread_leaves(db, view, memo, name, sql, leaves, before, sorted(dirty))
-        seen: set[int] = set()
-        pages = table_leaves(view, root, memo.pages.btree, seen)
-        if pages is None:
+            if not all(is_table_leaf(view, before.leaves[i]) for i in dirty if before.leaves[i] in changed):
+                before = None  # a changed leaf page is a leaf no more: walked whole
+        else:
+            before = None
+        walked = _walk(view, root, memo.pages.btree, before, changed or set())
+        if walked is None:
             return None
-        parts: list[_Part] = []
-        overflow: list[tuple[tuple[int, bytes], ...]] = []
-        where: dict[int, int] = {}
+        pages, tree = walked
         read_here: dict[_LeafKey, _LeafRows] = {}  # kept only when the whole table reads so
-        for i, pgno in enumerate(pages):
-            j = before.where.get(pgno) if before is not None and dirty is not None else None
-            if before is not None and dirty is not None and j is not None and before.leaves[j] == pgno \
-                    and j not in dirty:
-                leaf: _LeafRows | None = (before.overflow[j], before.parts[j])  # the same bytes as then
-            else:
-                leaf = _leaf_rows(db, view, memo, name, sql, pgno, read_here)
-            if leaf is None:
-                return None
-            overflow.append(leaf[0])
-            parts.append(leaf[1])
-            where[pgno] = i
-            where.update((p, i) for p, _ in leaf[0])
+        laid = _lay_out(db, view, memo, name, sql, pages, before, dirty, read_here)
+        if laid is None:
+            return None
+        parts, overflow = laid
         memo.reads["leaves_read"] += len(read_here)
         leaves.update(read_here)
+        where = dict(zip(pages, range(len(pages)), strict=True))
+        where.update(zip(map(itemgetter(0), chain.from_iterable(overflow)),
+                         chain.from_iterable(map(repeat, range(len(pages)), map(len, overflow))), strict=True))
         first, changed_parts = (_common_prefix(before.parts, parts) if before is not None else (0, None))
-        return _TableRead(root=root, sql=sql, interior=seen.difference(pages), leaves=pages, where=where,
+        return _TableRead(root=root, sql=sql, interior=set(tree.inner.get(root, ())), leaves=pages, where=where,
                           parts=parts, overflow=overflow,
-                          table=_assemble(parts, before, changed_parts, first, by_id=name == "memories"))
-    except (ValueError, IndexError):  # a pointer out of the database or a page cut short: not a b-tree we read
-        return None
+                          table=_assemble(parts, before, changed_parts, first, by_id=name == "memories"), tree=tree)
+    except (ValueError, IndexError, _NotATree):  # a pointer out of the database or a page cut short: not a
+        return None  # b-tree we read
+
+
+class _NotATree(Exception):
+    """A page is not a table b-tree page, or one is reached twice."""
+
+
+def _walk(view: View, root: int, parsed: dict[tuple[bool, bytes], tuple[int, list[int]]],
+          before: _TableRead | None, changed: set[int]) -> tuple[list[int], _Tree] | None:
+    """The table's leaf pages in rowid order (as `table_leaves` finds them) and its interior pages' subtrees;
+    the subtree of an interior page of `before` that did not change, and under which no interior page
+    changed, is `before`'s (O(changed) Python work, the leaves joined at C speed). None: not a table b-tree."""
+    hot: set[int] = set()  # the interior pages of `before` that changed, and every one above them
+    if before is not None:
+        for page in changed & before.interior:
+            up: int | None = page
+            while up is not None and up not in hot:
+                hot.add(up)
+                up = before.tree.parent.get(up)
+    old = before.tree if before is not None else _Tree({}, {}, {})
+    old_where, old_leaves = (before.where, before.leaves) if before is not None else ({}, [])
+    below: dict[int, list[int]] = {}
+    inner: dict[int, list[int]] = {}
+    parent: dict[int, int] = {}
+    seen: set[int] = set()
+
+    def walk(pgno: int, depth: int) -> list[int]:
+        if pgno in old.below and pgno not in hot:
+            for page in old.inner[pgno]:
+                below[page], inner[page] = old.below[page], old.inner[page]
+                if page != pgno:
+                    parent[page] = old.parent[page]
+            return old.below[pgno]
+        if pgno in seen or not 1 <= pgno <= view.count or depth > 64:
+            raise _NotATree(pgno)
+        seen.add(pgno)
+        kind, children = btree_page(view, pgno, parsed)
+        if kind == LEAF_TABLE:
+            return [pgno]
+        if kind != INTERIOR_TABLE:
+            raise _NotATree(pgno)
+        found: list[int] = []
+        mine = [pgno]
+        for child in children:
+            if child not in changed:  # a leaf of `before`, the same bytes: a leaf still (not parsed again)
+                i = old_where.get(child)
+                if i is not None and i < len(old_leaves) and old_leaves[i] == child:
+                    found.append(child)
+                    continue
+            found += walk(child, depth + 1)
+            if child in inner:
+                parent[child] = pgno
+                mine += inner[child]
+        below[pgno], inner[pgno] = found, mine
+        return found
+
+    pages = walk(root, 0)
+    interior = inner.get(root, [])
+    every = set(pages)
+    every.update(interior)
+    if len(every) != len(pages) + len(interior):
+        return None  # a page reached twice (a reused subtree's page is also another's)
+    return pages, _Tree(below, inner, parent)
+
+
+def _lay_out(db: sqlite3.Connection, view: View, memo: RowMemo, name: str, sql: str, pages: list[int],
+             before: _TableRead | None, dirty: set[int], read_here: dict[_LeafKey, _LeafRows]
+             ) -> tuple[list[_Part], list[tuple[tuple[int, bytes], ...]]] | None:
+    """Each leaf page's rows and overflow pages: `before`'s where the leaf is the same page and did not change
+    (its leading and trailing leaves, matched at C speed, and any other leaf of `before` not `dirty`), else
+    looked up (`_leaf_rows`)."""
+    if before is None:
+        parts: list[_Part] = []
+        overflow: list[tuple[tuple[int, bytes], ...]] = []
+        for pgno in pages:
+            found = _leaf_rows(db, view, memo, name, sql, pgno, read_here)
+            if found is None:
+                return None
+            overflow.append(found[0])
+            parts.append(found[1])
+        return parts, overflow
+    old = before.leaves
+    n, m = len(old), len(pages)
+    shared = min(n, m)
+    head = next(compress(range(shared), map(operator.ne, old, pages)), shared)
+    tail = next(compress(range(shared - head), map(operator.ne, reversed(old), reversed(pages))), shared - head)
+    parts = before.parts[:head]
+    overflow = before.overflow[:head]
+    for i in range(head, m - tail):  # the leaves in between: `before`'s when the same page, unchanged
+        pgno = pages[i]
+        j = before.where.get(pgno)
+        if j is not None and j < n and old[j] == pgno and j not in dirty:
+            leaf: _LeafRows | None = (before.overflow[j], before.parts[j])
+        else:
+            leaf = _leaf_rows(db, view, memo, name, sql, pgno, read_here)
+        if leaf is None:
+            return None
+        overflow.append(leaf[0])
+        parts.append(leaf[1])
+    parts += before.parts[n - tail:]
+    overflow += before.overflow[n - tail:]
+    for j in dirty:  # the changed leaves among the leading and trailing ones
+        if head <= j < n - tail:
+            continue  # read above
+        i = j if j < head else j + m - n
+        leaf = _leaf_rows(db, view, memo, name, sql, pages[i], read_here)
+        if leaf is None:
+            return None
+        overflow[i], parts[i] = leaf
+    return parts, overflow
 
 
 def _reread_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: str, sql: str,
@@ -373,7 +499,7 @@ def _reread_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: str,
     changed = ([before.parts[i] for i in dirty], [parts[i] for i in dirty])
     return _TableRead(root=before.root, sql=sql, interior=before.interior, leaves=before.leaves, where=where,
                       parts=parts, overflow=overflow,
-                      table=_assemble(parts, before, changed, dirty[0], by_id=name == "memories"))
+                      table=_assemble(parts, before, changed, dirty[0], by_id=name == "memories"), tree=before.tree)
 
 
 def _leaf_rows(db: sqlite3.Connection, view: View, memo: RowMemo, name: str, sql: str, pgno: int,
@@ -415,39 +541,42 @@ def _assemble(parts: list[_Part], before: _TableRead | None = None,
               ) -> _Table:
     """A table's lists from its leaves' parts, joined at C speed; from `before`'s, when the leaves are the same
     pages as its: its lists up to the `first` leaf that changed, the parts from there on. Its sorted keys and
-    FAISS vectors updated from `before`'s (the changed leaves' taken out and put in) when few changed, else
-    made whole. `changed`: (the parts of `before` no longer there, the parts that are new), when known.
-    `by_id`: the rows by id too (`rows_by_id`), updated from `before`'s the same way."""
+    FAISS vectors are made when first asked for (`Lazy`): from `before`'s (the changed leaves' taken out and
+    put in) when those were made and few changed, else whole. `changed`: (the parts of `before` no longer
+    there, the parts that are new), when known. `by_id`: the memories table: its live rows, their vectors and
+    its rows by id (`rows_by_id`, updated from `before`'s the same way) too."""
     joined = (_joined(parts, 0, first, before.table.rows, before.table.ends[0]) if before is not None and first
               else _joined(parts, 0))
-    live = (_joined(parts, 3, first, before.table.live, before.table.ends[1]) if before is not None and first
-            else _joined(parts, 3))
-    vectors = (_joined(parts, 4, first, before.table.vectors, before.table.ends[2]) if before is not None and first
-               else _joined(parts, 4))
-    keys = (before.table.keys[:before.table.ends[0][first - 1]] + list(chain.from_iterable(map(itemgetter(1),
-            parts[first:]))) if before is not None and first else list(chain.from_iterable(map(itemgetter(1), parts))))
-    canon: list[str] | None = None
-    vector_keys: list[str] | None = None
-    faiss: dict[Any, bytes] | None = None
+    live: tuple[list[Any], list[int]] = ([], [])  # only the memories' are read (`live_memories`)
+    vectors: tuple[list[Any], list[int]] = ([], [])
+    if by_id:
+        live = (_joined(parts, 3, first, before.table.live, before.table.ends[1]) if before is not None and first
+                else _joined(parts, 3))
+        vectors = (_joined(parts, 4, first, before.table.vectors, before.table.ends[2])
+                   if before is not None and first else _joined(parts, 4))
+    keys = Lazy(partial(_joined_keys, parts, 1))  # diff keys: made when a diff is asked for (`_keys`)
+    all_rows, rows_vectors = joined[0], vectors[0]
+    canon = Lazy(partial(_sorted_keys, parts))
+    vector_keys = Lazy(partial(sorted, map(itemgetter(2), rows_vectors)))
+    faiss = LazyMapping(partial(_faiss_of, rows_vectors))
     ids: dict[Any, dict[str, Any]] | None = None
     if before is not None:
         if changed is None:
             now, was = set(map(id, parts)), set(map(id, before.parts))
             changed = [p for p in before.parts if id(p) not in now], [p for p in parts if id(p) not in was]
         gone, new = changed
-        canon = _resorted(before.table.canon, chain.from_iterable(map(itemgetter(2), gone)),
-                          chain.from_iterable(map(itemgetter(2), new)))
+        old = before.table
+        if old.canon.made:  # else made whole if ever asked for: a chain of updates would keep every read alive
+            canon = Lazy(partial(_updated_keys, old.canon, list(chain.from_iterable(map(itemgetter(2), gone))),
+                                 list(chain.from_iterable(map(itemgetter(2), new))), canon))
         gone_vectors = list(chain.from_iterable(map(itemgetter(4), gone)))
         new_vectors = list(chain.from_iterable(map(itemgetter(4), new)))
-        vector_keys = _resorted(before.table.vector_keys, map(itemgetter(2), gone_vectors),
-                                map(itemgetter(2), new_vectors))
-        if len(before.table.faiss) == len(before.table.vectors):  # no id twice: ids leave and come exactly
-            faiss = dict(before.table.faiss)
-            for vector in gone_vectors:
-                del faiss[vector[0]]
-            faiss.update((vector[0], vector[1]) for vector in new_vectors)
-            if len(faiss) != len(vectors[0]):
-                faiss = None  # an id twice now: the dict keeps the last, as one made whole does
+        if old.vector_keys.made:
+            vector_keys = Lazy(partial(_updated_keys, old.vector_keys, list(map(itemgetter(2), gone_vectors)),
+                                       list(map(itemgetter(2), new_vectors)), vector_keys))
+        if old.faiss.made:
+            faiss = LazyMapping(partial(_updated_faiss, old.faiss, old.vectors, gone_vectors, new_vectors,
+                                        rows_vectors))
         old_ids = before.table.by_id
         if by_id and old_ids is not None and len(old_ids) == len(before.table.rows):  # no id twice
             ids = dict(old_ids)
@@ -455,18 +584,151 @@ def _assemble(parts: list[_Part], before: _TableRead | None = None,
                 del ids[row.get("id")]
             added = list(chain.from_iterable(map(itemgetter(0), new)))
             ids.update(zip(map(dict.get, added, repeat("id")), added, strict=True))
-            if len(ids) != len(joined[0]):
+            if len(ids) != len(all_rows):
                 ids = None  # an id twice now: made whole, the last row of an id kept
-    if canon is None:
-        canon = sorted(chain.from_iterable(map(itemgetter(2), parts)))
-    if vector_keys is None:
-        vector_keys = sorted(map(itemgetter(2), vectors[0]))
-    if faiss is None:
-        faiss = dict(zip(map(itemgetter(0), vectors[0]), map(itemgetter(1), vectors[0]), strict=True))
     if by_id and ids is None:
-        ids = dict(zip(map(dict.get, joined[0], repeat("id")), joined[0], strict=True))
-    return _Table(joined[0], keys, canon, live[0], vectors[0], vector_keys, faiss, (joined[1], live[1], vectors[1]),
-                  ids)
+        ids = dict(zip(map(dict.get, all_rows, repeat("id")), all_rows, strict=True))
+    faiss_canon = Lazy(partial(_faiss_keys, faiss, rows_vectors, vector_keys))
+    return _Table(all_rows, keys, canon, live[0], rows_vectors, vector_keys, faiss, (joined[1], live[1], vectors[1]),
+                  ids, faiss_canon)
+
+
+class Lazy(Sequence[Any]):
+    """A list made when first read, then kept: a table's sorted canonical keys, its diff keys.
+
+    Why: a long case reads its store after every write, and most reads are compared only with a read of the
+    same database (an idempotent replay changes nothing), whose lists are the same objects: equal at once
+    (`==` on the same object), so sorting or copying O(rows) keys per read was wasted. Compared with anything
+    else, it is made and compared as the list it stands for."""
+
+    __slots__ = ("_make", "_list")
+
+    def __init__(self, make: Callable[[], list[Any]]):
+        self._make: Callable[[], list[Any]] | None = make
+        self._list: list[Any] | None = None
+
+    @property
+    def made(self) -> bool:
+        return self._list is not None
+
+    @property
+    def value(self) -> list[Any]:
+        if self._list is None:
+            assert self._make is not None
+            self._list, self._make = self._make(), None
+        return self._list
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+    def __getitem__(self, at: Any) -> Any:
+        return self.value[at]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if isinstance(other, Lazy):
+            return self.value == other.value
+        return self.value == other if isinstance(other, list) else NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+class LazyMapping(Mapping[Any, Any]):
+    """A dict made when first read, then kept: the FAISS vectors by id an index rebuilt from SQLite holds (see
+    `Lazy`: most reads never look at them)."""
+
+    __slots__ = ("_make", "_dict")
+
+    def __init__(self, make: Callable[[], dict[Any, Any]]):
+        self._make: Callable[[], dict[Any, Any]] | None = make
+        self._dict: dict[Any, Any] | None = None
+
+    @property
+    def made(self) -> bool:
+        return self._dict is not None
+
+    @property
+    def value(self) -> dict[Any, Any]:
+        if self._dict is None:
+            assert self._make is not None
+            self._dict, self._make = self._make(), None
+        return self._dict
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.value[key]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.value)
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.value
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if isinstance(other, LazyMapping):
+            return self.value == other.value
+        return self.value == other if isinstance(other, dict) else NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+def _joined_keys(parts: list[_Part], at: int) -> list[str]:
+    return list(chain.from_iterable(map(itemgetter(at), parts)))
+
+
+def _sorted_keys(parts: list[_Part]) -> list[str]:
+    return sorted(chain.from_iterable(map(itemgetter(2), parts)))
+
+
+def _updated_keys(old: Lazy, removed: list[str], added: list[str], whole: Lazy) -> list[str]:
+    """`old`'s sorted keys with `removed` taken out and `added` put in; `whole`'s when many changed."""
+    updated = _resorted(old.value, removed, added)
+    return updated if updated is not None else whole.value
+
+
+def _faiss_of(vectors: list[_Vector]) -> dict[Any, bytes]:
+    return dict(zip(map(itemgetter(0), vectors), map(itemgetter(1), vectors), strict=True))
+
+
+def _updated_faiss(old: LazyMapping, old_vectors: list[_Vector], gone: list[_Vector], new: list[_Vector],
+                   vectors: list[_Vector]) -> dict[Any, bytes]:
+    """`old`'s vectors by id with `gone`'s ids taken out and `new`'s put in; made whole when an id is there twice
+    (the dict keeps the last, as one made whole does)."""
+    if len(old) != len(old_vectors):
+        return _faiss_of(vectors)
+    faiss = dict(old.value)
+    for vector in gone:
+        del faiss[vector[0]]
+    faiss.update((vector[0], vector[1]) for vector in new)
+    return faiss if len(faiss) == len(vectors) else _faiss_of(vectors)
+
+
+def _faiss_keys(faiss: LazyMapping, vectors: list[_Vector], vector_keys: Lazy) -> list[str]:
+    """The FAISS part of `canonical` for an index rebuilt from these rows: their vectors' sorted keys, or the
+    dict's when an id is there twice (it keeps one)."""
+    return vector_keys.value if len(faiss) == len(vectors) else _faiss_canonical(faiss)
 
 
 def _joined(parts: list[_Part], at: int, first: int = 0, old: list[Any] | None = None,
@@ -537,7 +799,7 @@ def parse_faiss(data: bytes) -> dict[int, bytes]:
     return out
 
 
-def _faiss_canonical(vectors: dict[Any, Any]) -> list[str]:
+def _faiss_canonical(vectors: Mapping[Any, Any]) -> list[str]:
     return sorted(_vector_key(v) for v in vectors.values())
 
 
@@ -582,14 +844,15 @@ def diff_states(before: StoreState, after: StoreState) -> dict[str, dict[str, li
     return out
 
 
-def canonical(state: StoreState) -> dict[str, list[str]]:
+def canonical(state: StoreState) -> dict[str, Sequence[str]]:
     """The logical content with ids, timestamps, request ids and payloads left out (for retry equivalence).
 
     Memoised on the state: a write's pre- and post-control states are compared once per fault.
     """
     if state.canonical_form is not None:
         return state.canonical_form
-    out = {table: sorted(_canonical_row_key(row) for row in rows) for table, rows in state.tables.items()}
+    out: dict[str, Sequence[str]] = {table: sorted(_canonical_row_key(row) for row in rows)
+                                     for table, rows in state.tables.items()}
     out["faiss"] = _faiss_canonical(state.faiss)
     state.canonical_form = out
     return out

@@ -34,6 +34,7 @@ _WAL_HEADER, _FRAME_HEADER = 32, 24
 _SHM_HEADER = struct.Struct("=IIIBBHII8s8s8s")  # WalIndexHdr, in the writer's native byte order
 _WAL_VERSION = 3007000
 _INTERIOR_TABLE, _LEAF_TABLE = 0x05, 0x0D
+INTERIOR_TABLE, LEAF_TABLE = _INTERIOR_TABLE, _LEAF_TABLE  # a table b-tree's interior and leaf page kinds
 
 
 class PageDigests:
@@ -216,13 +217,7 @@ def table_leaves(view: View, root: int, parsed: dict[tuple[bool, bytes], tuple[i
         if pgno in seen or not 1 <= pgno <= view.count:
             return None
         seen.add(pgno)
-        key = (pgno == 1, view.page_digest(pgno))
-        known = parsed.get(key) if parsed is not None else None
-        kind, children = known if known is not None else _btree_page(view.page(pgno), pgno)
-        if parsed is not None and known is None:
-            if len(parsed) >= _MAX_PARSED:
-                parsed.clear()
-            parsed[key] = (kind, children)
+        kind, children = btree_page(view, pgno, parsed)
         if kind == _LEAF_TABLE:
             leaves.append(pgno)
         elif kind == _INTERIOR_TABLE:
@@ -232,12 +227,28 @@ def table_leaves(view: View, root: int, parsed: dict[tuple[bool, bytes], tuple[i
     return leaves
 
 
+def btree_page(view: View, pgno: int, parsed: dict[tuple[bool, bytes], tuple[int, list[int]]] | None = None
+               ) -> tuple[int, list[int]]:
+    """(page `pgno`'s kind, its child pages in key order when it is an interior table page), parsed once per
+    distinct page content when `parsed` is given (see `table_leaves`)."""
+    key = (pgno == 1, view.page_digest(pgno))
+    known = parsed.get(key) if parsed is not None else None
+    if known is not None:
+        return known
+    kind, children = _btree_page(view.page(pgno), pgno)
+    if parsed is not None:
+        if len(parsed) >= _MAX_PARSED:
+            parsed.clear()
+        parsed[key] = (kind, children)
+    return kind, children
+
+
 def is_table_leaf(view: View, pgno: int) -> bool:
     """Whether page `pgno` is a table b-tree leaf page."""
     return view.page(pgno)[100 if pgno == 1 else 0] == _LEAF_TABLE
 
 
-_MAX_PARSED = 20_000  # pages whose parse `table_leaves` keeps
+_MAX_PARSED = 20_000  # pages whose parse `btree_page` keeps
 _MAX_WALS = 64  # WAL files whose parsed frames `_published_frames` keeps
 
 
@@ -367,4 +378,4 @@ def _published_frames(wal_path: str, shm_path: str, page_size: int, pages: PageD
     return wal, newest, n_page
 
 
-__all__ = ["Leaf", "PageDigests", "View", "changed_pages", "is_table_leaf", "leaf_cells", "read_view", "table_leaves", "view_digest"]
+__all__ = ["INTERIOR_TABLE", "LEAF_TABLE", "Leaf", "PageDigests", "View", "btree_page", "changed_pages", "is_table_leaf", "leaf_cells", "read_view", "table_leaves", "view_digest"]
