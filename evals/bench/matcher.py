@@ -221,8 +221,11 @@ def locomo_ratio(sample: int, seed: int = 1, path: Path = LOCOMO, keep: Path | N
         out = keep if keep is not None else Path(tmp) / "run"
         started, started_cpu = time.perf_counter(), time.process_time()
         try:
+            # the caches in the temporary directory, always: beside a kept run (`--keep /tmp/x`) they would be
+            # `/tmp/.cache`, shared with every earlier run there, and the vectors warm
             outcome = run_eval(RunConfig(datasets=[f"locomo:{path}"], sample=sample, seed=seed, faults="none", out=out,
-                                         progress=False, matcher="semantic", embedder="minilm"))
+                                         progress=False, matcher="semantic", embedder="minilm",
+                                         cache_dir=Path(tmp) / "cache" / "responses.sqlite"))
         finally:
             undo()
             undo_recording()
