@@ -298,7 +298,7 @@ def named_in_place(a: _Prepared, b: _Prepared) -> bool:
     """`a`'s subject, a person's name split off `a`, is named inside `b`'s predicate where the other voice holds it:
     "窦建国被公司派到了迪拜" / "公司把窦建国派到了迪拜", "郑浩修好了用户的电脑" / "用户的电脑是郑浩修好的". Stripped from
     one side and kept on the other, the name would read as a word the two predicates do not share (and jieba may
-    cut it in two: 窦|建国); the pair is compared with `a` whole (`prepare_whole`), the name in both predicates.
+    cut it in two: 窦|建国); the pair is compared with both sides whole (`prepare_whole`), the name in both.
     The user and the assistant, written in many ways, are left to the subject rule and `evals.scoring.voice`."""
     subject = a.subject
     if subject is None or subject == b.subject or subject in ("user", "assistant") or subject not in b.predicate.casefold():
@@ -858,9 +858,8 @@ class SemanticMatcher(Matcher):
                 hit = self._pairs.get(key)
                 c = float(cosine[i, j])  # this call's: a float32 product's last bit depends on the matrix's shape
                 a, b = kept_a, kept_b
-                if (whole_a := named_in_place(a, b)) | (whole_b := named_in_place(b, a)):
-                    a = self._whole(gold[i]) if whole_a else a
-                    b = self._whole(pred[j]) if whole_b else b
+                if named_in_place(a, b) or named_in_place(b, a):  # both whole: neither keeps a word the other lost
+                    a, b = self._whole(gold[i]), self._whole(pred[j])
                     c = float(self._vectors[a.predicate] @ self._vectors[b.predicate])
                 if hit is None and bound:
                     limit = self._decided(key, a, b, c)

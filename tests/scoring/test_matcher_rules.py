@@ -54,9 +54,9 @@ LIVE_CHANGES: dict[str, str] = {
     "zh-paraphrase_qualifier-58": "events: 考虑搬到… / 考虑移居… now matches",
     "zh-entity_sub-74": "events: 在叠纸游戏工作 / 在莉莉丝游戏上班 now matches (wrongly: 工作 / 上班 are paired and the "
                         "company names are not read as names)",
-    # a subject split off one side and named on the other after 被 / 把 / 是 (a cleft) / "by": the pair is compared with
-    # the name in both predicates (`semantic.named_in_place`); v1 keeps this pair apart on the subject half (no voice
-    # tables). Written for zh-paraphrase_passive-44 / -68 (in-sample: calibration), it gained this one too
+    # a subject split off one side and named on the other after 被 / 把 / 是 (a cleft) / "by": the pair is compared
+    # whole on both sides, the name in both (`semantic.named_in_place`); v1 keeps this pair apart on the subject half
+    # (no voice tables). Written for zh-paraphrase_passive-44 / -68 (in-sample: calibration), it gained this one too
     "en-paraphrase_passive-63": "names in place: 'Ximena was hired by Unilever' / 'Unilever hired Ximena' now matches",
     # quantities: "in" after a number followed by a word is a preposition, not inches
     "en-paraphrase_number-10": "quantities: '$1,200 in rent monthly' no longer reads 1,200 inches",
