@@ -197,7 +197,23 @@ def _agent(text: str, names: bool = True) -> str | None:
             else f"用户的{_ZH_KIN[match.group('kin')]}"
     if names and (match := re.search(r"(?:被|由)", text)) and (person := _zh_person(text[match.end():])) is not None:
         return person  # "用户浴室的瓷砖是由马俊贴的。"
+    if names and (match := _ZH_CLEFT.search(text)) and (person := _zh_person(match.group("done"))) is not None \
+            and _zh_verb_opens(match.group("done")[len(person):]):
+        return person  # "用户的电脑是郑浩修好的": the agent of a 是…的 cleft, as "… was repaired by Zheng Hao"
     return None
+
+
+# A 是…的 cleft that ends the sentence and names who did it: "用户的电脑是郑浩修好的。" (what follows 是, 的 included).
+_ZH_CLEFT = re.compile(r"是(?P<done>[^，,。；;是被由]+?的)\s*[。.!！]?\s*$")
+
+
+def _zh_verb_opens(text: str) -> bool:
+    """Whether a text opens with a verb (or an adverb or a preposition before one), as what a cleft's agent did does:
+    "修好的", "亲手做的", "帮忙修改的"; not "的" alone ("用户的车是李明的" says whose the car is, not who did it)."""
+    import jieba.posseg
+
+    first = next(iter(jieba.posseg.cut(text)), None) if text else None
+    return first is not None and first.flag.startswith(("v", "d", "p"))
 
 
 def _en_person(text: str) -> str | None:

@@ -267,7 +267,16 @@ def _bigrams(text: str) -> frozenset[str]:
 
 
 def prepare_text(text: str) -> _Prepared:
-    predicate, subject = _predicate(text)
+    return _prepared(text, *_predicate(text))
+
+
+def prepare_whole(text: str) -> _Prepared:
+    """The text prepared with its subject left in its predicate, as a text with no subject is: for a pair whose other
+    side names that subject inside its own predicate (`named_in_place`)."""
+    return _prepared(text, text.strip(), None)
+
+
+def _prepared(text: str, predicate: str, subject: str | None) -> _Prepared:
     literal_free = unquoted(text)
     qualifiers = Qualifiers.of(literal_free)
     found = quantities(literal_free)
@@ -278,6 +287,25 @@ def prepare_text(text: str) -> _Prepared:
                      chinese_words(predicate) if zh else (), subject,
                      _objects(predicate, zh) if subject is None else frozenset(), _persons_held(predicate, zh),
                      phrase_verbs(predicate))
+
+
+# Where a sentence names a person that an active/passive paraphrase names as its subject: after 把 / 将 (the one
+# acted on), 被 / 由 / 让 (the agent of a passive), 是 (the agent of a 是…的 cleft); after "by" in English.
+_ZH_HELD = r"(?:把|将|被|由|让|是)"
+
+
+def named_in_place(a: _Prepared, b: _Prepared) -> bool:
+    """`a`'s subject, a person's name split off `a`, is named inside `b`'s predicate where the other voice holds it:
+    "窦建国被公司派到了迪拜" / "公司把窦建国派到了迪拜", "郑浩修好了用户的电脑" / "用户的电脑是郑浩修好的". Stripped from
+    one side and kept on the other, the name would read as a word the two predicates do not share (and jieba may
+    cut it in two: 窦|建国); the pair is compared with both sides whole (`prepare_whole`), the name in both.
+    The user and the assistant, written in many ways, are left to the subject rule and `evals.scoring.voice`."""
+    subject = a.subject
+    if subject is None or subject == b.subject or subject in ("user", "assistant") or subject not in b.predicate.casefold():
+        return False
+    if b.zh:
+        return re.search(_ZH_HELD + re.escape(subject), b.predicate) is not None
+    return re.search(rf"(?i)\bby\s+{re.escape(subject)}\b", b.predicate) is not None
 
 
 def _latin_content(p: _Prepared) -> list[str]:
@@ -685,6 +713,7 @@ class SemanticMatcher(Matcher):
         self._pairs: dict[tuple[str, str], tuple[np.ndarray, bool]] = {}  # (gold, pred) -> features, ruled out
         self._bounded: dict[tuple[str, str], _Bounds] = {}  # (gold, pred) -> the bound's steps (`_decided`)
         self._ahead: dict[str, _Prepared] = {}  # texts prepared by `prepare_ahead`, not yet by `prepare`
+        self._wholes: dict[str, _Prepared] = {}  # texts prepared with their subject in place (`named_in_place`)
         t = params.threshold  # pairs whose logit bound is below this are "not the same" (`_bound_logit`)
         self._logit_limit = float(np.log(t / (1 - t))) - 1e-6 if 0 < t < 1 else -np.inf
         self._cache_size = cache_size
@@ -780,6 +809,7 @@ class SemanticMatcher(Matcher):
             self._pairs.clear()
             self._bounded.clear()
             self._ahead.clear()
+            self._wholes.clear()
         prepared = {t: self._ahead.pop(t) if t in self._ahead else prepare_text(t) for t in new}
         predicates = [p for p in dict.fromkeys(x.predicate for x in prepared.values()) if p not in self._vectors]
         words = [w for w in dict.fromkeys(w for x in prepared.values() for w in _latin_content(x))
@@ -822,11 +852,15 @@ class SemanticMatcher(Matcher):
         if len(self._pairs) + len(self._bounded) + len(left) * len(right) > 4 * self._cache_size:
             self._pairs.clear()
             self._bounded.clear()
-        for i, a in enumerate(left):
-            for j, b in enumerate(right):
+        for i, kept_a in enumerate(left):
+            for j, kept_b in enumerate(right):
                 key = (gold[i], pred[j])
                 hit = self._pairs.get(key)
                 c = float(cosine[i, j])  # this call's: a float32 product's last bit depends on the matrix's shape
+                a, b = kept_a, kept_b
+                if named_in_place(a, b) or named_in_place(b, a):  # both whole: neither keeps a word the other lost
+                    a, b = self._whole(gold[i]), self._whole(pred[j])
+                    c = float(self._vectors[a.predicate] @ self._vectors[b.predicate])
                 if hit is None and bound:
                     limit = self._decided(key, a, b, c)
                     if limit is not None:
@@ -839,6 +873,20 @@ class SemanticMatcher(Matcher):
                 out[i, j], ruled_out[i, j] = hit
                 out[i, j, _COSINE], out[i, j, _ZH_COSINE] = c, out[i, j, _ZH] * c  # as `_pair` computes them
         return out, ruled_out, bounded
+
+    def _whole(self, text: str) -> _Prepared:
+        """`text` prepared with its subject in place (`prepare_whole`), its predicate and Latin words embedded; asked
+        only for the few pairs `named_in_place` picks, so one text at a time."""
+        hit = self._wholes.get(text)
+        if hit is None:
+            with self._lock:
+                hit = prepare_whole(text)
+                if hit.predicate not in self._vectors:
+                    self._vectors[hit.predicate] = _unit(self._sentence_embedder, [hit.predicate], self._store)[0]
+                words = [w for w in dict.fromkeys(_latin_content(hit)) if w not in self._word_vectors]
+                self._word_vectors.update(zip(words, _unit(self._embedder, words, self._store), strict=True))
+                self._wholes[text] = hit
+        return hit
 
     def _decided(self, key: tuple[str, str], a: _Prepared, b: _Prepared, cosine: float) -> float | None:
         """The pair's logit bound when a step of it (`_Bounds`) puts the pair below the threshold, else None. The steps
@@ -986,5 +1034,5 @@ def fit_semantic(calibration: Sequence[Any], *, source: str, embedder: Any = Non
                           calibration_agreement=round(agreement, 4), calibration_cv_agreement=round(best, 4))
 
 
-__all__ = ["FEATURES", "PARAMS_FILE", "SemanticMatcher", "SemanticParams", "fit_semantic", "prepare_text",
-           "unrelated_pairs"]
+__all__ = ["FEATURES", "PARAMS_FILE", "SemanticMatcher", "SemanticParams", "fit_semantic", "named_in_place",
+           "prepare_text", "prepare_whole", "unrelated_pairs"]

@@ -24,7 +24,9 @@ from evals.scoring.matcher import DEFAULT_MATCHER, subject_text_mismatch
     ("The fence was painted by the user.", "user"), ("The user's speech was drafted by the assistant.", "assistant"),
     ("The user mentioned that their aunt works as a taxidermist.", "the user's aunt"),
     ("Works at Stripe", None), ("Loves sushi", None), ("最近在瘦身", None), ("爱喝酸梅汤", None),
-    ("James cooks dinner", "James"), ("Cultivates orchids", None), ("Mother is a nurse", "the user's mother")])
+    ("James cooks dinner", "James"), ("Cultivates orchids", None), ("Mother is a nurse", "the user's mother"),
+    # the agent of a 是…的 cleft about the user's thing, as "The user's bathroom was tiled by Dario."; not an owner
+    ("用户的电脑是郑浩修好的。", "郑浩"), ("用户的车是李明的。", "user")])
 def test_the_scorer_reads_who_a_sentence_is_about(text, subject):
     got = read_subject(text)
     assert (got is None) if subject is None else same_person(got, subject), got

@@ -15,6 +15,8 @@ import pytest
 from evals.scoring.rulebook import LIVE_DIR, RulesError, RuleSet, frozen, live, use
 
 DECISIONS = Path(__file__).parents[1] / "data" / "semantic_v1_decisions.json"
+# A code change outside the rule files that moves a v1 decision to the pair's label is recorded in that file (its
+# "same" list), with the id and why under "changed_since"; a change away from the label is a regression to fix.
 # Pairs on which the live rules are meant to decide otherwise than semantic-v1 (id -> why); a rule change that
 # moves a decision is declared here, with the agreement it gains on pairs written after it.
 LIVE_CHANGES: dict[str, str] = {
@@ -52,6 +54,10 @@ LIVE_CHANGES: dict[str, str] = {
     "zh-paraphrase_qualifier-58": "events: 考虑搬到… / 考虑移居… now matches",
     "zh-entity_sub-74": "events: 在叠纸游戏工作 / 在莉莉丝游戏上班 now matches (wrongly: 工作 / 上班 are paired and the "
                         "company names are not read as names)",
+    # a subject split off one side and named on the other after 被 / 把 / 是 (a cleft) / "by": the pair is compared
+    # whole on both sides, the name in both (`semantic.named_in_place`); v1 keeps this pair apart on the subject half
+    # (no voice tables). Written for zh-paraphrase_passive-44 / -68 (in-sample: calibration), it gained this one too
+    "en-paraphrase_passive-63": "names in place: 'Ximena was hired by Unilever' / 'Unilever hired Ximena' now matches",
     # quantities: "in" after a number followed by a word is a preposition, not inches
     "en-paraphrase_number-10": "quantities: '$1,200 in rent monthly' no longer reads 1,200 inches",
 }

@@ -189,6 +189,33 @@ def test_a_near_miss_or_an_unrelated_fact_does_not_match(semantic, gold, pred):
     assert not semantic.same_fact(gold, "user", pred, "user")
 
 
+@pytest.mark.parametrize(("a", "b", "in_place"), [
+    ("窦建国被公司派到了迪拜。", "公司把窦建国派到了迪拜", True),  # the patient of 把
+    ("郑浩修好了用户的电脑。", "用户的电脑是郑浩修好的", True),  # the agent of a 是…的 cleft
+    ("Unilever hired Ximena.", "Ximena was hired by Unilever.", True),  # the agent after "by"
+    ("公司把窦建国派到了迪拜", "窦建国被公司派到了迪拜。", False),  # no subject split off this side
+    ("郑浩修好了用户的电脑。", "用户感谢郑浩修好了电脑", False),  # named, but not where the other voice holds it
+    ("郑浩修好了用户的电脑。", "郑浩把用户的电脑修好了", False),  # the same subject split off both sides
+])
+def test_a_subject_named_inside_the_other_predicate_by_the_other_voice_is_compared_in_place(a, b, in_place):
+    from evals.scoring.semantic import named_in_place, prepare_text
+
+    assert named_in_place(prepare_text(a), prepare_text(b)) is in_place
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("gold", "subject", "pred", "same"), [
+    ("窦建国被公司派到了迪拜。", "窦建国", "公司把窦建国派到了迪拜", True),
+    ("郑浩修好了用户的电脑。", "郑浩", "用户的电脑是郑浩修好的", True),
+    ("窦建国被公司派到了迪拜。", "窦建国", "公司把窦建国派到了多哈", False),
+    pytest.param("郑浩修好了用户的电脑。", "郑浩", "用户的手机是郑浩修好的", False, marks=pytest.mark.xfail(
+        reason="known misread: a thing swapped across a reordered cleft (电脑 / 手机) is not told apart by the text "
+               "features, as before the zhnames merge", strict=True)),
+])
+def test_a_name_stripped_from_one_side_and_kept_in_the_other_is_matched_in_place(semantic, gold, subject, pred, same):
+    assert semantic.same_fact(gold, subject, pred, subject) is same
+
+
 ROLE_CHECKS = [
     # a passive that swaps who does what is ruled out, a voice paraphrase is not
     ("The user tutors Mateo in chemistry.", "is tutored in chemistry by Mateo", True),
