@@ -95,7 +95,7 @@ def test_a_slot_held_by_a_killed_worker_is_free_for_the_retry(cluster, tmp_path)
     assert ray.get(ray.remote(_hold).remote(actor, "p", 1, 0.0), timeout=30)  # and the slot came back
 
 
-def _unit_that_dies_holding_a_slot(task, run_token, cases_ref, slots):
+def _unit_that_dies_holding_a_slot(task, run_token, cases_ref, slots, relay=None):
     """run_unit's stand-in: the first unit dies for good holding the only slot; the next needs that slot."""
     import os
 
