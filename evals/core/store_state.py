@@ -593,46 +593,34 @@ def _assemble(parts: list[_Part], before: _TableRead | None = None,
                   ids, faiss_canon)
 
 
-class Lazy(Sequence[Any]):
-    """A list made when first read, then kept: a table's sorted canonical keys, its diff keys.
+class _Made:
+    """What `Lazy` and `LazyMapping` share: a value made by `make` when first read, then kept; equal at once to
+    itself, else compared as the value it stands for (with its own kind or a plain one of the value's type)."""
 
-    Why: a long case reads its store after every write, and most reads are compared only with a read of the
-    same database (an idempotent replay changes nothing), whose lists are the same objects: equal at once
-    (`==` on the same object), so sorting or copying O(rows) keys per read was wasted. Compared with anything
-    else, it is made and compared as the list it stands for."""
+    __slots__ = ("_make", "_value")
+    _plain: type = object  # the value's type: a plain one of it compares as the value
 
-    __slots__ = ("_make", "_list")
-
-    def __init__(self, make: Callable[[], list[Any]]):
-        self._make: Callable[[], list[Any]] | None = make
-        self._list: list[Any] | None = None
+    def __init__(self, make: Callable[[], Any]):
+        self._make: Callable[[], Any] | None = make
+        self._value: Any = None
 
     @property
     def made(self) -> bool:
-        return self._list is not None
+        return self._value is not None
 
     @property
-    def value(self) -> list[Any]:
-        if self._list is None:
+    def value(self) -> Any:
+        if self._value is None:
             assert self._make is not None
-            self._list, self._make = self._make(), None
-        return self._list
-
-    def __len__(self) -> int:
-        return len(self.value)
-
-    def __getitem__(self, at: Any) -> Any:
-        return self.value[at]
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.value)
+            self._value, self._make = self._make(), None
+        return self._value
 
     def __eq__(self, other: object) -> bool:
         if self is other:
             return True
-        if isinstance(other, Lazy):
-            return self.value == other.value
-        return self.value == other if isinstance(other, list) else NotImplemented
+        if isinstance(other, type(self)):
+            return bool(self.value == other.value)
+        return bool(self.value == other) if isinstance(other, self._plain) else NotImplemented
 
     def __ne__(self, other: object) -> bool:
         equal = self.__eq__(other)
@@ -644,26 +632,33 @@ class Lazy(Sequence[Any]):
         return repr(self.value)
 
 
-class LazyMapping(Mapping[Any, Any]):
+class Lazy(_Made, Sequence[Any]):
+    """A list made when first read, then kept: a table's sorted canonical keys, its diff keys.
+
+    Why: a long case reads its store after every write, and most reads are compared only with a read of the
+    same database (an idempotent replay changes nothing), whose lists are the same objects: equal at once
+    (`==` on the same object), so sorting or copying O(rows) keys per read was wasted. Compared with anything
+    else, it is made and compared as the list it stands for."""
+
+    __slots__ = ()
+    _plain = list
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+    def __getitem__(self, at: Any) -> Any:
+        return self.value[at]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.value)
+
+
+class LazyMapping(_Made, Mapping[Any, Any]):
     """A dict made when first read, then kept: the FAISS vectors by id an index rebuilt from SQLite holds (see
     `Lazy`: most reads never look at them)."""
 
-    __slots__ = ("_make", "_dict")
-
-    def __init__(self, make: Callable[[], dict[Any, Any]]):
-        self._make: Callable[[], dict[Any, Any]] | None = make
-        self._dict: dict[Any, Any] | None = None
-
-    @property
-    def made(self) -> bool:
-        return self._dict is not None
-
-    @property
-    def value(self) -> dict[Any, Any]:
-        if self._dict is None:
-            assert self._make is not None
-            self._dict, self._make = self._make(), None
-        return self._dict
+    __slots__ = ()
+    _plain = dict
 
     def __getitem__(self, key: Any) -> Any:
         return self.value[key]
@@ -676,22 +671,6 @@ class LazyMapping(Mapping[Any, Any]):
 
     def __contains__(self, key: object) -> bool:
         return key in self.value
-
-    def __eq__(self, other: object) -> bool:
-        if self is other:
-            return True
-        if isinstance(other, LazyMapping):
-            return self.value == other.value
-        return self.value == other if isinstance(other, dict) else NotImplemented
-
-    def __ne__(self, other: object) -> bool:
-        equal = self.__eq__(other)
-        return equal if equal is NotImplemented else not equal
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return repr(self.value)
 
 
 def _joined_keys(parts: list[_Part], at: int) -> list[str]:
