@@ -9,12 +9,15 @@ The uninterrupted run is the local journal tests' (the local executor, tests/run
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import secrets
 import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -171,3 +174,53 @@ def test_a_unit_whose_worker_dies_mid_way_is_retried_with_a_fresh_journal(long_d
     assert journal.done == LONG_TURNS and journal.head.case_id == "long"
     written = [untimed(w.write.model_dump(mode="json")) for w in journal.writes]
     assert written == untimed(run.model_dump(mode="json"))["writes"] == untimed_units(uninterrupted)["long"]["writes"]
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string inside a decoded JSON value, keys included."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (*_strings(k), *_strings(v))]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+@pytest.mark.ci_heavy  # starts a local Ray instance (run by `nox -s heavy`)
+def test_a_driver_secret_that_json_escapes_is_redacted_from_a_ray_units_journal(tmp_path):
+    """A key the driver registered and the worker never saw: the worker's journal lines hold it as JSON writes it (a
+    quote as `\\"`, a backslash as `\\\\`, a newline as `\\n`, U+2028 as `\\u2028`), and the driver's journal holds it
+    nowhere, in any form."""
+    from evals.arms.providers import parse_lm_spec
+    from evals.cases.dataset import Case
+    from evals.core.redact import register_secret
+    from evals.run.executors import UnitTask
+    from evals.run.executors.ray_executor import run_ray
+
+    token = secrets.token_hex(6)
+    keys = [f'quo"te-{token}', f"back\\slash-{token}", f"new\nline-{token}", f"näive-{token}", f"sep\u2028ara-{token}"]
+    case = Case.model_validate({
+        "id": "keys", "lang": "en", "user_id": "ana", "tags": [], "memories": [],
+        "turns": [[{"role": "user", "name": "Ana", "content": f"My key is {key} today."}] for key in keys],
+        "expect": {"facts": [{"text": "The user has a key.", "subject": "user", "owner": "user"}]}})
+    for key in keys:
+        register_secret(key)  # in this process (the driver) only
+    task = UnitTask(case=case, dataset="keys", label="offline", system="hymem", provider=parse_lm_spec("offline"),
+                    embedder="hash", plan="none", seed=0)
+
+    (run,) = run_ray([task], workers=1, address=None, limits={"offline": 1}, cases=[case], run_token="t",
+                     run_dir=tmp_path)
+    assert run.status == "ok", run.error
+    sent = [m["content"] for w in run.writes for m in w.payload]
+    assert sent == [f"My key is {key} today." for key in keys]  # the worker's record: no key of it redacted
+
+    (path,) = unit_journals(tmp_path)
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    assert len(lines) == 1 + len(keys)  # the head and each write, one line each
+    saved = [s for line in lines for s in _strings(json.loads(line))]
+    assert not [key for key in keys if key in text or any(key in s for s in saved)]
+    journal = read_journal(path)
+    assert journal.done == len(keys) and not journal.torn
+    assert [m["content"] for w in journal.writes for m in w.write.payload] == ["My key is [REDACTED] today."] * len(keys)

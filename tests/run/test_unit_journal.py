@@ -154,3 +154,32 @@ def test_a_line_made_in_another_process_is_redacted_again_with_this_ones_secrets
     read = read_journal(journal.path)
     assert read.done == 2 and not read.torn
     assert read.writes[1].attempts[0].error == '401: key [REDACTED] refused; "api_key=[REDACTED]" \\ {"x": 1}'
+
+
+@pytest.mark.parametrize("mark", ['"', "\\", "\n", "\t", "é", "\u2028", "\U0001f511"],
+                         ids=["quote", "backslash", "newline", "tab", "non-ascii", "line-separator", "beyond-bmp"])
+@pytest.mark.parametrize("ascii_only", [False, True], ids=["as-made", "ensure-ascii"])
+def test_a_driver_secret_is_found_in_a_line_however_json_escapes_it(tmp_path, mark, ascii_only):
+    """A key holding a character JSON escapes is in the line only escaped (`\\"`, `\\\\`, `\\n`, `\\u2028`, or with
+    `ensure_ascii` `\\u00e9`, a surrogate pair): the driver still finds it, and redacts it."""
+    import json
+    import secrets
+
+    from evals.core.redact import register_secret
+    from evals.record import Attempt, JournalLines
+
+    key = f"k{mark}y-" + secrets.token_hex(8)
+    write = WriteRecord(index=0, path="chat", request_id="r0", success=True, codes=Codes(success=True))
+    said = Attempt(provider="p", model="m", case_id="c", site="lm.extract", status="AuthenticationError",
+                   error=f"401: key {key} refused")
+    line = JournalLines().write_done(write, [], [said])
+    if ascii_only:  # as a writer with json.dumps' default would make it
+        line = json.dumps(json.loads(line)) + "\n"
+    escaped = ascii_only or mark in '"\\\n\t\u2028'  # pydantic leaves other non-ASCII raw, as the journal does
+    assert (key in line) != escaped and key in json.loads(line)["attempts"][0]["error"]
+    register_secret(key)
+    journal = JournalWriter(tmp_path, JournalHead(provider="p", case_id="c", epoch=0, dataset="d", writes_total=1))
+    journal.append_line(line)
+    journal.close()
+    (saved,) = read_journal(journal.path).writes
+    assert saved.attempts[0].error == "401: key [REDACTED] refused"
