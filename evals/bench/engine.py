@@ -36,7 +36,7 @@ import numpy as np
 
 from evals.cases.dataset import Case
 from evals.faults.plan import FaultPlan
-from evals.run.replay import CaseReplayer
+from evals.run.replay import CaseReplayer, UnitModels
 from hymem.embedder import HashEmbedder
 from hymem.offline import offline_lm
 
@@ -65,8 +65,8 @@ def _sweep_seconds(writes: int) -> tuple[float, float, int]:
     """(wall seconds, process CPU seconds, faulted units) of one case's sweep."""
     case = synthetic_case(writes)
     start, cpu = time.perf_counter(), time.process_time()
-    run = CaseReplayer(case, "bench", "offline", lambda c: offline_lm(), HashEmbedder(), FaultPlan.parse("sweep"),
-                       0).run()
+    run = CaseReplayer(case, "bench", "offline", UnitModels(lm_factory=lambda c: offline_lm(), embedder=HashEmbedder()),
+                       FaultPlan.parse("sweep"), 0).run()
     if run.status != "ok":
         raise RuntimeError(run.error)
     return time.perf_counter() - start, time.process_time() - cpu, len(run.faults)

@@ -25,7 +25,7 @@ from evals.bench.long_case import long_case
 from evals.faults.plan import FaultPlan
 from evals.record import JournalHead, JournalWriter, read_journal
 from evals.record._journal import FSYNC_SECONDS
-from evals.run.replay import CaseReplayer
+from evals.run.replay import CaseReplayer, UnitModels
 from hymem.embedder import HashEmbedder
 from hymem.offline import offline_lm
 
@@ -51,8 +51,9 @@ def replay(turns: int, fsync_seconds: float | None) -> dict[str, Any]:
             inside[1] += time.thread_time() - cpu
 
         start, cpu = time.perf_counter(), time.process_time()
-        run = CaseReplayer(case, "long", "offline", lambda c: offline_lm(), HashEmbedder(), FaultPlan.parse("none"),
-                           0, journal=timed if journaled else None).run()
+        run = CaseReplayer(case, "long", "offline",
+                           UnitModels(lm_factory=lambda c: offline_lm(), embedder=HashEmbedder()),
+                           FaultPlan.parse("none"), 0, journal=timed if journaled else None).run()
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         size = 0
         if journal is not None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from evals.cases.dataset import Case
 from evals.faults.plan import FaultPlan
-from evals.run.replay import CaseReplayer
+from evals.run.replay import CaseReplayer, UnitModels
 from hymem.embedder import HashEmbedder
 from hymem.offline import offline_lm
 
@@ -39,8 +39,8 @@ def replay_seconds(turns: int) -> dict[str, Any]:
     """(wall, process CPU) seconds of one case's replay, per write, with its findings count."""
     case = long_case(turns)
     start, cpu = time.perf_counter(), time.process_time()
-    run = CaseReplayer(case, "long", "offline", lambda c: offline_lm(), HashEmbedder(), FaultPlan.parse("none"),
-                       0).run()
+    run = CaseReplayer(case, "long", "offline", UnitModels(lm_factory=lambda c: offline_lm(), embedder=HashEmbedder()),
+                       FaultPlan.parse("none"), 0).run()
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     if run.status != "ok":
         raise RuntimeError(run.error)

@@ -52,11 +52,14 @@ _KEY_PREFIX = re.compile(r"""^(?i:[a-z_\-]+["']?\s*[:=]\s*["']?)""")
 _lock = threading.Lock()
 _secrets: set[str] = set()
 _pattern: re.Pattern[str] | None = None
+_json_pattern: re.Pattern[str] | None = None  # every registered secret as written or as a JSON string holds it
+_SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
+                  "\t": "\\t"}
 
 
 def register_secret(value: str | None) -> None:
     """Redact this exact value (a configured key) from everything written from now on."""
-    global _pattern
+    global _pattern, _json_pattern
     if not value or len(value) < _MIN_SECRET:
         return
     with _lock:
@@ -65,6 +68,25 @@ def register_secret(value: str | None) -> None:
         _secrets.add(value)
         ordered = sorted(_secrets, key=len, reverse=True)  # a longer key first when one contains another
         _pattern = re.compile("|".join(re.escape(s) for s in ordered))
+        _json_pattern = re.compile("|".join(_json_forms(s) for s in ordered))
+
+
+def _json_forms(value: str) -> str:
+    r"""A regex of `value` as written and in each form JSON writers give it inside a string: a character raw, as
+    its short escape (`\"`, `\\`, `\/`, `\n`, ...) or, when it is not printable ASCII (or is a quote or a
+    backslash), as `\uXXXX` in either case (two of them beyond U+FFFF). Writers differ in which they pick: pydantic
+    and `json.dumps(ensure_ascii=False)` leave `é` raw, `ensure_ascii` writes `\u00e9`, and the harness's JSON
+    lines escape U+0085, U+2028 and U+2029 alone."""
+    out = []
+    for char in value:
+        forms = [re.escape(char)]
+        if char in _SHORT_ESCAPES:
+            forms.append(re.escape(_SHORT_ESCAPES[char]))
+        if not " " <= char <= "~" or char in '"\\':
+            units = char.encode("utf-16-be").hex()
+            forms.append("".join(rf"\\u(?i:{units[i:i + 4]})" for i in range(0, len(units), 4)))
+        out.append(forms[0] if len(forms) == 1 else f"(?:{'|'.join(forms)})")
+    return "".join(out)
 
 
 def _shape(match: re.Match[str]) -> str:
@@ -86,10 +108,11 @@ def redact_text(text: str) -> str:
 
 
 def holds_registered_secret(text: str) -> bool:
-    """Whether a registered secret's value occurs in `text` as written. The shapes are left out: every process
-    redacts them alike, so a text another process redacted (a Ray worker's journal line) differs from this one's
-    redaction only by the secrets this process registered and it did not."""
-    pattern = _pattern
+    r"""Whether a registered secret's value occurs in `text`, a JSON text: as written, or inside one of its strings
+    in any form JSON writers escape it to (a quote in a key is `\"` there, a newline `\n`, an `é` `é` or `\u00e9`).
+    The shapes are left out: every process redacts them alike, so a text another process redacted (a Ray worker's
+    journal line) differs from this one's redaction only by the secrets this process registered and it did not."""
+    pattern = _json_pattern
     return pattern is not None and pattern.search(text) is not None
 
 

@@ -131,9 +131,9 @@ class JournalWriter:
         """Save a write whose line `JournalLines` made elsewhere (a Ray worker's), redacted with this process's
         secrets too: the worker redacted it with the shapes and its own secrets, and the driver's (its environment's
         keys, the run's endpoint URLs) are what every other file of the run is redacted with. A line in which none
-        of them occurs is saved as it came (a search of its text: redacting the whole line again cost as much as
-        making it); one in which one does is parsed, redacted and written anew, so no JSON escape is cut in two.
-        (A secret holding a character JSON escapes, a quote or a backslash, would not be found in the text.)"""
+        of them occurs is saved as it came (a search of its text, for each secret as written and as JSON escapes it:
+        redacting the whole line again cost as much as making it); one in which one does is parsed, redacted and
+        written anew, so no JSON escape is cut in two."""
         if holds_registered_secret(line):
             line = _json_line(json.loads(line))
         self._append(line)

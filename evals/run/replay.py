@@ -11,6 +11,7 @@ import shutil
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -80,37 +81,55 @@ def case_writes(case: Case) -> list[tuple[str, Any]]:
     return writes
 
 
+@dataclass(frozen=True, kw_only=True)
+class UnitModels:
+    """How a unit reaches its models: one object because these travel together. The runner and a Ray worker make
+    them from the unit's provider, and the replayer hands them on as a set to the hymem engine it builds; each
+    caller names what it passes instead of lining up five positional and keyword arguments.
+
+    `lm_factory(case)`: the unit's LM; `embedder`: its embedder; `program`: a tuned MemoryProgram (run --program),
+    None for the built-in prompts; `accounting`: the provider (`evals.arms.providers.Provider`: attempts,
+    connection limit, retries), which also tells the replayer whether the model is reached (and paid for) over
+    HTTP, when checks that only exercise the engine are skipped; `cache`: the HTTP provider's ResponseCache, or
+    None. An engine other than hymem (`system`) makes its own models; the replayer then reads `accounting` alone.
+    """
+
+    lm_factory: Callable[[Case], Any] | None = None
+    embedder: Any = None
+    program: Any = None
+    accounting: Any = None
+    cache: Any = None
+
+
 class CaseReplayer:
     """Runs one case for one provider on fresh stores in a temporary directory.
 
-    `program`: a tuned MemoryProgram (run --program) every client of this unit uses; this unit's own
-    copy, so units on other threads never share predictor objects. None: the built-in prompts.
+    `models`: the unit's models (`UnitModels`); its `program` is copied for this unit, so units on other threads
+    never share predictor objects.
     `system`: `(case, log) -> MemorySystem` for an engine other than hymem (see `evals.arms`);
-    None replays hymem with `lm_factory`, `embedder` and the accounting arguments.
+    None replays hymem with `models`.
     `on_write`: called with (writes done, writes in the case) after each control write and its checks, so a
     long unit shows progress from inside (issue 35).
     `journal`: called with (the write's record, the unit's findings, its attempts) after the same point, so the
     runner saves each finished write while the unit runs (`evals.record.JournalWriter.write_done`).
     """
 
-    def __init__(self, case: Case, dataset: str, provider: str, lm_factory: Callable[[Case], Any],
-                 embedder: Any, plan: FaultPlan, seed: int, program: Any = None, *, accounting: Any = None,
-                 cache: Any = None, system: Callable[[Case, AttemptLog], MemorySystem] | None = None,
+    def __init__(self, case: Case, dataset: str, provider: str, models: UnitModels, plan: FaultPlan, seed: int, *,
+                 system: Callable[[Case, AttemptLog], MemorySystem] | None = None,
                  epoch: int = 0, on_write: Callable[[int, int], None] | None = None,
                  journal: Callable[[WriteRecord, list[Finding], list[Any]], None] | None = None):
         self.case, self.dataset, self.provider, self.epoch = case, dataset, provider, epoch
-        self.lm_factory, self.embedder, self.plan, self.seed = lm_factory, embedder, plan, seed
-        self.program = program.deepcopy() if program is not None else None
-        self.accounting = accounting  # the evals.arms.providers.Provider: attempts, connection limit, retries
-        self.cache = cache  # ResponseCache for HTTP providers, or None
+        self.models, self.plan, self.seed = models, plan, seed
+        self.program = models.program.deepcopy() if models.program is not None else None
+        self.accounting = models.accounting  # the evals.arms.providers.Provider: attempts, connection limit, retries
         self.log = AttemptLog(provider, case.id)
         self.on_write, self.journal = on_write, journal
         self._prompts: dict[int, list[dict[str, str]]] = {}  # control write → its model calls (and replies)
         self._stated: dict[str, str] = {}  # profile field -> the value the user stated last (control writes)
         self._settled: tuple[int, StoreState] | None = None  # (write, the store's state once its checks were done)
         self.system = system(case, self.log) if system is not None else HymemSystem(
-            case, lm_factory, embedder, plan, self.program, accounting=accounting, cache=cache, log=self.log,
-            epoch=epoch)
+            case, models.lm_factory, models.embedder, plan, self.program, accounting=models.accounting,
+            cache=models.cache, log=self.log, epoch=epoch)
 
     def run(self) -> CaseRun:
         start = time.perf_counter()
@@ -699,4 +718,4 @@ def _snapshot(store: Path, dest: Path) -> Path:
     return dest
 
 
-__all__ = ["CaseReplayer", "EngineRaised", "case_writes", "engine_call"]
+__all__ = ["CaseReplayer", "EngineRaised", "UnitModels", "case_writes", "engine_call"]

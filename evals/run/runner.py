@@ -56,7 +56,7 @@ from evals.record import (
 from evals.run.executors import EXECUTORS, UnitTask, run_local
 from evals.run.executors.ray_executor import RayUnavailable, _ray, check_address, run_ray
 from evals.run.provenance import Manifest, git_state, package_versions
-from evals.run.replay import CaseReplayer, case_writes
+from evals.run.replay import CaseReplayer, UnitModels, case_writes
 from evals.run.rundir_lock import LOCK_FILE, RunDirBusy, RunDirLock
 from evals.run.scratch import drain as drain_scratch
 from hymem import __version__
@@ -474,10 +474,10 @@ def run_units(config: RunConfig, prepared: Prepared, state: dict[str, int],
                                                          dataset=prepared.datasets[case.id],
                                                          writes_total=len(case_writes(case))))
             try:  # each finished write saved while the unit runs; dropped once its record is in units.jsonl
-                return CaseReplayer(case, prepared.datasets[case.id], arm.label, lm, embedder, unit_plan, config.seed,
-                                    program=program, accounting=provider, epoch=epoch,
-                                    cache=cache if provider.config.is_http else None, system=system,
-                                    on_write=_unit_progress(bar, case.id, config.progress),
+                models = UnitModels(lm_factory=lm, embedder=embedder, program=program, accounting=provider,
+                                    cache=cache if provider.config.is_http else None)
+                return CaseReplayer(case, prepared.datasets[case.id], arm.label, models, unit_plan, config.seed,
+                                    epoch=epoch, system=system, on_write=_unit_progress(bar, case.id, config.progress),
                                     journal=journal.write_done).run()
             finally:
                 journal.close()

@@ -20,7 +20,7 @@ from evals.cases.dataset import Case
 from evals.cli.main import main
 from evals.faults.plan import FaultPlan
 from evals.record import AnomalyKind
-from evals.run.replay import CaseReplayer
+from evals.run.replay import CaseReplayer, UnitModels
 from evals.scoring.attribution import score_case
 
 needs_mem0 = pytest.mark.skipif(not mem0_available(), reason="mem0ai is not installed (pip install 'hymem[mem0]')")
@@ -108,7 +108,7 @@ class Scripted:
 def replay_mem0(server, case: dict, aim: set = frozenset(), plan: str = "sweep", llm: Endpoint | None = None):
     local_llm, embed, dim = local_endpoints(server.url, "hash")
     llm = llm or local_llm
-    return CaseReplayer(Case.model_validate(case), "d", "mem0/offline", None, None, FaultPlan.parse(plan), 0,
+    return CaseReplayer(Case.model_validate(case), "d", "mem0/offline", UnitModels(), FaultPlan.parse(plan), 0,
                         system=lambda c, log: Aimed(llm, embed, dim, log=log, aim=set(aim))).run()
 
 
@@ -116,8 +116,9 @@ def replay_hymem(case: dict):
     from hymem.embedder import HashEmbedder
     from hymem.offline import offline_lm
 
-    return CaseReplayer(Case.model_validate(case), "d", "offline", lambda c: offline_lm(), HashEmbedder(),
-                        FaultPlan.parse("none"), 0).run()
+    return CaseReplayer(Case.model_validate(case), "d", "offline",
+                        UnitModels(lm_factory=lambda c: offline_lm(), embedder=HashEmbedder()), FaultPlan.parse("none"),
+                        0).run()
 
 
 def kinds(record) -> dict[str, str]:

@@ -16,7 +16,7 @@ from evals.core.errors import UsageError
 from evals.faults.plan import FaultPlan
 from evals.pipeline import run_eval
 from evals.record import CaseRun
-from evals.run.replay import CaseReplayer
+from evals.run.replay import CaseReplayer, UnitModels
 from evals.run.runner import RunConfig
 from hymem.client import HyMemoryClient
 from hymem.embedder import HashEmbedder
@@ -54,7 +54,8 @@ HAND_MADE = [
 
 
 def replay(c: Case, factory) -> CaseRun:
-    run = CaseReplayer(c, "x", "oracle", factory, HashEmbedder(), FaultPlan.parse("none"), 0).run()
+    run = CaseReplayer(c, "x", "oracle", UnitModels(lm_factory=factory, embedder=HashEmbedder()),
+                       FaultPlan.parse("none"), 0).run()
     assert run.status == "ok", run.error
     return run
 

@@ -170,11 +170,12 @@ def test_a_sweep_leaves_dspys_process_wide_trace_as_it_found_it(tmp_path):
     (which an optimiser reads and the checks do not), so later units cost what earlier ones did."""
     import dspy
 
-    from evals.run.replay import CaseReplayer
+    from evals.run.replay import CaseReplayer, UnitModels
 
     trace = dspy.settings.trace
     before = len(trace) if trace is not None else 0
-    run = CaseReplayer(Case.model_validate(CASE), "one", "offline", lambda c: offline_lm(), HashEmbedder(),
-                       FaultPlan.parse("sweep"), 0).run()
+    run = CaseReplayer(Case.model_validate(CASE), "one", "offline",
+                       UnitModels(lm_factory=lambda c: offline_lm(), embedder=HashEmbedder()), FaultPlan.parse("sweep"),
+                       0).run()
     assert run.status == "ok" and run.faults and all(f.outcome == "ok" for f in run.faults)
     assert (len(dspy.settings.trace) if dspy.settings.trace is not None else 0) == before

@@ -376,7 +376,7 @@ def test_a_message_of_exactly_max_message_chars_is_bundled_and_loads_even_if_the
     import hymem.client as client_module
     import hymem.messages as messages_module
     from evals.faults.plan import FaultPlan
-    from evals.run.replay import CaseReplayer
+    from evals.run.replay import CaseReplayer, UnitModels
     from hymem import HashEmbedder
     from hymem.offline import offline_lm
     from hymem.validation import DEFAULT_MAX_MESSAGE_CHARS
@@ -391,6 +391,7 @@ def test_a_message_of_exactly_max_message_chars_is_bundled_and_loads_even_if_the
     monkeypatch.setattr(client_module, "normalize_messages", off_by_one)
     case = next(c for c in load_cases([str(bundled_dataset_dir())]) if c.id == "en-075-message-at-the-limit")
     assert len(case.turns[0][0]["content"]) == DEFAULT_MAX_MESSAGE_CHARS  # loads: the loader counts sizes itself
-    run = CaseReplayer(case, "planted", "offline", lambda c: offline_lm(), HashEmbedder(), FaultPlan.parse("none"),
+    run = CaseReplayer(case, "planted", "offline",
+                       UnitModels(lm_factory=lambda c: offline_lm(), embedder=HashEmbedder()), FaultPlan.parse("none"),
                        seed=0).run()
     assert run.status == "infra_error" and "max_message_chars" in (run.error or "")  # what the gate's rule sees

@@ -12,7 +12,7 @@ import hymem.store._store as store_module
 from evals.cases.dataset import Case
 from evals.faults.plan import FaultPlan
 from evals.record import AnomalyKind, CaseRun
-from evals.run.replay import CaseReplayer
+from evals.run.replay import CaseReplayer, UnitModels
 from hymem import HashEmbedder
 from hymem.offline import offline_lm
 
@@ -26,7 +26,8 @@ CASE = Case.model_validate({
 
 def replay(case: Case = CASE) -> CaseRun:
     """The case's control run and fault sweep on hymem, through the MemorySystem protocol."""
-    run = CaseReplayer(case, "planted", "offline", lambda c: offline_lm(), HashEmbedder(), FaultPlan.parse("sweep"),
+    run = CaseReplayer(case, "planted", "offline",
+                       UnitModels(lm_factory=lambda c: offline_lm(), embedder=HashEmbedder()), FaultPlan.parse("sweep"),
                        seed=0).run()
     assert run.status == "ok", run.error
     return run
@@ -540,7 +541,8 @@ def test_reconcile_candidates_wrong_when_retrieval_drops_one(monkeypatch):
         "turns": [[{"role": "user", "content": "I moved to Berlin."}]],
         "expect": {"facts": [{"text": "The user lives in Berlin.", "subject": "user", "owner": "user"}]},
     })
-    run = CaseReplayer(six, "planted", "offline", lambda c: offline_lm(), HashEmbedder(), FaultPlan.parse("none"),
+    run = CaseReplayer(six, "planted", "offline",
+                       UnitModels(lm_factory=lambda c: offline_lm(), embedder=HashEmbedder()), FaultPlan.parse("none"),
                        seed=0).run()
     found = findings(run, AnomalyKind.RECONCILE_CANDIDATES_WRONG)
     assert [(check, write) for check, write, _ in found] == [("prompt", 1)]
@@ -588,7 +590,8 @@ def test_the_john_case_is_clean_on_a_correct_engine(clean_john):
 
 def replay_without_faults(case: Case) -> CaseRun:
     """The case's control run and its fault-free checks only (history, replay, reopen, the other user)."""
-    run = CaseReplayer(case, "planted", "offline", lambda c: offline_lm(), HashEmbedder(), FaultPlan.parse("none"),
+    run = CaseReplayer(case, "planted", "offline",
+                       UnitModels(lm_factory=lambda c: offline_lm(), embedder=HashEmbedder()), FaultPlan.parse("none"),
                        seed=0).run()
     assert run.status == "ok", run.error
     return run

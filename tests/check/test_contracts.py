@@ -16,7 +16,7 @@ from evals.check.prompt_contract import check_conversation, check_prompts
 from evals.core.prompt_reading import read_messages
 from evals.faults.plan import FaultPlan
 from evals.report.run_report import verdict_of
-from evals.run.replay import CaseReplayer
+from evals.run.replay import CaseReplayer, UnitModels
 from hymem.models import ChatMessage
 from hymem.render import parse_history, render_conversation
 
@@ -126,7 +126,8 @@ def replay(tmp_path: Path, plan: str = "none"):
     _, embedder = resolve_embedder("hash")
     from hymem.llm import make_lm
 
-    return CaseReplayer(case, "d", "offline", lambda c: make_lm("offline"), embedder, FaultPlan.parse(plan), 0).run()
+    return CaseReplayer(case, "d", "offline", UnitModels(lm_factory=lambda c: make_lm("offline"), embedder=embedder),
+                        FaultPlan.parse(plan), 0).run()
 
 
 def found_kinds(run) -> set[str]:
@@ -255,8 +256,9 @@ def test_nothing_to_remember_returned_as_failure_is_an_anomaly_not_a_dropped_cas
     path.write_text(json.dumps(CASE_NO_MEMORY) + "\n", encoding="utf-8")
     from hymem.llm import make_lm
 
-    run = CaseReplayer(load_cases([path])[0], "d", "offline", lambda c: make_lm("offline"),
-                       resolve_embedder("hash")[1], FaultPlan.parse("none"), 0).run()
+    run = CaseReplayer(load_cases([path])[0], "d", "offline",
+                       UnitModels(lm_factory=lambda c: make_lm("offline"), embedder=resolve_embedder("hash")[1]),
+                       FaultPlan.parse("none"), 0).run()
     # the case's only write failed, so the op walk and the limits (which drive the engine with the case's writes)
     # do not run: the one bug is one finding
     assert run.status == "ok" and [f.kind for f in run.findings] == ["CONTROL_WRITE_FAILED"]
@@ -312,8 +314,9 @@ def test_the_profile_named_after_another_speaker_is_profile_from_third_party(tmp
         {"role": "assistant", "name": "Grace", "content": "I work at a hospital."}]]}) + "\n", encoding="utf-8")
     from hymem.llm import make_lm
 
-    run = CaseReplayer(load_cases([path])[0], "d", "offline", lambda c: make_lm("offline"),
-                       resolve_embedder("hash")[1], FaultPlan.parse("none"), 0).run()
+    run = CaseReplayer(load_cases([path])[0], "d", "offline",
+                       UnitModels(lm_factory=lambda c: make_lm("offline"), embedder=resolve_embedder("hash")[1]),
+                       FaultPlan.parse("none"), 0).run()
     assert [f.kind for f in run.findings] == ["PROFILE_FROM_THIRD_PARTY"] and "'Grace'" in run.findings[0].witness
 
 

@@ -26,7 +26,7 @@ from evals.check.natural import read_reply
 from evals.cli.main import main
 from evals.faults.plan import FaultPlan
 from evals.record import AnomalyKind, CaseRun
-from evals.run.replay import CaseReplayer
+from evals.run.replay import CaseReplayer, UnitModels
 from evals.scoring import TextMatcher, attribution_metrics
 from hymem.embedder import HashEmbedder
 from hymem.offline._engine import MODEL, OfflineEngine
@@ -79,8 +79,9 @@ class BreakingEngine:
 
 def replay(case: Case, broken: dict[tuple[str, int], str], plan: str = "none") -> CaseRun:
     engine = BreakingEngine(broken)
-    run = CaseReplayer(case, "natural", "flaky", lambda c: dspy.LM(MODEL, engine=engine, cache=False, num_retries=0),
-                       HashEmbedder(), FaultPlan.parse(plan), seed=0).run()
+    models = UnitModels(lm_factory=lambda c: dspy.LM(MODEL, engine=engine, cache=False, num_retries=0),
+                        embedder=HashEmbedder())
+    run = CaseReplayer(case, "natural", "flaky", models, FaultPlan.parse(plan), seed=0).run()
     assert run.status == "ok", run.error
     return run
 

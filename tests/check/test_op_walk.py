@@ -11,7 +11,7 @@ import hymem.store._index as index_module
 from evals.cases.dataset import Case
 from evals.faults.plan import FaultPlan
 from evals.record import AnomalyKind, CaseRun
-from evals.run.replay import CaseReplayer
+from evals.run.replay import CaseReplayer, UnitModels
 from hymem import HashEmbedder
 from hymem.offline import offline_lm
 from hymem.store import WriteTx
@@ -24,7 +24,8 @@ CASE = Case.model_validate({
 
 
 def replay(case: Case = CASE, faults: str = "none") -> CaseRun:
-    run = CaseReplayer(case, "planted", "offline", lambda c: offline_lm(), HashEmbedder(), FaultPlan.parse(faults),
+    run = CaseReplayer(case, "planted", "offline",
+                       UnitModels(lm_factory=lambda c: offline_lm(), embedder=HashEmbedder()), FaultPlan.parse(faults),
                        seed=0).run()
     assert run.status == "ok", run.error
     return run

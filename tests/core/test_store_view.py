@@ -19,7 +19,7 @@ from evals.cases.dataset import Case
 from evals.core.store_state import RowMemo, StoreState, _canonical_row_key, _keys, _row_key, canonical, read_state
 from evals.core.store_view import SETTLED_NS, PageDigests, view_digest
 from evals.faults.plan import FaultPlan
-from evals.run.replay import CaseReplayer
+from evals.run.replay import CaseReplayer, UnitModels
 from hymem import HashEmbedder
 from hymem.offline import offline_lm
 from hymem.store import DB_FILE
@@ -157,8 +157,8 @@ def test_a_sweep_reads_every_state_as_a_read_from_scratch_would(monkeypatch):
         return state
 
     monkeypatch.setattr(hymem_system, "read_state", checked)
-    run = CaseReplayer(case, "view", "offline", lambda c: offline_lm(), HashEmbedder(), FaultPlan.parse("sweep"),
-                       seed=0).run()
+    run = CaseReplayer(case, "view", "offline", UnitModels(lm_factory=lambda c: offline_lm(), embedder=HashEmbedder()),
+                       FaultPlan.parse("sweep"), seed=0).run()
     assert run.status == "ok", run.error
     assert run.faults and all(f.outcome != "infra_error" for f in run.faults)
     (memo,) = memos
@@ -249,8 +249,8 @@ def test_every_read_of_a_long_case_equals_a_read_from_scratch_and_reads_only_cha
         return state
 
     monkeypatch.setattr(hymem_system, "read_state", checked)
-    run = CaseReplayer(case, "view", "offline", lambda c: offline_lm(), HashEmbedder(), FaultPlan.parse("none"),
-                       seed=0).run()
+    run = CaseReplayer(case, "view", "offline", UnitModels(lm_factory=lambda c: offline_lm(), embedder=HashEmbedder()),
+                       FaultPlan.parse("none"), seed=0).run()
     assert run.status == "ok", run.error
     assert len(run.memories) == 60
     (memo,) = memos

@@ -10,7 +10,7 @@ from evals.arms.hymem_system import HymemSystem
 from evals.cases.dataset import Case
 from evals.faults.plan import FaultPlan
 from evals.record import AnomalyKind
-from evals.run.replay import CaseReplayer
+from evals.run.replay import CaseReplayer, UnitModels
 from evals.run.whole_store import SMALL_STORE, SPREAD, WholeStoreSchedule
 from hymem import HashEmbedder
 from hymem.offline import offline_lm
@@ -25,7 +25,8 @@ def _case(turns: int) -> Case:
 
 def test_the_replayer_reports_each_control_write_as_it_finishes():
     seen: list[tuple[int, int]] = []
-    run = CaseReplayer(_case(3), "long", "offline", lambda c: offline_lm(), HashEmbedder(), FaultPlan.parse("none"),
+    run = CaseReplayer(_case(3), "long", "offline",
+                       UnitModels(lm_factory=lambda c: offline_lm(), embedder=HashEmbedder()), FaultPlan.parse("none"),
                        seed=0, on_write=lambda done, total: seen.append((done, total))).run()
     assert run.status == "ok", run.error
     assert seen == [(1, 3), (2, 3), (3, 3)]
@@ -92,11 +93,13 @@ def test_a_whole_store_read_bug_that_starts_late_in_a_long_case_is_found(monkeyp
         monkeypatch.setattr(HymemSystem, "history",
                             lambda self, user: (lambda m: m[1:] if len(m) > 5 else m)(real_history(self, user)))
         kind = AnomalyKind.HISTORY_MISMATCH
-    run = CaseReplayer(_case(turns), "long", "offline", lambda c: offline_lm(), HashEmbedder(),
-                       FaultPlan.parse("none"), seed=0).run()
+    run = CaseReplayer(_case(turns), "long", "offline",
+                       UnitModels(lm_factory=lambda c: offline_lm(), embedder=HashEmbedder()), FaultPlan.parse("none"),
+                       seed=0).run()
     assert run.status == "ok", run.error
     assert any(f.kind == kind for f in run.findings), run.findings
-    clean = CaseReplayer(_case(turns), "long", "offline", lambda c: offline_lm(), HashEmbedder(),
+    clean = CaseReplayer(_case(turns), "long", "offline",
+                         UnitModels(lm_factory=lambda c: offline_lm(), embedder=HashEmbedder()),
                          FaultPlan.parse("none"), seed=0)
     monkeypatch.undo()
     monkeypatch.setattr(whole_store, "SMALL_STORE", 3)
@@ -117,8 +120,9 @@ def test_the_reconcile_candidates_are_checked_on_every_write_of_a_long_case(monk
 
     monkeypatch.setattr(HyMemoryClient, "__init__", off_by_one)
     turns, k = 16, HymemSystem.candidates_per_fact
-    run = CaseReplayer(_case(turns), "long", "offline", lambda c: offline_lm(), HashEmbedder(),
-                       FaultPlan.parse("none"), seed=0).run()
+    run = CaseReplayer(_case(turns), "long", "offline",
+                       UnitModels(lm_factory=lambda c: offline_lm(), embedder=HashEmbedder()), FaultPlan.parse("none"),
+                       seed=0).run()
     assert run.status == "ok", run.error
     flagged = {f.write for f in run.findings if f.kind == AnomalyKind.RECONCILE_CANDIDATES_WRONG}
     assert flagged == set(range(k, turns))

@@ -3,60 +3,45 @@
 unit INCOMPLETE, and `--resume` ends with the record an uninterrupted run gives. A task Ray retries (its worker
 killed mid-unit) starts its journal afresh.
 
-The uninterrupted run is the local journal tests' (the local executor): Ray and local give the same record
+The uninterrupted run is the local journal tests' (the local executor, tests/run/conftest.py): Ray and local give the same record
 (tests/run/test_ray_executor.py), so the Ray journal is checked against the same writes and attempts.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import secrets
 import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
 
-from evals.bench.long_case import long_case
 from evals.cli.main import main
 from evals.record import JOURNAL_DIR, read_journal, read_units, unit_journals
 from evals.report.compare import show
-from tests.run.test_unit_journal import (
+from tests.run.conftest import (
     KILL_AFTER,
     LONG_TURNS,
     REPO,
     UNSTABLE,
-    _cmd,
-    _default_sigint,
-    _journal_writes,
-    _units,
-    _untimed,
+    default_sigint,
+    journal_writes,
+    run_cmd,
+    untimed,
+    untimed_units,
 )
 
 pytest.importorskip("ray")
 
 
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory) -> Path:
-    """The local journal tests' cases: a long one to stop mid-way, and a short one."""
-    path = tmp_path_factory.mktemp("ray-journal") / "long.jsonl"
-    cases = [long_case(LONG_TURNS, "long"), long_case(3, "short")]
-    path.write_text("".join(c.model_dump_json(exclude_none=True) + "\n" for c in cases), encoding="utf-8")
-    return path
-
-
-@pytest.fixture(scope="module")
-def uninterrupted(dataset, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("ray-journal") / "whole"
-    done = subprocess.run(_cmd(dataset, out), cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr
-    return out
-
-
 def _ray_cmd(dataset: Path, out: Path) -> list[str]:
-    return _cmd(dataset, out) + ["--executor", "ray", "--workers", "2"]
+    return run_cmd(dataset, out) + ["--executor", "ray", "--workers", "2"]
 
 
 def _reap(pgid: int) -> None:
@@ -71,14 +56,14 @@ def _reap(pgid: int) -> None:
 @pytest.mark.parametrize("sig", [pytest.param(signal.SIGKILL, marks=pytest.mark.ci_heavy),
                                  pytest.param(signal.SIGINT, marks=pytest.mark.slow)], ids=["kill-9", "ctrl-c"])
 def test_a_ray_unit_stopped_mid_way_leaves_its_finished_writes_and_resume_gives_the_whole_record(
-        dataset, uninterrupted, tmp_path, sig):
+        long_dataset, uninterrupted, tmp_path, sig):
     out = tmp_path / "run"
-    proc = subprocess.Popen(_ray_cmd(dataset, out), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=_default_sigint,
+    proc = subprocess.Popen(_ray_cmd(long_dataset, out), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=default_sigint,
                             start_new_session=True)
     try:
         deadline = time.monotonic() + 600  # a loaded machine can take minutes to start Ray
-        while time.monotonic() < deadline and proc.poll() is None and _journal_writes(out) < KILL_AFTER:
+        while time.monotonic() < deadline and proc.poll() is None and journal_writes(out) < KILL_AFTER:
             time.sleep(0.05)
         assert proc.poll() is None, proc.communicate()[1]  # still inside the long unit
         proc.send_signal(sig)
@@ -97,9 +82,9 @@ def test_a_ray_unit_stopped_mid_way_leaves_its_finished_writes_and_resume_gives_
     assert (journal.head.provider, journal.head.case_id, journal.head.epoch) == ("offline", "long", 0)
     assert journal.head.writes_total == LONG_TURNS and journal.head.dataset == "long"
     assert KILL_AFTER <= journal.done < LONG_TURNS and not journal.torn
-    whole = _units(uninterrupted)["long"]
-    assert [_untimed(w.write.model_dump(mode="json")) for w in journal.writes] == whole["writes"][:journal.done]
-    attempts = [_untimed(a.model_dump(mode="json")) for w in journal.writes for a in w.attempts]
+    whole = untimed_units(uninterrupted)["long"]
+    assert [untimed(w.write.model_dump(mode="json")) for w in journal.writes] == whole["writes"][:journal.done]
+    attempts = [untimed(a.model_dump(mode="json")) for w in journal.writes for a in w.attempts]
     assert attempts and attempts == whole["attempts"][:len(attempts)]
     assert "long" not in {r.case_id for r in read_units(out)}  # never counted as finished
 
@@ -108,7 +93,7 @@ def test_a_ray_unit_stopped_mid_way_leaves_its_finished_writes_and_resume_gives_
     assert f"long · epoch 0: INCOMPLETE, {journal.done} of {LONG_TURNS} writes saved in {JOURNAL_DIR}/" in shown
     assert main(["show", str(out)]) == 1
 
-    resumed = subprocess.Popen(_ray_cmd(dataset, out) + ["--resume"], cwd=REPO, stdout=subprocess.PIPE,
+    resumed = subprocess.Popen(_ray_cmd(long_dataset, out) + ["--resume"], cwd=REPO, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         _, err = resumed.communicate(timeout=900)
@@ -116,7 +101,7 @@ def test_a_ray_unit_stopped_mid_way_leaves_its_finished_writes_and_resume_gives_
         _reap(resumed.pid)
     assert resumed.returncode == 0, err
     assert not (out / JOURNAL_DIR).exists()  # every unit saved: no journal left
-    assert _units(out) == _units(uninterrupted)
+    assert untimed_units(out) == untimed_units(uninterrupted)
     for table in ("facts", "anomalies", "cases"):
         mine, theirs = pd.read_parquet(out / f"{table}.parquet"), pd.read_parquet(uninterrupted / f"{table}.parquet")
         keep = [c for c in mine.columns if c not in UNSTABLE]
@@ -149,7 +134,7 @@ def _unit_workers() -> list[int]:
 
 
 @pytest.mark.ci_heavy  # starts a local Ray instance (run by `nox -s heavy`)
-def test_a_unit_whose_worker_dies_mid_way_is_retried_with_a_fresh_journal(dataset, uninterrupted, tmp_path):
+def test_a_unit_whose_worker_dies_mid_way_is_retried_with_a_fresh_journal(long_dataset, uninterrupted, tmp_path):
     """The driver's progress callback sees the unit's writes arrive; past KILL_AFTER it kills the worker. Ray retries
     the task on a new worker, whose head restarts the journal: it ends with each write once, not the dead
     attempt's writes and then the retry's."""
@@ -158,7 +143,7 @@ def test_a_unit_whose_worker_dies_mid_way_is_retried_with_a_fresh_journal(datase
     from evals.run.executors import UnitTask
     from evals.run.executors.ray_executor import run_ray
 
-    (case,) = [c for c in load_cases([str(dataset)]) if c.id == "long"]
+    (case,) = [c for c in load_cases([str(long_dataset)]) if c.id == "long"]
     task = UnitTask(case=case, dataset="long", label="offline", system="hymem", provider=parse_lm_spec("offline"),
                     embedder="hash", plan="none", seed=0)
     seen: list[int] = []
@@ -187,5 +172,55 @@ def test_a_unit_whose_worker_dies_mid_way_is_retried_with_a_fresh_journal(datase
     (path,) = unit_journals(tmp_path)  # closed, not removed: removing it is the runner's, once the record is saved
     journal = read_journal(path)
     assert journal.done == LONG_TURNS and journal.head.case_id == "long"
-    written = [_untimed(w.write.model_dump(mode="json")) for w in journal.writes]
-    assert written == _untimed(run.model_dump(mode="json"))["writes"] == _units(uninterrupted)["long"]["writes"]
+    written = [untimed(w.write.model_dump(mode="json")) for w in journal.writes]
+    assert written == untimed(run.model_dump(mode="json"))["writes"] == untimed_units(uninterrupted)["long"]["writes"]
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string inside a decoded JSON value, keys included."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (*_strings(k), *_strings(v))]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+@pytest.mark.ci_heavy  # starts a local Ray instance (run by `nox -s heavy`)
+def test_a_driver_secret_that_json_escapes_is_redacted_from_a_ray_units_journal(tmp_path):
+    """A key the driver registered and the worker never saw: the worker's journal lines hold it as JSON writes it (a
+    quote as `\\"`, a backslash as `\\\\`, a newline as `\\n`, U+2028 as `\\u2028`), and the driver's journal holds it
+    nowhere, in any form."""
+    from evals.arms.providers import parse_lm_spec
+    from evals.cases.dataset import Case
+    from evals.core.redact import register_secret
+    from evals.run.executors import UnitTask
+    from evals.run.executors.ray_executor import run_ray
+
+    token = secrets.token_hex(6)
+    keys = [f'quo"te-{token}', f"back\\slash-{token}", f"new\nline-{token}", f"näive-{token}", f"sep\u2028ara-{token}"]
+    case = Case.model_validate({
+        "id": "keys", "lang": "en", "user_id": "ana", "tags": [], "memories": [],
+        "turns": [[{"role": "user", "name": "Ana", "content": f"My key is {key} today."}] for key in keys],
+        "expect": {"facts": [{"text": "The user has a key.", "subject": "user", "owner": "user"}]}})
+    for key in keys:
+        register_secret(key)  # in this process (the driver) only
+    task = UnitTask(case=case, dataset="keys", label="offline", system="hymem", provider=parse_lm_spec("offline"),
+                    embedder="hash", plan="none", seed=0)
+
+    (run,) = run_ray([task], workers=1, address=None, limits={"offline": 1}, cases=[case], run_token="t",
+                     run_dir=tmp_path)
+    assert run.status == "ok", run.error
+    sent = [m["content"] for w in run.writes for m in w.payload]
+    assert sent == [f"My key is {key} today." for key in keys]  # the worker's record: no key of it redacted
+
+    (path,) = unit_journals(tmp_path)
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    assert len(lines) == 1 + len(keys)  # the head and each write, one line each
+    saved = [s for line in lines for s in _strings(json.loads(line))]
+    assert not [key for key in keys if key in text or any(key in s for s in saved)]
+    journal = read_journal(path)
+    assert journal.done == len(keys) and not journal.torn
+    assert [m["content"] for w in journal.writes for m in w.write.payload] == ["My key is [REDACTED] today."] * len(keys)

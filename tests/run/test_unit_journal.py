@@ -8,15 +8,11 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pytest
 
-from evals.bench.long_case import long_case
 from evals.cli.main import main
 from evals.record import (
     JOURNAL_DIR,
@@ -31,57 +27,17 @@ from evals.record import (
 from evals.report.compare import show
 from evals.report.view_data import load, verdict_and_reasons
 from tests.report.test_compare import RUN_B, write_run
-
-REPO = Path(__file__).resolve().parents[2]
-LONG_TURNS = 200  # a few hundred one-message turns: seconds of replay with the hash embedder
-KILL_AFTER = 12  # writes saved in the journal before the signal
-# Wall-clock fields (timings, a memory's timestamps), and whether an embedding was found in the embedder's shared
-# cache: the two cases share texts, and which unit embeds one first depends on thread timing (BENCHMARKS.md).
-UNSTABLE = {"seconds", "latency_s", "created_at", "updated_at", "cache_hit"}
-
-
-def _default_sigint() -> None:
-    """In the child: Ctrl-C as a terminal delivers it, even when this suite runs in the background."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def _untimed(value: Any) -> Any:
-    """A record's JSON without the fields two replays of a case may differ in (UNSTABLE)."""
-    if isinstance(value, dict):
-        return {k: _untimed(v) for k, v in value.items() if k not in UNSTABLE}
-    if isinstance(value, list):
-        return [_untimed(v) for v in value]
-    return value
-
-
-def _units(run_dir: Path) -> dict[str, Any]:
-    return {r.case_id: _untimed(r.model_dump(mode="json")) for r in read_units(run_dir)}
-
-
-def _cmd(dataset: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "evals.cli.main", "run", "--dataset", str(dataset), "--faults", "none",
-            "--embedder", "hash", "--matcher", "text", "--out", str(out), "--no-progress"]
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("journal") / "long.jsonl"
-    cases = [long_case(LONG_TURNS, "long"), long_case(3, "short")]
-    path.write_text("".join(c.model_dump_json(exclude_none=True) + "\n" for c in cases), encoding="utf-8")
-    return path
-
-
-@pytest.fixture(scope="module")
-def uninterrupted(dataset, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("journal") / "whole"
-    done = subprocess.run(_cmd(dataset, out), cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr
-    return out
-
-
-def _journal_writes(out: Path) -> int:
-    journals = [p for p in unit_journals(out) if p.name.startswith("offline_long_")]
-    return journals[0].read_bytes().count(b"\n") - 1 if journals else 0  # less the head line
+from tests.run.conftest import (
+    KILL_AFTER,
+    LONG_TURNS,
+    REPO,
+    UNSTABLE,
+    default_sigint,
+    journal_writes,
+    run_cmd,
+    untimed,
+    untimed_units,
+)
 
 
 # three runs of a 200-turn case in subprocesses: kill -9 in CI's heavy session (`nox -s heavy`), Ctrl-C in `slow`
@@ -89,12 +45,12 @@ def _journal_writes(out: Path) -> int:
                                  pytest.param(signal.SIGINT, marks=pytest.mark.slow)],
                          ids=["kill-9", "ctrl-c"])
 def test_a_unit_stopped_mid_way_leaves_its_finished_writes_and_resume_gives_the_whole_record(
-        dataset, uninterrupted, tmp_path, sig):
+        long_dataset, uninterrupted, tmp_path, sig):
     out = tmp_path / "run"
-    proc = subprocess.Popen(_cmd(dataset, out), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=_default_sigint)
+    proc = subprocess.Popen(run_cmd(long_dataset, out), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=default_sigint)
     deadline = time.monotonic() + 600  # a loaded machine can take minutes to start
-    while time.monotonic() < deadline and proc.poll() is None and _journal_writes(out) < KILL_AFTER:
+    while time.monotonic() < deadline and proc.poll() is None and journal_writes(out) < KILL_AFTER:
         time.sleep(0.05)
     assert proc.poll() is None, proc.communicate()[1]  # still inside the long unit
     proc.send_signal(sig)
@@ -112,9 +68,9 @@ def test_a_unit_stopped_mid_way_leaves_its_finished_writes_and_resume_gives_the_
     assert (journal.head.provider, journal.head.case_id, journal.head.epoch) == ("offline", "long", 0)
     assert journal.head.writes_total == LONG_TURNS
     assert KILL_AFTER <= journal.done < LONG_TURNS
-    whole = _units(uninterrupted)["long"]
-    assert [_untimed(w.write.model_dump(mode="json")) for w in journal.writes] == whole["writes"][:journal.done]
-    attempts = [_untimed(a.model_dump(mode="json")) for w in journal.writes for a in w.attempts]
+    whole = untimed_units(uninterrupted)["long"]
+    assert [untimed(w.write.model_dump(mode="json")) for w in journal.writes] == whole["writes"][:journal.done]
+    attempts = [untimed(a.model_dump(mode="json")) for w in journal.writes for a in w.attempts]
     assert attempts and attempts == whole["attempts"][:len(attempts)]
     assert [f for w in journal.writes for f in w.findings] == []  # a clean engine: no finding on these writes
     assert "long" not in {r.case_id for r in read_units(out)}  # never counted as finished
@@ -125,11 +81,11 @@ def test_a_unit_stopped_mid_way_leaves_its_finished_writes_and_resume_gives_the_
     assert f"{len(read_units(out))} of 2 units finished and saved" in shown
     assert main(["show", str(out)]) == 1  # no table yet: listed, but nothing measured
 
-    resumed = subprocess.run(_cmd(dataset, out) + ["--resume"], cwd=REPO, capture_output=True, text=True,
+    resumed = subprocess.run(run_cmd(long_dataset, out) + ["--resume"], cwd=REPO, capture_output=True, text=True,
                              timeout=900)
     assert resumed.returncode == 0, resumed.stderr
     assert not (out / JOURNAL_DIR).exists()  # every unit saved: no journal left
-    assert _units(out) == _units(uninterrupted)
+    assert untimed_units(out) == untimed_units(uninterrupted)
     for table in ("facts", "anomalies", "cases"):
         mine, theirs = pd.read_parquet(out / f"{table}.parquet"), pd.read_parquet(uninterrupted / f"{table}.parquet")
         keep = [c for c in mine.columns if c not in UNSTABLE]
@@ -198,3 +154,32 @@ def test_a_line_made_in_another_process_is_redacted_again_with_this_ones_secrets
     read = read_journal(journal.path)
     assert read.done == 2 and not read.torn
     assert read.writes[1].attempts[0].error == '401: key [REDACTED] refused; "api_key=[REDACTED]" \\ {"x": 1}'
+
+
+@pytest.mark.parametrize("mark", ['"', "\\", "\n", "\t", "é", "\u2028", "\U0001f511"],
+                         ids=["quote", "backslash", "newline", "tab", "non-ascii", "line-separator", "beyond-bmp"])
+@pytest.mark.parametrize("ascii_only", [False, True], ids=["as-made", "ensure-ascii"])
+def test_a_driver_secret_is_found_in_a_line_however_json_escapes_it(tmp_path, mark, ascii_only):
+    """A key holding a character JSON escapes is in the line only escaped (`\\"`, `\\\\`, `\\n`, `\\u2028`, or with
+    `ensure_ascii` `\\u00e9`, a surrogate pair): the driver still finds it, and redacts it."""
+    import json
+    import secrets
+
+    from evals.core.redact import register_secret
+    from evals.record import Attempt, JournalLines
+
+    key = f"k{mark}y-" + secrets.token_hex(8)
+    write = WriteRecord(index=0, path="chat", request_id="r0", success=True, codes=Codes(success=True))
+    said = Attempt(provider="p", model="m", case_id="c", site="lm.extract", status="AuthenticationError",
+                   error=f"401: key {key} refused")
+    line = JournalLines().write_done(write, [], [said])
+    if ascii_only:  # as a writer with json.dumps' default would make it
+        line = json.dumps(json.loads(line)) + "\n"
+    escaped = ascii_only or mark in '"\\\n\t\u2028'  # pydantic leaves other non-ASCII raw, as the journal does
+    assert (key in line) != escaped and key in json.loads(line)["attempts"][0]["error"]
+    register_secret(key)
+    journal = JournalWriter(tmp_path, JournalHead(provider="p", case_id="c", epoch=0, dataset="d", writes_total=1))
+    journal.append_line(line)
+    journal.close()
+    (saved,) = read_journal(journal.path).writes
+    assert saved.attempts[0].error == "401: key [REDACTED] refused"

@@ -32,7 +32,7 @@ from evals.arms.registry import open_arm
 from evals.faults.plan import FaultPlan
 from evals.run.executors._ray_journal import JournalIntake, Progress, RelayedJournal, relay_actor, unit_key
 from evals.run.executors._unit import UnitTask, failed_unit
-from evals.run.replay import CaseReplayer
+from evals.run.replay import CaseReplayer, UnitModels
 from evals.run.scratch import drain as drain_scratch
 
 MAX_RETRIES = 2  # Ray re-runs a task whose worker died this many times before it is an infra error
@@ -178,9 +178,10 @@ def run_unit(task: UnitTask, run_token: str, cases_ref: list, slots: Any, relay:
     system = partial(arm.make, seed=task.sampling_seed, temperature=task.temperature) if arm.make is not None else None
     journal = RelayedJournal(relay, task) if relay is not None else None
     try:
-        return CaseReplayer(task.case, task.dataset, task.label, lm, _embedder(task.embedder),
-                            FaultPlan.parse(task.plan), task.seed, program=task.program, accounting=provider,
-                            cache=cache, system=system, epoch=task.epoch,
+        models = UnitModels(lm_factory=lm, embedder=_embedder(task.embedder), program=task.program,
+                            accounting=provider, cache=cache)
+        return CaseReplayer(task.case, task.dataset, task.label, models, FaultPlan.parse(task.plan), task.seed,
+                            system=system, epoch=task.epoch,
                             journal=journal.write_done if journal is not None else None).run()
     finally:
         if journal is not None:
