@@ -7,6 +7,7 @@ labelled pair's decision and score (agreement.parquet). Timings and attempts are
 
     python -m evals.bench.same_records RUN_A RUN_B        # two run directories
     python -m evals.bench.same_records EVAL_A EVAL_B      # two `matcher eval --out` directories
+    python -m evals.bench.same_records --decide DIR       # every labelled pair's decision and score -> DIR
 
 Exit 0 when every table present in either directory is equal, 1 (naming the tables) otherwise.
 """
@@ -17,7 +18,7 @@ import argparse
 from pathlib import Path
 
 RUN_TABLES = ("facts", "case_metrics", "ops", "anomalies")
-EVAL_TABLES = ("agreement",)
+EVAL_TABLES = ("agreement", "decisions")
 
 
 def differing_tables(a: Path, b: Path) -> dict[str, str]:
@@ -41,12 +42,39 @@ def differing_tables(a: Path, b: Path) -> dict[str, str]:
     return out
 
 
+def write_decisions(out: Path) -> Path:
+    """`out/decisions.parquet`: every labelled pair (`datasets/matcher/pairs.jsonl`, all splits) as the committed
+    semantic matcher decides it (`agreement.decide`, what `matcher eval` counts) and its score (`Matcher.similarity`),
+    for comparing two codes pair by pair; agreement.parquet only holds the sums."""
+    import pandas as pd
+
+    from evals.scoring.agreement import decide
+    from evals.scoring.pairs import load_pairs
+    from evals.scoring.semantic import SemanticMatcher
+
+    pairs = load_pairs(split="all")
+    matcher = SemanticMatcher.load()
+    said = decide(matcher, pairs)
+    frame = pd.DataFrame({"gold": [p.gold.text for p in pairs], "pred": [p.pred.text for p in pairs],
+                          "same": said, "score": [matcher.similarity(p.gold.text, p.pred.text) for p in pairs]})
+    out.mkdir(parents=True, exist_ok=True)
+    frame.to_parquet(out / "decisions.parquet")
+    return out / "decisions.parquet"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m evals.bench.same_records", description=__doc__.splitlines()[0])
-    parser.add_argument("a", type=Path)
-    parser.add_argument("b", type=Path)
+    parser.add_argument("a", type=Path, nargs="?")
+    parser.add_argument("b", type=Path, nargs="?")
+    parser.add_argument("--decide", type=Path, metavar="DIR", help="write every labelled pair's decision and score")
     args = parser.parse_args(argv)
     import pandas as pd
+
+    if args.decide is not None:
+        print(write_decisions(args.decide))
+        return 0
+    if args.a is None or args.b is None:
+        parser.error("give two directories to compare, or --decide DIR")
 
     differ = differing_tables(args.a, args.b)
     if "(none)" in differ:
