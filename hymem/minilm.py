@@ -32,6 +32,14 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + erf(x / np.float32(np.sqrt(2.0))))
 
 
+def _dense(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """`x @ weight` for x (n, L, in) as one (n*L, in) product: numpy multiplies a stack one (L, in) slice at a time,
+    reading the whole weight for each, which made a batch of short texts (the matcher's single words, the engine's
+    one-text calls) 2-3x slower; each output row is the same, bit for bit (`tests/engine/test_minilm.py`)."""
+    n, length, width = x.shape
+    return (x.reshape(n * length, width) @ weight).reshape(n, length, weight.shape[1])
+
+
 class NumpyMiniLM:
     """The sentence encoder: `encode(texts)` → float32 (n, 384) unit vectors."""
 
@@ -102,7 +110,7 @@ class NumpyMiniLM:
         head = self.dim // _HEADS
         scale = np.float32(1.0 / np.sqrt(head))
         for lw in self._layers:
-            qkv = x @ lw["qkv_t"] + lw["qkv_b"]  # (n, L, 3*384)
+            qkv = _dense(x, lw["qkv_t"]) + lw["qkv_b"]  # (n, L, 3*384)
             q, k, v = (qkv[..., j * self.dim:(j + 1) * self.dim].reshape(n, length, _HEADS, head).transpose(0, 2, 1, 3)
                        for j in range(3))
             scores = (q @ k.transpose(0, 1, 3, 2)) * scale + bias
@@ -110,8 +118,8 @@ class NumpyMiniLM:
             probs = np.exp(scores)
             probs /= probs.sum(-1, keepdims=True)
             context = (probs @ v).transpose(0, 2, 1, 3).reshape(n, length, self.dim)
-            x = _layer_norm(context @ lw["out_t"] + lw["out_b"] + x, lw["ln1_w"], lw["ln1_b"])
-            hidden = _gelu(x @ lw["up_t"] + lw["up_b"])
-            x = _layer_norm(hidden @ lw["down_t"] + lw["down_b"] + x, lw["ln2_w"], lw["ln2_b"])
+            x = _layer_norm(_dense(context, lw["out_t"]) + lw["out_b"] + x, lw["ln1_w"], lw["ln1_b"])
+            hidden = _gelu(_dense(x, lw["up_t"]) + lw["up_b"])
+            x = _layer_norm(_dense(hidden, lw["down_t"]) + lw["down_b"] + x, lw["ln2_w"], lw["ln2_b"])
         pooled = (x * mask[..., None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1e-9)
         return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)

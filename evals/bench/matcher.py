@@ -280,6 +280,7 @@ def locomo_ratio(sample: int, seed: int = 1, path: Path = LOCOMO, keep: Path | N
             "run_over_engine_embedding_alone": round(run_s / issue_s, 2),
             "units_over_engine_embedding_alone": round(outcome.units_seconds / issue_s, 2),
             "run_cpu_over_engine_embedding_cpu": round(run_cpu / issue_cpu, 2),
+            "run_cpu_s": round(run_cpu, 1), "engine_embedding_alone_cpu_s": round(issue_cpu, 2),
             "engine_texts": engine_texts, "engine_texts_alone_s": round(engine_s, 2),
             "run_over_engine_texts_alone": round(run_s / engine_s, 2),
             "units_over_engine_texts_alone": round(outcome.units_seconds / engine_s, 2),

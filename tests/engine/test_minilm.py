@@ -85,3 +85,19 @@ def test_the_main_job_on_the_bundled_data_is_valid_with_minilm(tmp_path):
     outcome = run_eval(RunConfig(out=tmp_path / "run", progress=False))
     assert outcome.manifest.embedder == "minilm"
     assert outcome.verdict == "valid"
+
+
+@needs_minilm
+def test_a_batch_gets_the_vectors_the_per_text_products_gave_bit_for_bit(monkeypatch):
+    """The dense layers multiply a batch's tokens in one 2-D product (`hymem.minilm._dense`); numpy's stacked
+    product, one text at a time, gave every vector the same to the last bit. A run's records depend on those bits
+    (the matcher's word vectors feed every match score), so no change of speed may move them."""
+    import hymem.minilm as minilm
+
+    texts = _bundled_sentences()[:40] + ["coffee", "violin", "a", "painting classes", "跑步"]
+    batches = [texts, texts[:1], texts[3:5], texts[-5:], texts[:33]]
+    model = make_embedder("minilm")
+    ours = [model.embed(batch) for batch in batches]
+    monkeypatch.setattr(minilm, "_dense", lambda x, weight: x @ weight)  # numpy's stack, slice by slice
+    for batch, vectors in zip(batches, ours, strict=True):
+        assert np.array_equal(vectors, model.embed(batch))
