@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import math
 import re
-from pathlib import Path
 from typing import Any
 
 DPI = 110
@@ -20,7 +19,7 @@ TICK = 0.1  # a tick (3.5 pt) and its label's pad (3.5 pt), in inches
 LABEL_PAD = 0.06  # an axis label's pad (4 pt)
 TITLE_PAD = 0.09  # an axes title's pad (6 pt)
 LINE = 1.2  # matplotlib's line spacing, over the font size
-PNG_COMPRESSION = 3  # zlib level: about half level 6's encoding time for files a few per cent larger
+PNG_COMPRESSION = 3  # zlib level: two thirds of level 6's encoding time, files about 6% larger
 
 
 @functools.cache
@@ -102,11 +101,6 @@ class Sheet:
     def text(self, x: float, top: float, text: str, **kwargs: Any) -> Any:
         return self.figure.text(*self.point(x, top), text, va="top", **kwargs)
 
-    def save(self, path: Path) -> Path:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.figure.savefig(path, format="png", pil_kwargs={"compress_level": PNG_COMPRESSION})
-        return path
 
-
-__all__ = ["DPI", "LABEL_PAD", "PAD", "Sheet", "TICK", "TITLE_PAD", "line_height", "lines", "rotated_size",
-           "text_size", "wrap"]
+__all__ = ["DPI", "LABEL_PAD", "PAD", "PNG_COMPRESSION", "Sheet", "TICK", "TITLE_PAD", "line_height", "lines",
+           "rotated_size", "text_size", "wrap"]

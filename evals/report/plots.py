@@ -19,6 +19,7 @@ from evals.report.compare import Run, load_run, metric_row
 from evals.report.plot_layout import (
     LABEL_PAD,
     PAD,
+    PNG_COMPRESSION,
     TICK,
     TITLE_PAD,
     Sheet,
@@ -50,6 +51,12 @@ def _panel_metrics(metrics: pd.DataFrame) -> dict[Kind, list[str]]:
             continue
         panels.setdefault(entry.kind, []).append(name)
     return {kind: panels[kind] for kind in Kind if kind in panels}  # rates first, in the catalogue's kind order
+
+
+def _save(sheet: Sheet, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sheet.figure.savefig(path, format="png", pil_kwargs={"compress_level": PNG_COMPRESSION})
+    return path
 
 
 _AXIS = {Kind.RATE: ("share, with its 95% CI over cases", 1.0), Kind.COUNT: ("count", 1.0),
@@ -108,7 +115,7 @@ def providers_plot(run: Run, path: Path) -> Path | None:
         names, ncols, _ = legend
         sheet.figure.legend(handles, names, loc="upper center", bbox_to_anchor=sheet.point(width / 2, y),
                             ncols=ncols, fontsize=_SMALL)
-    return sheet.save(path)
+    return _save(sheet, path)
 
 
 def _legend_layout(providers: list[str], width: float) -> tuple[list[str], int, float]:
@@ -179,10 +186,10 @@ def _colorbar(sheet: Sheet, image: Any, left: float, top: float, span: float, la
     bar.set_label(wrap(label, length, size), fontsize=size)
 
 
-def _colorbar_width(label: str, span: float, size: float) -> float:
-    """Inches a `_colorbar` takes right of its axes, its gap and its labels included."""
+def _colorbar_width(label: str, span: float, size: float, gap: float = 0.3) -> float:
+    """Inches a `_colorbar` takes right of its axes, its `gap` and its labels included."""
     length = max(0.8 * span, 1.4)
-    return 0.3 + 0.18 + TICK + text_size("0.0", size)[0] + LABEL_PAD + line_height(size, lines(wrap(label, length, size)))
+    return gap + 0.18 + TICK + text_size("0.0", size)[0] + LABEL_PAD + line_height(size, lines(wrap(label, length, size)))
 
 
 def _colorbar_overhang(span: float) -> float:
@@ -208,8 +215,9 @@ def confusion_plot(run: Run, path: Path) -> Path | None:
     titles = {(p, s): wrap(p + (f" · {s}" if s else ""), side + deco, 9) for p in providers for s in stages}
     title_heights = [line_height(9, max(lines(titles[p, s]) for s in stages)) + TITLE_PAD for p in providers]
     span = sum(title_heights) - title_heights[0] + len(providers) * side + (len(providers) - 1) * below
-    bar_label = "share of the gold row"
-    width = PAD + len(stages) * (deco + side) + (len(stages) - 1) * gap + _colorbar_width(bar_label, span, size) + PAD
+    bar_label, bar_gap = "share of the gold row", deco / 2 + 0.15  # clear of a title as wide as side + deco
+    bar_width = _colorbar_width(bar_label, span, size, bar_gap)
+    width = PAD + len(stages) * (deco + side) + (len(stages) - 1) * gap + bar_width + PAD
     title = wrap(f"{run.label}: subject confusion of matched facts", width - 2 * PAD, _SUPTITLE)
     top = PAD + line_height(_SUPTITLE, lines(title)) + 0.1 + _colorbar_overhang(span)
     height = top + sum(title_heights) + len(providers) * (side + below) - 0.25 + _colorbar_overhang(span) + PAD
@@ -241,9 +249,9 @@ def confusion_plot(run: Run, path: Path) -> Path | None:
             ax.set_title(titles[provider, stage], fontsize=9)
         y += side + below
     axes_top = top + title_heights[0]
-    _colorbar(sheet, image, width - PAD - _colorbar_width(bar_label, span, size) + 0.3, axes_top,
+    _colorbar(sheet, image, width - PAD - bar_width + bar_gap, axes_top,
               y - below - axes_top, bar_label, size)
-    return sheet.save(path)
+    return _save(sheet, path)
 
 
 def fault_plot(run: Run, path: Path) -> Path | None:
@@ -314,7 +322,7 @@ def fault_plot(run: Run, path: Path) -> Path | None:
     if note:
         sheet.text(PAD, height - PAD - line_height(size, lines(note)), note, fontsize=size, color="#444444")
     _colorbar(sheet, image, left + matrix_width + 0.3, top + title_heights[0], span, bar_label, size)
-    return sheet.save(path)
+    return _save(sheet, path)
 
 
 def _site_grid(faults: Any, provider: str) -> dict[str, list[str]]:
@@ -384,7 +392,7 @@ def stability_plot(run: Run, path: Path) -> Path | None:
     axes[0].set_ylim(len(names) - 0.5, -0.5)  # shared by every panel: the headline order, top down
     axes[0].legend(loc="upper left", fontsize=size, bbox_to_anchor=sheet.point(left, legend_top),
                    bbox_transform=sheet.figure.transFigure, ncols=3, frameon=False, borderaxespad=0, borderpad=0)
-    return sheet.save(path)
+    return _save(sheet, path)
 
 
 def write_plots(run_dir: Path) -> list[Path]:
