@@ -71,6 +71,13 @@ def _unmeasured(rows: pd.DataFrame, names: list[str]) -> bool:
     return not (values.notna() & (values != 0)).any()
 
 
+def _zero_note(rows: pd.DataFrame, names: list[str]) -> str:
+    """The line that stands for a panel of zeros: each metric's zero as the reports print it."""
+    values = rows.loc[rows["metric"].isin(names), "value"]
+    some = " that measured it" if values.isna().any() else ""
+    return f"{', '.join(f'{n} = {format_value(n, 0.0)}' for n in names)} for every provider{some} (no panel)"
+
+
 def providers_plot(run: Run, path: Path) -> Path | None:
     """Horizontal bars per metric, one per provider, with the value written out (a 0 bar is invisible
     otherwise); None when nothing was measured. Rates share one axis (with 95% CI whiskers); counts,
@@ -90,8 +97,7 @@ def providers_plot(run: Run, path: Path) -> Path | None:
     left = PAD + max(text_size(label, _SMALL)[0] for label in labels.values()) + TICK + 0.05
     right = PAD + 0.35  # the last x tick label's half
     title = wrap(f"{run.label}: metrics per provider (all datasets)", width - 2 * PAD, _SUPTITLE)
-    notes = [wrap(f"{', '.join(names)}: 0 or n/a for every provider (no panel)", width - 2 * PAD, _SMALL)
-             for names in empty]
+    notes = [wrap(_zero_note(rows, names), width - 2 * PAD, _SMALL) for names in empty]
     legend = _legend_layout(providers, width - 2 * PAD) if len(providers) > 1 else None
     spread = max(1, len(providers)) ** 0.6
     heights = [0.2 + 0.3 * len(names) * spread for names in drawn.values()]
@@ -123,7 +129,7 @@ def _legend_layout(providers: list[str], width: float) -> tuple[list[str], int, 
     height in inches."""
     em = _SMALL / 72
     handle = (2.0 + 0.8) * em  # the patch and its pad before the label
-    frame = 2 * (0.4 + 0.5) * em + 0.05  # border pad and frame
+    frame = 2 * 0.4 * em + 0.05  # border pad and frame
     labels = [wrap(p, width - handle - frame, _SMALL) for p in providers]
     entries = sorted((handle + text_size(label, _SMALL)[0] for label in labels), reverse=True)
     ncols = 1
@@ -131,7 +137,7 @@ def _legend_layout(providers: list[str], width: float) -> tuple[list[str], int, 
         ncols += 1
     rows = math.ceil(len(labels) / ncols)
     tallest = max(lines(label) for label in labels)
-    return labels, ncols, rows * (line_height(_SMALL, tallest) + 0.5 * em) + frame + 0.1
+    return labels, ncols, rows * (line_height(_SMALL, tallest) + 0.5 * em) + frame
 
 
 def _bars(ax: Any, run: Run, providers: list[str], kind: Kind, names: list[str], labels: dict[str, str]) -> list[Any]:
@@ -165,7 +171,7 @@ def _bars(ax: Any, run: Run, providers: list[str], kind: Kind, names: list[str],
     ax.set_yticks(range(len(names)), [labels[n] for n in names], fontsize=_SMALL)
     ax.set_ylim(len(names) - 0.5, -0.5)  # top down, every row's bars (and its n/a) inside
     ax.set_xlim(0, right * 1.15)
-    if kind in (Kind.COUNT, Kind.TOKENS):
+    if kind in (Kind.COUNT, Kind.TOKENS) and right >= 10_000:
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 12M, not a 1e7 offset in the corner
     ax.tick_params(axis="x", labelsize=_SMALL)
     ax.set_xlabel(f"{kind}: {label}", fontsize=_SMALL)
@@ -373,7 +379,7 @@ def stability_plot(run: Run, path: Path) -> Path | None:
     sheet.text(width / 2, PAD, title, ha="center", fontsize=10)
     axes: list[Any] = []
     for k, provider in enumerate(providers):
-        ax = sheet.axes(left + k * (panel + gap), top, panel, panel_height, sharey=axes[0] if axes else None)
+        ax = sheet.axes(left + k * (panel + gap), top, panel, panel_height)
         mine = table[table["provider"] == provider]
         shares = (mine.groupby("metric")["stability"].value_counts(normalize=True).unstack(fill_value=0.0)
                   .reindex(index=names, fill_value=0.0))
@@ -384,12 +390,13 @@ def stability_plot(run: Run, path: Path) -> Path | None:
             left_edges = [a + b for a, b in zip(left_edges, values, strict=True)]
         ax.set_xlim(0, 1)
         ax.tick_params(axis="x", labelsize=8)
-        ax.tick_params(axis="y", labelleft=not axes)
+        ax.set_ylim(len(names) - 0.5, -0.5)  # the headline order, top down, in every panel
+        if axes:  # the rows line up with the first panel's labels; no ticks of its own to make and draw
+            ax.set_yticks([])
         ax.set_xlabel("share of cases", fontsize=9)
         ax.set_title(titles[k], fontsize=9)
         axes.append(ax)
     axes[0].set_yticks(range(len(names)), labels, fontsize=size)
-    axes[0].set_ylim(len(names) - 0.5, -0.5)  # shared by every panel: the headline order, top down
     axes[0].legend(loc="upper left", fontsize=size, bbox_to_anchor=sheet.point(left, legend_top),
                    bbox_transform=sheet.figure.transFigure, ncols=3, frameon=False, borderaxespad=0, borderpad=0)
     return _save(sheet, path)

@@ -9,6 +9,7 @@ from pathlib import Path
 import matplotlib.figure
 import pandas as pd
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.transforms import Bbox
 
 from evals.report.plots import write_plots
@@ -87,6 +88,7 @@ def test_every_label_stays_inside_its_figure_and_clear_of_other_panels(tmp_path:
                                                                        providers):
     figures = drawn_figures(write_run(tmp_path / "run", run_id, providers), monkeypatch)
     for name, fig in figures.items():
+        assert isinstance(fig.canvas, FigureCanvasAgg)  # drawn by Agg, as the PNG is
         renderer = fig.canvas.get_renderer()
         inside = fig.get_tightbbox(renderer)  # inches: every drawn artist, tick labels and titles included
         width, height = fig.get_size_inches()
