@@ -354,13 +354,15 @@ _STABILITY = (("stable-pass", "#4c9a5b"), ("flaky", "#e3a21a"), ("stable-fail", 
 
 def stability_plot(run: Run, path: Path) -> Path | None:
     """Per provider and headline rate, the share of cases stable-pass, flaky and stable-fail over the run's
-    epochs (stability.parquet); None for a run of one epoch."""
+    epochs (stability.parquet); None for a run of one epoch (or with no headline rate over epochs)."""
     table = run.table("stability")
     if table is None or table.empty or int(table["epochs"].max()) < 2:
         return None
     table = table[table["epochs"] >= 2]
     present = set(table["metric"])
     names = [m for m in HEADLINE if m in present and metric(m).is_rate]
+    if not names:
+        return None
     providers = list(dict.fromkeys(table["provider"]))
     counts = table.groupby("metric")["case_id"].nunique().reindex(names, fill_value=0)
     labels = [f"{m} (n={int(counts[m])})" for m in names]
