@@ -4,13 +4,12 @@ case's raw messages, read by `evals.core.prompt_reading` (not by `hymem.render`,
 from __future__ import annotations
 
 import difflib
-import operator
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
-from itertools import chain, repeat
+from collections.abc import Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
-from evals.core.chunks import ChunkMemo, Chunks
+from evals.core.chunks import ChunkedById, ChunkMemo, Chunks
 from evals.core.prompt_reading import (
     NAME_LINE,
     NAME_STARTS,
@@ -193,52 +192,19 @@ def _kinds_by_id(live: Sequence[dict[str, Any]]) -> tuple[Mapping[Any, Any], Cou
     return by_id, counts
 
 
-def _chunk_kinds(chunk: Sequence[dict[str, Any]]) -> tuple[dict[Any, Any], Counter[Any], Any, Any] | None:
-    """A chunk's raw kinds by id, how many ids have each, and its smallest and largest id; None when an id is
-    there twice or the ids are not integers in increasing order (then made whole)."""
-    ids: list[Any] = list(map(dict.get, chunk, repeat("id")))
-    if not all(type(i) is int for i in ids) or any(map(operator.ge, ids, ids[1:])):
-        return None
-    by_id = dict(zip(ids, map(dict.get, chunk, repeat("kind")), strict=True))
-    return by_id, Counter(by_id.values()), (ids[0] if ids else None), (ids[-1] if ids else None)
-
-
-_CHUNK_KINDS: ChunkMemo[tuple[dict[Any, Any], Counter[Any], Any, Any] | None] = ChunkMemo(_chunk_kinds)
-
-
-class _KindsByChunk(Mapping[Any, Any]):
-    """Raw kinds by id over chunks whose ids are distinct (each chunk's increasing, and each above the last
-    chunk's): a lookup asks each chunk's map, with no map of every id made."""
-
-    def __init__(self, maps: list[dict[Any, Any]]):
-        self._maps = maps
-
-    def __getitem__(self, key: Any) -> Any:
-        for found in self._maps:
-            if key in found:
-                return found[key]
-        raise KeyError(key)
-
-    def __iter__(self) -> Iterator[Any]:
-        return chain.from_iterable(self._maps)
-
-    def __len__(self) -> int:
-        return sum(map(len, self._maps))
+_CHUNK_COUNTS: ChunkMemo[Counter[Any]] = ChunkMemo(lambda chunk: Counter(map(dict.get, chunk, repeat("kind"))))
 
 
 def _chunked_kinds(live: Chunks[dict[str, Any]]) -> tuple[Mapping[Any, Any], Counter[Any]] | None:
     """`_kinds_by_id` from each chunk's, made once per chunk (`ChunkMemo`): O(chunks) per write. None when the
-    ids are not distinct integers increasing from chunk to chunk (then made as before)."""
-    made = [m for m in map(_CHUNK_KINDS.of, live.chunks) if m is None or m[0]]
-    if any(m is None for m in made):
-        return None
-    parts = [m for m in made if m is not None]
-    if any(a[3] >= b[2] for a, b in zip(parts, parts[1:], strict=False)):
+    ids are not distinct integers increasing from row to row (then made as before)."""
+    by_id = ChunkedById.of(live, "kind")
+    if by_id is None:
         return None
     counts: Counter[Any] = Counter()
-    for part in parts:
-        counts.update(part[1])
-    return _KindsByChunk([part[0] for part in parts]), counts
+    for chunk in live.chunks:
+        counts.update(_CHUNK_COUNTS.of(chunk))
+    return by_id, counts
 
 
 # the last live rows `_kinds_by_id` read: (their kinds by id, how many ids have each raw kind)

@@ -16,8 +16,8 @@ from __future__ import annotations
 import operator
 import threading
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, Sequence
-from itertools import accumulate, chain, compress, islice
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import accumulate, chain, compress, islice, repeat
 from typing import Any, Generic, TypeVar, overload
 
 T = TypeVar("T")
@@ -164,4 +164,56 @@ def differing_items(old: Sequence[T], new: Sequence[T]) -> tuple[list[T], list[T
     return ([old[i] for i in moved] + list(old[shared:]), [new[i] for i in moved] + list(new[shared:]))
 
 
-__all__ = ["ChunkMemo", "Chunks", "chunks_of", "differing_items", "shared_prefix"]
+def _by_id(chunk: Sequence[dict[str, Any]], field: str | None) -> tuple[dict[int, Any], int, int] | None:
+    """A chunk's rows (`field` None) or their `field` by id, with its first and last id; None when its ids are not
+    integers increasing from row to row."""
+    ids: list[Any] = list(map(dict.get, chunk, repeat("id")))
+    if not all(type(i) is int for i in ids) or any(map(operator.ge, ids, ids[1:])):
+        return None
+    values = chunk if field is None else map(dict.get, chunk, repeat(field))
+    return dict(zip(ids, values, strict=True)), (ids[0] if ids else 0), (ids[-1] if ids else 0)
+
+
+_BY_ID: ChunkMemo[tuple[dict[int, Any], int, int] | None] = ChunkMemo(_by_id)
+
+
+class ChunkedById(Mapping[Any, Any]):
+    """Rows (or one field of them) by id over a `Chunks`, when the ids are distinct integers increasing from row to
+    row (hymem's memories: the id is the rowid, so a leaf holds them in order): each chunk's dict made once per
+    chunk (`ChunkMemo`), the chunk of an id found by bisecting the chunks' first ids. Why: a dict of every row
+    copied per read made each write O(store) in copies and in the garbage collector's passes over them."""
+
+    def __init__(self, maps: list[dict[int, Any]], firsts: list[int]):
+        self._maps, self._firsts = maps, firsts
+
+    @classmethod
+    def of(cls, rows: Sequence[dict[str, Any]], field: str | None = None) -> ChunkedById | None:
+        """The rows (or their `field`) by id, or None when `rows` is not a `Chunks` or their ids are not distinct
+        increasing integers (then the caller makes its dict whole)."""
+        if not isinstance(rows, Chunks):
+            return None
+        made = [_BY_ID.of(chunk, field) for chunk in rows.chunks if chunk]
+        if any(m is None for m in made):
+            return None
+        parts = [m for m in made if m is not None]
+        if any(a[2] >= b[1] for a, b in zip(parts, parts[1:], strict=False)):
+            return None  # a chunk's last id not below the next chunk's first
+        return cls([m[0] for m in parts], [m[1] for m in parts])
+
+    def __getitem__(self, key: Any) -> Any:
+        try:
+            at = bisect_right(self._firsts, key) - 1
+        except TypeError:  # not comparable with an integer: no row's id
+            raise KeyError(key) from None
+        if at < 0:
+            raise KeyError(key)
+        return self._maps[at][key]
+
+    def __iter__(self) -> Iterator[Any]:
+        return chain.from_iterable(self._maps)
+
+    def __len__(self) -> int:
+        return sum(map(len, self._maps))
+
+
+__all__ = ["ChunkMemo", "ChunkedById", "Chunks", "chunks_of", "differing_items", "shared_prefix"]

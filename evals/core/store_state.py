@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import operator
 import sqlite3
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from evals.core.chunks import ChunkMemo, Chunks, differing_items
+from evals.core.chunks import ChunkedById, ChunkMemo, Chunks, differing_items
 from evals.core.row_passes import ListMemo
 from evals.core.rows import is_live
 from evals.core.store_view import (
@@ -546,7 +546,7 @@ def _assemble(parts: list[_Part], before: _TableRead | None = None,
     holding a `dirty` leaf. Its sorted keys and FAISS vectors are made when first asked for (`Lazy`): from
     `before`'s (the changed leaves' taken out and put in) when those were made and few changed, else whole.
     `changed`: (the parts of `before` no longer there, the parts that are new), when known. `by_id`: the
-    memories table: its live rows, their vectors and its rows by id (`rows_by_id`: `RowsById`) too."""
+    memories table: its live rows, their vectors and its rows by id (`rows_by_id`: `ChunkedById`) too."""
     old = before.table if before is not None else None
     all_rows = _grouped(parts, 0, old.rows if old is not None else None, first, dirty)
     live: Chunks[Any] = Chunks()  # only the memories' are read (`live_memories`)
@@ -577,60 +577,11 @@ def _assemble(parts: list[_Part], before: _TableRead | None = None,
                                         rows_vectors))
     ids: Mapping[Any, dict[str, Any]] | None = None
     if by_id:
-        ids = RowsById.of(all_rows)
+        ids = ChunkedById.of(all_rows)
         if ids is None:  # ids that are not distinct integers increasing from leaf to leaf: the last row of an id
             ids = dict(zip(map(dict.get, all_rows, repeat("id")), all_rows, strict=True))
     faiss_canon = Lazy(partial(_faiss_keys, faiss, rows_vectors, vector_keys))
     return _Table(all_rows, keys, canon, live, rows_vectors, vector_keys, faiss, ids, faiss_canon)
-
-
-class RowsById(Mapping[Any, dict[str, Any]]):
-    """A table's rows by id over its `Chunks`, when the ids are distinct integers increasing from row to row
-    (hymem's memories: the id is the rowid, so a leaf holds them in order): each chunk's dict made once per
-    chunk (`ChunkMemo`), the chunk of an id found by bisecting the chunks' first ids. Why: a dict of every row
-    copied per read made each write O(store) in copies and in the garbage collector's passes over them."""
-
-    def __init__(self, maps: list[dict[Any, dict[str, Any]]], firsts: list[int]):
-        self._maps, self._firsts = maps, firsts
-
-    @classmethod
-    def of(cls, rows: Sequence[dict[str, Any]]) -> RowsById | None:
-        """The rows by id, or None when their ids are not distinct increasing integers (not a `Chunks`: None)."""
-        if not isinstance(rows, Chunks):
-            return None
-        made = [m for m in map(_CHUNK_IDS.of, rows.chunks) if m is None or m[0]]
-        if any(m is None for m in made):
-            return None
-        parts = [m for m in made if m is not None]
-        if any(a[2] >= b[1] for a, b in zip(parts, parts[1:], strict=False)):
-            return None
-        return cls([m[0] for m in parts], [m[1] for m in parts])
-
-    def __getitem__(self, key: Any) -> dict[str, Any]:
-        try:
-            at = bisect_right(self._firsts, key) - 1
-        except TypeError:  # not comparable with an integer: no row's id
-            raise KeyError(key) from None
-        if at < 0:
-            raise KeyError(key)
-        return self._maps[at][key]
-
-    def __iter__(self) -> Iterator[Any]:
-        return chain.from_iterable(self._maps)
-
-    def __len__(self) -> int:
-        return sum(map(len, self._maps))
-
-
-def _chunk_ids(chunk: Sequence[dict[str, Any]]) -> tuple[dict[Any, dict[str, Any]], int, int] | None:
-    """A chunk's rows by id, with its first and last id; None when the ids are not increasing integers."""
-    ids: list[Any] = list(map(dict.get, chunk, repeat("id")))
-    if not all(type(i) is int for i in ids) or any(map(operator.ge, ids, ids[1:])):
-        return None
-    return dict(zip(ids, chunk, strict=True)), (ids[0] if ids else 0), (ids[-1] if ids else 0)
-
-
-_CHUNK_IDS: ChunkMemo[tuple[dict[Any, dict[str, Any]], int, int] | None] = ChunkMemo(_chunk_ids)
 
 
 _GROUP = 64  # leaves per chunk of a table's rows: few chunks per read, few rows joined again per changed leaf
