@@ -20,6 +20,7 @@ No other memory row may change in the write. Rows of another engine (no `superse
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from evals.core.rows import is_live
@@ -34,7 +35,7 @@ def _get(op: Any, field: str) -> Any:
     return op.get(field) if isinstance(op, dict) else getattr(op, field, None)
 
 
-def _memories(state: StoreState | None) -> dict[Any, dict[str, Any]] | None:
+def _memories(state: StoreState | None) -> Mapping[Any, dict[str, Any]] | None:
     if state is None:
         return None
     return rows_by_id(state, "memories")

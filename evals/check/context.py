@@ -8,6 +8,7 @@ nothing to observe), and the analyzers that need it do not run.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +37,7 @@ class ControlWrite(Site):
     outcome: WriteOutcome
     failure: WriteFailure | None = None  # why it failed, read off the model's replies (evals.check.natural)
     candidates: int | None = None  # the reconcile prompt's k (None: no reconcile prompt to check)
-    live: list[dict[str, Any]] = field(default_factory=list)  # the user's memories before the write (k is set)
+    live: Sequence[dict[str, Any]] = field(default_factory=list)  # the user's memories before the write (k is set)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,10 +4,13 @@ case's raw messages, read by `evals.core.prompt_reading` (not by `hymem.render`,
 from __future__ import annotations
 
 import difflib
+import operator
 from collections import Counter
-from itertools import repeat
+from collections.abc import Iterator, Mapping, Sequence
+from itertools import chain, repeat
 from typing import Any
 
+from evals.core.chunks import ChunkMemo, Chunks
 from evals.core.prompt_reading import (
     NAME_LINE,
     NAME_STARTS,
@@ -112,7 +115,7 @@ def check_prompts(raw_messages: list[dict[str, Any]], prompts: list[dict[str, st
     return list(dict.fromkeys(found))
 
 
-def check_candidates(prompts: list[dict[str, str]], proposed: list[dict[str, Any]], live: list[dict[str, Any]],
+def check_candidates(prompts: list[dict[str, str]], proposed: list[dict[str, Any]], live: Sequence[dict[str, Any]],
                      k: int, where: str) -> list[Witnessed]:
     """The reconcile prompt's existing memories are the retrieval the engine promises: for each kind among the
     new facts (n of them), between min(k, L) and min(n*k, L) of the user's L live memories of that kind, each one
@@ -120,7 +123,7 @@ def check_candidates(prompts: list[dict[str, str]], proposed: list[dict[str, Any
     drops or adds a candidate is seen whatever the memories say. `live` is the user's live memories before the
     write, `proposed` the write's proposed facts (their kinds), `k` the candidates per fact the harness set."""
     found: list[Witnessed] = []
-    by_id: dict[Any, Any] | None = None
+    by_id: Mapping[Any, Any] | None = None
     live_of: Counter[str] = Counter()
     for number, prompt in enumerate(prompts):
         if prompt.get("site") != "lm.reconcile":
@@ -160,11 +163,16 @@ def _kind(raw: Any) -> str | None:
     return None if raw is _ABSENT else str(raw or "fact")
 
 
-def _kinds_by_id(live: list[dict[str, Any]]) -> tuple[dict[Any, Any], Counter[Any]]:
+def _kinds_by_id(live: Sequence[dict[str, Any]]) -> tuple[Mapping[Any, Any], Counter[Any]]:
     """Each live memory's raw kind by its id (the last memory of an id), and how many ids have each raw kind:
-    per write, over every live memory of the user, so made from the last write's list (`ListMemo`) from its
-    first row that is not the same object, when no id was there twice; else at C speed over the whole list.
-    Both are kept for the next write's: read them, never change them."""
+    per write, over every live memory of the user, so made chunk by chunk for a state read's `Chunks`
+    (`_chunked_kinds`), else from the last write's list (`ListMemo`) from its first row that is not the same
+    object, when no id was there twice; else at C speed over the whole list. Both are kept for the next
+    write's: read them, never change them."""
+    if isinstance(live, Chunks):
+        chunked = _chunked_kinds(live)
+        if chunked is not None:
+            return chunked
     hit = _KINDS.last("live", live)
     if (hit is not None and len(hit[2][0]) == len(hit[1])  # no id twice in the last list: each row its own entry
             and len(hit[1]) + len(live) - 2 * hit[0] <= 64 + len(live) // 8):  # few rows to take out and put in
@@ -183,6 +191,54 @@ def _kinds_by_id(live: list[dict[str, Any]]) -> tuple[dict[Any, Any], Counter[An
     counts = Counter(by_id.values())
     _KINDS.keep("live", live, (by_id, counts))
     return by_id, counts
+
+
+def _chunk_kinds(chunk: Sequence[dict[str, Any]]) -> tuple[dict[Any, Any], Counter[Any], Any, Any] | None:
+    """A chunk's raw kinds by id, how many ids have each, and its smallest and largest id; None when an id is
+    there twice or the ids are not integers in increasing order (then made whole)."""
+    ids: list[Any] = list(map(dict.get, chunk, repeat("id")))
+    if not all(type(i) is int for i in ids) or any(map(operator.ge, ids, ids[1:])):
+        return None
+    by_id = dict(zip(ids, map(dict.get, chunk, repeat("kind")), strict=True))
+    return by_id, Counter(by_id.values()), (ids[0] if ids else None), (ids[-1] if ids else None)
+
+
+_CHUNK_KINDS: ChunkMemo[tuple[dict[Any, Any], Counter[Any], Any, Any] | None] = ChunkMemo(_chunk_kinds)
+
+
+class _KindsByChunk(Mapping[Any, Any]):
+    """Raw kinds by id over chunks whose ids are distinct (each chunk's increasing, and each above the last
+    chunk's): a lookup asks each chunk's map, with no map of every id made."""
+
+    def __init__(self, maps: list[dict[Any, Any]]):
+        self._maps = maps
+
+    def __getitem__(self, key: Any) -> Any:
+        for found in self._maps:
+            if key in found:
+                return found[key]
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[Any]:
+        return chain.from_iterable(self._maps)
+
+    def __len__(self) -> int:
+        return sum(map(len, self._maps))
+
+
+def _chunked_kinds(live: Chunks[dict[str, Any]]) -> tuple[Mapping[Any, Any], Counter[Any]] | None:
+    """`_kinds_by_id` from each chunk's, made once per chunk (`ChunkMemo`): O(chunks) per write. None when the
+    ids are not distinct integers increasing from chunk to chunk (then made as before)."""
+    made = [m for m in map(_CHUNK_KINDS.of, live.chunks) if m is None or m[0]]
+    if any(m is None for m in made):
+        return None
+    parts = [m for m in made if m is not None]
+    if any(a[3] >= b[2] for a, b in zip(parts, parts[1:], strict=False)):
+        return None
+    counts: Counter[Any] = Counter()
+    for part in parts:
+        counts.update(part[1])
+    return _KindsByChunk([part[0] for part in parts]), counts
 
 
 # the last live rows `_kinds_by_id` read: (their kinds by id, how many ids have each raw kind)

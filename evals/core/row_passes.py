@@ -12,18 +12,20 @@ read once is one object, shared by every state that holds it).
 
 from __future__ import annotations
 
-import operator
 import threading
-from itertools import compress
+from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
+
+from evals.core import chunks
+from evals.core.chunks import Chunks
 
 T = TypeVar("T")
 
 
-def shared_prefix(old: list[Any], new: list[Any]) -> int:
-    """How many leading items of the two lists are the same objects (compared at C speed)."""
-    shared = min(len(old), len(new))
-    return next(compress(range(shared), map(operator.is_not, old, new)), shared)
+def shared_prefix(old: Sequence[Any], new: Sequence[Any]) -> int:
+    """How many leading items of the two lists are the same objects (compared at C speed; chunk by chunk for
+    two `Chunks`)."""
+    return chunks.shared_prefix(old, new)
 
 
 class ListMemo(Generic[T]):
@@ -31,23 +33,24 @@ class ListMemo(Generic[T]):
     dropped; shared by threads, so what it hands out is never changed by it)."""
 
     def __init__(self, max_keys: int = 64):
-        self._last: dict[Any, tuple[list[Any], T]] = {}
+        self._last: dict[Any, tuple[Sequence[Any], T]] = {}
         self._max_keys = max_keys
         self._lock = threading.Lock()
 
-    def last(self, key: Any, rows: list[Any]) -> tuple[int, list[Any], T] | None:
+    def last(self, key: Any, rows: Sequence[Any]) -> tuple[int, Sequence[Any], T] | None:
         """(how many leading rows of `rows` are the last list's objects, that list, what the pass made of it)."""
         with self._lock:
             hit = self._last.get(key)
         return None if hit is None else (shared_prefix(hit[0], rows), hit[0], hit[1])
 
-    def keep(self, key: Any, rows: list[Any], made: T) -> None:
-        """Keep `rows` (copied) and what the pass made of them (which the caller must not change after)."""
+    def keep(self, key: Any, rows: Sequence[Any], made: T) -> None:
+        """Keep `rows` (copied, but a `Chunks`: never changed) and what the pass made of them (which the caller
+        must not change after)."""
         with self._lock:
             self._last.pop(key, None)
             if len(self._last) >= self._max_keys:
                 self._last.pop(next(iter(self._last)))
-            self._last[key] = (list(rows), made)
+            self._last[key] = (rows if isinstance(rows, Chunks) else list(rows), made)
 
 
 __all__ = ["ListMemo", "shared_prefix"]

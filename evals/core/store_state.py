@@ -10,18 +10,19 @@ from __future__ import annotations
 import json
 import operator
 import sqlite3
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import accumulate, chain, compress, repeat
+from itertools import chain, compress, repeat
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from evals.core.chunks import ChunkMemo, Chunks, differing_items
 from evals.core.row_passes import ListMemo
 from evals.core.rows import is_live
 from evals.core.store_view import (
@@ -51,7 +52,7 @@ class StoreState:
     a tuple of floats from other readers. `row_keys` and `canonical_form` are memos (see `RowMemo`).
     """
 
-    tables: dict[str, list[dict[str, Any]]]
+    tables: Mapping[str, Sequence[dict[str, Any]]]  # a list, or `Chunks` from `read_state` (reads as a list)
     faiss: Mapping[Any, Any]
     faiss_stale: bool = False  # the FAISS file is behind SQLite and will be rebuilt on open
     notes: list[str] = field(default_factory=list)
@@ -59,15 +60,15 @@ class StoreState:
     row_keys: dict[str, set[str]] | None = field(default=None, repr=False, compare=False)  # memo
     key_lists: dict[str, Sequence[str]] | None = field(default=None, repr=False, compare=False)  # `row_keys`' source
     derived: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)  # memos of the helpers below
-    live_memories: list[dict[str, Any]] | None = field(default=None, repr=False, compare=False)  # memo
+    live_memories: Sequence[dict[str, Any]] | None = field(default=None, repr=False, compare=False)  # memo
 
 
 _Vector = tuple[Any, bytes, str]  # a live memory's (id, vector bytes, its key in the FAISS part of `canonical`)
 # every table's rows, diff keys and sorted canonical keys, the meta table, each table's live rows, each table's
 # live rows' vectors and the FAISS part of `canonical` for an index rebuilt from them, those vectors by id, and
 # the `StoreState.derived` memos the read knows
-_Rows = tuple[dict[str, list[dict[str, Any]]], dict[str, Sequence[str]], dict[str, Sequence[str]], dict[str, str],
-              dict[str, list[dict[str, Any]]], dict[str, list[_Vector]], dict[str, Sequence[str]],
+_Rows = tuple[dict[str, Sequence[dict[str, Any]]], dict[str, Sequence[str]], dict[str, Sequence[str]], dict[str, str],
+              dict[str, Sequence[dict[str, Any]]], dict[str, Sequence[_Vector]], dict[str, Sequence[str]],
               dict[str, Mapping[Any, bytes]], dict[Any, Any]]
 # a row as a dict, its key for diffs, its key for `canonical`, live, and its vector when it is a live memory
 _Row = tuple[dict[str, Any], str, str, bool, _Vector | None]
@@ -79,17 +80,17 @@ _LeafRows = tuple[tuple[tuple[int, bytes], ...], _Part]  # ((overflow page, its 
 
 
 class _Table(NamedTuple):
-    """A table's rows as a state holds them, and each leaf's end in its lists (to join the next read's)."""
+    """A table's rows as a state holds them: grouped by `_GROUP` leaves (`Chunks`), so the next read shares the
+    groups whose leaves did not change instead of copying every row."""
 
-    rows: list[dict[str, Any]]
+    rows: Chunks[dict[str, Any]]
     keys: Lazy  # each row's diff key
     canon: Lazy  # the rows' canonical keys, sorted
-    live: list[dict[str, Any]]  # (the memories table's only)
-    vectors: list[_Vector]  # the live memories' vectors
+    live: Chunks[dict[str, Any]]  # (the memories table's only)
+    vectors: Chunks[_Vector]  # the live memories' vectors
     vector_keys: Lazy  # their canonical keys, sorted
     faiss: LazyMapping  # id -> vector, as an index rebuilt from these rows holds them
-    ends: tuple[list[int], list[int], list[int]]  # where each leaf's rows, live rows and vectors end
-    by_id: dict[Any, dict[str, Any]] | None = None  # the rows by id (`rows_by_id`), for the memories table
+    by_id: Mapping[Any, dict[str, Any]] | None = None  # the rows by id (`rows_by_id`), for the memories table
     faiss_canon: Lazy | None = None  # the FAISS part of `canonical` for an index rebuilt from these rows
 
 
@@ -282,11 +283,11 @@ def _read_rows(db_path: Path, view: View | None, memo: RowMemo, leaves: dict[_Le
     read before are reused, the others read through SQL; their entries are added to `leaves`, and each table
     so read to `read_tables`. Else, and for a table that is not a plain rowid table, whole through SQL."""
     db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
-    tables: dict[str, list[dict[str, Any]]] = {}
+    tables: dict[str, Sequence[dict[str, Any]]] = {}
     keys: dict[str, Sequence[str]] = {}
     canon: dict[str, Sequence[str]] = {}
-    live: dict[str, list[dict[str, Any]]] = {}
-    vectors: dict[str, list[_Vector]] = {}
+    live: dict[str, Sequence[dict[str, Any]]] = {}
+    vectors: dict[str, Sequence[_Vector]] = {}
     faiss_canon: dict[str, Sequence[str]] = {}
     faiss: dict[str, Mapping[Any, bytes]] = {}
     derived: dict[Any, Any] = {}  # `StoreState.derived` memos this read knows: every table's rows have the same
@@ -499,7 +500,8 @@ def _reread_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: str,
     changed = ([before.parts[i] for i in dirty], [parts[i] for i in dirty])
     return _TableRead(root=before.root, sql=sql, interior=before.interior, leaves=before.leaves, where=where,
                       parts=parts, overflow=overflow,
-                      table=_assemble(parts, before, changed, dirty[0], by_id=name == "memories"), tree=before.tree)
+                      table=_assemble(parts, before, changed, len(parts), by_id=name == "memories", dirty=dirty),
+                      tree=before.tree)
 
 
 def _leaf_rows(db: sqlite3.Connection, view: View, memo: RowMemo, name: str, sql: str, pgno: int,
@@ -537,29 +539,25 @@ def _common_prefix(old: list[_Part], new: list[_Part]) -> tuple[int, tuple[list[
 
 
 def _assemble(parts: list[_Part], before: _TableRead | None = None,
-              changed: tuple[list[_Part], list[_Part]] | None = None, first: int = 0, *, by_id: bool = False
-              ) -> _Table:
-    """A table's lists from its leaves' parts, joined at C speed; from `before`'s, when the leaves are the same
-    pages as its: its lists up to the `first` leaf that changed, the parts from there on. Its sorted keys and
-    FAISS vectors are made when first asked for (`Lazy`): from `before`'s (the changed leaves' taken out and
-    put in) when those were made and few changed, else whole. `changed`: (the parts of `before` no longer
-    there, the parts that are new), when known. `by_id`: the memories table: its live rows, their vectors and
-    its rows by id (`rows_by_id`, updated from `before`'s the same way) too."""
-    joined = (_joined(parts, 0, first, before.table.rows, before.table.ends[0]) if before is not None and first
-              else _joined(parts, 0))
-    live: tuple[list[Any], list[int]] = ([], [])  # only the memories' are read (`live_memories`)
-    vectors: tuple[list[Any], list[int]] = ([], [])
+              changed: tuple[list[_Part], list[_Part]] | None = None, first: int = 0, *, by_id: bool = False,
+              dirty: Sequence[int] = ()) -> _Table:
+    """A table's lists from its leaves' parts, in groups of `_GROUP` leaves (`Chunks`); `before`'s groups kept
+    where the leaves are the same pages as its: those wholly before the `first` leaf that changed, but the ones
+    holding a `dirty` leaf. Its sorted keys and FAISS vectors are made when first asked for (`Lazy`): from
+    `before`'s (the changed leaves' taken out and put in) when those were made and few changed, else whole.
+    `changed`: (the parts of `before` no longer there, the parts that are new), when known. `by_id`: the
+    memories table: its live rows, their vectors and its rows by id (`rows_by_id`: `RowsById`) too."""
+    old = before.table if before is not None else None
+    all_rows = _grouped(parts, 0, old.rows if old is not None else None, first, dirty)
+    live: Chunks[Any] = Chunks()  # only the memories' are read (`live_memories`)
+    rows_vectors: Chunks[Any] = Chunks()
     if by_id:
-        live = (_joined(parts, 3, first, before.table.live, before.table.ends[1]) if before is not None and first
-                else _joined(parts, 3))
-        vectors = (_joined(parts, 4, first, before.table.vectors, before.table.ends[2])
-                   if before is not None and first else _joined(parts, 4))
+        live = _grouped(parts, 3, old.live if old is not None else None, first, dirty)
+        rows_vectors = _grouped(parts, 4, old.vectors if old is not None else None, first, dirty)
     keys = Lazy(partial(_joined_keys, parts, 1))  # diff keys: made when a diff is asked for (`_keys`)
-    all_rows, rows_vectors = joined[0], vectors[0]
     canon = Lazy(partial(_sorted_keys, parts))
     vector_keys = Lazy(partial(sorted, map(itemgetter(2), rows_vectors)))
     faiss = LazyMapping(partial(_faiss_of, rows_vectors))
-    ids: dict[Any, dict[str, Any]] | None = None
     if before is not None:
         if changed is None:
             now, was = set(map(id, parts)), set(map(id, before.parts))
@@ -577,20 +575,81 @@ def _assemble(parts: list[_Part], before: _TableRead | None = None,
         if old.faiss.made:
             faiss = LazyMapping(partial(_updated_faiss, old.faiss, old.vectors, gone_vectors, new_vectors,
                                         rows_vectors))
-        old_ids = before.table.by_id
-        if by_id and old_ids is not None and len(old_ids) == len(before.table.rows):  # no id twice
-            ids = dict(old_ids)
-            for row in chain.from_iterable(map(itemgetter(0), gone)):
-                del ids[row.get("id")]
-            added = list(chain.from_iterable(map(itemgetter(0), new)))
-            ids.update(zip(map(dict.get, added, repeat("id")), added, strict=True))
-            if len(ids) != len(all_rows):
-                ids = None  # an id twice now: made whole, the last row of an id kept
-    if by_id and ids is None:
-        ids = dict(zip(map(dict.get, all_rows, repeat("id")), all_rows, strict=True))
+    ids: Mapping[Any, dict[str, Any]] | None = None
+    if by_id:
+        ids = RowsById.of(all_rows)
+        if ids is None:  # ids that are not distinct integers increasing from leaf to leaf: the last row of an id
+            ids = dict(zip(map(dict.get, all_rows, repeat("id")), all_rows, strict=True))
     faiss_canon = Lazy(partial(_faiss_keys, faiss, rows_vectors, vector_keys))
-    return _Table(all_rows, keys, canon, live[0], rows_vectors, vector_keys, faiss, (joined[1], live[1], vectors[1]),
-                  ids, faiss_canon)
+    return _Table(all_rows, keys, canon, live, rows_vectors, vector_keys, faiss, ids, faiss_canon)
+
+
+class RowsById(Mapping[Any, dict[str, Any]]):
+    """A table's rows by id over its `Chunks`, when the ids are distinct integers increasing from row to row
+    (hymem's memories: the id is the rowid, so a leaf holds them in order): each chunk's dict made once per
+    chunk (`ChunkMemo`), the chunk of an id found by bisecting the chunks' first ids. Why: a dict of every row
+    copied per read made each write O(store) in copies and in the garbage collector's passes over them."""
+
+    def __init__(self, maps: list[dict[Any, dict[str, Any]]], firsts: list[int]):
+        self._maps, self._firsts = maps, firsts
+
+    @classmethod
+    def of(cls, rows: Sequence[dict[str, Any]]) -> RowsById | None:
+        """The rows by id, or None when their ids are not distinct increasing integers (not a `Chunks`: None)."""
+        if not isinstance(rows, Chunks):
+            return None
+        made = [m for m in map(_CHUNK_IDS.of, rows.chunks) if m is None or m[0]]
+        if any(m is None for m in made):
+            return None
+        parts = [m for m in made if m is not None]
+        if any(a[2] >= b[1] for a, b in zip(parts, parts[1:], strict=False)):
+            return None
+        return cls([m[0] for m in parts], [m[1] for m in parts])
+
+    def __getitem__(self, key: Any) -> dict[str, Any]:
+        try:
+            at = bisect_right(self._firsts, key) - 1
+        except TypeError:  # not comparable with an integer: no row's id
+            raise KeyError(key) from None
+        if at < 0:
+            raise KeyError(key)
+        return self._maps[at][key]
+
+    def __iter__(self) -> Iterator[Any]:
+        return chain.from_iterable(self._maps)
+
+    def __len__(self) -> int:
+        return sum(map(len, self._maps))
+
+
+def _chunk_ids(chunk: Sequence[dict[str, Any]]) -> tuple[dict[Any, dict[str, Any]], int, int] | None:
+    """A chunk's rows by id, with its first and last id; None when the ids are not increasing integers."""
+    ids: list[Any] = list(map(dict.get, chunk, repeat("id")))
+    if not all(type(i) is int for i in ids) or any(map(operator.ge, ids, ids[1:])):
+        return None
+    return dict(zip(ids, chunk, strict=True)), (ids[0] if ids else 0), (ids[-1] if ids else 0)
+
+
+_CHUNK_IDS: ChunkMemo[tuple[dict[Any, dict[str, Any]], int, int] | None] = ChunkMemo(_chunk_ids)
+
+
+_GROUP = 64  # leaves per chunk of a table's rows: few chunks per read, few rows joined again per changed leaf
+
+
+def _grouped(parts: list[_Part], at: int, old: Chunks[Any] | None, first: int, dirty: Sequence[int]) -> Chunks[Any]:
+    """The `at`-th list of every part, joined `_GROUP` parts to a chunk: `old`'s chunks kept up to the one
+    holding part `first` (the parts before it the same objects as `old`'s), but those holding a `dirty` part."""
+    keep = min(first // _GROUP, len(old.chunks)) if old is not None else 0
+    chunks: list[Sequence[Any]] = list(old.chunks[:keep]) if old is not None else []
+    chunks += [_group(parts, at, g) for g in range(keep, -(-len(parts) // _GROUP))]
+    for g in {i // _GROUP for i in dirty}:
+        if g < keep:
+            chunks[g] = _group(parts, at, g)
+    return Chunks(chunks)
+
+
+def _group(parts: list[_Part], at: int, g: int) -> list[Any]:
+    return list(chain.from_iterable(map(itemgetter(at), parts[g * _GROUP:(g + 1) * _GROUP])))
 
 
 class _Made:
@@ -687,12 +746,12 @@ def _updated_keys(old: Lazy, removed: list[str], added: list[str], whole: Lazy) 
     return updated if updated is not None else whole.value
 
 
-def _faiss_of(vectors: list[_Vector]) -> dict[Any, bytes]:
+def _faiss_of(vectors: Sequence[_Vector]) -> dict[Any, bytes]:
     return dict(zip(map(itemgetter(0), vectors), map(itemgetter(1), vectors), strict=True))
 
 
-def _updated_faiss(old: LazyMapping, old_vectors: list[_Vector], gone: list[_Vector], new: list[_Vector],
-                   vectors: list[_Vector]) -> dict[Any, bytes]:
+def _updated_faiss(old: LazyMapping, old_vectors: Sequence[_Vector], gone: list[_Vector], new: list[_Vector],
+                   vectors: Sequence[_Vector]) -> dict[Any, bytes]:
     """`old`'s vectors by id with `gone`'s ids taken out and `new`'s put in; made whole when an id is there twice
     (the dict keeps the last, as one made whole does)."""
     if len(old) != len(old_vectors):
@@ -704,23 +763,10 @@ def _updated_faiss(old: LazyMapping, old_vectors: list[_Vector], gone: list[_Vec
     return faiss if len(faiss) == len(vectors) else _faiss_of(vectors)
 
 
-def _faiss_keys(faiss: LazyMapping, vectors: list[_Vector], vector_keys: Lazy) -> list[str]:
+def _faiss_keys(faiss: LazyMapping, vectors: Sequence[_Vector], vector_keys: Lazy) -> list[str]:
     """The FAISS part of `canonical` for an index rebuilt from these rows: their vectors' sorted keys, or the
     dict's when an id is there twice (it keeps one)."""
     return vector_keys.value if len(faiss) == len(vectors) else _faiss_canonical(faiss)
-
-
-def _joined(parts: list[_Part], at: int, first: int = 0, old: list[Any] | None = None,
-            old_ends: list[int] | None = None) -> tuple[list[Any], list[int]]:
-    """The `at`-th list of every part joined, and where each part's ends; `old`'s items up to where its part
-    `first` began kept (sliced at C speed), when given."""
-    start = old_ends[first - 1] if old is not None and old_ends is not None and first else 0
-    out = old[:start] if old is not None and first else []
-    tail = list(map(itemgetter(at), parts[first:]))
-    out.extend(chain.from_iterable(tail))
-    ends = (old_ends[:first] if old_ends is not None and first else []) + list(accumulate(map(len, tail),
-                                                                                        initial=start))[1:]
-    return out, ends
 
 
 def _resorted(old: list[str], removed: Any, added: Any) -> list[str] | None:
@@ -850,7 +896,7 @@ def logical_diff(before: StoreState, after: StoreState) -> dict[str, dict[str, l
     return out
 
 
-def rows_by_id(state: StoreState, table: str = "memories") -> dict[Any, dict[str, Any]]:
+def rows_by_id(state: StoreState, table: str = "memories") -> Mapping[Any, dict[str, Any]]:
     """A table's rows by their `id` (the last row of an id, in table order), made once per state at C speed:
     the checks of a write look rows up in the states before and after it."""
     key = ("by_id", table)
@@ -872,12 +918,16 @@ def all_have(state: StoreState, table: str, columns: tuple[str, ...]) -> bool:
     return state.derived[key]
 
 
-def user_live_memories(state: StoreState, user_id: str) -> list[dict[str, Any]]:
-    """The user's live memory rows of the state, in the table's order (once per state, at C speed, from the
-    first row that is not the last state's read: `ListMemo`)."""
+def user_live_memories(state: StoreState, user_id: str) -> Sequence[dict[str, Any]]:
+    """The user's live memory rows of the state, in the table's order (once per state: from a read's chunks,
+    each chunk's rows found once per chunk, `ChunkMemo`; else at C speed, from the first row that is not the
+    last state's read: `ListMemo`)."""
     key = ("user_live", user_id)
     if key not in state.derived:
         live = live_memories(state)
+        if isinstance(live, Chunks):
+            state.derived[key] = Chunks([_USER_ROWS.of(chunk, user_id) for chunk in live.chunks])
+            return state.derived[key]
         start, at, rows = 0, [], []  # from the last state's list: the rows before `start` are its objects
         hit = _USER_LIVE.last(user_id, live)
         if hit is not None:
@@ -897,20 +947,24 @@ def user_live_memories(state: StoreState, user_id: str) -> list[dict[str, Any]]:
 _USER_LIVE: ListMemo[tuple[list[int], list[dict[str, Any]]]] = ListMemo()
 
 
+def _user_rows(chunk: Sequence[dict[str, Any]], user_id: str) -> list[dict[str, Any]]:
+    return list(compress(chunk, map(operator.eq, map(dict.get, chunk, repeat("user_id")), repeat(user_id))))
+
+
+# each chunk of live rows' rows of a user (`user_live_memories`)
+_USER_ROWS: ChunkMemo[list[dict[str, Any]]] = ChunkMemo(_user_rows)
+
+
 def changed_row_ids(before: StoreState, after: StoreState, table: str = "memories") -> set[Any]:
     """A superset of the ids whose row (as `rows_by_id` gives it) is not the same object in both states: the
-    ids of the rows at the positions where the two tables' lists hold different objects, and of the rows past
-    the shorter one's end. Found at C speed: the rows a read reuses are the same objects, so a write's
-    changed rows are found in O(changed) Python work. (An id whose last row moved shows where its old
-    position or its new one holds another row.)"""
-    old, new = before.tables.get(table, []), after.tables.get(table, [])
-    shared = min(len(old), len(new))
-    moved = list(compress(range(shared), map(operator.is_not, old, new)))
-    rows = [old[i] for i in moved] + [new[i] for i in moved] + old[shared:] + new[shared:]
-    return set(map(dict.get, rows, repeat("id")))
+    ids of the rows in the chunks the two tables do not share (`differing_items`; for plain lists, at the
+    positions where they hold different objects and past the shorter one's end). The rows a read reuses are
+    the same objects in the same chunks, so a write's changed rows are found in O(changed) Python work."""
+    old, new = differing_items(before.tables.get(table, []), after.tables.get(table, []))
+    return set(map(dict.get, old + new, repeat("id")))
 
 
-def live_memories(state: StoreState) -> list[dict[str, Any]]:
+def live_memories(state: StoreState) -> Sequence[dict[str, Any]]:
     """The state's live memory rows: found once per distinct leaf page by `read_state`, else here."""
     if state.live_memories is None:
         state.live_memories = [row for row in state.tables.get("memories", []) if is_live(row)]

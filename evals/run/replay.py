@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -312,7 +312,7 @@ class CaseReplayer:
         state = self._ops_before(index)
         return len(self._user_live(state)) if state is not None else None
 
-    def _user_live(self, state: StoreState) -> list[dict[str, Any]]:
+    def _user_live(self, state: StoreState) -> Sequence[dict[str, Any]]:
         """The case user's live memory rows of `state`, in the table's order (found once per leaf page)."""
         return user_live_memories(state, self.case.user_id)
 
