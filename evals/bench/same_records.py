@@ -17,6 +17,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import pandas as pd
+
+from evals.scoring.agreement import decide
+from evals.scoring.pairs import load_pairs
+from evals.scoring.semantic import SemanticMatcher
+
 RUN_TABLES = ("facts", "case_metrics", "ops", "anomalies")
 EVAL_TABLES = ("agreement", "decisions")
 
@@ -24,8 +30,6 @@ EVAL_TABLES = ("agreement", "decisions")
 def differing_tables(a: Path, b: Path) -> dict[str, str]:
     """Each table of `RUN_TABLES` / `EVAL_TABLES` found in `a` or `b` that differs (or is missing from one): its name
     and why; empty when every one is exactly equal. Rows are compared in the order written (the report's order)."""
-    import pandas as pd
-
     found = [t for t in (*RUN_TABLES, *EVAL_TABLES) if (a / f"{t}.parquet").exists() or (b / f"{t}.parquet").exists()]
     if not found:
         return {"(none)": f"neither {a} nor {b} holds a run's or a matcher eval's tables"}
@@ -46,12 +50,6 @@ def write_decisions(out: Path) -> Path:
     """`out/decisions.parquet`: every labelled pair (`datasets/matcher/pairs.jsonl`, all splits) as the committed
     semantic matcher decides it (`agreement.decide`, what `matcher eval` counts) and its score (`Matcher.similarity`),
     for comparing two codes pair by pair; agreement.parquet only holds the sums."""
-    import pandas as pd
-
-    from evals.scoring.agreement import decide
-    from evals.scoring.pairs import load_pairs
-    from evals.scoring.semantic import SemanticMatcher
-
     pairs = load_pairs(split="all")
     matcher = SemanticMatcher.load()
     said = decide(matcher, pairs)
@@ -68,8 +66,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("b", type=Path, nargs="?")
     parser.add_argument("--decide", type=Path, metavar="DIR", help="write every labelled pair's decision and score")
     args = parser.parse_args(argv)
-    import pandas as pd
-
     if args.decide is not None:
         print(write_decisions(args.decide))
         return 0
