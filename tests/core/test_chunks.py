@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -100,11 +101,27 @@ def as_made_from_scratch(state: Any, before: Any, path: Path) -> None:
         assert changed <= changed_row_ids(before, state)
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=st.lists(st.tuples(st.sampled_from(["append", "insert", "update", "same_size", "supersede", "grow",
-                                               "delete", "checkpoint"]),
-                              st.integers(0, 3100), st.integers(1, 400)), min_size=1, max_size=10))
+WRITES = st.lists(st.tuples(st.sampled_from(["append", "insert", "update", "same_size", "supersede", "grow",
+                                             "delete", "checkpoint"]),
+                            st.integers(0, 3100), st.integers(1, 400)), min_size=1, max_size=10)
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=WRITES)
 def test_every_incremental_read_equals_one_from_scratch(tmp_path_factory, ops):
+    """A few histories in the default run (each is a 3,000-row store read after every write, about 2 s); the
+    heavy twin below draws many more."""
+    replay_and_compare(tmp_path_factory, ops)
+
+
+@pytest.mark.ci_heavy  # 40 histories, about 100 s (run by `nox -s heavy` and CI)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=WRITES)
+def test_many_incremental_reads_equal_ones_from_scratch(tmp_path_factory, ops):
+    replay_and_compare(tmp_path_factory, ops)
+
+
+def replay_and_compare(tmp_path_factory: Any, ops: list[tuple[str, int, int]]) -> None:
     """Random appends, inserts between rows, updates (of the same size too), supersedes, rows grown onto overflow pages and range
     deletes (pages split and merged anywhere in the b-tree), each read after one sharing the last read's chunks:
     every value a check reads equals the one made from scratch."""
