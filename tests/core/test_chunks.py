@@ -114,7 +114,7 @@ def test_every_incremental_read_equals_one_from_scratch(tmp_path_factory, ops):
     replay_and_compare(tmp_path_factory, ops)
 
 
-@pytest.mark.ci_heavy  # 40 histories, about 100 s (run by `nox -s heavy` and CI)
+@pytest.mark.ci_heavy  # 40 histories, 50-100 s (run by `nox -s heavy` and CI)
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=WRITES)
 def test_many_incremental_reads_equal_ones_from_scratch(tmp_path_factory, ops):

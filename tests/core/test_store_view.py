@@ -299,10 +299,26 @@ def deep_store(path: Path, rows: int = 3000) -> sqlite3.Connection:
     return conn
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=st.lists(st.tuples(st.sampled_from(["append", "insert", "update", "grow", "delete", "checkpoint"]),
-                              st.integers(0, 3100), st.integers(1, 400)), min_size=1, max_size=10))
+DEEP_WRITES = st.lists(st.tuples(st.sampled_from(["append", "insert", "update", "grow", "delete", "checkpoint"]),
+                                 st.integers(0, 3100), st.integers(1, 400)), min_size=1, max_size=10)
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=DEEP_WRITES)
 def test_a_deep_b_tree_read_again_after_any_writes_reads_as_a_read_from_scratch(tmp_path_factory, ops):
+    """A few histories in the default run (each a 3,000-row store read after every write, about 2 s); the heavy
+    twin below draws many more."""
+    read_deep_after_writes(tmp_path_factory, ops)
+
+
+@pytest.mark.ci_heavy  # 20 histories, 25-45 s (run by `nox -s heavy` and CI)
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=DEEP_WRITES)
+def test_many_deep_b_tree_reads_after_any_writes_read_as_reads_from_scratch(tmp_path_factory, ops):
+    read_deep_after_writes(tmp_path_factory, ops)
+
+
+def read_deep_after_writes(tmp_path_factory: Any, ops: list[tuple[str, int, int]]) -> None:
     """Writes that split and merge pages anywhere in a three-level b-tree (appends at its end, inserts between
     rows, rows grown onto overflow pages, ranges deleted): each read after one, re-walking only the subtrees
     whose interior pages changed, equals a read from scratch."""
