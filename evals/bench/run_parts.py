@@ -5,7 +5,9 @@ inflates Python. This runs the bench's LoCoMo run (`evals.bench.matcher.locomo_r
 none`, minilm, the semantic matcher, caches cold) with each part's *thread* CPU taken around it (`time.thread_time`):
 e5's and MiniLM's `embed` (MiniLM split by caller: the matcher's word vectors or the engine), the encode-ahead thread,
 `score_pairs`, `report_run`, the plots, the HTML view, reading the cases and opening the matcher. What the units'
-threads do besides embedding is the process's CPU less the rest.
+threads do besides embedding is the process's CPU less the rest. Each thread's CPU is also read whole
+(`evals.bench.thread_cpu`: Python threads by name; threads Python did not start, such as OpenMP's and OpenBLAS's
+workers, as `native`), and the garbage collector's CPU by generation: a spinning runtime shows as `native` CPU.
 
     python -m evals.bench.run_parts --locomo 60
 """
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from evals.bench.matcher import LOCOMO
+from evals.bench.thread_cpu import GcCPU, ThreadCPU
 
 
 @contextmanager
@@ -96,6 +99,7 @@ def run_parts(sample: int, seed: int = 1, path: Path = LOCOMO) -> dict[str, Any]
                            ("write_view", "write_view"), ("prepare", "prepare (cases, the engine's model)"),
                            ("open_matcher", "open_matcher"), ("run_units", "run_units, main thread")):
             patches.enter_context(_patched(pipeline, name, timed(part)))
+        threads, collector = patches.enter_context(ThreadCPU()), patches.enter_context(GcCPU())
         started, started_cpu = time.perf_counter(), time.process_time()
         pipeline.run_eval(RunConfig(datasets=[f"locomo:{path}"], sample=sample, seed=seed, faults="none",
                                     out=Path(tmp) / "run", progress=False, matcher="semantic", embedder="minilm",
@@ -106,7 +110,8 @@ def run_parts(sample: int, seed: int = 1, path: Path = LOCOMO) -> dict[str, Any]
     accounted = sum(v for k, v in parts.items() if k not in nested)
     return {"cases": sample, "wall_s": round(wall, 1), "process_cpu_s": round(process, 1),
             "cpu_s": {k: round(v, 2) for k, v in sorted(parts.items(), key=lambda kv: -kv[1])},
-            "units' other work (by difference)": round(process - accounted, 2), "texts": dict(texts)}
+            "units' other work (by difference)": round(process - accounted, 2), "texts": dict(texts),
+            "threads_cpu_s": threads.by_thread(), "gc": collector.summary()}
 
 
 def main(argv: list[str] | None = None) -> int:
