@@ -34,7 +34,7 @@ def predicates(sample: int, seed: int = 1, path: Path = LOCOMO) -> list[str]:
     from evals.scoring.semantic import prepare_text
 
     cases = load_spec(f"locomo:{path}", sample=sample, seed=seed)
-    facts = [prepare_text(f.text).predicate for case in cases for f in case.expect.facts]
+    facts = [prepare_text(f.text).predicate for case in cases for f in case.expect.facts or ()]
     messages = [prepare_text(str(m["content"])).predicate for case in cases[:3] for turn in case.turns for m in turn]
     return list(dict.fromkeys(facts + messages))
 
