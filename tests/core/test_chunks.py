@@ -71,6 +71,7 @@ def memories_store(path: Path, rows: int = 3000) -> sqlite3.Connection:
     conn = sqlite3.connect(path / DB_FILE, isolation_level=None)
     conn.execute("PRAGMA page_size=512")
     conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=OFF")  # no fsync per autocommitted row: the same file bytes, ~15x faster
     conn.execute("CREATE TABLE memories (id INTEGER PRIMARY KEY, user_id TEXT, text TEXT, kind TEXT, "
                  "vector BLOB, superseded_by INTEGER, deleted_at REAL)")
     conn.executemany("INSERT INTO memories (id, user_id, text, kind, vector) VALUES (?, ?, ?, ?, ?)",

@@ -293,6 +293,7 @@ def deep_store(path: Path, rows: int = 3000) -> sqlite3.Connection:
     conn = sqlite3.connect(path / DB_FILE, isolation_level=None)
     conn.execute("PRAGMA page_size=512")
     conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=OFF")  # no fsync per autocommitted row: the same file bytes, ~15x faster
     conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, text TEXT, blob BLOB)")
     conn.executemany("INSERT INTO t (id, text, blob) VALUES (?, ?, ?)",
                      [(10 * i, f"row {i}", bytes([i % 256]) * (i % 90)) for i in range(rows)])
