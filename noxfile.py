@@ -25,8 +25,8 @@ def install(session: nox.Session, extras: str) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The default test run (under ~5 minutes on 2 cores), mem0 and ray included so their paths are tested
-    (one Ray test starts a local Ray instance here; the rest, marked ci_heavy, run in `heavy`)."""
+    """The default test run (under ~5 minutes on 2 cores), mem0 and ray included so their paths are tested (Ray's
+    argument and start-up errors here; the tests that start a local Ray instance, marked ci_heavy, run in `heavy`)."""
     install(session, "minilm,mem0,ray,dev")
     session.run("pytest", *session.posargs, env=ENV)
 

@@ -130,6 +130,17 @@ def write_outcome(success: bool, **codes):
 
 
 @pytest.fixture
+def no_retry_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A provider's calls retried as always (the same errors, the same attempts), without the back-off between them:
+    for runs against an endpoint nobody listens on, where each unit waited 0.5 + 1 s to fail the same way."""
+    import evals.arms.accounting as accounting
+
+    real = accounting._retry_wait
+    monkeypatch.setattr(accounting, "_retry_wait", lambda exc, attempt, cap=30.0:
+                        None if real(exc, attempt, cap) is None else 0.0)
+
+
+@pytest.fixture
 def store_dir(tmp_path: Path) -> Path:
     return tmp_path / "store"
 

@@ -307,7 +307,7 @@ def test_control_write_failed_when_nothing_to_remember_is_a_failure(monkeypatch)
                   [{"role": "user", "content": "Hello! How are you today?"}]],
         "expect": {"facts": [{"text": "The user lives in Berlin.", "subject": "user", "owner": "user"}]},
     })
-    run = replay(small_talk)
+    run = replay_without_faults(small_talk)  # a control write's finding: the fault sweep adds none
     found = findings(run, AnomalyKind.CONTROL_WRITE_FAILED)
     assert [(check, write) for check, write, _ in found] == [("control", 1)]  # the small talk, not the move
     assert found[0][2].startswith("fault-free write failed with every model reply delivered intact: ")
@@ -570,7 +570,7 @@ def test_profile_update_lost_when_the_stored_profile_wins_over_the_new_values(mo
                              "(user_id) DO UPDATE SET basic_info = excluded.basic_info", (user_id, json.dumps(updates)))
 
     monkeypatch.setattr(WriteTx, "merge_profile", old_values_win)
-    run = replay(MOVER)
+    run = replay_without_faults(MOVER)  # a control write's finding: the fault sweep adds none
     assert findings(run, AnomalyKind.PROFILE_UPDATE_LOST) == [
         ("profile", 1, "the user said location 'Berlin' in this write and the extraction proposed it, but profile() "
                        "has 'Paris' after it: {'name': 'Tim', 'location': 'Paris'}")]

@@ -255,7 +255,7 @@ def test_a_share_of_broken_replies_through_the_fault_proxy_is_measured_per_write
     assert "verdict: valid" in capsys.readouterr().out
 
 
-def test_a_provider_never_reached_is_still_an_infra_error(dataset, tmp_path, capsys):
+def test_a_provider_never_reached_is_still_an_infra_error(dataset, tmp_path, capsys, no_retry_waits):
     code = main(["run", "--dataset", str(dataset), "--embedder", "hash", "--no-progress", "--faults", "none",
                  "--lm", "openai/offline@http://127.0.0.1:9/v1", "--out", str(tmp_path / "r")])
     assert code == 1

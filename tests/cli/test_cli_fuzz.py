@@ -13,16 +13,20 @@ import json
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck
 from hypothesis import strategies as st
 
 from evals.cli.main import build_parser, main
+from tests.draws import check_drawn, twin
 
 CASE = {"id": "a", "lang": "en", "user_id": "tim",
         "turns": [[{"role": "user", "name": "Tim", "content": "I moved to Berlin. I work at Stripe."}]],
         "expect": {"facts": [{"text": "The user lives in Berlin."}, {"text": "The user works at Stripe."}]}}
 
-EXAMPLES = int(os.environ.get("HYMEM_FUZZ_EXAMPLES", "80"))  # more for a longer hunt: HYMEM_FUZZ_EXAMPLES=2000
+# The ci_heavy twins draw EXAMPLES (more for a longer hunt: HYMEM_FUZZ_EXAMPLES=2000 pytest -m ci_heavy this file);
+# the default run draws a quarter of the default number (tests/draws.py).
+EXAMPLES = int(os.environ.get("HYMEM_FUZZ_EXAMPLES", "80"))
+DEFAULT_EXAMPLES = max(1, min(20, EXAMPLES))
 
 COMMANDS = [["run"], ["matcher", "eval"], ["matcher", "sample"], ["matcher", "fit"], ["datasets", "audit"], ["serve"],
             ["proxy"], ["show"], ["compare"], ["gate"], ["plots"], ["tune"]]
@@ -159,10 +163,13 @@ def _exit_code(argv: list[str]) -> int:
         return 0 if exc.code is None else int(exc.code)
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                 HealthCheck.too_slow])
-@given(data=st.data())
-def test_no_argument_list_makes_a_traceback(data, files, stubbed, capsys):
+@twin(default=DEFAULT_EXAMPLES, heavy=EXAMPLES)
+def test_no_argument_list_makes_a_traceback(draws, files, stubbed, capsys):
+    check_drawn(draws, lambda data: one_argument_list(data, files, capsys), data=st.data(),
+                suppress=(HealthCheck.too_slow,))
+
+
+def one_argument_list(data: st.DataObject, files: dict[str, str], capsys: pytest.CaptureFixture) -> None:
     argv = data.draw(_argv(files))
     code = _exit_code(argv)  # an exception escaping main is the traceback this test forbids
     out, err = capsys.readouterr()
@@ -202,11 +209,15 @@ def _mutated(case: dict, where: tuple, value: object) -> dict:
     return out
 
 
-@settings(max_examples=EXAMPLES * 3, deadline=None)
-@given(edits=st.lists(st.tuples(st.sampled_from(FIELDS), JSON), min_size=1, max_size=3),
-       nested=st.one_of(st.just(0), st.integers(0, 1500)))
-def test_no_dataset_line_makes_a_traceback(tmp_path_factory, edits, nested):
+@twin(default=DEFAULT_EXAMPLES * 3, heavy=EXAMPLES * 3)
+def test_no_dataset_line_makes_a_traceback(tmp_path_factory, draws):
     """Any JSON line loads as a valid case (and hashes) or is one DatasetError with `file:line: ...` lines."""
+    check_drawn(draws, lambda edits, nested: one_dataset_line(tmp_path_factory, edits, nested),
+                edits=st.lists(st.tuples(st.sampled_from(FIELDS), JSON), min_size=1, max_size=3),
+                nested=st.one_of(st.just(0), st.integers(0, 1500)))
+
+
+def one_dataset_line(tmp_path_factory: pytest.TempPathFactory, edits: list[tuple[tuple, object]], nested: int) -> None:
     from evals.cases.dataset import DatasetError, dataset_hash, load_cases
 
     case = dict(CASE)

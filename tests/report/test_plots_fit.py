@@ -4,6 +4,7 @@ labels (no layout engine re-measures every artist on each draw)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib.figure
@@ -69,6 +70,22 @@ def drawn_figures(run: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, matpl
     return figures
 
 
+@pytest.fixture(scope="module")
+def figures_of(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, list[str]], dict[str, matplotlib.figure.Figure]]:
+    """The figures of a run with these names, each drawn once for the module: the tests only read them (the long
+    names with many providers are read by two)."""
+    drawn: dict[tuple[str, tuple[str, ...]], dict[str, matplotlib.figure.Figure]] = {}
+
+    def figures(run_id: str, providers: list[str]) -> dict[str, matplotlib.figure.Figure]:
+        key = (run_id, tuple(providers))
+        if key not in drawn:
+            with pytest.MonkeyPatch.context() as patch:
+                drawn[key] = drawn_figures(write_run(tmp_path_factory.mktemp("run") / "run", run_id, providers), patch)
+        return drawn[key]
+
+    return figures
+
+
 def overlap(a: Bbox, b: Bbox) -> float:
     """Shared area in square pixels (0 when the boxes only touch)."""
     return max(0.0, min(a.x1, b.x1) - max(a.x0, b.x0)) * max(0.0, min(a.y1, b.y1) - max(a.y0, b.y0))
@@ -84,9 +101,8 @@ def pieces(ax, renderer) -> list[Bbox]:
 
 @pytest.mark.parametrize(("run_id", "providers"), [("r", ["p"]), ("r", ["p", "q"]), (LONG_RUN, LONG[:1]),
                                                     (LONG_RUN, LONG)], ids=["one", "two", "long-one", "long-many"])
-def test_every_label_stays_inside_its_figure_and_clear_of_other_panels(tmp_path: Path, monkeypatch, run_id,
-                                                                       providers):
-    figures = drawn_figures(write_run(tmp_path / "run", run_id, providers), monkeypatch)
+def test_every_label_stays_inside_its_figure_and_clear_of_other_panels(figures_of, run_id, providers):
+    figures = figures_of(run_id, providers)
     for name, fig in figures.items():
         assert isinstance(fig.canvas, FigureCanvasAgg)  # drawn by Agg, as the PNG is
         renderer = fig.canvas.get_renderer()
@@ -106,8 +122,8 @@ def test_every_label_stays_inside_its_figure_and_clear_of_other_panels(tmp_path:
                 assert overlap(box, other) < 1.0, (name, box, other)
 
 
-def test_a_long_provider_name_is_wrapped_not_cut(tmp_path: Path, monkeypatch):
-    figures = drawn_figures(write_run(tmp_path / "run", LONG_RUN, LONG), monkeypatch)
+def test_a_long_provider_name_is_wrapped_not_cut(figures_of):
+    figures = figures_of(LONG_RUN, LONG)
     titles = [ax.get_title() for ax in figures["fault_matrix.png"].axes if ax.get_title()]
     assert [t.replace("\n", "") for t in titles] == LONG  # every character kept, in order
     assert any("\n" in t for t in titles)

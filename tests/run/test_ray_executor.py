@@ -185,6 +185,7 @@ def test_a_bad_or_unreachable_ray_address_is_one_line_and_exit_2(tmp_path: Path,
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.ci_heavy  # starts a local Ray instance, 13-19 s on 2 cores (run by `nox -s heavy`)
 def test_without_an_address_the_run_starts_its_own_ray_whatever_ray_address_says(monkeypatch) -> None:
     """README: with no --ray-address a local Ray instance starts. Before, Ray followed RAY_ADDRESS (or an
     earlier `ray start`) and died with a traceback on a bad one, or refused num_cpus on a good one."""

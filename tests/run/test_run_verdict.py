@@ -106,7 +106,8 @@ def test_run_prints_the_headline_table_infra_errors_and_what_the_verdict_means(d
         assert needle in out, needle
 
 
-def test_a_run_where_every_unit_failed_with_an_infra_error_says_so_and_exits_1(dataset, tmp_path, capsys):
+def test_a_run_where_every_unit_failed_with_an_infra_error_says_so_and_exits_1(dataset, tmp_path, capsys,
+                                                                            no_retry_waits):
     code = main(_run("--dataset", str(dataset), "--lm", "openai/offline@http://127.0.0.1:9/v1", "--faults", "none",
                      "--out", str(tmp_path / "r")))
     printed = capsys.readouterr()
