@@ -3,7 +3,9 @@ the hash embedder and the offline model, for a short and a long case alternated 
 
 Why alternated: the machine is shared, so a lone time says little; sizes run back to back, repeated, give
 medians and their ratio under the same load (the load average is reported with them). Each turn states a new
-fact, so the store grows by a live memory per write: the case whose per-write checks would grow with it.
+fact, so the store grows by a live memory per write: the case whose per-write checks would grow with it. The
+garbage collector's CPU per write is reported apart (all collections, and the full ones): the heap grows with the
+case, so it is the part of the growth that the checks' own passes do not show.
 
 Run: `python -m evals.bench.long_case --sizes 100 1000 --repeat 3`.
 """
@@ -24,7 +26,7 @@ from evals.run.replay import CaseReplayer, UnitModels
 from hymem.embedder import HashEmbedder
 from hymem.offline import offline_lm
 
-_TIMES = ("wall_per_write", "cpu_per_write", "gc_cpu_per_write")
+_TIMES = ("wall_per_write", "cpu_per_write", "gc_cpu_per_write", "gc_full_cpu_per_write")
 _CITIES = ["Berlin", "Paris", "Rome", "Oslo", "Lima", "Kyoto", "Quito", "Dakar", "Hanoi", "Perth"]
 
 
@@ -42,13 +44,16 @@ class CollectorTime:
     tracked object, so a heap that grows with the case makes each full collection dearer."""
 
     def __init__(self) -> None:
-        self.seconds, self._start = 0.0, 0.0
+        self.seconds, self.full, self._start = 0.0, 0.0, 0.0  # all collections, the full ones (generation 2)
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
             self._start = time.process_time()
         else:
-            self.seconds += time.process_time() - self._start
+            took = time.process_time() - self._start
+            self.seconds += took
+            if info.get("generation") == 2:
+                self.full += took
 
     def __enter__(self) -> CollectorTime:
         gc.callbacks.append(self)
@@ -70,7 +75,8 @@ def replay_seconds(turns: int) -> dict[str, Any]:
     if run.status != "ok":
         raise RuntimeError(run.error)
     return {"turns": turns, "wall_per_write": wall / turns, "cpu_per_write": cpu / turns,
-            "gc_cpu_per_write": collector.seconds / turns, "findings": len(run.findings),
+            "gc_cpu_per_write": collector.seconds / turns, "gc_full_cpu_per_write": collector.full / turns,
+            "findings": len(run.findings),
             "memories": len(run.memories)}
 
 
