@@ -3,7 +3,9 @@ the hash embedder and the offline model, for a short and a long case alternated 
 
 Why alternated: the machine is shared, so a lone time says little; sizes run back to back, repeated, give
 medians and their ratio under the same load (the load average is reported with them). Each turn states a new
-fact, so the store grows by a live memory per write: the case whose per-write checks would grow with it.
+fact, so the store grows by a live memory per write: the case whose per-write checks would grow with it. The
+garbage collector's CPU per write is reported apart (all collections, and the full ones): the heap grows with the
+case, so it is the part of the growth that the checks' own passes do not show.
 
 Run: `python -m evals.bench.long_case --sizes 100 1000 --repeat 3`.
 """
@@ -11,6 +13,7 @@ Run: `python -m evals.bench.long_case --sizes 100 1000 --repeat 3`.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -23,6 +26,7 @@ from evals.run.replay import CaseReplayer, UnitModels
 from hymem.embedder import HashEmbedder
 from hymem.offline import offline_lm
 
+_TIMES = ("wall_per_write", "cpu_per_write", "gc_cpu_per_write", "gc_full_cpu_per_write")
 _CITIES = ["Berlin", "Paris", "Rome", "Oslo", "Lima", "Kyoto", "Quito", "Dakar", "Hanoi", "Perth"]
 
 
@@ -35,17 +39,45 @@ def long_case(turns: int, case_id: str = "long") -> Case:
         "expect": {"facts": [{"text": "The user visited Berlin.", "subject": "user", "owner": "user"}]}})
 
 
+class CollectorTime:
+    """The process CPU the garbage collector took while it was on (`gc.callbacks`): a collection walks every
+    tracked object, so a heap that grows with the case makes each full collection dearer."""
+
+    def __init__(self) -> None:
+        self.seconds, self.full, self._start = 0.0, 0.0, 0.0  # all collections, the full ones (generation 2)
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._start = time.process_time()
+        else:
+            took = time.process_time() - self._start
+            self.seconds += took
+            if info.get("generation") == 2:
+                self.full += took
+
+    def __enter__(self) -> CollectorTime:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
+
+
 def replay_seconds(turns: int) -> dict[str, Any]:
-    """(wall, process CPU) seconds of one case's replay, per write, with its findings count."""
+    """(wall, process CPU, the collector's CPU) seconds of one case's replay, per write, with its findings count."""
     case = long_case(turns)
     start, cpu = time.perf_counter(), time.process_time()
-    run = CaseReplayer(case, "long", "offline", UnitModels(lm_factory=lambda c: offline_lm(), embedder=HashEmbedder()),
-                       FaultPlan.parse("none"), 0).run()
+    with CollectorTime() as collector:
+        run = CaseReplayer(case, "long", "offline",
+                           UnitModels(lm_factory=lambda c: offline_lm(), embedder=HashEmbedder()),
+                           FaultPlan.parse("none"), 0).run()
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     if run.status != "ok":
         raise RuntimeError(run.error)
     return {"turns": turns, "wall_per_write": wall / turns, "cpu_per_write": cpu / turns,
-            "findings": len(run.findings), "memories": len(run.memories)}
+            "gc_cpu_per_write": collector.seconds / turns, "gc_full_cpu_per_write": collector.full / turns,
+            "findings": len(run.findings),
+            "memories": len(run.memories)}
 
 
 def per_write_ratio(sizes: list[int], repeat: int) -> dict[str, Any]:
@@ -57,12 +89,13 @@ def per_write_ratio(sizes: list[int], repeat: int) -> dict[str, Any]:
         for n in sizes:
             runs[n].append(replay_seconds(n))
             load.append(os.getloadavg()[0])
-    med = {n: {k: statistics.median(r[k] for r in runs[n]) for k in ("wall_per_write", "cpu_per_write")}
+    med = {n: {k: statistics.median(r[k] for r in runs[n]) for k in _TIMES}
            for n in sizes}
     base = sizes[0]
     return {"sizes": sizes, "repeat": repeat, "load_1min": [round(x, 1) for x in load],
             "median_ms_per_write": {n: {k: round(v * 1000, 2) for k, v in m.items()} for n, m in med.items()},
-            "ratio_over_smallest": {n: {k: round(med[n][k] / med[base][k], 3) for k in med[n]} for n in sizes},
+            "ratio_over_smallest": {n: {k: round(med[n][k] / med[base][k], 3) if med[base][k] else None for k in med[n]}
+                                    for n in sizes},
             "findings": {n: [r["findings"] for r in runs[n]] for n in sizes},
             "memories": {n: runs[n][0]["memories"] for n in sizes}, "goal": 1.2}
 

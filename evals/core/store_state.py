@@ -313,7 +313,9 @@ def _read_rows(db_path: Path, view: View | None, memo: RowMemo, leaves: dict[_Le
                 table = _assemble([_part([memo.row(name, columns, raw) for raw in cursor.fetchall()])],
                                   by_id=name == "memories")
             tables[name], keys[name], canon[name], live[name], vectors[name] = table[:5]
-            faiss[name], faiss_canon[name] = table.faiss, table.faiss_canon or []
+            faiss[name] = table.faiss
+            # not `or []`: a `Lazy`'s truth is its length, which makes it (a copy of every vector by id per read)
+            faiss_canon[name] = table.faiss_canon if table.faiss_canon is not None else []
             derived[("uniform", name)] = True
             if table.by_id is not None:
                 derived[("by_id", name)] = table.by_id

@@ -258,11 +258,27 @@ def _btree_page(page: memoryview, pgno: int) -> tuple[int, list[int]]:
     kind, cells = page[at], int.from_bytes(page[at + 3:at + 5], "big")
     if kind != _INTERIOR_TABLE:
         return kind, []
-    pointers = page[at + 12:at + 12 + 2 * cells]
-    children = [int.from_bytes(page[o:o + 4], "big")
-                for o in (int.from_bytes(pointers[2 * i:2 * i + 2], "big") for i in range(cells))]
+    children = _children(page, at, cells)
+    if children is None:  # a pointer array or a cell past the page's end: what the byte slices read there
+        pointers = page[at + 12:at + 12 + 2 * cells]
+        children = [int.from_bytes(page[o:o + 4], "big")
+                    for o in (int.from_bytes(pointers[2 * i:2 * i + 2], "big") for i in range(cells))]
     children.append(int.from_bytes(page[at + 8:at + 12], "big"))  # the right-most child: the largest keys
     return kind, children
+
+
+def _children(page: memoryview, at: int, cells: int) -> list[int] | None:
+    """Each cell's left child (the first 4 bytes of the cell each pointer points to, big-endian), read at C speed
+    (an interior page of a long case's table holds hundreds of cells, and its last one changes with most
+    appends); None when a pointer or a cell is not wholly on the page."""
+    if at + 12 + 2 * cells > len(page):
+        return None
+    data = np.frombuffer(page, np.uint8)
+    offsets = np.frombuffer(page, ">u2", cells, at + 12).astype(np.int64)
+    if cells and int(offsets.max()) + 4 > len(page):
+        return None
+    cell = data[offsets[:, None] + np.arange(4)].astype(np.int64)
+    return ((cell[:, 0] << 24) | (cell[:, 1] << 16) | (cell[:, 2] << 8) | cell[:, 3]).tolist()
 
 
 def leaf_cells(view: View, pgno: int) -> Leaf:

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from evals.check.prompt_contract import _kinds_by_id
-from evals.core.chunks import Chunks, differing_items, shared_prefix
+from evals.core.chunks import ChunkMemo, Chunks, differing_items, shared_prefix
 from evals.core.rows import is_live
 from evals.core.store_state import (
     RowMemo,
@@ -167,3 +167,30 @@ def test_an_append_shares_all_but_the_last_chunks_with_the_last_read(tmp_path):
         as_made_from_scratch(state, before, tmp_path / "s")
         before = state
     conn.close()
+
+
+@given(reads=st.lists(st.lists(st.integers(0, 30), min_size=1, max_size=8), min_size=1, max_size=60),
+       bound=st.integers(1, 12))
+def test_a_chunk_memo_answers_as_its_pass_and_keeps_the_chunks_read_last(reads, bound):
+    """A bounded memo over chunks read as a long case reads them (a few old chunks again, a new one each read):
+    every answer is the pass's over that chunk, it never holds more than its bound, and a chunk read again
+    before `bound` other chunks were is not made again (the least recently used go first)."""
+    made: list[int] = []
+
+    def total(chunk: list[int], scale: int) -> int:
+        made.append(id(chunk))
+        return scale * sum(chunk)
+
+    memo: ChunkMemo[int] = ChunkMemo(total, max_entries=bound)
+    chunks = [[i, i + 1] for i in range(31)]  # chunk i, the same object every time it is read
+    recent: list[int] = []  # the chunks read, the most recent last, each once
+    for read in reads:
+        for i in read:
+            before = len(made)
+            assert memo.of(chunks[i], 3) == 3 * sum(chunks[i])
+            kept = i in recent[-bound:]
+            assert (len(made) == before) == kept, (i, recent, bound)
+            if i in recent:
+                recent.remove(i)
+            recent.append(i)
+            assert len(memo) <= bound
