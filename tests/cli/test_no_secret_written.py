@@ -209,6 +209,7 @@ DIRECT_WRITERS = {
     "evals/bench/engine.py": "a developer benchmark's own synthetic data and timings",
     "evals/bench/identity.py": "a developer benchmark's timings, to stdout",
     "evals/bench/overhead.py": "a developer benchmark's timings",
+    "evals/bench/e5_threads.py": "a developer benchmark's own sample texts, to a temporary directory its subprocesses read",
     "evals/bench/same_records.py": "a developer tool's table of the bundled labelled pairs' decisions (no key reaches it)",
     "evals/record/catalogue.py": "refreshes the README's metric table (a developer tool)",
     "evals/report/view.py": "every value is redacted before it is rendered (redacting the page as text would break the "
