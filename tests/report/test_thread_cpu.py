@@ -37,15 +37,15 @@ def test_cpu_no_poll_saw_is_the_process_cpu_less_the_threads():
     assert seen.get("native", 0.0) < 0.1  # a Python thread that just ended is not taken for a native one
 
 
+def _spin(stop: threading.Event) -> None:
+    while not stop.is_set():
+        sum(i * i for i in range(1000))
+
+
 @linux
 def test_pool_threads_are_summed_under_one_name():
     stop = threading.Event()
-
-    def spin() -> None:
-        while not stop.is_set():
-            sum(i * i for i in range(1000))
-
-    pool = [threading.Thread(target=spin, name=f"hymem-unit_{i}") for i in range(2)]
+    pool = [threading.Thread(target=_spin, args=(stop,), name=f"hymem-unit_{i}") for i in range(2)]
     try:
         with ThreadCPU(interval=0.05) as cpu:
             for t in pool:
@@ -63,12 +63,7 @@ def test_pool_threads_are_summed_under_one_name():
 @linux
 def test_a_thread_running_across_polls_gets_its_cpu():
     stop = threading.Event()
-
-    def spin() -> None:
-        while not stop.is_set():
-            sum(i * i for i in range(1000))
-
-    worker = threading.Thread(target=spin, name="spinner")
+    worker = threading.Thread(target=_spin, args=(stop,), name="spinner")
     before = time.process_time()
     worker.start()
     try:
