@@ -13,13 +13,13 @@ Run: `python -m evals.bench.long_case --sizes 100 1000 --repeat 3`.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import statistics
 import time
 from typing import Any
 
+from evals.bench.thread_cpu import GcCPU
 from evals.cases.dataset import Case
 from evals.faults.plan import FaultPlan
 from evals.run.replay import CaseReplayer, UnitModels
@@ -39,35 +39,11 @@ def long_case(turns: int, case_id: str = "long") -> Case:
         "expect": {"facts": [{"text": "The user visited Berlin.", "subject": "user", "owner": "user"}]}})
 
 
-class CollectorTime:
-    """The process CPU the garbage collector took while it was on (`gc.callbacks`): a collection walks every
-    tracked object, so a heap that grows with the case makes each full collection dearer."""
-
-    def __init__(self) -> None:
-        self.seconds, self.full, self._start = 0.0, 0.0, 0.0  # all collections, the full ones (generation 2)
-
-    def __call__(self, phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            self._start = time.process_time()
-        else:
-            took = time.process_time() - self._start
-            self.seconds += took
-            if info.get("generation") == 2:
-                self.full += took
-
-    def __enter__(self) -> CollectorTime:
-        gc.callbacks.append(self)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        gc.callbacks.remove(self)
-
-
 def replay_seconds(turns: int) -> dict[str, Any]:
     """(wall, process CPU, the collector's CPU) seconds of one case's replay, per write, with its findings count."""
     case = long_case(turns)
     start, cpu = time.perf_counter(), time.process_time()
-    with CollectorTime() as collector:
+    with GcCPU() as collector:  # each collection's thread CPU, by generation
         run = CaseReplayer(case, "long", "offline",
                            UnitModels(lm_factory=lambda c: offline_lm(), embedder=HashEmbedder()),
                            FaultPlan.parse("none"), 0).run()
@@ -75,7 +51,7 @@ def replay_seconds(turns: int) -> dict[str, Any]:
     if run.status != "ok":
         raise RuntimeError(run.error)
     return {"turns": turns, "wall_per_write": wall / turns, "cpu_per_write": cpu / turns,
-            "gc_cpu_per_write": collector.seconds / turns, "gc_full_cpu_per_write": collector.full / turns,
+            "gc_cpu_per_write": sum(collector.seconds) / turns, "gc_full_cpu_per_write": collector.seconds[2] / turns,
             "findings": len(run.findings),
             "memories": len(run.memories)}
 

@@ -17,7 +17,17 @@ from hypothesis import strategies as st
 import evals.arms.hymem_system as hymem_system
 from evals.cases.dataset import Case
 from evals.core.store_state import RowMemo, StoreState, _canonical_row_key, _keys, _row_key, canonical, read_state
-from evals.core.store_view import SETTLED_NS, PageDigests, view_digest
+from evals.core.store_view import (
+    INTERIOR_TABLE,
+    LEAF_TABLE,
+    SETTLED_NS,
+    PageDigests,
+    _btree_page,
+    btree_page,
+    read_view,
+    table_leaves,
+    view_digest,
+)
 from evals.faults.plan import FaultPlan
 from evals.run.replay import CaseReplayer, UnitModels
 from hymem import HashEmbedder
@@ -403,8 +413,6 @@ def test_interior_pages_with_hundreds_of_children_read_as_byte_by_byte(tmp_path)
     """The children of every interior page of a real table whose interior pages hold hundreds of cells (4 KB
     pages, as a long case's store has) are read at C speed as a byte-by-byte reading reads them, and the walk
     finds every leaf of the table."""
-    from evals.core.store_view import INTERIOR_TABLE, LEAF_TABLE, btree_page, read_view, table_leaves
-
     path = tmp_path / "s"
     path.mkdir()
     conn = sqlite3.connect(path / DB_FILE, isolation_level=None)
@@ -433,8 +441,6 @@ def test_interior_pages_with_hundreds_of_children_read_as_byte_by_byte(tmp_path)
 def test_any_interior_page_bytes_read_as_byte_by_byte(page, extra, first, pointers):
     """Whatever an interior page holds (pointers past its end, cells cut short, more cells than fit), its
     children are the byte-by-byte reading's."""
-    from evals.core.store_view import _btree_page
-
     at = 100 if first else 0
     cells = max(0, len(pointers) + extra)  # a few cells more or fewer than the pointers written
     raw = bytearray(page)
