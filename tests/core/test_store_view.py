@@ -397,16 +397,16 @@ def test_keys_a_read_never_compared_are_made_whole_when_a_later_read_is(store):
     conn.close()
 
 
-def _children_byte_by_byte(page: bytes, pgno: int) -> tuple[int, list[int]]:
+def _children_byte_by_byte(page: bytes, pgno: int) -> tuple[int, tuple[int, ...]]:
     """An interior table page's kind and children read one slice at a time (the reference)."""
     at = 100 if pgno == 1 else 0
     kind, cells = page[at], int.from_bytes(page[at + 3:at + 5], "big")
     if kind != 0x05:
-        return kind, []
+        return kind, ()
     pointers = page[at + 12:at + 12 + 2 * cells]
     children = [int.from_bytes(page[o:o + 4], "big")
                 for o in (int.from_bytes(pointers[2 * i:2 * i + 2], "big") for i in range(cells))]
-    return kind, children + [int.from_bytes(page[at + 8:at + 12], "big")]
+    return kind, (*children, int.from_bytes(page[at + 8:at + 12], "big"))
 
 
 def test_interior_pages_with_hundreds_of_children_read_as_byte_by_byte(tmp_path):
