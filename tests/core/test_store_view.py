@@ -119,6 +119,24 @@ def test_each_read_equals_a_read_from_scratch_and_unchanged_databases_are_reused
     assert same(closed, last)
 
 
+def test_the_databases_kept_for_reuse_are_the_most_recently_read(store, tmp_path):
+    """A memo keeps at most `max_databases` whole databases: one read again since (a sweep's pre-write state,
+    read after each fault) stays, the least recently read goes and is read again, equal to a read from scratch."""
+    path, conn = store
+    copies = []
+    for i in range(3):  # three databases, each a copy of the store's files (the same bytes: the same digest)
+        conn.execute("UPDATE notes SET text = ? WHERE id = 5", (f"version {i}",))
+        copies.append(tmp_path / f"copy-{i}")
+        shutil.copytree(path, copies[-1])
+    conn.close()
+    a, b, c = copies
+    memo = RowMemo(max_databases=2)
+    for where, reused in ((a, 0), (b, 0), (a, 1), (c, 1), (a, 2), (b, 2)):
+        state = read_state(where, memo)
+        assert as_read_from_scratch(state, where)
+        assert memo.reads["reused"] == reused, where  # c dropped b (read least recently), not a
+
+
 def test_a_wal_restarted_after_a_checkpoint_is_read_right(store):
     path, conn = store
     memo = RowMemo()
