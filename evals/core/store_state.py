@@ -176,9 +176,9 @@ class RowMemo:
         """Keep a read's rows, and its leaf pages' rows, for later reads (the least recently read dropped first:
         a sweep's reads of one database are close in time). Bounded in rows held, so a large store's reads stay
         cheap in memory, and in databases: a long case's store changes with every write, so the reads of a
-        database are a few writes' apart at most; each kept one holds its read's tables (tracked objects made
-        per read), and keeping them for many writes made the garbage collector promote, then walk, hundreds of
-        them a write (a 3,000-turn case kept ~25 databases: ~340 objects promoted a write, ~150 with none kept)."""
+        database are a few reads apart; each kept one holds its read's tables (tracked objects made per read),
+        and keeping them for many writes made the garbage collector promote, then walk, hundreds of them a write
+        (a 3,000-turn case kept the last 27 writes' databases: ~340 objects promoted a write, ~150 with none)."""
         if digest in self._databases:
             return
         size = sum(len(t) for t in rows[0].values())
