@@ -13,6 +13,7 @@ Run: `python -m evals.bench.long_case --sizes 100 1000 --repeat 3`.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -26,7 +27,8 @@ from evals.run.replay import CaseReplayer, UnitModels
 from hymem.embedder import HashEmbedder
 from hymem.offline import offline_lm
 
-_TIMES = ("wall_per_write", "cpu_per_write", "gc_cpu_per_write", "gc_full_cpu_per_write")
+_TIMES = ("wall_per_write", "cpu_per_write", "gc_cpu_per_write", "gc_full_cpu_per_write", "gc_full_per_1000_writes",
+          "tracked_at_last_write")
 _CITIES = ["Berlin", "Paris", "Rome", "Oslo", "Lima", "Kyoto", "Quito", "Dakar", "Hanoi", "Perth"]
 
 
@@ -40,18 +42,30 @@ def long_case(turns: int, case_id: str = "long") -> Case:
 
 
 def replay_seconds(turns: int) -> dict[str, Any]:
-    """(wall, process CPU, the collector's CPU) seconds of one case's replay, per write, with its findings count."""
+    """(wall, process CPU, the collector's CPU) seconds of one case's replay, per write, with its findings count,
+    its full collections per 1,000 writes and the objects the collector tracked at its last write (counted outside
+    the times: the count's own wall and CPU are taken off)."""
     case = long_case(turns)
+    tracked = {"n": 0, "wall": 0.0, "cpu": 0.0}
+
+    def count_at_last(done: int, total: int) -> None:
+        if done == total:
+            wall0, cpu0 = time.perf_counter(), time.process_time()
+            tracked["n"] = len(gc.get_objects())
+            tracked["wall"], tracked["cpu"] = time.perf_counter() - wall0, time.process_time() - cpu0
+
     start, cpu = time.perf_counter(), time.process_time()
     with GcCPU() as collector:  # each collection's thread CPU, by generation
         run = CaseReplayer(case, "long", "offline",
                            UnitModels(lm_factory=lambda c: offline_lm(), embedder=HashEmbedder()),
-                           FaultPlan.parse("none"), 0).run()
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+                           FaultPlan.parse("none"), 0, on_write=count_at_last).run()
+    wall = time.perf_counter() - start - tracked["wall"]
+    cpu = time.process_time() - cpu - tracked["cpu"]
     if run.status != "ok":
         raise RuntimeError(run.error)
     return {"turns": turns, "wall_per_write": wall / turns, "cpu_per_write": cpu / turns,
             "gc_cpu_per_write": sum(collector.seconds) / turns, "gc_full_cpu_per_write": collector.seconds[2] / turns,
+            "gc_full_per_1000_writes": collector.collections[2] * 1000 / turns, "tracked_at_last_write": tracked["n"],
             "findings": len(run.findings),
             "memories": len(run.memories)}
 
@@ -68,8 +82,11 @@ def per_write_ratio(sizes: list[int], repeat: int) -> dict[str, Any]:
     med = {n: {k: statistics.median(r[k] for r in runs[n]) for k in _TIMES}
            for n in sizes}
     base = sizes[0]
+    times = _TIMES[:4]  # seconds, shown as ms; the counts as they are
     return {"sizes": sizes, "repeat": repeat, "load_1min": [round(x, 1) for x in load],
-            "median_ms_per_write": {n: {k: round(v * 1000, 2) for k, v in m.items()} for n, m in med.items()},
+            "median_ms_per_write": {n: {k: round(v * 1000, 2) for k, v in m.items() if k in times}
+                                    for n, m in med.items()},
+            "collector": {n: {k: round(v, 2) for k, v in m.items() if k not in times} for n, m in med.items()},
             "ratio_over_smallest": {n: {k: round(med[n][k] / med[base][k], 3) if med[base][k] else None for k in med[n]}
                                     for n in sizes},
             "findings": {n: [r["findings"] for r in runs[n]] for n in sizes},

@@ -32,7 +32,7 @@ class Chunks(Sequence[T]):
 
     def __init__(self, chunks: Sequence[Sequence[T]] = ()):
         self.chunks: tuple[Sequence[T], ...] = tuple(chunks)
-        self.ends: list[int] = list(accumulate(map(len, self.chunks)))  # where each chunk ends
+        self.ends: tuple[int, ...] = tuple(accumulate(map(len, self.chunks)))  # where each chunk ends (untracked)
         self._flat: list[T] | None = None
 
     def __len__(self) -> int:
@@ -132,7 +132,7 @@ class ChunkMemo(Generic[R]):
         return len(self._found)
 
 
-def chunks_of(items: Sequence[T]) -> tuple[Sequence[Sequence[T]], list[int]]:
+def chunks_of(items: Sequence[T]) -> tuple[Sequence[Sequence[T]], Sequence[int]]:
     """(the chunks, where each ends) of a `Chunks`; a plain sequence as one chunk."""
     if isinstance(items, Chunks):
         return items.chunks, items.ends

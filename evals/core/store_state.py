@@ -14,7 +14,6 @@ from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from itertools import chain, compress, repeat
 from operator import itemgetter
 from pathlib import Path
@@ -74,8 +73,10 @@ _Rows = tuple[dict[str, Sequence[dict[str, Any]]], dict[str, Sequence[str]], dic
 _Row = tuple[dict[str, Any], str, str, bool, _Vector | None]
 _LeafKey = tuple[str, str, bytes]  # (table, its CREATE statement, the leaf page's SHA-256)
 # rows as dicts, their diff keys, their canonical keys, the live ones among them (not superseded or deleted), and
-# those live rows' vectors
-_Part = tuple[list[dict[str, Any]], list[str], list[str], list[dict[str, Any]], list[_Vector]]
+# those live rows' vectors. Tuples, not lists: a leaf's part is kept as long as its page is unchanged, and the
+# garbage collector stops tracking a tuple of strings or of vectors (its full collections walk what is tracked)
+_Part = tuple[tuple[dict[str, Any], ...], tuple[str, ...], tuple[str, ...], tuple[dict[str, Any], ...],
+              tuple[_Vector, ...]]
 _LeafRows = tuple[tuple[tuple[int, bytes], ...], _Part]  # ((overflow page, its SHA-256), ...), the leaf's rows
 
 
@@ -107,10 +108,10 @@ class _TableRead:
     root: int
     sql: str
     interior: set[int]  # the b-tree's interior pages: one changed and the leaves are walked again
-    leaves: list[int]  # the leaf pages in rowid order
+    leaves: Sequence[int]  # the leaf pages in rowid order
     where: dict[int, int]  # a leaf page or an overflow page -> the index of its leaf in `leaves`
     parts: list[_Part]  # each leaf's rows
-    overflow: list[tuple[tuple[int, bytes], ...]]  # each leaf's overflow pages (and their SHA-256)
+    overflow: Sequence[tuple[tuple[int, bytes], ...]]  # each leaf's overflow pages (and their SHA-256): a tuple
     table: _Table
     tree: _Tree  # each interior page's subtree, so a walk again re-walks only the subtrees that changed
 
@@ -121,8 +122,8 @@ class _Tree(NamedTuple):
     any interior page below it changed: the same bytes, so the same children (its leaves, checked to be leaves
     still where they changed, hold the rows `_TableRead.parts` says)."""
 
-    below: dict[int, list[int]]  # interior page -> the leaves under it, in rowid order
-    inner: dict[int, list[int]]  # interior page -> the interior pages under it, itself first
+    below: dict[int, tuple[int, ...]]  # interior page -> the leaves under it, in rowid order
+    inner: dict[int, tuple[int, ...]]  # interior page -> the interior pages under it, itself first
     parent: dict[int, int]  # interior page -> its parent (the root has none)
 
 
@@ -146,12 +147,13 @@ class RowMemo:
     """
 
     def __init__(self, max_rows: int = 50_000, max_index_bytes: int = 64 << 20, max_database_rows: int = 500_000,
-                 max_leaves: int = 20_000):
+                 max_leaves: int = 20_000, max_databases: int = 8):
         self._rows: dict[tuple[Any, ...], _Row] = {}
         self._faiss: dict[bytes, tuple[dict[int, bytes], list[str]]] = {}
         self._max_rows, self._max_index_bytes, self._index_bytes = max_rows, max_index_bytes, 0
-        self._databases: dict[bytes, _Rows] = {}
+        self._databases: dict[bytes, _Rows] = {}  # the least recently read first
         self._max_database_rows, self._database_rows = max_database_rows, 0  # rows the kept databases hold
+        self._max_databases = max_databases
         self._leaves: dict[_LeafKey, _LeafRows] = {}
         self._max_leaves = max_leaves
         self.pages = PageDigests()
@@ -162,17 +164,26 @@ class RowMemo:
         self.reads = {"rows": 0, "reused": 0, "leaves_read": 0, "leaves_reused": 0}
 
     def database(self, digest: bytes | None) -> _Rows | None:
-        """The rows read from a database with this digest, if one was read."""
-        return self._databases.get(digest) if digest is not None else None
+        """The rows read from a database with this digest, if one was read (now the most recently read)."""
+        if digest is None:
+            return None
+        rows = self._databases.pop(digest, None)
+        if rows is not None:
+            self._databases[digest] = rows
+        return rows
 
     def remember(self, digest: bytes, rows: _Rows, leaves: dict[_LeafKey, _LeafRows]) -> None:
-        """Keep a read's rows, and its leaf pages' rows, for later reads (oldest dropped first: a sweep's
-        reads of one database are close in time). Bounded in rows held, so a large store's reads stay cheap
-        in memory."""
+        """Keep a read's rows, and its leaf pages' rows, for later reads (the least recently read dropped first:
+        a sweep's reads of one database are close in time). Bounded in rows held, so a large store's reads stay
+        cheap in memory, and in databases: a long case's store changes with every write, so the reads of a
+        database are a few reads apart; each kept one holds its read's tables (tracked objects made per read),
+        and keeping them for many writes made the garbage collector promote, then walk, hundreds of them a write
+        (a 3,000-turn case kept the last 27 writes' databases: ~340 objects promoted a write, ~150 with none)."""
         if digest in self._databases:
             return
         size = sum(len(t) for t in rows[0].values())
-        while self._databases and self._database_rows + size > self._max_database_rows:
+        while self._databases and (self._database_rows + size > self._max_database_rows
+                                   or len(self._databases) >= self._max_databases):
             dropped = self._databases.pop(next(iter(self._databases)))
             self._database_rows -= sum(len(t) for t in dropped[0].values())
         if size <= self._max_database_rows:
@@ -364,7 +375,7 @@ def _table_by_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: st
                          chain.from_iterable(map(repeat, range(len(pages)), map(len, overflow))), strict=True))
         first, changed_parts = (_common_prefix(before.parts, parts) if before is not None else (0, None))
         return _TableRead(root=root, sql=sql, interior=set(tree.inner.get(root, ())), leaves=pages, where=where,
-                          parts=parts, overflow=overflow,
+                          parts=parts, overflow=tuple(overflow),
                           table=_assemble(parts, before, changed_parts, first, by_id=name == "memories"), tree=tree)
     except (ValueError, IndexError, _NotATree):  # a pointer out of the database or a page cut short: not a
         return None  # b-tree we read
@@ -374,8 +385,8 @@ class _NotATree(Exception):
     """A page is not a table b-tree page, or one is reached twice."""
 
 
-def _walk(view: View, root: int, parsed: dict[tuple[bool, bytes], tuple[int, list[int]]],
-          before: _TableRead | None, changed: set[int]) -> tuple[list[int], _Tree] | None:
+def _walk(view: View, root: int, parsed: dict[tuple[bool, bytes], tuple[int, tuple[int, ...]]],
+          before: _TableRead | None, changed: set[int]) -> tuple[tuple[int, ...], _Tree] | None:
     """The table's leaf pages in rowid order (as `table_leaves` finds them) and its interior pages' subtrees;
     the subtree of an interior page of `before` that did not change, and under which no interior page
     changed, is `before`'s (O(changed) Python work, the leaves joined at C speed). None: not a table b-tree."""
@@ -388,12 +399,12 @@ def _walk(view: View, root: int, parsed: dict[tuple[bool, bytes], tuple[int, lis
                 up = before.tree.parent.get(up)
     old = before.tree if before is not None else _Tree({}, {}, {})
     old_where, old_leaves = (before.where, before.leaves) if before is not None else ({}, [])
-    below: dict[int, list[int]] = {}
-    inner: dict[int, list[int]] = {}
+    below: dict[int, tuple[int, ...]] = {}  # tuples of ints: untracked by the garbage collector
+    inner: dict[int, tuple[int, ...]] = {}
     parent: dict[int, int] = {}
     seen: set[int] = set()
 
-    def walk(pgno: int, depth: int) -> list[int]:
+    def walk(pgno: int, depth: int) -> tuple[int, ...]:
         if pgno in old.below and pgno not in hot:
             for page in old.inner[pgno]:
                 below[page], inner[page] = old.below[page], old.inner[page]
@@ -405,7 +416,7 @@ def _walk(view: View, root: int, parsed: dict[tuple[bool, bytes], tuple[int, lis
         seen.add(pgno)
         kind, children = btree_page(view, pgno, parsed)
         if kind == LEAF_TABLE:
-            return [pgno]
+            return (pgno,)
         if kind != INTERIOR_TABLE:
             raise _NotATree(pgno)
         found: list[int] = []
@@ -420,11 +431,11 @@ def _walk(view: View, root: int, parsed: dict[tuple[bool, bytes], tuple[int, lis
             if child in inner:
                 parent[child] = pgno
                 mine += inner[child]
-        below[pgno], inner[pgno] = found, mine
-        return found
+        below[pgno], inner[pgno] = tuple(found), tuple(mine)
+        return below[pgno]
 
     pages = walk(root, 0)
-    interior = inner.get(root, [])
+    interior = inner.get(root, ())
     every = set(pages)
     every.update(interior)
     if len(every) != len(pages) + len(interior):
@@ -432,7 +443,7 @@ def _walk(view: View, root: int, parsed: dict[tuple[bool, bytes], tuple[int, lis
     return pages, _Tree(below, inner, parent)
 
 
-def _lay_out(db: sqlite3.Connection, view: View, memo: RowMemo, name: str, sql: str, pages: list[int],
+def _lay_out(db: sqlite3.Connection, view: View, memo: RowMemo, name: str, sql: str, pages: Sequence[int],
              before: _TableRead | None, dirty: set[int], read_here: dict[_LeafKey, _LeafRows]
              ) -> tuple[list[_Part], list[tuple[tuple[int, bytes], ...]]] | None:
     """Each leaf page's rows and overflow pages: `before`'s where the leaf is the same page and did not change
@@ -454,7 +465,7 @@ def _lay_out(db: sqlite3.Connection, view: View, memo: RowMemo, name: str, sql: 
     head = next(compress(range(shared), map(operator.ne, old, pages)), shared)
     tail = next(compress(range(shared - head), map(operator.ne, reversed(old), reversed(pages))), shared - head)
     parts = before.parts[:head]
-    overflow = before.overflow[:head]
+    overflow = list(before.overflow[:head])
     for i in range(head, m - tail):  # the leaves in between: `before`'s when the same page, unchanged
         pgno = pages[i]
         j = before.where.get(pgno)
@@ -501,7 +512,7 @@ def _reread_leaves(db: sqlite3.Connection, view: View, memo: RowMemo, name: str,
     leaves.update(read_here)
     changed = ([before.parts[i] for i in dirty], [parts[i] for i in dirty])
     return _TableRead(root=before.root, sql=sql, interior=before.interior, leaves=before.leaves, where=where,
-                      parts=parts, overflow=overflow,
+                      parts=parts, overflow=tuple(overflow),
                       table=_assemble(parts, before, changed, len(parts), by_id=name == "memories", dirty=dirty),
                       tree=before.tree)
 
@@ -516,7 +527,7 @@ def _leaf_rows(db: sqlite3.Connection, view: View, memo: RowMemo, name: str, sql
         memo.reads["leaves_reused"] += 1
         return known
     cells = leaf_cells(view, pgno)
-    read: _Part = ([], [], [], [], [])
+    read: _Part = ((), (), (), (), ())
     if cells.rowids:
         cursor = db.execute(f'SELECT rowid, * FROM "{name}" WHERE rowid BETWEEN ? AND ? ORDER BY rowid',
                             (cells.rowids[0], cells.rowids[-1]))
@@ -551,15 +562,16 @@ def _assemble(parts: list[_Part], before: _TableRead | None = None,
     memories table: its live rows, their vectors and its rows by id (`rows_by_id`: `ChunkedById`) too."""
     old = before.table if before is not None else None
     all_rows = _grouped(parts, 0, old.rows if old is not None else None, first, dirty)
-    live: Chunks[Any] = Chunks()  # only the memories' are read (`live_memories`)
-    rows_vectors: Chunks[Any] = Chunks()
+    live: Chunks[Any] = _NO_ROWS  # only the memories' are read (`live_memories`)
+    rows_vectors: Chunks[Any] = _NO_ROWS
     if by_id:
         live = _grouped(parts, 3, old.live if old is not None else None, first, dirty)
         rows_vectors = _grouped(parts, 4, old.vectors if old is not None else None, first, dirty)
-    keys = Lazy(partial(_joined_keys, parts, 1))  # diff keys: made when a diff is asked for (`_keys`)
-    canon = Lazy(partial(_sorted_keys, parts))
-    vector_keys = Lazy(partial(sorted, map(itemgetter(2), rows_vectors)))
-    faiss = LazyMapping(partial(_faiss_of, rows_vectors))
+    # (each lazy holds its maker and arguments, no `partial` or iterator: a read makes these per changed table)
+    keys = Lazy(_joined_keys, parts, 1)  # diff keys: made when a diff is asked for (`_keys`)
+    canon = Lazy(_sorted_keys, parts)
+    vector_keys = Lazy(_sorted_vector_keys, rows_vectors)
+    faiss = LazyMapping(_faiss_of, rows_vectors)
     if before is not None:
         if changed is None:
             now, was = set(map(id, parts)), set(map(id, before.parts))
@@ -567,25 +579,26 @@ def _assemble(parts: list[_Part], before: _TableRead | None = None,
         gone, new = changed
         old = before.table
         if old.canon.made:  # else made whole if ever asked for: a chain of updates would keep every read alive
-            canon = Lazy(partial(_updated_keys, old.canon, list(chain.from_iterable(map(itemgetter(2), gone))),
-                                 list(chain.from_iterable(map(itemgetter(2), new))), canon))
-        gone_vectors = list(chain.from_iterable(map(itemgetter(4), gone)))
-        new_vectors = list(chain.from_iterable(map(itemgetter(4), new)))
-        if old.vector_keys.made:
-            vector_keys = Lazy(partial(_updated_keys, old.vector_keys, list(map(itemgetter(2), gone_vectors)),
-                                       list(map(itemgetter(2), new_vectors)), vector_keys))
-        if old.faiss.made:
-            faiss = LazyMapping(partial(_updated_faiss, old.faiss, old.vectors, gone_vectors, new_vectors,
-                                        rows_vectors))
+            canon = Lazy(_updated_keys, old.canon, tuple(chain.from_iterable(map(itemgetter(2), gone))),
+                         tuple(chain.from_iterable(map(itemgetter(2), new))), canon)
+        if old.vector_keys.made or old.faiss.made:
+            gone_vectors = tuple(chain.from_iterable(map(itemgetter(4), gone)))
+            new_vectors = tuple(chain.from_iterable(map(itemgetter(4), new)))
+            if old.vector_keys.made:
+                vector_keys = Lazy(_updated_keys, old.vector_keys, tuple(map(itemgetter(2), gone_vectors)),
+                                   tuple(map(itemgetter(2), new_vectors)), vector_keys)
+            if old.faiss.made:
+                faiss = LazyMapping(_updated_faiss, old.faiss, old.vectors, gone_vectors, new_vectors, rows_vectors)
     ids: Mapping[Any, dict[str, Any]] | None = None
     if by_id:
         ids = ChunkedById.of(all_rows)
         if ids is None:  # ids that are not distinct integers increasing from leaf to leaf: the last row of an id
             ids = dict(zip(map(dict.get, all_rows, repeat("id")), all_rows, strict=True))
-    faiss_canon = Lazy(partial(_faiss_keys, faiss, rows_vectors, vector_keys))
+    faiss_canon = Lazy(_faiss_keys, faiss, rows_vectors, vector_keys)
     return _Table(all_rows, keys, canon, live, rows_vectors, vector_keys, faiss, ids, faiss_canon)
 
 
+_NO_ROWS: Chunks[Any] = Chunks()  # a table's live rows and vectors when they are not kept (read-only: shared)
 _GROUP = 64  # leaves per chunk of a table's rows: few chunks per read, few rows joined again per changed leaf
 
 
@@ -601,19 +614,21 @@ def _grouped(parts: list[_Part], at: int, old: Chunks[Any] | None, first: int, d
     return Chunks(chunks)
 
 
-def _group(parts: list[_Part], at: int, g: int) -> list[Any]:
-    return list(chain.from_iterable(map(itemgetter(at), parts[g * _GROUP:(g + 1) * _GROUP])))
+def _group(parts: list[_Part], at: int, g: int) -> tuple[Any, ...]:
+    """A tuple: a chunk of vectors (tuples of bytes and strings) is then untracked by the garbage collector."""
+    return tuple(chain.from_iterable(map(itemgetter(at), parts[g * _GROUP:(g + 1) * _GROUP])))
 
 
 class _Made:
     """What `Lazy` and `LazyMapping` share: a value made by `make` when first read, then kept; equal at once to
     itself, else compared as the value it stands for (with its own kind or a plain one of the value's type)."""
 
-    __slots__ = ("_make", "_value")
+    __slots__ = ("_args", "_make", "_value")
     _plain: type = object  # the value's type: a plain one of it compares as the value
 
-    def __init__(self, make: Callable[[], Any]):
-        self._make: Callable[[], Any] | None = make
+    def __init__(self, make: Callable[..., Any], *args: Any):
+        self._make: Callable[..., Any] | None = make
+        self._args: tuple[Any, ...] = args  # `make`'s arguments, dropped once made
         self._value: Any = None
 
     @property
@@ -624,7 +639,7 @@ class _Made:
     def value(self) -> Any:
         if self._value is None:
             assert self._make is not None
-            self._value, self._make = self._make(), None
+            self._value, self._make, self._args = self._make(*self._args), None, ()
         return self._value
 
     def __eq__(self, other: object) -> bool:
@@ -693,17 +708,21 @@ def _sorted_keys(parts: list[_Part]) -> list[str]:
     return sorted(chain.from_iterable(map(itemgetter(2), parts)))
 
 
-def _updated_keys(old: Lazy, removed: list[str], added: list[str], whole: Lazy) -> list[str]:
+def _updated_keys(old: Lazy, removed: Sequence[str], added: Sequence[str], whole: Lazy) -> list[str]:
     """`old`'s sorted keys with `removed` taken out and `added` put in; `whole`'s when many changed."""
     updated = _resorted(old.value, removed, added)
     return updated if updated is not None else whole.value
+
+
+def _sorted_vector_keys(vectors: Sequence[_Vector]) -> list[str]:
+    return sorted(map(itemgetter(2), vectors))
 
 
 def _faiss_of(vectors: Sequence[_Vector]) -> dict[Any, bytes]:
     return dict(zip(map(itemgetter(0), vectors), map(itemgetter(1), vectors), strict=True))
 
 
-def _updated_faiss(old: LazyMapping, old_vectors: Sequence[_Vector], gone: list[_Vector], new: list[_Vector],
+def _updated_faiss(old: LazyMapping, old_vectors: Sequence[_Vector], gone: Sequence[_Vector], new: Sequence[_Vector],
                    vectors: Sequence[_Vector]) -> dict[Any, bytes]:
     """`old`'s vectors by id with `gone`'s ids taken out and `new`'s put in; made whole when an id is there twice
     (the dict keeps the last, as one made whole does)."""
@@ -743,8 +762,8 @@ def _resorted(old: list[str], removed: Any, added: Any) -> list[str] | None:
 
 
 def _part(rows: list[_Row]) -> _Part:
-    return ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], [r[0] for r in rows if r[3]],
-            [r[4] for r in rows if r[4] is not None])
+    return (tuple([r[0] for r in rows]), tuple([r[1] for r in rows]), tuple([r[2] for r in rows]),
+            tuple([r[0] for r in rows if r[3]]), tuple([r[4] for r in rows if r[4] is not None]))
 
 
 def _read_faiss(store_dir: Path, generation: int, memo: RowMemo) -> tuple[dict[int, bytes], list[str]] | None:

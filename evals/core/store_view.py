@@ -47,7 +47,7 @@ class PageDigests:
     def __init__(self, max_bytes: int = 64 << 20):
         self._files: dict[tuple[str, int], tuple[bytes, int, list[bytes]]] = {}
         self._max_bytes, self._bytes = max_bytes, 0
-        self.btree: dict[tuple[bool, bytes], tuple[int, list[int]]] = {}  # `table_leaves`' parsed pages
+        self.btree: dict[tuple[bool, bytes], tuple[int, tuple[int, ...]]] = {}  # `table_leaves`' parsed pages
         self.same_prefix = 0  # the last call's leading pages whose bytes were the same as the call before's
         # a WAL's published frames as its last read parsed them: (path, frame size) -> (salts, mxFrame, page ->
         # (offset, digest)); kept only when that read's `of_pages` call was the file's last (see _published_frames)
@@ -201,7 +201,7 @@ class Leaf(NamedTuple):
     overflow: list[int]
 
 
-def table_leaves(view: View, root: int, parsed: dict[tuple[bool, bytes], tuple[int, list[int]]] | None = None,
+def table_leaves(view: View, root: int, parsed: dict[tuple[bool, bytes], tuple[int, tuple[int, ...]]] | None = None,
                  seen: set[int] | None = None) -> list[int] | None:
     """The leaf pages of the rowid table whose b-tree starts at `root`, in rowid order: the pages a full scan
     of the table reads its rows from. None when a page is not a table b-tree page or one is reached twice.
@@ -227,8 +227,8 @@ def table_leaves(view: View, root: int, parsed: dict[tuple[bool, bytes], tuple[i
     return leaves
 
 
-def btree_page(view: View, pgno: int, parsed: dict[tuple[bool, bytes], tuple[int, list[int]]] | None = None
-               ) -> tuple[int, list[int]]:
+def btree_page(view: View, pgno: int, parsed: dict[tuple[bool, bytes], tuple[int, tuple[int, ...]]] | None = None
+               ) -> tuple[int, tuple[int, ...]]:
     """(page `pgno`'s kind, its child pages in key order when it is an interior table page), parsed once per
     distinct page content when `parsed` is given (see `table_leaves`)."""
     key = (pgno == 1, view.page_digest(pgno))
@@ -252,19 +252,21 @@ _MAX_PARSED = 20_000  # pages whose parse `btree_page` keeps
 _MAX_WALS = 64  # WAL files whose parsed frames `_published_frames` keeps
 
 
-def _btree_page(page: memoryview, pgno: int) -> tuple[int, list[int]]:
+def _btree_page(page: memoryview, pgno: int) -> tuple[int, tuple[int, ...]]:
     """(the page's kind, its child pages in key order when it is an interior table page)."""
     at = 100 if pgno == 1 else 0
     kind, cells = page[at], int.from_bytes(page[at + 3:at + 5], "big")
     if kind != _INTERIOR_TABLE:
-        return kind, []
+        return kind, ()
     children = _children(page, at, cells)
     if children is None:  # a pointer array or a cell past the page's end: what the byte slices read there
         pointers = page[at + 12:at + 12 + 2 * cells]
         children = [int.from_bytes(page[o:o + 4], "big")
                     for o in (int.from_bytes(pointers[2 * i:2 * i + 2], "big") for i in range(cells))]
     children.append(int.from_bytes(page[at + 8:at + 12], "big"))  # the right-most child: the largest keys
-    return kind, children
+    # a tuple of ints, which the garbage collector stops tracking: the parses are kept (`PageDigests.btree`), a
+    # long case's interior pages hold hundreds of children and its last one changes with most appends
+    return kind, tuple(children)
 
 
 def _children(page: memoryview, at: int, cells: int) -> list[int] | None:

@@ -119,6 +119,24 @@ def test_each_read_equals_a_read_from_scratch_and_unchanged_databases_are_reused
     assert same(closed, last)
 
 
+def test_the_databases_kept_for_reuse_are_the_most_recently_read(store, tmp_path):
+    """A memo keeps at most `max_databases` whole databases: one read again since (a sweep's pre-write state,
+    read after each fault) stays, the least recently read goes and is read again, equal to a read from scratch."""
+    path, conn = store
+    copies = []
+    for i in range(3):  # three databases, each a copy of the store's files (the same bytes: the same digest)
+        conn.execute("UPDATE notes SET text = ? WHERE id = 5", (f"version {i}",))
+        copies.append(tmp_path / f"copy-{i}")
+        shutil.copytree(path, copies[-1])
+    conn.close()
+    a, b, c = copies
+    memo = RowMemo(max_databases=2)
+    for where, reused in ((a, 0), (b, 0), (a, 1), (c, 1), (a, 2), (b, 2)):
+        state = read_state(where, memo)
+        assert as_read_from_scratch(state, where)
+        assert memo.reads["reused"] == reused, where  # c dropped b (read least recently), not a
+
+
 def test_a_wal_restarted_after_a_checkpoint_is_read_right(store):
     path, conn = store
     memo = RowMemo()
@@ -397,16 +415,16 @@ def test_keys_a_read_never_compared_are_made_whole_when_a_later_read_is(store):
     conn.close()
 
 
-def _children_byte_by_byte(page: bytes, pgno: int) -> tuple[int, list[int]]:
+def _children_byte_by_byte(page: bytes, pgno: int) -> tuple[int, tuple[int, ...]]:
     """An interior table page's kind and children read one slice at a time (the reference)."""
     at = 100 if pgno == 1 else 0
     kind, cells = page[at], int.from_bytes(page[at + 3:at + 5], "big")
     if kind != 0x05:
-        return kind, []
+        return kind, ()
     pointers = page[at + 12:at + 12 + 2 * cells]
     children = [int.from_bytes(page[o:o + 4], "big")
                 for o in (int.from_bytes(pointers[2 * i:2 * i + 2], "big") for i in range(cells))]
-    return kind, children + [int.from_bytes(page[at + 8:at + 12], "big")]
+    return kind, (*children, int.from_bytes(page[at + 8:at + 12], "big"))
 
 
 def test_interior_pages_with_hundreds_of_children_read_as_byte_by_byte(tmp_path):
