@@ -53,6 +53,10 @@ class PageDigests:
         # (offset, digest)); kept only when that read's `of_pages` call was the file's last (see _published_frames)
         self.frames: dict[tuple[str, int], tuple[bytes, int, dict[int, tuple[int, bytes]]]] = {}
         self._stats: dict[str, tuple[tuple[int, ...], int]] = {}  # a settled main file -> (its stat, page size)
+        # each database's last view: (its main file's digests list, those joined, (page size, pages), its frames,
+        # the view's `digests` and `digest`), see `view_digests`
+        self._views: dict[str, tuple[list[bytes], bytes, tuple[int, int], dict[int, tuple[int, bytes]], bytes,
+                                     bytes]] = {}
 
     def settled(self, name: str, stat: os.stat_result) -> tuple[bytes, int, list[bytes]] | None:
         """The bytes, page size and page digests of a main database file as its last read found them, when
@@ -111,6 +115,30 @@ class PageDigests:
         return digests
 
 
+    def view_digests(self, name: str, page_size: int, count: int, file_digests: list[bytes],
+                     frames: dict[int, tuple[int, bytes]]) -> tuple[bytes, bytes]:
+        """A view's `digests` and `digest` (as `View` makes them), every page past the main file's end a frame.
+
+        Why: a view's digests are O(pages) to join and hash, and a long case reads its store a few times a write
+        (each read twice: before and after, to see it unchanged while read), so at 10,000 turns they were a
+        growing part of every write. Taken from the last view of `name` when it is the same main file's digests
+        (the same list: `of_pages` makes a new one whenever it hashes the file) and the same frames (page ->
+        offset, SHA-256 of its bytes): the same pages' digests, so the same bytes. Else the main file's digests
+        are joined once per list and only the frames' written over them; the digest is hashed again."""
+        last = self._views.pop(name, None)
+        shape = (page_size, count)
+        if last is not None and last[0] is file_digests and last[2] == shape and last[3] == frames:
+            base, digests, digest = last[1], last[4], last[5]
+        else:
+            base = last[1] if last is not None and last[0] is file_digests else b"".join(file_digests)
+            digests = _overlaid(base, count, frames)
+            digest = _view_digest(page_size, count, digests)
+        if len(self._views) >= _MAX_WALS:
+            self._views.pop(next(iter(self._views)))
+        self._views[name] = (file_digests, base, shape, frames, digests, digest)
+        return digests, digest
+
+
 SETTLED_NS = 200_000_000  # a main file unchanged this long before a read is trusted unchanged while its stat is
 
 
@@ -122,6 +150,21 @@ def _digest(data: bytes, at: int, size: int) -> bytes:
     return hashlib.sha256(memoryview(data)[at:at + size]).digest()
 
 
+def _view_digest(page_size: int, count: int, digests: bytes) -> bytes:
+    return hashlib.sha256(struct.pack(">II", page_size, count) + digests).digest()
+
+
+def _overlaid(base: bytes, count: int, frames: dict[int, tuple[int, bytes]]) -> bytes:
+    """The first `count` pages' digests of `base` (32 bytes a page) with the frames' written over them; the
+    pages past `base`'s end must all be frames (as `read_view` checks)."""
+    out = bytearray(base[:count * 32])
+    out.extend(bytes(count * 32 - len(out)))
+    for pgno, (_, frame_digest) in frames.items():
+        if pgno <= count:
+            out[(pgno - 1) * 32:pgno * 32] = frame_digest  # a SHA-256: 32 bytes, so every page stays in place
+    return bytes(out)
+
+
 class View:
     """The pages of a database as a new reader sees them now: each page's bytes and SHA-256, and a digest of all.
 
@@ -129,16 +172,19 @@ class View:
     """
 
     def __init__(self, page_size: int, usable: int, count: int, file: bytes, file_digests: list[bytes],
-                 wal: bytes, frames: dict[int, tuple[int, bytes]]):
+                 wal: bytes, frames: dict[int, tuple[int, bytes]], digests: tuple[bytes, bytes] | None = None):
         self.page_size, self.usable, self.count = page_size, usable, count
         self._file, self._file_digests, self._wal, self._frames = file, file_digests, wal, frames
+        if digests is not None:  # made by `PageDigests.view_digests`, the same as below
+            self.digests, self.digest = digests
+            return
         # every page's digest in page order, the WAL's frames over the main file's: one hash over their bytes
         pages = file_digests[:count] + [b""] * (count - len(file_digests))
         for pgno, (_, frame_digest) in frames.items():
             if pgno <= count:
                 pages[pgno - 1] = frame_digest  # read_view: every page past the main file's end is a frame
         self.digests = b"".join(pages)  # each page's SHA-256 in page order: what `changed_pages` compares
-        self.digest = hashlib.sha256(struct.pack(">II", page_size, count) + self.digests).digest()
+        self.digest = _view_digest(page_size, count, self.digests)
 
     def page_digest(self, pgno: int) -> bytes:
         frame = self._frames.get(pgno)
@@ -191,7 +237,8 @@ def read_view(db_path: str | Path, pages: PageDigests | None = None) -> View | N
         pages.read_whole(db, stat, started, page_size)
     if any(pgno not in frames for pgno in range(len(file_digests) + 1, count + 1)):
         return None  # a page neither the WAL nor the main file holds: not a state a reader can see
-    return View(page_size, page_size - data[20], count, data, file_digests, wal, frames)
+    return View(page_size, page_size - data[20], count, data, file_digests, wal, frames,
+                pages.view_digests(db, page_size, count, file_digests, frames))
 
 
 class Leaf(NamedTuple):

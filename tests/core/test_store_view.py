@@ -468,3 +468,38 @@ def test_any_interior_page_bytes_read_as_byte_by_byte(page, extra, first, pointe
         raw[at + 12 + 2 * i:at + 14 + 2 * i] = pointer.to_bytes(2, "big")
     pgno = 1 if first else 2
     assert _btree_page(memoryview(bytes(raw)), pgno) == _children_byte_by_byte(bytes(raw), pgno)
+
+
+def test_a_view_has_the_digests_of_a_view_from_scratch_through_writes_checkpoints_and_a_settled_file(store):
+    """A view's page digests and digest, taken from the last view of the same files when those did not change
+    (`PageDigests.view_digests`), are those of a view read with nothing kept; and any page changed changes it."""
+    path, conn = store
+    db = path / DB_FILE
+    pages = PageDigests()
+
+    def read() -> bytes:
+        view, fresh = read_view(db, pages), read_view(db)
+        assert view is not None and fresh is not None
+        assert (view.digests, view.digest) == (fresh.digests, fresh.digest)
+        again = read_view(db, pages)  # nothing changed: taken from the last view
+        assert again is not None and (again.digests, again.digest) == (fresh.digests, fresh.digest)
+        return view.digest
+
+    seen = [read()]
+    for i in range(6):
+        conn.execute("INSERT INTO notes (text, blob) VALUES (?, ?)", (f"more {i}", bytes([i]) * 900))
+        seen.append(read())
+        conn.execute("UPDATE notes SET text = ? WHERE id = ?", (f"note {9000 + i}", 5 + i))
+        seen.append(read())
+        if i == 2:
+            conn.execute("PRAGMA wal_checkpoint(RESTART)")
+            read()
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    time.sleep(SETTLED_NS / 1e9 + 0.05)
+    read()
+    read()  # the main file trusted by its stat now: its digests list is the last read's
+    assert pages.settled(str(db), os.stat(db)) is not None
+    conn.execute("UPDATE notes SET text = 'after settled' WHERE id = 1")
+    seen.append(read())
+    assert len(set(seen)) == len(seen)  # every write changed the digest
+    conn.close()
