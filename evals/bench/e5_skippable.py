@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -106,7 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m evals.bench.e5_skippable")
     parser.add_argument("runs", type=Path, nargs="+", help="run directories (`hymem-eval run --out`)")
     args = parser.parse_args(argv)
-    print(json.dumps([skippable(run) for run in args.runs], indent=1))
+    results = [skippable(run) for run in args.runs]
+    print(json.dumps(results, indent=1))
+    empty = [r["run"] for r in results if not r["pairs"]]
+    if empty:  # nothing compared, nothing measured: not a share of 0
+        print(f"no (gold, predicted) pair was scored in: {', '.join(empty)}", file=sys.stderr)
+        return 1
     return 0
 
 
