@@ -35,29 +35,26 @@ def _quantiles(values: Sequence[float]) -> list[float]:
 def decided_at(matcher: Any, gold: str, pred: str) -> tuple[int, float | None, tuple[str, str]]:
     """The first of `STEPS` that decides a pair of texts the (prepared) semantic matcher compares, whatever its cosine;
     for an undecided pair, the cosine it would need to reach the threshold; and the two predicates it is compared on
-    (both whole when one side names the other's subject in place, as `scores` compares it)."""
+    (both whole when one side names the other's subject in place, as `scores` compares it). The steps are the
+    matcher's own (`SemanticMatcher._bound_step`), asked with the cosine at the end of its range that adds most."""
     from evals.scoring import semantic as s
 
-    w, intercept, limit, words = matcher._weights, matcher.params.intercept, matcher._logit_limit, matcher._word_vectors
+    w, limit = matcher._weights, matcher._logit_limit
     a, b = matcher._texts[gold], matcher._texts[pred]
     if s.named_in_place(a, b) or s.named_in_place(b, a):
         a, b = matcher._whole(gold), matcher._whole(pred)
-    cheap, zh = s._bound_without_cosine(a, b, w, intercept)
+    key = (gold, pred)
+    matcher._bounded.pop(key, None)  # the steps afresh: a scoring pass may have stopped early at the real cosine
+    matcher._pairs.pop(key, None)
+    zh = s._bound_without_cosine(a, b, w, matcher.params.intercept)[1]
     slope = float(w[s._COSINE] + zh * w[s._ZH_COSINE])  # the cosine's two terms are slope * cosine
-    top = max(-slope, slope * COSINE_TOP)
+    step, _ = matcher._bound_step(key, a, b, COSINE_TOP if slope > 0 else -1.0)
     predicates = (a.predicate, b.predicate)
-    if cheap + top < limit:
-        return 0, None, predicates
-    if s._bound_with_floor(a, b, cheap, s._align_floor(a, b, words), w) + top < limit:
-        return 1, None, predicates
-    x = s._aligned(a, b, words)
-    base = s._values(a, b, 0.0, x, x.flags["polarity"], (0.0, 0.0))
-    aligned = s._bound_aligned(a, b, x, base, w, intercept)
-    if aligned + top < limit:
-        return 2, None, predicates
-    if matcher.params.role_checks and s._finish(a, b, x, base)[1]:
+    if step < 3:
+        return step, None, predicates
+    if matcher.params.role_checks and matcher._pairs[key][1]:
         return 3, None, predicates
-    return 4, (limit - aligned) / slope, predicates
+    return 4, (limit - matcher._bounded[key].aligned) / slope, predicates
 
 
 def skippable(run_dir: Path) -> dict[str, Any]:

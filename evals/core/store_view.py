@@ -82,7 +82,7 @@ class PageDigests:
         self._stats.pop(name, None)
         if max(stat.st_mtime_ns, stat.st_ctime_ns) > started - SETTLED_NS or (name, page_size) not in self._files:
             return
-        if len(self._stats) >= _MAX_WALS:
+        if len(self._stats) >= _MAX_FILES:
             self._stats.pop(next(iter(self._stats)))
         self._stats[name] = (_signature(stat), page_size)
 
@@ -133,7 +133,7 @@ class PageDigests:
             base = last[1] if last is not None and last[0] is file_digests else b"".join(file_digests)
             digests = _overlaid(base, count, frames)
             digest = _view_digest(page_size, count, digests)
-        if len(self._views) >= _MAX_WALS:
+        if len(self._views) >= _MAX_FILES:
             self._views.pop(next(iter(self._views)))
         self._views[name] = (file_digests, base, shape, frames, digests, digest)
         return digests, digest
@@ -297,6 +297,7 @@ def is_table_leaf(view: View, pgno: int) -> bool:
 
 _MAX_PARSED = 20_000  # pages whose parse `btree_page` keeps
 _MAX_WALS = 64  # WAL files whose parsed frames `_published_frames` keeps
+_MAX_FILES = 64  # database files whose last settled stat and last view's digests `PageDigests` keeps
 
 
 def _btree_page(page: memoryview, pgno: int) -> tuple[int, tuple[int, ...]]:

@@ -889,20 +889,25 @@ class SemanticMatcher(Matcher):
         return hit
 
     def _decided(self, key: tuple[str, str], a: _Prepared, b: _Prepared, cosine: float) -> float | None:
-        """The pair's logit bound when a step of it (`_Bounds`) puts the pair below the threshold, else None. The steps
-        are kept per pair of texts; a pair the last step leaves above the threshold has its features computed from
-        that step's work and kept in `_pairs`."""
+        """The pair's logit bound when a step of it (`_Bounds`) puts the pair below the threshold, else None."""
+        return self._bound_step(key, a, b, cosine)[1]
+
+    def _bound_step(self, key: tuple[str, str], a: _Prepared, b: _Prepared, cosine: float) -> tuple[int, float | None]:
+        """(the step that puts the pair below the threshold: 0 the cheap features, 1 the alignment's floor, 2 all
+        but the thesaurus; and its logit bound), or (3, None) when none does. The steps are kept per pair of texts;
+        a pair the last step leaves above the threshold has its features computed from that step's work and kept
+        in `_pairs`. The one place the steps are taken: `evals.bench.e5_skippable` asks it too."""
         w, intercept, limit = self._weights, self.params.intercept, self._logit_limit
         steps = self._bounded.get(key)
         if steps is None:
             steps = self._bounded[key] = _Bounds(*_bound_without_cosine(a, b, w, intercept))
         terms = _cosine_terms(cosine, steps.zh, w)
         if steps.cheap + terms < limit:
-            return steps.cheap + terms
+            return 0, steps.cheap + terms
         if steps.floor is None:
             steps.floor = _bound_with_floor(a, b, steps.cheap, _align_floor(a, b, self._word_vectors), w)
         if steps.floor + terms < limit:
-            return steps.floor + terms
+            return 1, steps.floor + terms
         if steps.aligned is None:
             x = _aligned(a, b, self._word_vectors)
             base = _values(a, b, 0.0, x, x.flags["polarity"], (0.0, 0.0))
@@ -910,8 +915,8 @@ class SemanticMatcher(Matcher):
             if steps.aligned + terms >= limit:
                 features, rule = _finish(a, b, x, base)
                 self._pairs[key] = (np.asarray(features, dtype=float), rule)
-                return None
-        return steps.aligned + terms if steps.aligned + terms < limit else None
+                return 3, None
+        return (2, steps.aligned + terms) if steps.aligned + terms < limit else (3, None)
 
     def scores(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
         """`probabilities`, except that a pair a step of the bound already puts below the threshold (`_decided`: the
