@@ -66,8 +66,10 @@ class PageDigests:
         find it as it was, and reading and comparing it whole made every read O(store). This trusts the
         file's change time, not its bytes: a write, truncation, rename over it or utime after the read sets
         the ctime to the time of that change (the kernel's, not settable by a process), which is past the
-        quiet period `SETTLED_NS` that the recorded ctime had to be behind the read's start, so the stat
-        differs. A file changed within that period of a read is read whole again at the next."""
+        quiet period (`SETTLED_NS`, longer than the file system's timestamp granularity) that the recorded
+        ctime had to be behind the read's start, so the stat differs. A file changed within that period of a
+        read is read whole again at the next. What else it trusts: the wall clock not stepped back by more than
+        that period between the two reads."""
         known = self._stats.get(name)
         if known is None or known[0] != _signature(stat):
             return None
@@ -78,9 +80,11 @@ class PageDigests:
 
     def read_whole(self, name: str, stat: os.stat_result, started: int, page_size: int) -> None:
         """Note a read of the whole main file, `stat` taken before it at `started` (time.time_ns): settled
-        when its last change (mtime and ctime) was `SETTLED_NS` or more before."""
+        when its last change (mtime and ctime) was `SETTLED_NS` or more before (`COARSE_SETTLED_NS` for a file
+        system that keeps whole seconds: `_quiet_period`)."""
         self._stats.pop(name, None)
-        if max(stat.st_mtime_ns, stat.st_ctime_ns) > started - SETTLED_NS or (name, page_size) not in self._files:
+        changed = max(stat.st_mtime_ns, stat.st_ctime_ns)
+        if changed > started - _quiet_period(stat) or (name, page_size) not in self._files:
             return
         if len(self._stats) >= _MAX_FILES:
             self._stats.pop(next(iter(self._stats)))
@@ -139,7 +143,21 @@ class PageDigests:
         return digests, digest
 
 
-SETTLED_NS = 200_000_000  # a main file unchanged this long before a read is trusted unchanged while its stat is
+# A main file unchanged this long before a read is trusted unchanged while its stat is. It must pass the file
+# system's timestamp granularity: Linux stamps a change with its coarse clock, which moves once a tick (10 ms at the
+# slowest, HZ = 100), so a change after the read gets a later stamp than one this long before it (`_quiet_period`).
+# 200 ms before the twenty-second session: a long case's main file, checkpointed every ~100 writes, was then read
+# whole for 200 ms after each checkpoint, 0.6 times a write at 3,000 turns (2.6 MB a write).
+SETTLED_NS = 50_000_000
+COARSE_SETTLED_NS = 2_500_000_000  # for a file whose times are whole seconds: FAT keeps them to 2 s
+
+
+def _quiet_period(stat: os.stat_result) -> int:
+    """How long before a read a file's last change must be for its stat to vouch for its bytes afterwards. A stat
+    whose modification and change times are both whole seconds comes from a file system that keeps no finer ones
+    (or, one time in a billion, from chance, which then only waits longer)."""
+    second = 1_000_000_000
+    return COARSE_SETTLED_NS if not stat.st_mtime_ns % second and not stat.st_ctime_ns % second else SETTLED_NS
 
 
 def _signature(stat: os.stat_result) -> tuple[int, ...]:

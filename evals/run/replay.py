@@ -62,6 +62,7 @@ from evals.record import (
     WriteRecord,
 )
 from evals.record._records import Check, recorded_calls
+from evals.run.long_lived import SettledHeap
 from evals.run.scratch import scratch_dir
 from evals.run.whole_store import WholeStoreSchedule
 from hymem.validation import InputValidationError
@@ -138,9 +139,10 @@ class CaseReplayer:
                          epoch=self.epoch, lang=self.case.lang, tags=list(self.case.tags), gold=case_gold(self.case),
                          status="ok",
                          profile={} if self.system.keeps_profile else None)
-        with scratch_dir(prefix="hymem-case-") as tmp:  # removed in the background once the unit is done
+        # the unit's kept state out of the collector's full scans every so many writes (`evals.run.long_lived`)
+        with scratch_dir(prefix="hymem-case-") as tmp, SettledHeap() as heap:  # tmp removed in the background
             try:
-                self._run(tmp, result)
+                self._run(tmp, result, heap)
             except Exception as exc:  # a harness or provider failure is data, never a silent zero
                 result.status = "infra_error"
                 result.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=6)}"
@@ -150,7 +152,7 @@ class CaseReplayer:
         result.seconds = time.perf_counter() - start
         return result
 
-    def _run(self, tmp: Path, result: CaseRun) -> None:
+    def _run(self, tmp: Path, result: CaseRun, heap: SettledHeap) -> None:
         store = tmp / "control"
         writes = case_writes(self.case)
         system = self.system
@@ -187,6 +189,7 @@ class CaseReplayer:
                     self.journal(record, result.findings, self.log.rows)
                 if self.on_write is not None:
                     self.on_write(index + 1, len(writes))
+                heap.written(index + 1)
             last = schedule.pending()
             if last is not None:  # no whole-store read since the last successful write: the case's end makes one
                 latest = self._whole_store_reads(store, last, writes[last], result.writes[last], written, latest,

@@ -18,6 +18,7 @@ import evals.arms.hymem_system as hymem_system
 from evals.cases.dataset import Case
 from evals.core.store_state import RowMemo, StoreState, _canonical_row_key, _keys, _row_key, canonical, read_state
 from evals.core.store_view import (
+    COARSE_SETTLED_NS,
     INTERIOR_TABLE,
     LEAF_TABLE,
     SETTLED_NS,
@@ -314,6 +315,28 @@ def test_a_settled_main_file_is_trusted_by_its_stat_until_it_changes(store):
         f.write(b"note 0099")
     state = read_state(path, memo)
     assert as_read_from_scratch(state, path) and state.tables["notes"][12]["text"] == "note 0099"
+
+
+def test_a_main_file_with_whole_second_times_waits_out_its_file_systems_granularity(tmp_path):
+    """A file system that keeps times to the second (FAT: 2 s) stamps a change made a second after a read with the
+    time the read saw: its stat vouches for its bytes only after `COARSE_SETTLED_NS`, not `SETTLED_NS`."""
+    db = tmp_path / "main.db"
+    db.write_bytes(b"\0" * 4096)
+    real = os.stat(db)
+    second = 1_000_000_000
+
+    def stat(changed_ns: int) -> os.stat_result:  # `real`, with both times set to `changed_ns`
+        fields = list(real)
+        fields[8] = fields[9] = changed_ns // second
+        return os.stat_result(fields, {"st_mtime_ns": changed_ns, "st_ctime_ns": changed_ns})
+
+    for changed, settled_after in ((100 * second + 1_234_567, SETTLED_NS), (100 * second, COARSE_SETTLED_NS)):
+        for started, trusted in ((changed + SETTLED_NS + 1, settled_after == SETTLED_NS),
+                                 (changed + COARSE_SETTLED_NS + 1, True)):
+            pages = PageDigests()
+            pages.of_pages(str(db), db.read_bytes(), 0, 4096, 0, 1)
+            pages.read_whole(str(db), stat(changed), started, 4096)
+            assert (pages.settled(str(db), stat(changed)) is not None) == trusted, (changed, started)
 
 
 def deep_store(path: Path, rows: int = 3000) -> sqlite3.Connection:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
+import evals.run.long_lived as long_lived
 import evals.run.runner as runner
 import evals.run.whole_store as whole_store
 from evals.arms.hymem_system import HymemSystem
@@ -126,3 +129,52 @@ def test_the_reconcile_candidates_are_checked_on_every_write_of_a_long_case(monk
     assert run.status == "ok", run.error
     flagged = {f.write for f in run.findings if f.kind == AnomalyKind.RECONCILE_CANDIDATES_WRONG}
     assert flagged == set(range(k, turns))
+
+
+# --- a long unit's heap settled (issue 35, point 3: the collector's full scans) --------------------------------------
+
+def _replay(turns: int, on_write=None):
+    run = CaseReplayer(_case(turns), "long", "offline",
+                       UnitModels(lm_factory=lambda c: offline_lm(), embedder=HashEmbedder()), FaultPlan.parse("none"),
+                       seed=0, on_write=on_write).run()
+    assert run.status == "ok", run.error
+    return run
+
+
+def _outcome(run):
+    """What a run learned, without its timings."""
+    return ([f.model_dump() for f in run.findings], [(w.success, w.codes) for w in run.writes],
+            [m["text"] for m in run.memories])
+
+
+def test_a_long_unit_freezes_what_it_keeps_and_unfreezes_it_at_its_end_with_the_same_findings(monkeypatch):
+    frozen: dict[int, int] = {}
+    monkeypatch.setattr(long_lived, "FIRST", 10**9)
+    plain = _replay(25, on_write=lambda done, total: frozen.setdefault(done, gc.get_freeze_count()))
+    assert set(frozen.values()) == {0}  # a unit shorter than FIRST writes never freezes
+    monkeypatch.setattr(long_lived, "FIRST", 10)
+    monkeypatch.setattr(long_lived, "EVERY", 5)
+    frozen.clear()
+    settled = _replay(25, on_write=lambda done, total: frozen.setdefault(done, gc.get_freeze_count()))
+    # on_write runs before the settle of its own write: write 11 sees the heap frozen after write 10, and the later
+    # settles (15, 20) add what the writes since kept (the unit's records grow)
+    assert frozen[10] == 0 and 0 < frozen[11] < frozen[21]
+    assert gc.get_freeze_count() == 0  # the unit's end unfroze it
+    assert _outcome(settled) == _outcome(plain)
+
+
+def test_the_heap_stays_frozen_until_the_last_settling_unit_ends_and_is_left_alone_with_the_collector_off():
+    first, second = long_lived.SettledHeap(first=1, every=1), long_lived.SettledHeap(first=1, every=1)
+    with first:
+        with second:
+            second.written(1)
+            first.written(1)
+        assert gc.get_freeze_count() > 0  # `first` still runs: the heap stays frozen
+    assert gc.get_freeze_count() == 0
+    gc.disable()
+    try:
+        with long_lived.SettledHeap(first=1, every=1) as heap:
+            heap.written(1)
+            assert gc.get_freeze_count() == 0
+    finally:
+        gc.enable()
