@@ -9,8 +9,8 @@ alive. What it trades: an object frozen and later dropped is still freed when it
 reference cycle among frozen objects waits for the unfreeze, which comes when no long unit is left running in
 the process (units on other threads share the process's collector). The first settle, after `FIRST` writes,
 collects the whole heap (the process's modules too, ~0.1 s); each later one, every `EVERY` writes, only what
-is not frozen: the last `EVERY` writes' survivors and garbage. Units shorter than `FIRST` writes never freeze
-anything, so a usual case runs with the collector exactly as before.
+is not frozen: the last `EVERY` writes' survivors and garbage. No settle follows a unit's last write, so units of
+`FIRST` writes or fewer never freeze anything: a usual case runs with the collector exactly as before.
 """
 
 from __future__ import annotations
@@ -27,18 +27,19 @@ _settling = 0  # units that froze the heap and have not ended: the last to end u
 
 
 class SettledHeap:
-    """Context manager around one unit's writes: `written(n)` after each; the heap is unfrozen once no unit that
-    froze it is still running."""
+    """Context manager around one unit's writes, told `written(done, total)` after each; the heap is unfrozen once
+    no unit that froze it is still running."""
 
     def __init__(self, first: int | None = None, every: int | None = None):
         self.first = first if first is not None else FIRST
         self.every = every if every is not None else EVERY
         self.froze = False
 
-    def written(self, done: int) -> None:
-        """After the unit's `done`-th write: at `first`, then every `every` writes, collect and freeze what is left."""
+    def written(self, done: int, total: int) -> None:
+        """After the unit's `done`-th write of `total`: at `first`, then every `every` writes, collect and freeze what
+        is left; never after its last write (the unit ends: nothing would gain)."""
         global _settling
-        if done < self.first or (done - self.first) % self.every:
+        if done < self.first or (done - self.first) % self.every or done >= total:
             return
         if not gc.isenabled():  # a caller that turned the collector off keeps it that way
             return

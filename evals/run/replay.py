@@ -189,7 +189,7 @@ class CaseReplayer:
                     self.journal(record, result.findings, self.log.rows)
                 if self.on_write is not None:
                     self.on_write(index + 1, len(writes))
-                heap.written(index + 1)
+                heap.written(index + 1, len(writes))
             last = schedule.pending()
             if last is not None:  # no whole-store read since the last successful write: the case's end makes one
                 latest = self._whole_store_reads(store, last, writes[last], result.writes[last], written, latest,

@@ -167,14 +167,17 @@ def test_the_heap_stays_frozen_until_the_last_settling_unit_ends_and_is_left_alo
     first, second = long_lived.SettledHeap(first=1, every=1), long_lived.SettledHeap(first=1, every=1)
     with first:
         with second:
-            second.written(1)
-            first.written(1)
+            second.written(1, 2)
+            first.written(1, 2)
         assert gc.get_freeze_count() > 0  # `first` still runs: the heap stays frozen
     assert gc.get_freeze_count() == 0
+    with long_lived.SettledHeap(first=1, every=1) as heap:
+        heap.written(2, 2)  # after the unit's last write: it ends, nothing to settle
+        assert gc.get_freeze_count() == 0
     gc.disable()
     try:
         with long_lived.SettledHeap(first=1, every=1) as heap:
-            heap.written(1)
+            heap.written(1, 2)
             assert gc.get_freeze_count() == 0
     finally:
         gc.enable()
