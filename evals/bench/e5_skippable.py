@@ -44,17 +44,17 @@ def decided_at(matcher: Any, gold: str, pred: str) -> tuple[int, float | None, t
     if s.named_in_place(a, b) or s.named_in_place(b, a):
         a, b = matcher._whole(gold), matcher._whole(pred)
     key = (gold, pred)
-    matcher._bounded.pop(key, None)  # the steps afresh: a scoring pass may have stopped early at the real cosine
+    # the steps afresh (a scoring pass may have stopped early at the real cosine), from the first, which gives `zh`
+    steps = matcher._bounded[key] = s._Bounds(*s._bound_without_cosine(a, b, w, matcher.params.intercept))
     matcher._pairs.pop(key, None)
-    zh = s._bound_without_cosine(a, b, w, matcher.params.intercept)[1]
-    slope = float(w[s._COSINE] + zh * w[s._ZH_COSINE])  # the cosine's two terms are slope * cosine
+    slope = float(w[s._COSINE] + steps.zh * w[s._ZH_COSINE])  # the cosine's two terms are slope * cosine
     step, _ = matcher._bound_step(key, a, b, COSINE_TOP if slope > 0 else -1.0)
     predicates = (a.predicate, b.predicate)
     if step < 3:
         return step, None, predicates
     if matcher.params.role_checks and matcher._pairs[key][1]:
         return 3, None, predicates
-    return 4, (limit - matcher._bounded[key].aligned) / slope, predicates
+    return 4, (limit - steps.aligned) / slope, predicates
 
 
 def skippable(run_dir: Path) -> dict[str, Any]:

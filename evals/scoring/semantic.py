@@ -711,7 +711,7 @@ class SemanticMatcher(Matcher):
         self._vectors: dict[str, np.ndarray] = {}
         self._word_vectors: dict[str, np.ndarray] = {}
         self._pairs: dict[tuple[str, str], tuple[np.ndarray, bool]] = {}  # (gold, pred) -> features, ruled out
-        self._bounded: dict[tuple[str, str], _Bounds] = {}  # (gold, pred) -> the bound's steps (`_decided`)
+        self._bounded: dict[tuple[str, str], _Bounds] = {}  # (gold, pred) -> the bound's steps (`_bound_step`)
         self._ahead: dict[str, _Prepared] = {}  # texts prepared by `prepare_ahead`, not yet by `prepare`
         self._wholes: dict[str, _Prepared] = {}  # texts prepared with their subject in place (`named_in_place`)
         t = params.threshold  # pairs whose logit bound is below this are "not the same" (`_bound_logit`)
@@ -862,7 +862,7 @@ class SemanticMatcher(Matcher):
                     a, b = self._whole(gold[i]), self._whole(pred[j])
                     c = float(self._vectors[a.predicate] @ self._vectors[b.predicate])
                 if hit is None and bound:
-                    limit = self._decided(key, a, b, c)
+                    limit = self._bound_step(key, a, b, c)[1]
                     if limit is not None:
                         bounded[i, j] = limit
                         continue
@@ -887,10 +887,6 @@ class SemanticMatcher(Matcher):
                 self._word_vectors.update(zip(words, _unit(self._embedder, words, self._store), strict=True))
                 self._wholes[text] = hit
         return hit
-
-    def _decided(self, key: tuple[str, str], a: _Prepared, b: _Prepared, cosine: float) -> float | None:
-        """The pair's logit bound when a step of it (`_Bounds`) puts the pair below the threshold, else None."""
-        return self._bound_step(key, a, b, cosine)[1]
 
     def _bound_step(self, key: tuple[str, str], a: _Prepared, b: _Prepared, cosine: float) -> tuple[int, float | None]:
         """(the step that puts the pair below the threshold: 0 the cheap features, 1 the alignment's floor, 2 all
@@ -919,7 +915,7 @@ class SemanticMatcher(Matcher):
         return (2, steps.aligned + terms) if steps.aligned + terms < limit else (3, None)
 
     def scores(self, gold: Sequence[str], pred: Sequence[str]) -> np.ndarray:
-        """`probabilities`, except that a pair a step of the bound already puts below the threshold (`_decided`: the
+        """`probabilities`, except that a pair a step of the bound already puts below the threshold (`_bound_step`: the
         cheap features, the alignment's floor, all but the thesaurus) gets that bound's probability, below the
         threshold too: every decision, and every score at or above the threshold, is the same. A match's score is
         never taken early: it is written to the facts table and weighs the one-to-one assignment."""
