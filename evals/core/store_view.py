@@ -410,39 +410,48 @@ def _page_size(raw: int) -> int:
 
 def _published_frames(wal_path: str, shm_path: str, page_size: int, pages: PageDigests
                       ) -> tuple[bytes, dict[int, tuple[int, bytes]], int] | None:
-    """(the WAL's bytes, page number -> (offset, digest) of its newest published frame, the database's size in
-    pages; 0: the main file's).
+    """(the WAL's bytes up to its published frames' end, page number -> (offset, digest) of its newest published frame, the database's
+    size in pages; 0: the main file's).
 
     The published frames are those up to `mxFrame` of the wal-index header: what a reader starting now uses.
-    A frame after them that belongs to this WAL (its salts) is either a rolled-back spill or a commit a crashed
-    writer never published, which a reader's recovery would replay: None, as the caller cannot tell which.
+    The frame right after them, if it belongs to this WAL (its salts), is either a rolled-back spill or a commit
+    a crashed writer never published, which a reader's recovery would replay: None, as the caller cannot tell
+    which. The frames after that one are never replayed: recovery reads from the first frame and stops at the
+    first whose salts or running checksum do not match (https://sqlite.org/fileformat2.html#wal_file_format), and
+    SQLite writes frames in order. So only the published frames and that one header are read: a WAL restarted
+    after a checkpoint keeps its old frames past the new ones, and reading them (the whole file, ~4 MB at
+    SQLite's default checkpoint size) was most of a state read's cost.
     """
     try:
         with open(shm_path, "rb") as f:
             shm = f.read(2 * _SHM_HEADER.size)
+        if len(shm) < 2 * _SHM_HEADER.size or shm[:_SHM_HEADER.size] != shm[_SHM_HEADER.size:]:
+            return None  # a header being written, or no index: SQLite would recover; the caller reads rows
+        version, _, _, is_init, _, raw_size, mx_frame, n_page, _, salts, _ = _SHM_HEADER.unpack(
+            shm[:_SHM_HEADER.size])
+        if version != _WAL_VERSION or not is_init:
+            return None
+        frame_size = _FRAME_HEADER + page_size
         with open(wal_path, "rb") as f:
-            wal = f.read()
+            size = os.fstat(f.fileno()).st_size
+            published = _WAL_HEADER + mx_frame * frame_size
+            wal = f.read(published)
+            # the next frame's header up to its salts, when a whole next frame is in the file
+            after = f.read(16) if size >= published + frame_size else b""
     except OSError:
         return None
-    if len(shm) < 2 * _SHM_HEADER.size or shm[:_SHM_HEADER.size] != shm[_SHM_HEADER.size:]:
-        return None  # a header being written, or no index: SQLite would recover; the caller reads rows
-    version, _, _, is_init, _, raw_size, mx_frame, n_page, _, salts, _ = _SHM_HEADER.unpack(shm[:_SHM_HEADER.size])
-    if version != _WAL_VERSION or not is_init:
-        return None
-    frame_size = _FRAME_HEADER + page_size
-    if len(wal) < _WAL_HEADER + frame_size:  # no whole frame in the file
+    if size < _WAL_HEADER + frame_size:  # no whole frame in the file
         return (wal, {}, 0) if mx_frame == 0 else None
+    if len(wal) < _WAL_HEADER:
+        return None  # the file shrank while read
     magic, _, wal_page_size = struct.unpack(">III", wal[:12])
     if magic not in _WAL_MAGICS or wal_page_size != page_size:
         return None
     if mx_frame and (_page_size(raw_size) != page_size or n_page == 0 or wal[16:24] != salts
-                     or len(wal) < _WAL_HEADER + mx_frame * frame_size):
+                     or len(wal) < published):
         return None
-    in_file = (len(wal) - _WAL_HEADER) // frame_size
-    for frame in range(mx_frame, in_file):
-        at = _WAL_HEADER + frame * frame_size
-        if wal[at + 8:at + 16] == wal[16:24]:
-            return None
+    if after and (len(after) < 16 or after[8:16] == wal[16:24]):  # the frame after the published ones
+        return None
     key = (str(wal_path), frame_size)
     known = pages.frames.pop(key, None)  # put back below only when this read parses the frames whole
     digests = pages.of_pages(str(wal_path), wal, _WAL_HEADER, frame_size, _FRAME_HEADER, mx_frame)

@@ -168,6 +168,39 @@ def test_frames_no_reader_was_shown_make_the_digest_unknown(store, tmp_path):
     conn.close()
 
 
+def test_old_frames_past_a_restarted_wal_are_not_read_and_recovery_decides_what_counts(store, tmp_path):
+    """After a checkpoint restarts the WAL, its new frames are followed by the last generation's. A read stops
+    at the frame after the published ones, as SQLite's recovery stops at the first frame that does not belong:
+    a later frame given this generation's salts (its checksum chain broken) is not a state any reader sees."""
+    path, conn = store
+    for i in range(1, 31):  # the first generation: dozens of frames
+        conn.execute("UPDATE notes SET text = ? WHERE id = ?", (f"first {i}", i))
+    conn.execute("PRAGMA wal_checkpoint(RESTART)")
+    conn.execute("UPDATE notes SET text = 'second' WHERE id = 1")  # the WAL starts over with new salts
+    wal_file = path / f"{DB_FILE}-wal"
+    wal = bytearray(wal_file.read_bytes())
+    frame_size = 24 + int.from_bytes(wal[8:12], "big")
+    frames = (len(wal) - 32) // frame_size
+    new = [wal[32 + i * frame_size + 8:32 + i * frame_size + 16] == wal[16:24] for i in range(frames)]
+    published = new.index(False)
+    assert published < frames - 1 and not any(new[published:])  # old frames follow the new ones
+    assert view_digest(path / DB_FILE) is not None
+    assert as_read_from_scratch(read_state(path, RowMemo()), path)
+    crafted = tmp_path / "crafted"
+    shutil.copytree(path, crafted)
+    at = 32 + (published + 1) * frame_size + 8  # the second frame past the published ones: given the new salts
+    wal[at:at + 8] = wal[16:24]
+    (crafted / f"{DB_FILE}-wal").write_bytes(wal)
+    state = read_state(crafted, RowMemo())
+    assert view_digest(crafted / DB_FILE) is not None
+    recovered = tmp_path / "recovered"  # without its index, SQLite recovers the WAL from its frames
+    shutil.copytree(crafted, recovered)
+    (recovered / f"{DB_FILE}-shm").unlink()
+    assert state.tables == from_sql(recovered)
+    assert state.tables["notes"][0]["text"] == "second" and state.tables["notes"][1]["text"] == "first 2"
+    conn.close()
+
+
 @pytest.mark.ci_heavy  # a default sweep, each state read twice (run by `nox -s heavy`); the random histories stay
 def test_a_sweep_reads_every_state_as_a_read_from_scratch_would(monkeypatch):
     """Through the replayer: every state a sweep reads with the reuse equals the files read from scratch, and
