@@ -71,7 +71,8 @@ def replay_seconds(turns: int) -> dict[str, Any]:
 
 
 def per_write_ratio(sizes: list[int], repeat: int, short_repeat: int = 1) -> dict[str, Any]:
-    """Sizes alternated `repeat` times; medians of the per-write wall and CPU, and each size's over the first.
+    """Sizes alternated `repeat` times; medians of the per-write wall and CPU, and each size's over the first (and,
+    round by round, each long case's CPU per write over its round's short runs: the spread between rounds).
     The first (short) size runs `short_repeat` times in each round: one short case's per-write time moved 17–23 ms
     between rounds on the same code at a quiet load, and it is every ratio's denominator; a long case is its own
     average over thousands of writes."""
@@ -93,6 +94,9 @@ def per_write_ratio(sizes: list[int], repeat: int, short_repeat: int = 1) -> dic
             "collector": {n: {k: round(v, 2) for k, v in m.items() if k not in times} for n, m in med.items()},
             "ratio_over_smallest": {n: {k: round(med[n][k] / med[base][k], 3) if med[base][k] else None for k in med[n]}
                                     for n in sizes},
+            "cpu_ratio_by_round": {n: [round(runs[n][i]["cpu_per_write"] / statistics.median(
+                r["cpu_per_write"] for r in runs[base][i * short_repeat:(i + 1) * short_repeat]), 3)
+                for i in range(repeat)] for n in sizes[1:]},
             "findings": {n: [r["findings"] for r in runs[n]] for n in sizes},
             "memories": {n: runs[n][0]["memories"] for n in sizes}, "goal": 1.2}
 
