@@ -410,8 +410,8 @@ def _page_size(raw: int) -> int:
 
 def _published_frames(wal_path: str, shm_path: str, page_size: int, pages: PageDigests
                       ) -> tuple[bytes, dict[int, tuple[int, bytes]], int] | None:
-    """(the WAL's bytes up to its published frames' end, page number -> (offset, digest) of its newest published frame, the database's
-    size in pages; 0: the main file's).
+    """(the WAL's bytes to the end of its published frames, page number -> (offset, digest) of its newest
+    published frame, the database's size in pages; 0: the main file's).
 
     The published frames are those up to `mxFrame` of the wal-index header: what a reader starting now uses.
     The frame right after them, if it belongs to this WAL (its salts), is either a rolled-back spill or a commit
@@ -436,8 +436,8 @@ def _published_frames(wal_path: str, shm_path: str, page_size: int, pages: PageD
             size = os.fstat(f.fileno()).st_size
             published = _WAL_HEADER + mx_frame * frame_size
             wal = f.read(published)
-            # the next frame's header up to its salts, when a whole next frame is in the file
-            after = f.read(16) if size >= published + frame_size else b""
+            has_next = size >= published + frame_size  # a whole frame after the published ones
+            after = f.read(16) if has_next else b""  # its header, up to its salts
     except OSError:
         return None
     if size < _WAL_HEADER + frame_size:  # no whole frame in the file
@@ -450,7 +450,7 @@ def _published_frames(wal_path: str, shm_path: str, page_size: int, pages: PageD
     if mx_frame and (_page_size(raw_size) != page_size or n_page == 0 or wal[16:24] != salts
                      or len(wal) < published):
         return None
-    if after and (len(after) < 16 or after[8:16] == wal[16:24]):  # the frame after the published ones
+    if has_next and (len(after) < 16 or after[8:16] == wal[16:24]):  # this WAL's, or the file shrank while read
         return None
     key = (str(wal_path), frame_size)
     known = pages.frames.pop(key, None)  # put back below only when this read parses the frames whole
