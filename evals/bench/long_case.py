@@ -87,6 +87,8 @@ def per_write_ratio(sizes: list[int], repeat: int, short_repeat: int = 1) -> dic
     med = {n: {k: statistics.median(r[k] for r in runs[n]) for k in _TIMES}
            for n in sizes}
     base = sizes[0]
+    shorts = [statistics.median(r["cpu_per_write"] for r in runs[base][i * short_repeat:(i + 1) * short_repeat])
+              for i in range(repeat)]  # each round's short runs, in the order they ran
     times = _TIMES[:4]  # seconds, shown as ms; the counts as they are
     return {"sizes": sizes, "repeat": repeat, "short_repeat": short_repeat, "load_1min": [round(x, 1) for x in load],
             "median_ms_per_write": {n: {k: round(v * 1000, 2) for k, v in m.items() if k in times}
@@ -94,9 +96,8 @@ def per_write_ratio(sizes: list[int], repeat: int, short_repeat: int = 1) -> dic
             "collector": {n: {k: round(v, 2) for k, v in m.items() if k not in times} for n, m in med.items()},
             "ratio_over_smallest": {n: {k: round(med[n][k] / med[base][k], 3) if med[base][k] else None for k in med[n]}
                                     for n in sizes},
-            "cpu_ratio_by_round": {n: [round(runs[n][i]["cpu_per_write"] / statistics.median(
-                r["cpu_per_write"] for r in runs[base][i * short_repeat:(i + 1) * short_repeat]), 3)
-                for i in range(repeat)] for n in sizes[1:]},
+            "cpu_ratio_by_round": {n: [round(runs[n][i]["cpu_per_write"] / short, 3) for i, short in enumerate(shorts)]
+                                   for n in sizes[1:]},
             "findings": {n: [r["findings"] for r in runs[n]] for n in sizes},
             "memories": {n: runs[n][0]["memories"] for n in sizes}, "goal": 1.2}
 
